@@ -1,0 +1,103 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kubebridge/kubebridge/pkg/bridge"
+	"github.com/kubebridge/kubebridge/pkg/config"
+)
+
+func newValidateCommand() *cobra.Command {
+	var (
+		file, kubeconfig, kubeContext string
+		timeout                       time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "validate --config FILE [--kubeconfig FILE]",
+		Short: "Check a config offline and, with --kubeconfig, against a live cluster",
+		Long: `Validate checks a config file: strict decoding, defaults, every field, the
+references between rules and sinks, label and field selectors and CEL
+expressions. It prints every problem with its file, line and key path.
+
+With --kubeconfig it also asks the cluster whether each rule's resource
+exists (CRDs included) and whether the current identity may list and watch
+it in the namespaces the rule names, and prints each missing permission as
+the RBAC rule that would grant it.
+
+Exit status: 0 valid, 2 invalid, 1 when the cluster could not be asked.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if file == "" {
+				return &exitError{exitInvalid, errors.New("validate: --config is required")}
+			}
+			out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
+			cfg, warnings, err := config.Load(file)
+			for _, w := range warnings {
+				fmt.Fprintln(errOut, w.Format(file))
+			}
+			if err != nil {
+				fmt.Fprintln(errOut, err)
+				return &exitError{exitInvalid, fmt.Errorf("%s is invalid (%s)", file, count(len(err.(*config.Error).Problems), "error"))}
+			}
+			where := "offline"
+			if kubeconfig != "" {
+				rc, err := bridge.RESTConfig(kubeconfig, kubeContext)
+				if err != nil {
+					return &exitError{exitFailure, err}
+				}
+				rc.Timeout = timeout
+				ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+				defer cancel()
+				problems, err := bridge.Preflight(ctx, cfg, rc)
+				if err != nil {
+					return &exitError{exitFailure, fmt.Errorf("cannot check against the cluster: %w", err)}
+				}
+				for _, p := range problems {
+					fmt.Fprintln(errOut, p.Format(file))
+				}
+				if len(problems) > 0 {
+					return &exitError{exitInvalid, fmt.Errorf("%s does not fit the cluster at %s (%s)", file, rc.Host, count(len(problems), "error"))}
+				}
+				where = "and checked against " + rc.Host
+			}
+			fmt.Fprintf(out, "%s is valid %s: cluster %s, %s (%s), %s (%s)\n", file, where, cfg.Cluster,
+				count(len(cfg.Sinks), "sink"), strings.Join(sinkNames(cfg), ", "),
+				count(len(cfg.Rules), "rule"), strings.Join(ruleNames(cfg), ", "))
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&file, "config", "c", "", "config file (required)")
+	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "also check against the cluster of this kubeconfig")
+	cmd.Flags().StringVar(&kubeContext, "context", "", "kubeconfig context (default: its current context)")
+	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Second, "bound on the cluster checks")
+	return cmd
+}
+
+func count(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+func sinkNames(c *config.Config) []string {
+	names := make([]string, len(c.Sinks))
+	for i, s := range c.Sinks {
+		names[i] = s.Name
+	}
+	return names
+}
+
+func ruleNames(c *config.Config) []string {
+	names := make([]string, len(c.Rules))
+	for i, r := range c.Rules {
+		names[i] = r.Name
+	}
+	return names
+}

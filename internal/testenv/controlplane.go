@@ -1,0 +1,321 @@
+package testenv
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// ControlPlane is a real etcd and kube-apiserver on loopback ports, with an
+// admin identity (a static token in group system:masters), RBAC
+// authorization and service-account token signing (TokenRequest works).
+// There is no controller-manager: nothing reconciles, namespaces stay
+// Terminating when deleted, Deployments never get ReplicaSets.
+type ControlPlane struct {
+	Dir      string // holds data, certificates, keys, logs and the kubeconfig
+	EtcdURL  string
+	Host     string // https://127.0.0.1:<port>
+	Token    string // the admin's bearer token
+	CAData   []byte // trusts the apiserver's self-signed serving certificate
+	toolsDir string
+
+	apiPort int
+	mu      sync.Mutex
+	etcd    *process
+	api     *process
+}
+
+// Readiness bounds: the apiserver is ready in a few seconds here.
+const (
+	etcdReadyTimeout = 30 * time.Second
+	apiReadyTimeout  = 90 * time.Second
+	stopTimeout      = 20 * time.Second
+)
+
+// StartControlPlane starts etcd and kube-apiserver for one test and stops
+// them when it ends. It skips or fails the test when the tools are missing
+// (see SkipOrFail).
+func StartControlPlane(t testing.TB) *ControlPlane {
+	t.Helper()
+	dir, err := ToolsDir()
+	if err != nil {
+		SkipOrFail(t, err)
+	}
+	cp, err := NewControlPlane(dir, t.TempDir())
+	if err != nil {
+		t.Fatalf("starting control plane: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := cp.Stop(); err != nil {
+			t.Errorf("stopping control plane: %v", err)
+		}
+	})
+	return cp
+}
+
+// NewControlPlane starts etcd and kube-apiserver with the binaries in
+// toolsDir and state in dir. The caller must call Stop.
+func NewControlPlane(toolsDir, dir string) (*ControlPlane, error) {
+	token, err := randomHex(16)
+	if err != nil {
+		return nil, err
+	}
+	cp := &ControlPlane{Dir: dir, Token: token, toolsDir: toolsDir}
+	if err := cp.writeAuthFiles(); err != nil {
+		return nil, err
+	}
+	if err := cp.startEtcd(); err != nil {
+		return nil, err
+	}
+	if err := cp.StartAPIServer(); err != nil {
+		_ = cp.Stop()
+		return nil, err
+	}
+	return cp, nil
+}
+
+func (cp *ControlPlane) writeAuthFiles() error {
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return err
+	}
+	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)})
+	if err := os.WriteFile(filepath.Join(cp.Dir, "sa.key"), keyPEM, 0o600); err != nil {
+		return err
+	}
+	tokens := fmt.Sprintf("%s,kubebridge-admin,kubebridge-admin,\"system:masters\"\n", cp.Token)
+	return os.WriteFile(filepath.Join(cp.Dir, "tokens.csv"), []byte(tokens), 0o600)
+}
+
+func (cp *ControlPlane) startEtcd() error {
+	var lastErr error
+	for attempt := 0; attempt < 3; attempt++ { // a chosen port can be taken before etcd binds it
+		client, peer := FreePort(), FreePort()
+		cp.EtcdURL = "http://127.0.0.1:" + strconv.Itoa(client)
+		peerURL := "http://127.0.0.1:" + strconv.Itoa(peer)
+		dataDir := filepath.Join(cp.Dir, "etcd")
+		_ = os.RemoveAll(dataDir)
+		var err error
+		cp.etcd, err = startProcess("etcd", filepath.Join(cp.toolsDir, "etcd"), []string{
+			"--name=testenv",
+			"--data-dir=" + dataDir,
+			"--listen-client-urls=" + cp.EtcdURL,
+			"--advertise-client-urls=" + cp.EtcdURL,
+			"--listen-peer-urls=" + peerURL,
+			"--initial-advertise-peer-urls=" + peerURL,
+			"--initial-cluster=testenv=" + peerURL,
+			"--unsafe-no-fsync",
+			"--log-level=warn",
+		}, filepath.Join(cp.Dir, "etcd.log"))
+		if err != nil {
+			return err
+		}
+		lastErr = waitReady(cp.etcd, etcdReadyTimeout, func() bool {
+			resp, err := http.Get(cp.EtcdURL + "/health")
+			if err != nil {
+				return false
+			}
+			resp.Body.Close()
+			return resp.StatusCode == http.StatusOK
+		})
+		if lastErr == nil {
+			return nil
+		}
+		_ = cp.etcd.stop(stopTimeout)
+	}
+	return lastErr
+}
+
+// StartAPIServer starts kube-apiserver (again, after StopAPIServer) on the
+// same port and etcd, so clients see a restart: watches break and relist.
+func (cp *ControlPlane) StartAPIServer() error {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	if cp.api != nil {
+		return errors.New("apiserver already running")
+	}
+	fixedPort := cp.apiPort != 0
+	var lastErr error
+	for attempt := 0; attempt < 3; attempt++ {
+		if !fixedPort {
+			cp.apiPort = FreePort()
+		}
+		cp.Host = "https://127.0.0.1:" + strconv.Itoa(cp.apiPort)
+		certDir := filepath.Join(cp.Dir, "apiserver-certs")
+		api, err := startProcess("kube-apiserver", filepath.Join(cp.toolsDir, "kube-apiserver"), []string{
+			"--etcd-servers=" + cp.EtcdURL,
+			"--bind-address=127.0.0.1",
+			"--secure-port=" + strconv.Itoa(cp.apiPort),
+			"--advertise-address=127.0.0.1",
+			"--endpoint-reconciler-type=none",
+			"--cert-dir=" + certDir,
+			"--service-cluster-ip-range=10.0.0.0/24",
+			"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+			"--service-account-key-file=" + filepath.Join(cp.Dir, "sa.key"),
+			"--service-account-signing-key-file=" + filepath.Join(cp.Dir, "sa.key"),
+			"--token-auth-file=" + filepath.Join(cp.Dir, "tokens.csv"),
+			"--authorization-mode=RBAC",
+			"--disable-admission-plugins=ServiceAccount",
+			"--allow-privileged=true",
+			"--profiling=false",
+			"--shutdown-watch-termination-grace-period=2s", // open watches must not hold a stop
+			"--v=1",
+		}, filepath.Join(cp.Dir, "kube-apiserver.log"))
+		if err != nil {
+			return err
+		}
+		lastErr = waitReady(api, apiReadyTimeout, func() bool { return cp.ready() })
+		if lastErr == nil {
+			cp.api = api
+			return nil
+		}
+		_ = api.stop(stopTimeout)
+		if fixedPort {
+			break
+		}
+	}
+	return lastErr
+}
+
+// ready reports whether the apiserver answers /readyz and has created the
+// default namespace (done by a loop inside the apiserver, just after ready).
+func (cp *ControlPlane) ready() bool {
+	ca, err := os.ReadFile(filepath.Join(cp.Dir, "apiserver-certs", "apiserver.crt"))
+	if err != nil {
+		return false
+	}
+	cp.CAData = ca
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(ca) {
+		return false
+	}
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	defer client.CloseIdleConnections()
+	for _, path := range []string{"/readyz", "/api/v1/namespaces/default"} {
+		req, _ := http.NewRequest(http.MethodGet, cp.Host+path, nil)
+		req.Header.Set("Authorization", "Bearer "+cp.Token)
+		resp, err := client.Do(req)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return false
+		}
+	}
+	return true
+}
+
+// StopAPIServer stops kube-apiserver, leaving etcd and its data in place.
+func (cp *ControlPlane) StopAPIServer() error {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	if cp.api == nil {
+		return nil
+	}
+	err := cp.api.stop(stopTimeout)
+	cp.api = nil
+	return err
+}
+
+// RestartAPIServer stops and starts kube-apiserver.
+func (cp *ControlPlane) RestartAPIServer() error {
+	if err := cp.StopAPIServer(); err != nil {
+		return err
+	}
+	return cp.StartAPIServer()
+}
+
+// Stop stops kube-apiserver and etcd. It is safe to call more than once.
+func (cp *ControlPlane) Stop() error {
+	errAPI := cp.StopAPIServer()
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	var errEtcd error
+	if cp.etcd != nil {
+		errEtcd = cp.etcd.stop(stopTimeout)
+		cp.etcd = nil
+	}
+	return errors.Join(errAPI, errEtcd)
+}
+
+// RESTConfig returns a new admin client config.
+func (cp *ControlPlane) RESTConfig() *rest.Config {
+	return &rest.Config{
+		Host:            cp.Host,
+		BearerToken:     cp.Token,
+		TLSClientConfig: rest.TLSClientConfig{CAData: cp.CAData},
+		QPS:             1000,
+		Burst:           2000,
+	}
+}
+
+// Clientset returns a typed admin client.
+func (cp *ControlPlane) Clientset(t testing.TB) kubernetes.Interface {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(cp.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+// Kubeconfig writes a kubeconfig for the admin into dir and returns its path.
+func (cp *ControlPlane) Kubeconfig(dir string) (string, error) {
+	return cp.writeKubeconfig(filepath.Join(dir, "admin.kubeconfig"), "kubebridge-admin", cp.Token)
+}
+
+func (cp *ControlPlane) writeKubeconfig(path, user, token string) (string, error) {
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["testenv"] = &clientcmdapi.Cluster{Server: cp.Host, CertificateAuthorityData: cp.CAData}
+	kc.AuthInfos[user] = &clientcmdapi.AuthInfo{Token: token}
+	kc.Contexts["testenv"] = &clientcmdapi.Context{Cluster: "testenv", AuthInfo: user, Namespace: "default"}
+	kc.CurrentContext = "testenv"
+	return path, clientcmd.WriteToFile(*kc, path)
+}
+
+// waitReady polls ready until it holds, the process exits or timeout passes.
+func waitReady(p *process, timeout time.Duration, ready func() bool) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if ready() {
+			return nil
+		}
+		select {
+		case <-p.done:
+			return fmt.Errorf("%s exited before it was ready (%v); last log lines:\n%s", p.name, p.err, p.logTail())
+		case <-ctx.Done():
+			return fmt.Errorf("%s not ready after %s; last log lines:\n%s", p.name, timeout, p.logTail())
+		case <-tick.C:
+		}
+	}
+}
+
+func randomHex(n int) (string, error) {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b), nil
+}

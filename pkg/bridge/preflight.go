@@ -1,0 +1,213 @@
+package bridge
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	authnv1 "k8s.io/api/authentication/v1"
+	authzv1 "k8s.io/api/authorization/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/kubebridge/kubebridge/pkg/config"
+)
+
+// RESTConfig loads a client config: from the kubeconfig file when one is
+// given (with an optional context), else the in-cluster service account.
+func RESTConfig(kubeconfig, context string) (*rest.Config, error) {
+	if kubeconfig == "" {
+		rc, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("no --kubeconfig given and not running in a cluster: %w", err)
+		}
+		return rc, nil
+	}
+	rules := &clientcmd.ClientConfigLoadingRules{ExplicitPath: kubeconfig}
+	overrides := &clientcmd.ConfigOverrides{CurrentContext: context}
+	rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
+	}
+	return rc, nil
+}
+
+// watchVerbs are what a shared informer needs: an initial list, then a watch.
+var watchVerbs = []string{"list", "watch"}
+
+// Preflight checks cfg against a live cluster: that each rule's resource
+// exists (discovery, so CRDs count once installed), that it can be listed and
+// watched, that namespace settings fit its scope, and that the current
+// identity may list and watch it wherever the rule looks. A missing permission
+// is reported as the RBAC rule that would grant it. Problems carry the
+// config's lines. The error is for a cluster that cannot be asked at all.
+func Preflight(ctx context.Context, cfg *config.Config, rc *rest.Config) ([]config.Problem, error) {
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, err
+	}
+	p := &preflight{ctx: ctx, cs: cs, cfg: cfg, groups: map[string]*metav1.APIResourceList{}, access: map[authzv1.ResourceAttributes]bool{}}
+	if err := p.whoAmI(); err != nil {
+		return nil, err
+	}
+	for i := range cfg.Rules {
+		if err := p.checkRule(i); err != nil {
+			return nil, err
+		}
+	}
+	return p.problems, nil
+}
+
+type preflight struct {
+	ctx      context.Context
+	cs       kubernetes.Interface
+	cfg      *config.Config
+	identity string
+	groups   map[string]*metav1.APIResourceList // group/version -> resources; nil when absent
+	access   map[authzv1.ResourceAttributes]bool
+	problems []config.Problem
+}
+
+func (p *preflight) addf(path, format string, args ...any) {
+	p.problems = append(p.problems, config.Problem{Path: path, Line: p.cfg.LineOf(path), Message: fmt.Sprintf(format, args...)})
+}
+
+// whoAmI names the identity in messages; clusters without SelfSubjectReview get "the current identity".
+func (p *preflight) whoAmI() error {
+	p.identity = "the current identity"
+	r, err := p.cs.AuthenticationV1().SelfSubjectReviews().Create(p.ctx, &authnv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	switch {
+	case err == nil && r.Status.UserInfo.Username != "":
+		p.identity = fmt.Sprintf("%q", r.Status.UserInfo.Username)
+	case err != nil && !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err):
+		return fmt.Errorf("asking the cluster who we are: %w", err)
+	}
+	return nil
+}
+
+func (p *preflight) resources(gv string) (*metav1.APIResourceList, error) {
+	if l, ok := p.groups[gv]; ok {
+		return l, nil
+	}
+	l, err := p.cs.Discovery().ServerResourcesForGroupVersion(gv)
+	if apierrors.IsNotFound(err) {
+		l, err = nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("discovery of %s: %w", gv, err)
+	}
+	p.groups[gv] = l
+	return l, nil
+}
+
+func (p *preflight) checkRule(i int) error {
+	r := p.cfg.Rules[i]
+	path := fmt.Sprintf("rules[%d]", i)
+	gvr, err := config.ParseResource(r.Resource)
+	if err != nil {
+		return nil // already reported by Load
+	}
+	gv := gvr.GroupVersion().String()
+	list, err := p.resources(gv)
+	if err != nil {
+		return err
+	}
+	if list == nil {
+		p.addf(path+".resource", "the cluster does not serve %s (is the CRD installed?)", gv)
+		return nil
+	}
+	var res *metav1.APIResource
+	var names []string
+	for j := range list.APIResources {
+		ar := &list.APIResources[j]
+		if strings.Contains(ar.Name, "/") {
+			continue // subresource
+		}
+		names = append(names, ar.Name)
+		if ar.Name == gvr.Resource {
+			res = ar
+		}
+	}
+	if res == nil {
+		slices.Sort(names)
+		p.addf(path+".resource", "the cluster has no resource %q in %s (have: %s)", gvr.Resource, gv, strings.Join(names, ", "))
+		return nil
+	}
+	for _, v := range watchVerbs {
+		if !slices.Contains(res.Verbs, v) {
+			p.addf(path+".resource", "%s does not support %s, so it cannot be watched", r.Resource, v)
+			return nil
+		}
+	}
+	if !res.Namespaced {
+		if len(r.Namespaces) > 0 {
+			p.addf(path+".namespaces", "%s is cluster-scoped; namespaces do not apply", r.Resource)
+			return nil
+		}
+		if r.NamespaceSelector != "" {
+			p.addf(path+".namespaceSelector", "%s is cluster-scoped; namespaceSelector does not apply", r.Resource)
+			return nil
+		}
+	}
+
+	namespaces := r.Namespaces
+	if len(namespaces) == 0 {
+		namespaces = []string{""}
+	}
+	for _, ns := range namespaces {
+		if err := p.checkAccess(path, gvr, ns); err != nil {
+			return err
+		}
+	}
+	if r.NamespaceSelector != "" {
+		return p.checkAccess(path+".namespaceSelector", schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}, "")
+	}
+	return nil
+}
+
+// checkAccess asks the apiserver whether the identity may list and watch gvr
+// in ns ("" = all namespaces), and reports what is missing as an RBAC rule.
+func (p *preflight) checkAccess(path string, gvr schema.GroupVersionResource, ns string) error {
+	var denied []string
+	for _, verb := range watchVerbs {
+		attrs := authzv1.ResourceAttributes{Namespace: ns, Verb: verb, Group: gvr.Group, Resource: gvr.Resource}
+		allowed, ok := p.access[attrs]
+		if !ok {
+			review, err := p.cs.AuthorizationV1().SelfSubjectAccessReviews().Create(p.ctx,
+				&authzv1.SelfSubjectAccessReview{Spec: authzv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &attrs}}, metav1.CreateOptions{})
+			if err != nil {
+				return fmt.Errorf("access review for %s %s: %w", verb, gvr.GroupResource(), err)
+			}
+			allowed = review.Status.Allowed
+			p.access[attrs] = allowed
+		}
+		if !allowed {
+			denied = append(denied, verb)
+		}
+	}
+	if len(denied) == 0 {
+		return nil
+	}
+	rule := fmt.Sprintf(`{apiGroups: [%q], resources: [%q], verbs: [%s]}`, gvr.Group, gvr.Resource, quoteJoin(denied))
+	if ns == "" {
+		p.addf(path, "%s may not %s %s in all namespaces; grant it with a ClusterRole rule %s and a ClusterRoleBinding",
+			p.identity, strings.Join(denied, " or "), gvr.GroupResource(), rule)
+	} else {
+		p.addf(path, "%s may not %s %s in namespace %q; grant it with a Role rule %s and a RoleBinding in %q",
+			p.identity, strings.Join(denied, " or "), gvr.GroupResource(), ns, rule, ns)
+	}
+	return nil
+}
+
+func quoteJoin(ss []string) string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = fmt.Sprintf("%q", s)
+	}
+	return strings.Join(q, ", ")
+}

@@ -1,0 +1,303 @@
+package config
+
+import (
+	"fmt"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// maxNodes bounds the work of decoding one document, so that aliases that
+// expand exponentially ("billion laughs") end in an error, not in an OOM.
+const maxNodes = 200_000
+
+// defaulter is implemented by config structs that have defaults. The decoder
+// calls setDefaults when it creates a struct, before it decodes the YAML into
+// it, so that what the file sets wins and what it omits keeps the default.
+type defaulter interface{ setDefaults() }
+
+// scalarParser is implemented by types written as one YAML scalar (Duration).
+type scalarParser interface{ parseScalar(string) error }
+
+// decoder turns a yaml.Node tree into config structs strictly: unknown keys,
+// duplicate keys and wrong types are problems with the key path and line, and
+// decoding goes on after each so that every problem is reported at once.
+type decoder struct {
+	lines    map[string]int // key path -> line, for validation messages
+	problems []Problem
+	nodes    int
+}
+
+func newDecoder() *decoder { return &decoder{lines: map[string]int{}} }
+
+func (d *decoder) errorf(path string, line int, format string, args ...any) {
+	d.problems = append(d.problems, Problem{Path: path, Line: line, Message: fmt.Sprintf(format, args...)})
+}
+
+// decode fills v (addressable) from n. path names v in messages.
+func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
+	d.nodes++
+	if d.nodes > maxNodes {
+		if d.nodes == maxNodes+1 {
+			d.errorf(path, n.Line, "document too large (more than %d nodes after expanding aliases)", maxNodes)
+		}
+		return
+	}
+	for n.Kind == yaml.AliasNode {
+		if n.Alias == nil {
+			d.errorf(path, n.Line, "unresolved alias")
+			return
+		}
+		n = n.Alias
+	}
+	if _, ok := d.lines[path]; !ok {
+		d.lines[path] = n.Line
+	}
+	if isNull(n) {
+		return // an explicit null keeps the zero value or the default
+	}
+
+	if v.Kind() == reflect.Pointer {
+		if v.IsNil() {
+			v.Set(reflect.New(v.Type().Elem()))
+			if df, ok := v.Interface().(defaulter); ok {
+				df.setDefaults()
+			}
+		}
+		v = v.Elem()
+	}
+	if sp, ok := v.Addr().Interface().(scalarParser); ok {
+		if n.Kind != yaml.ScalarNode {
+			d.errorf(path, n.Line, "expected %s, got %s", describeType(v.Type()), describeNode(n))
+			return
+		}
+		if err := sp.parseScalar(n.Value); err != nil {
+			d.errorf(path, n.Line, "%v", err)
+		}
+		return
+	}
+
+	switch v.Kind() {
+	case reflect.Struct:
+		d.decodeStruct(n, v, path)
+	case reflect.Slice:
+		if n.Kind != yaml.SequenceNode {
+			d.errorf(path, n.Line, "expected %s, got %s", describeType(v.Type()), describeNode(n))
+			return
+		}
+		s := reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content))
+		for i, item := range n.Content {
+			e := s.Index(i)
+			if df, ok := e.Addr().Interface().(defaulter); ok {
+				df.setDefaults()
+			}
+			d.decode(item, e, fmt.Sprintf("%s[%d]", path, i))
+		}
+		v.Set(s)
+	case reflect.Map:
+		if n.Kind != yaml.MappingNode {
+			d.errorf(path, n.Line, "expected %s, got %s", describeType(v.Type()), describeNode(n))
+			return
+		}
+		m := reflect.MakeMapWithSize(v.Type(), len(n.Content)/2)
+		d.eachPair(n, path, func(key string, keyNode, val *yaml.Node) {
+			e := reflect.New(v.Type().Elem()).Elem()
+			d.decode(val, e, joinKey(path, key))
+			m.SetMapIndex(reflect.ValueOf(key), e)
+		})
+		v.Set(m)
+	case reflect.String:
+		if n.Kind != yaml.ScalarNode {
+			d.errorf(path, n.Line, "expected a string, got %s", describeNode(n))
+			return
+		}
+		v.SetString(n.Value)
+	case reflect.Int:
+		var i int
+		if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!int" || n.Decode(&i) != nil {
+			d.errorf(path, n.Line, "expected an integer, got %s", describeNode(n))
+			return
+		}
+		v.SetInt(int64(i))
+	case reflect.Bool:
+		var b bool
+		if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!bool" || n.Decode(&b) != nil {
+			d.errorf(path, n.Line, "expected true or false, got %s", describeNode(n))
+			return
+		}
+		v.SetBool(b)
+	default:
+		d.errorf(path, n.Line, "internal error: no decoder for %s", v.Type()) // a mistake in types.go, caught by tests
+	}
+}
+
+func (d *decoder) decodeStruct(n *yaml.Node, v reflect.Value, path string) {
+	if n.Kind != yaml.MappingNode {
+		d.errorf(path, n.Line, "expected %s, got %s", describeType(v.Type()), describeNode(n))
+		return
+	}
+	fields := yamlFields(v.Type())
+	d.eachPair(n, path, func(key string, keyNode, val *yaml.Node) {
+		i, ok := fields[key]
+		if !ok {
+			d.errorf(joinKey(path, key), keyNode.Line, "unknown field%s", suggest(key, fields))
+			return
+		}
+		d.decode(val, v.Field(i), joinKey(path, key))
+	})
+}
+
+// eachPair calls f for each key of a mapping, reporting duplicate, non-scalar
+// and merge keys instead.
+func (d *decoder) eachPair(n *yaml.Node, path string, f func(key string, keyNode, val *yaml.Node)) {
+	seen := map[string]int{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, val := n.Content[i], n.Content[i+1]
+		for k.Kind == yaml.AliasNode && k.Alias != nil {
+			k = k.Alias
+		}
+		if k.Kind != yaml.ScalarNode {
+			d.errorf(path, k.Line, "mapping keys must be strings, got %s", describeNode(k))
+			continue
+		}
+		if k.Tag == "!!merge" || k.Value == "<<" {
+			d.errorf(path, k.Line, "merge keys (<<) are not supported")
+			continue
+		}
+		if first, dup := seen[k.Value]; dup {
+			d.errorf(joinKey(path, k.Value), k.Line, "duplicate key (first at line %d)", first)
+			continue
+		}
+		seen[k.Value] = k.Line
+		d.lines[joinKey(path, k.Value)] = k.Line
+		f(k.Value, k, val)
+	}
+}
+
+func isNull(n *yaml.Node) bool {
+	return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null"
+}
+
+// yamlFields maps the yaml tag names of t's fields to their indexes.
+func yamlFields(t reflect.Type) map[string]int {
+	m := make(map[string]int, t.NumField())
+	for i := 0; i < t.NumField(); i++ {
+		if name := yamlName(t.Field(i)); name != "" {
+			m[name] = i
+		}
+	}
+	return m
+}
+
+func yamlName(f reflect.StructField) string {
+	if !f.IsExported() {
+		return ""
+	}
+	name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+	if name == "-" {
+		return ""
+	}
+	return name
+}
+
+// suggest names the closest known key, or lists them all.
+func suggest(key string, fields map[string]int) string {
+	names := make([]string, 0, len(fields))
+	for k := range fields {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	best, bestDist := "", 3
+	for _, k := range names {
+		if dist := editDistance(strings.ToLower(key), strings.ToLower(k)); dist < bestDist {
+			best, bestDist = k, dist
+		}
+	}
+	if best != "" {
+		return fmt.Sprintf(" (did you mean %q?)", best)
+	}
+	return fmt.Sprintf(" (known: %s)", strings.Join(names, ", "))
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+func describeType(t reflect.Type) string {
+	if t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch {
+	case t == reflect.TypeFor[Duration]():
+		return "a duration"
+	case t.Kind() == reflect.Struct, t.Kind() == reflect.Map:
+		return "a mapping"
+	case t.Kind() == reflect.Slice:
+		return "a list"
+	}
+	return t.Kind().String()
+}
+
+func describeNode(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		v := n.Value
+		if len(v) > 40 {
+			v = v[:37] + "..."
+		}
+		return strconv.Quote(v)
+	}
+	return "nothing"
+}
+
+// joinKey appends a mapping key to a path: a.b for plain keys, a["b.c/d"] for others.
+func joinKey(path, key string) string {
+	if !plainKey(key) {
+		return path + "[" + strconv.Quote(key) + "]"
+	}
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+func plainKey(k string) bool {
+	if k == "" {
+		return false
+	}
+	for i, r := range k {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r == '_':
+		case (r >= '0' && r <= '9') || r == '-':
+			if i == 0 {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,199 @@
+package config
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+var (
+	builtinVersion = regexp.MustCompile(`^v[1-9][0-9]*((alpha|beta)[1-9][0-9]*)?$`)
+	kindName       = regexp.MustCompile(`^[A-Z][A-Za-z0-9]*$`)
+)
+
+// ParseResource parses a rule's resource: group/version/resource, or
+// version/resource for the core group ("v1/configmaps").
+func ParseResource(s string) (schema.GroupVersionResource, error) {
+	parts := strings.Split(s, "/")
+	var gvr schema.GroupVersionResource
+	switch len(parts) {
+	case 2:
+		gvr = schema.GroupVersionResource{Version: parts[0], Resource: parts[1]}
+		if !builtinVersion.MatchString(gvr.Version) {
+			return gvr, fmt.Errorf("%q is not group/version/resource (e.g. apps/v1/deployments) or core version/resource (e.g. v1/configmaps)", s)
+		}
+	case 3:
+		gvr = schema.GroupVersionResource{Group: parts[0], Version: parts[1], Resource: parts[2]}
+		if msgs := validation.IsDNS1123Subdomain(gvr.Group); len(msgs) > 0 {
+			return gvr, fmt.Errorf("group %q in %q: %s", gvr.Group, s, msgs[0])
+		}
+		if msgs := validation.IsDNS1035Label(gvr.Version); len(msgs) > 0 {
+			return gvr, fmt.Errorf("version %q in %q: %s", gvr.Version, s, msgs[0])
+		}
+	default:
+		return gvr, fmt.Errorf("%q is not group/version/resource (e.g. apps/v1/deployments) or core version/resource (e.g. v1/configmaps)", s)
+	}
+	if msgs := validation.IsDNS1123Label(gvr.Resource); len(msgs) > 0 {
+		return gvr, fmt.Errorf("resource %q in %q must be the plural lowercase name (e.g. deployments): %s", gvr.Resource, s, msgs[0])
+	}
+	return gvr, nil
+}
+
+// FormatResource is the inverse of ParseResource.
+func FormatResource(gvr schema.GroupVersionResource) string {
+	if gvr.Group == "" {
+		return gvr.Version + "/" + gvr.Resource
+	}
+	return gvr.Group + "/" + gvr.Version + "/" + gvr.Resource
+}
+
+// IndexKind is what an index key indexes objects by.
+type IndexKind string
+
+// The index kinds a rule's index keys may use.
+const (
+	IndexNamespace  IndexKind = "namespace"
+	IndexLabel      IndexKind = "label"
+	IndexAnnotation IndexKind = "annotation"
+	IndexOwner      IndexKind = "owner"
+)
+
+// IndexKey is a parsed rule index key: namespace, label:<key>,
+// annotation:<key> or owner:<Kind>.
+type IndexKey struct {
+	Kind IndexKind
+	Arg  string // the label or annotation key, or the owner Kind
+}
+
+// String formats k as written in a config; it is also the informer index name.
+func (k IndexKey) String() string {
+	if k.Kind == IndexNamespace {
+		return string(k.Kind)
+	}
+	return string(k.Kind) + ":" + k.Arg
+}
+
+// ParseIndexKey parses a key of a rule's index.
+func ParseIndexKey(s string) (IndexKey, error) {
+	kind, arg, hasArg := strings.Cut(s, ":")
+	k := IndexKey{Kind: IndexKind(kind), Arg: arg}
+	switch k.Kind {
+	case IndexNamespace:
+		if hasArg {
+			return k, fmt.Errorf("index key %q: namespace takes no argument", s)
+		}
+	case IndexLabel, IndexAnnotation:
+		if msgs := validation.IsQualifiedName(arg); len(msgs) > 0 {
+			return k, fmt.Errorf("index key %q: %s key %q: %s", s, kind, arg, msgs[0])
+		}
+	case IndexOwner:
+		if !kindName.MatchString(arg) {
+			return k, fmt.Errorf("index key %q: owner takes a Kind such as owner:ReplicaSet", s)
+		}
+	default:
+		return k, fmt.Errorf("index key %q: want namespace, label:<key>, annotation:<key> or owner:<Kind>", s)
+	}
+	return k, nil
+}
+
+// ParseFieldPath parses a changed path: dot-separated keys, where a key with
+// dots or slashes is written in brackets and quotes:
+//
+//	spec.template
+//	metadata.annotations["app.kubernetes.io/version"]
+func ParseFieldPath(s string) ([]string, error) {
+	if s == "" {
+		return nil, fmt.Errorf("empty path")
+	}
+	var out []string
+	rest := s
+	for {
+		if strings.HasPrefix(rest, "[") {
+			end := strings.Index(rest, "]")
+			if end < 0 {
+				return nil, fmt.Errorf("path %q: unclosed [", s)
+			}
+			key, err := strconv.Unquote(rest[1:end])
+			if err != nil || key == "" {
+				return nil, fmt.Errorf("path %q: want [\"key\"] with a non-empty quoted key, got %s", s, rest[:end+1])
+			}
+			out = append(out, key)
+			rest = rest[end+1:]
+		} else {
+			i := strings.IndexAny(rest, ".[")
+			if i < 0 {
+				i = len(rest)
+			}
+			seg := rest[:i]
+			if seg == "" {
+				return nil, fmt.Errorf("path %q: empty key", s)
+			}
+			for _, r := range seg {
+				if !(r == '_' || r == '-' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9') {
+					return nil, fmt.Errorf("path %q: key %q has %q; write it as [%q]", s, seg, r, seg)
+				}
+			}
+			out = append(out, seg)
+			rest = rest[i:]
+		}
+		switch {
+		case rest == "":
+			return out, nil
+		case strings.HasPrefix(rest, "."):
+			rest = rest[1:]
+			if rest == "" || strings.HasPrefix(rest, "[") {
+				return nil, fmt.Errorf("path %q: empty key", s)
+			}
+		case strings.HasPrefix(rest, "["):
+		default:
+			return nil, fmt.Errorf("path %q: want . or [ after a key", s)
+		}
+	}
+}
+
+// subjectPlaceholders are what a NATS subject template may contain.
+var subjectPlaceholders = map[string]bool{
+	"cluster": true, "group": true, "version": true, "resource": true, "kind": true,
+	"namespace": true, "name": true, "type": true, "rule": true,
+}
+
+// ParseSubject checks a NATS subject template: dot-separated tokens, each
+// literal text and {placeholder}s; no empty tokens, no wildcards, no spaces.
+func ParseSubject(tmpl string) error {
+	if tmpl == "" {
+		return fmt.Errorf("empty subject")
+	}
+	for i, tok := range strings.Split(tmpl, ".") {
+		if tok == "" {
+			return fmt.Errorf("token %d is empty", i+1)
+		}
+		rest := tok
+		for rest != "" {
+			open := strings.IndexByte(rest, '{')
+			lit := rest
+			if open >= 0 {
+				lit = rest[:open]
+			}
+			if j := strings.IndexAny(lit, "*> \t}"); j >= 0 {
+				return fmt.Errorf("token %q has %q; subjects take no wildcards, spaces or stray braces", tok, lit[j])
+			}
+			if open < 0 {
+				break
+			}
+			end := strings.IndexByte(rest[open:], '}')
+			if end < 0 {
+				return fmt.Errorf("token %q: unclosed {", tok)
+			}
+			name := rest[open+1 : open+end]
+			if !subjectPlaceholders[name] {
+				return fmt.Errorf("unknown placeholder {%s} (have: {cluster} {group} {version} {resource} {kind} {namespace} {name} {type} {rule})", name)
+			}
+			rest = rest[open+end+1:]
+		}
+	}
+	return nil
+}

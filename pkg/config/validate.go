@@ -1,0 +1,469 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"golang.org/x/net/http/httpguts"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// Limits that keep a config from asking for something absurd.
+const (
+	maxQueueCapacity  = 10_000_000
+	maxBatchEvents    = 10_000
+	minReplayEvery    = time.Second // client-go's minimum resync period
+	maxWhereExprBytes = 10_000
+)
+
+var kvBucketName = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)
+
+// Validate checks the document as a whole and the references between its
+// parts. Each part's own fields are checked by its Validate.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.APIVersion != APIVersion {
+		errs = append(errs, errorAt("apiVersion", "must be %q, got %q", APIVersion, c.APIVersion))
+	}
+	if c.Kind != Kind {
+		errs = append(errs, errorAt("kind", "must be %q, got %q", Kind, c.Kind))
+	}
+	switch {
+	case c.Cluster == "":
+		errs = append(errs, errorAt("cluster", "required: the name stamped on every event (e.g. prod-eu-1)"))
+	default:
+		errs = append(errs, dns1123Label("cluster", c.Cluster))
+	}
+	if len(c.Sinks) == 0 {
+		errs = append(errs, errorAt("sinks", "at least one sink is required"))
+	}
+	if len(c.Rules) == 0 {
+		errs = append(errs, errorAt("rules", "at least one rule is required"))
+	}
+
+	sinkIndex := map[string]int{}
+	var sinkNames []string
+	for i, s := range c.Sinks {
+		if s.Name == "" {
+			continue
+		}
+		if first, dup := sinkIndex[s.Name]; dup {
+			errs = append(errs, errorAt(fmt.Sprintf("sinks[%d].name", i), "duplicate sink name %q (first at sinks[%d])", s.Name, first))
+			continue
+		}
+		sinkIndex[s.Name] = i
+		sinkNames = append(sinkNames, s.Name)
+	}
+	have := "have: " + strings.Join(sinkNames, ", ")
+	if len(sinkNames) == 0 {
+		have = "no sinks are defined"
+	}
+
+	used := map[string]bool{}
+	ruleIndex := map[string]int{}
+	for i, r := range c.Rules {
+		if r.Name != "" {
+			if first, dup := ruleIndex[r.Name]; dup {
+				errs = append(errs, errorAt(fmt.Sprintf("rules[%d].name", i), "duplicate rule name %q (first at rules[%d])", r.Name, first))
+			} else {
+				ruleIndex[r.Name] = i
+			}
+		}
+		for j, name := range r.Sinks {
+			if name == "" {
+				continue // reported by Rule.Validate
+			}
+			if _, ok := sinkIndex[name]; !ok {
+				errs = append(errs, errorAt(fmt.Sprintf("rules[%d].sinks[%d]", i, j), "unknown sink %q (%s)", name, have))
+			}
+			used[name] = true
+		}
+	}
+	for name, i := range sinkIndex {
+		if !used[name] {
+			errs = append(errs, warningAt(fmt.Sprintf("sinks[%d]", i), "sink %q is not used by any rule", name))
+		}
+	}
+
+	if kv := c.Checkpoint.NATSKV; kv != nil && kv.Sink != "" {
+		i, ok := sinkIndex[kv.Sink]
+		switch {
+		case !ok:
+			errs = append(errs, errorAt("checkpoint.natsKV.sink", "unknown sink %q (%s)", kv.Sink, have))
+		case c.Sinks[i].NATS == nil:
+			errs = append(errs, errorAt("checkpoint.natsKV.sink", "sink %q is not a nats sink", kv.Sink))
+		case !c.Sinks[i].NATS.JetStream && !c.Sinks[i].NATS.Embedded:
+			errs = append(errs, errorAt("checkpoint.natsKV.sink", "sink %q must have jetstream: true (KV is a JetStream feature)", kv.Sink))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Validate checks that at most one store is chosen.
+func (c *Checkpoint) Validate() error {
+	if c.File != "" && c.NATSKV != nil {
+		return errorAt("", "set either file or natsKV, not both")
+	}
+	return nil
+}
+
+// Validate checks the KV store settings.
+func (k *NATSKVCheckpoint) Validate() error {
+	var errs []error
+	if k.Sink == "" {
+		errs = append(errs, errorAt("sink", "required: the nats sink whose connection holds the bucket"))
+	}
+	if !kvBucketName.MatchString(k.Bucket) {
+		errs = append(errs, errorAt("bucket", "%q is not a valid bucket name (letters, digits, _ and -)", k.Bucket))
+	}
+	return errors.Join(errs...)
+}
+
+// Validate checks the sink's name, kind and delivery settings.
+func (s *Sink) Validate() error {
+	var errs []error
+	if s.Name == "" {
+		errs = append(errs, errorAt("name", "required"))
+	} else {
+		errs = append(errs, dns1123Label("name", s.Name))
+	}
+	var kinds []string
+	if s.NATS != nil {
+		kinds = append(kinds, "nats")
+	}
+	if s.Webhook != nil {
+		kinds = append(kinds, "webhook")
+	}
+	if s.File != nil {
+		kinds = append(kinds, "file")
+	}
+	switch len(kinds) {
+	case 0:
+		errs = append(errs, errorAt("", "needs one of nats, webhook or file"))
+	case 1:
+	default:
+		errs = append(errs, errorAt("", "sets %s; a sink has exactly one of nats, webhook or file", strings.Join(kinds, " and ")))
+	}
+	if s.ReplayEvery < 0 || (s.ReplayEvery > 0 && s.ReplayEvery.D() < minReplayEvery) {
+		errs = append(errs, errorAt("replayEvery", "must be 0 (never) or at least %s, got %s", minReplayEvery, s.ReplayEvery))
+	}
+	return errors.Join(errs...)
+}
+
+// Validate checks the queue bound.
+func (q *Queue) Validate() error {
+	if q.Capacity < 1 || q.Capacity > maxQueueCapacity {
+		return errorAt("capacity", "must be between 1 and %d, got %d", maxQueueCapacity, q.Capacity)
+	}
+	return nil
+}
+
+// Validate checks the backoff settings.
+func (r *Retry) Validate() error {
+	var errs []error
+	if r.InitialInterval <= 0 {
+		errs = append(errs, errorAt("initialInterval", "must be positive, got %s", r.InitialInterval))
+	}
+	if r.MaxInterval < r.InitialInterval {
+		errs = append(errs, errorAt("maxInterval", "must be at least initialInterval (%s), got %s", r.InitialInterval, r.MaxInterval))
+	}
+	if r.MaxElapsed < 0 {
+		errs = append(errs, errorAt("maxElapsed", "must be 0 (retry until acknowledged) or positive, got %s", r.MaxElapsed))
+	}
+	return errors.Join(errs...)
+}
+
+var natsSchemes = []string{"nats", "tls", "ws", "wss"}
+
+// Validate checks the server URLs, the auth method and the subject template.
+func (n *NATSSink) Validate() error {
+	var errs []error
+	switch {
+	case n.URL == "" && !n.Embedded:
+		errs = append(errs, errorAt("url", "required unless embedded: true"))
+	case n.URL != "":
+		for _, raw := range strings.Split(n.URL, ",") {
+			u, err := url.Parse(strings.TrimSpace(raw))
+			switch {
+			case err != nil:
+				errs = append(errs, errorAt("url", "invalid URL %q: %v", redactURL(raw), errors.Unwrap(err)))
+			case !slices.Contains(natsSchemes, u.Scheme):
+				errs = append(errs, errorAt("url", "URL %q: scheme must be nats, tls, ws or wss", redactURL(raw)))
+			case u.Host == "":
+				errs = append(errs, errorAt("url", "URL %q has no host", redactURL(raw)))
+			case u.User != nil:
+				errs = append(errs, warningAt("url", "URL %q carries credentials; use user/passwordFile, tokenFile or credentialsFile so they stay out of the config", redactURL(raw)))
+			}
+		}
+	}
+	var auth []string
+	for name, set := range map[string]bool{"credentialsFile": n.CredentialsFile != "", "nkeySeedFile": n.NKeySeedFile != "", "tokenFile": n.TokenFile != "", "user": n.User != ""} {
+		if set {
+			auth = append(auth, name)
+		}
+	}
+	slices.Sort(auth)
+	if len(auth) > 1 {
+		errs = append(errs, errorAt("", "sets %s; choose one auth method", strings.Join(auth, " and ")))
+	}
+	if n.User != "" && n.PasswordFile == "" {
+		errs = append(errs, errorAt("passwordFile", "required with user"))
+	}
+	if n.PasswordFile != "" && n.User == "" {
+		errs = append(errs, errorAt("user", "required with passwordFile"))
+	}
+	if err := ParseSubject(n.Subject); err != nil {
+		errs = append(errs, errorAt("subject", "%v", err))
+	}
+	return errors.Join(errs...)
+}
+
+// redactURL hides a password in a URL for messages.
+func redactURL(raw string) string {
+	if u, err := url.Parse(strings.TrimSpace(raw)); err == nil {
+		return u.Redacted()
+	}
+	return raw
+}
+
+// reservedHeaders are set by the webhook sink itself.
+var reservedHeaders = []string{"content-type", "content-length", "authorization", "x-kubebridge-signature"}
+
+// Validate checks the endpoint, mode, headers and timeout.
+func (w *WebhookSink) Validate() error {
+	var errs []error
+	if w.URL == "" {
+		errs = append(errs, errorAt("url", "required"))
+	} else if u, err := url.Parse(w.URL); err != nil {
+		errs = append(errs, errorAt("url", "invalid URL %q: %v", redactURL(w.URL), errors.Unwrap(err)))
+	} else if u.Scheme != "http" && u.Scheme != "https" {
+		errs = append(errs, errorAt("url", "URL %q: scheme must be http or https", redactURL(w.URL)))
+	} else if u.Host == "" {
+		errs = append(errs, errorAt("url", "URL %q has no host", redactURL(w.URL)))
+	}
+	if w.Mode != "binary" && w.Mode != "structured" {
+		errs = append(errs, errorAt("mode", "must be binary or structured, got %q", w.Mode))
+	}
+	names := make([]string, 0, len(w.Headers))
+	for name := range w.Headers {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		lower := strings.ToLower(name)
+		switch {
+		case !httpguts.ValidHeaderFieldName(name):
+			errs = append(errs, errorAt(joinKey("headers", name), "invalid header name"))
+		case !httpguts.ValidHeaderFieldValue(w.Headers[name]):
+			errs = append(errs, errorAt(joinKey("headers", name), "invalid header value"))
+		case strings.HasPrefix(lower, "ce-") || slices.Contains(reservedHeaders, lower):
+			errs = append(errs, errorAt(joinKey("headers", name), "is set by kubebridge and cannot be overridden"))
+		}
+	}
+	if w.Timeout <= 0 {
+		errs = append(errs, errorAt("timeout", "must be positive, got %s", w.Timeout))
+	}
+	return errors.Join(errs...)
+}
+
+// Validate checks the batch bounds.
+func (b *Batch) Validate() error {
+	var errs []error
+	if b.MaxEvents < 1 || b.MaxEvents > maxBatchEvents {
+		errs = append(errs, errorAt("maxEvents", "must be between 1 and %d, got %d", maxBatchEvents, b.MaxEvents))
+	}
+	if b.MaxWait < 0 {
+		errs = append(errs, errorAt("maxWait", "must not be negative, got %s", b.MaxWait))
+	}
+	return errors.Join(errs...)
+}
+
+// Validate checks that a client certificate comes with its key.
+func (t *TLS) Validate() error {
+	var errs []error
+	if (t.CertFile == "") != (t.KeyFile == "") {
+		errs = append(errs, errorAt("", "certFile and keyFile go together"))
+	}
+	if t.InsecureSkipVerify {
+		errs = append(errs, warningAt("insecureSkipVerify", "server certificates are not verified; anyone on the path can read and alter events"))
+	}
+	return errors.Join(errs...)
+}
+
+// Validate checks the path and rotation bounds.
+func (f *FileSink) Validate() error {
+	var errs []error
+	if f.Path == "" {
+		errs = append(errs, errorAt("path", `required (a file path, or "-" for stdout)`))
+	}
+	if f.MaxSizeMB < 1 {
+		errs = append(errs, errorAt("maxSizeMB", "must be at least 1, got %d", f.MaxSizeMB))
+	}
+	if f.MaxBackups < 0 {
+		errs = append(errs, errorAt("maxBackups", "must not be negative, got %d", f.MaxBackups))
+	}
+	return errors.Join(errs...)
+}
+
+// Validate checks the rule's resource, selectors, filters and sink list.
+// Whether the sinks exist is checked by Config.Validate.
+func (r *Rule) Validate() error {
+	var errs []error
+	if r.Name == "" {
+		errs = append(errs, errorAt("name", "required"))
+	} else {
+		errs = append(errs, dns1123Label("name", r.Name))
+	}
+	var gvrResource string
+	if r.Resource == "" {
+		errs = append(errs, errorAt("resource", "required (group/version/resource, e.g. apps/v1/deployments, or v1/configmaps for the core group)"))
+	} else if gvr, err := ParseResource(r.Resource); err != nil {
+		errs = append(errs, errorAt("resource", "%v", err))
+	} else {
+		gvrResource = FormatResource(gvr)
+	}
+
+	seenNS := map[string]int{}
+	for i, ns := range r.Namespaces {
+		p := fmt.Sprintf("namespaces[%d]", i)
+		if first, dup := seenNS[ns]; dup {
+			errs = append(errs, errorAt(p, "duplicate namespace %q (first at namespaces[%d])", ns, first))
+			continue
+		}
+		seenNS[ns] = i
+		errs = append(errs, dns1123Label(p, ns))
+	}
+	if r.NamespaceSelector != "" {
+		if len(r.Namespaces) > 0 {
+			errs = append(errs, errorAt("namespaceSelector", "set either namespaces or namespaceSelector, not both"))
+		}
+		if _, err := labels.Parse(r.NamespaceSelector); err != nil {
+			errs = append(errs, errorAt("namespaceSelector", "%v", err))
+		}
+	}
+	if r.LabelSelector != "" {
+		if _, err := labels.Parse(r.LabelSelector); err != nil {
+			errs = append(errs, errorAt("labelSelector", "%v", err))
+		}
+	}
+	if r.FieldSelector != "" {
+		if _, err := fields.ParseSelector(r.FieldSelector); err != nil {
+			errs = append(errs, errorAt("fieldSelector", "%v", err))
+		}
+	}
+	errs = append(errs, oneOfEach("events", r.Events, EventTypes)...)
+	errs = append(errs, oneOfEach("include", r.Include, IncludeFields)...)
+
+	keys := make([]string, 0, len(r.Index))
+	for k := range r.Index {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		p := joinKey("index", k)
+		key, err := ParseIndexKey(k)
+		if err != nil {
+			errs = append(errs, errorAt(p, "%v", err))
+			continue
+		}
+		if len(r.Index[k]) == 0 {
+			errs = append(errs, errorAt(p, "needs at least one value"))
+		}
+		for i, v := range r.Index[k] {
+			vp := fmt.Sprintf("%s[%d]", p, i)
+			switch key.Kind {
+			case IndexNamespace:
+				errs = append(errs, dns1123Label(vp, v))
+			case IndexLabel:
+				if msgs := validation.IsValidLabelValue(v); len(msgs) > 0 {
+					errs = append(errs, errorAt(vp, "invalid label value %q: %s", v, msgs[0]))
+				}
+			case IndexOwner:
+				if v == "" {
+					errs = append(errs, errorAt(vp, "empty owner name"))
+				}
+			}
+		}
+	}
+
+	if r.Where != "" {
+		if len(r.Where) > maxWhereExprBytes {
+			errs = append(errs, errorAt("where", "expression is %d bytes, more than %d", len(r.Where), maxWhereExprBytes))
+		} else if _, cerrs := CompileWhere(r.Where); len(cerrs) > 0 {
+			for _, e := range cerrs {
+				errs = append(errs, errorAt("where", "%v", e))
+			}
+		}
+	}
+
+	seenPath := map[string]int{}
+	for i, p := range r.Changed {
+		path := fmt.Sprintf("changed[%d]", i)
+		if first, dup := seenPath[p]; dup {
+			errs = append(errs, errorAt(path, "duplicate path %q (first at changed[%d])", p, first))
+			continue
+		}
+		seenPath[p] = i
+		if _, err := ParseFieldPath(p); err != nil {
+			errs = append(errs, errorAt(path, "%v", err))
+		}
+	}
+	if len(r.Changed) > 0 && !slices.Contains(r.Events, "updated") {
+		errs = append(errs, warningAt("changed", "has no effect: events does not include updated"))
+	}
+
+	if len(r.Sinks) == 0 {
+		errs = append(errs, errorAt("sinks", "at least one sink is required"))
+	}
+	seenSink := map[string]int{}
+	for i, s := range r.Sinks {
+		p := fmt.Sprintf("sinks[%d]", i)
+		if s == "" {
+			errs = append(errs, errorAt(p, "empty sink name"))
+			continue
+		}
+		if first, dup := seenSink[s]; dup {
+			errs = append(errs, errorAt(p, "sink %q listed twice (first at sinks[%d])", s, first))
+		}
+		seenSink[s] = i
+	}
+	if r.AllowSecretData && gvrResource != "" && gvrResource != "v1/secrets" {
+		errs = append(errs, warningAt("allowSecretData", "has no effect on %s (only v1/secrets is redacted)", gvrResource))
+	}
+	return errors.Join(errs...)
+}
+
+// oneOfEach checks a non-empty list whose items come from allowed, without duplicates.
+func oneOfEach(field string, got, allowed []string) []error {
+	if len(got) == 0 {
+		return []error{errorAt(field, "must list at least one of %s", strings.Join(allowed, ", "))}
+	}
+	var errs []error
+	seen := map[string]int{}
+	for i, v := range got {
+		p := fmt.Sprintf("%s[%d]", field, i)
+		if first, dup := seen[v]; dup {
+			errs = append(errs, errorAt(p, "%q listed twice (first at %s[%d])", v, field, first))
+			continue
+		}
+		seen[v] = i
+		if !slices.Contains(allowed, v) {
+			errs = append(errs, errorAt(p, "unknown value %q (want one of %s)", v, strings.Join(allowed, ", ")))
+		}
+	}
+	return errs
+}
+
+func dns1123Label(path, v string) error {
+	if msgs := validation.IsDNS1123Label(v); len(msgs) > 0 {
+		return errorAt(path, "invalid name %q: %s", v, msgs[0])
+	}
+	return nil
+}
