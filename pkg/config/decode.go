@@ -177,6 +177,17 @@ func (d *decoder) eachPair(n *yaml.Node, path string, f func(key string, keyNode
 	}
 }
 
+// failed reports whether decoding failed at path or at one of its ancestors,
+// so that validation does not pile a second message onto a value it never got.
+func (d *decoder) failed(path string) bool {
+	for _, p := range d.problems {
+		if p.Path != "" && (path == p.Path || strings.HasPrefix(path, p.Path+".") || strings.HasPrefix(path, p.Path+"[")) {
+			return true
+		}
+	}
+	return false
+}
+
 func isNull(n *yaml.Node) bool {
 	return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null"
 }

@@ -16,6 +16,7 @@ package config
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"reflect"
 	"strings"
@@ -54,7 +55,9 @@ func Parse(name string, data []byte) (*Config, []Problem, error) {
 	}
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
-	if err := dec.Decode(&doc); err != nil {
+	if err := dec.Decode(&doc); err == io.EOF {
+		return fail(Problem{Message: "empty config"})
+	} else if err != nil {
 		return fail(syntaxProblem(err))
 	}
 	var extra yaml.Node
@@ -80,6 +83,9 @@ func Parse(name string, data []byte) (*Config, []Problem, error) {
 	var checked []Problem
 	validateTree(reflect.ValueOf(cfg), "", &checked)
 	for _, p := range checked {
+		if d.failed(p.Path) {
+			continue // already reported: the value there could not be decoded
+		}
 		p.Line = lineOf(d.lines, p.Path)
 		problems = append(problems, p)
 	}

@@ -155,6 +155,22 @@ func ParseFieldPath(s string) ([]string, error) {
 	}
 }
 
+// FormatFieldPath is the inverse of ParseFieldPath.
+func FormatFieldPath(keys []string) string {
+	var b strings.Builder
+	for i, k := range keys {
+		if plainKey(k) || (k != "" && strings.Trim(k, "0123456789") == "") {
+			if i > 0 {
+				b.WriteByte('.')
+			}
+			b.WriteString(k)
+		} else {
+			b.WriteString("[" + strconv.Quote(k) + "]")
+		}
+	}
+	return b.String()
+}
+
 // subjectPlaceholders are what a NATS subject template may contain.
 var subjectPlaceholders = map[string]bool{
 	"cluster": true, "group": true, "version": true, "resource": true, "kind": true,

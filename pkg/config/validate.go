@@ -227,7 +227,8 @@ func (n *NATSSink) Validate() error {
 
 // redactURL hides a password in a URL for messages.
 func redactURL(raw string) string {
-	if u, err := url.Parse(strings.TrimSpace(raw)); err == nil {
+	raw = strings.TrimSpace(raw)
+	if u, err := url.Parse(raw); err == nil && u.User != nil {
 		return u.Redacted()
 	}
 	return raw

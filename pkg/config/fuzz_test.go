@@ -1,0 +1,90 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// FuzzParse feeds the loader arbitrary documents, seeded with the examples
+// and broken variants. No input may panic; an accepted config must be one
+// the validation walk finds nothing wrong with, and a rejected one must say
+// what is wrong.
+func FuzzParse(f *testing.F) {
+	examples, _ := filepath.Glob("../../config/*.yaml")
+	for _, path := range examples {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+		f.Add(data[:len(data)/2])
+		f.Add([]byte(strings.ReplaceAll(string(data), "  ", " ")))
+	}
+	for _, s := range []string{
+		base, "", "---", "[", "{a: b", "a: &x [*x]", "- - - -", "sinks: [{name: a, file: {path: -}}]",
+		"rules: [{where: 'object.spec.replicas >'}]", "rules: [{resource: 'a/b/c/d'}]", "\t", "cluster: !!binary aGk=",
+		"sinks: {a: b}", "rules: [{index: {'label:': []}}]", "rules: [{changed: ['[\"']}]",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		cfg, warnings, err := Parse("f.yaml", data)
+		if err != nil {
+			var cerr *Error
+			if !errors.As(err, &cerr) || len(cerr.Problems) == 0 {
+				t.Fatalf("error without problems: %T %v", err, err)
+			}
+			for _, p := range cerr.Problems {
+				if p.Message == "" || p.Warning {
+					t.Fatalf("bad problem %+v", p)
+				}
+			}
+			if cfg != nil {
+				t.Fatal("config returned with an error")
+			}
+			return
+		}
+		for _, w := range warnings {
+			if !w.Warning {
+				t.Fatalf("warning not marked: %+v", w)
+			}
+		}
+		var again []Problem
+		validateTree(reflect.ValueOf(cfg), "", &again)
+		for _, p := range again {
+			if !p.Warning {
+				t.Fatalf("accepted config fails validation: %+v", p)
+			}
+		}
+	})
+}
+
+// FuzzFieldPath: ParseFieldPath never panics, and what it accepts formats
+// back to a path that parses to the same keys.
+func FuzzFieldPath(f *testing.F) {
+	for _, s := range []string{"spec", "metadata.labels", `metadata.annotations["a.b/c"]`, `a[""]`, "a..b", `["x"].y`, "a.[", "0.1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		keys, err := ParseFieldPath(s)
+		if err != nil {
+			return
+		}
+		again, err := ParseFieldPath(FormatFieldPath(keys))
+		if err != nil || !reflect.DeepEqual(keys, again) {
+			t.Fatalf("%q -> %q -> %q (%v) -> %q", s, keys, FormatFieldPath(keys), err, again)
+		}
+	})
+}
+
+// FuzzSubject: the subject template check never panics.
+func FuzzSubject(f *testing.F) {
+	for _, s := range []string{DefaultSubject, "a.{", "{}", "a.}b", "k8s.{name}x{type}"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) { _ = ParseSubject(s) })
+}
