@@ -1,0 +1,197 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/kubebridge/kubebridge/internal/testenv"
+)
+
+var (
+	crdGVR    = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+	widgetGVR = schema.GroupVersionResource{Group: "example.kubebridge.io", Version: "v1", Resource: "widgets"}
+	cmGVR     = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+)
+
+// createWidgetCRD installs a namespaced CRD (widgets.example.kubebridge.io)
+// and waits until it is served.
+func createWidgetCRD(t *testing.T, dyn dynamic.Interface) {
+	t.Helper()
+	ctx := context.Background()
+	crd := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "apiextensions.k8s.io/v1",
+		"kind":       "CustomResourceDefinition",
+		"metadata":   map[string]any{"name": "widgets.example.kubebridge.io"},
+		"spec": map[string]any{
+			"group": "example.kubebridge.io",
+			"scope": "Namespaced",
+			"names": map[string]any{"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+			"versions": []any{map[string]any{
+				"name": "v1", "served": true, "storage": true,
+				"schema": map[string]any{"openAPIV3Schema": map[string]any{
+					"type": "object",
+					"properties": map[string]any{"spec": map[string]any{
+						"type": "object", "x-kubernetes-preserve-unknown-fields": true,
+					}},
+				}},
+			}},
+		},
+	}}
+	if _, err := dyn.Resource(crdGVR).Create(ctx, crd, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating CRD: %v", err)
+	}
+	waitFor(t, 30*time.Second, "CRD widgets served", func() bool {
+		_, err := dyn.Resource(widgetGVR).Namespace("default").List(ctx, metav1.ListOptions{})
+		return err == nil
+	})
+}
+
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+const clusterConfig = `apiVersion: kubebridge.io/v1alpha1
+kind: BridgeConfig
+cluster: test
+sinks:
+  - name: archive
+    file: {path: "-"}
+rules:
+  - name: widgets
+    resource: example.kubebridge.io/v1/widgets
+    namespaces: [validate-prod]
+    sinks: [archive]
+  - name: configmaps
+    resource: v1/configmaps
+    sinks: [archive]
+  - name: labelled
+    resource: v1/configmaps
+    namespaceSelector: env=prod
+    sinks: [archive]
+`
+
+// bridge validate --kubeconfig against the real apiserver: a config that
+// watches a CRD's resources and ConfigMaps passes as admin, and fails as a
+// ServiceAccount lacking watch, naming the RBAC rule that would grant it;
+// granting exactly that makes it pass.
+func TestValidateAgainstCluster(t *testing.T) {
+	cp := testenv.SharedControlPlane(t)
+	dyn := dynamic.NewForConfigOrDie(cp.RESTConfig())
+	ctx := context.Background()
+	createWidgetCRD(t, dyn)
+	testenv.EnsureNamespace(t, cp, "validate-prod")
+	widget := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "example.kubebridge.io/v1", "kind": "Widget",
+		"metadata": map[string]any{"name": "w1", "namespace": "validate-prod"},
+		"spec":     map[string]any{"size": 3},
+	}}
+	if _, err := dyn.Resource(widgetGVR).Namespace("validate-prod").Create(ctx, widget, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cm := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": "c1", "namespace": "validate-prod"},
+		"data":     map[string]any{"k": "v"},
+	}}
+	if _, err := dyn.Resource(cmGVR).Namespace("validate-prod").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	admin, err := cp.Kubeconfig(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := writeFile(t, "cluster.yaml", clusterConfig)
+
+	t.Run("admin passes", func(t *testing.T) {
+		r := runBridge(t, "validate", "--config", cfg, "--kubeconfig", admin)
+		want := cfg + " is valid and checked against " + cp.Host + ": cluster test, 1 sink (archive), 3 rules (widgets, configmaps, labelled)\n"
+		if r.code != 0 || r.stdout != want || r.stderr != "" {
+			t.Errorf("got %+v\nwant stdout %q", r, want)
+		}
+	})
+
+	t.Run("resources the cluster does not serve", func(t *testing.T) {
+		bad := writeFile(t, "bad.yaml", `apiVersion: kubebridge.io/v1alpha1
+kind: BridgeConfig
+cluster: test
+sinks:
+  - name: archive
+    file: {path: "-"}
+rules:
+  - name: gadgets
+    resource: example.kubebridge.io/v1/gadgets
+    sinks: [archive]
+  - name: widgets-v2
+    resource: example.kubebridge.io/v2/widgets
+    sinks: [archive]
+  - name: namespaces
+    resource: v1/namespaces
+    namespaces: [default]
+    sinks: [archive]
+`)
+		r := runBridge(t, "validate", "--config", bad, "--kubeconfig", admin)
+		want := []string{
+			bad + `:9: rules[0].resource: the cluster has no resource "gadgets" in example.kubebridge.io/v1 (have: widgets)`,
+			bad + `:12: rules[1].resource: the cluster does not serve example.kubebridge.io/v2 (is the CRD installed?)`,
+			bad + `:16: rules[2].namespaces: v1/namespaces is cluster-scoped; namespaces do not apply`,
+			"bridge: " + bad + " does not fit the cluster at " + cp.Host + " (3 errors)",
+		}
+		if r.code != 2 || r.stderr != strings.Join(want, "\n")+"\n" {
+			t.Errorf("exit %d, stderr:\n%s\nwant:\n%s", r.code, r.stderr, strings.Join(want, "\n"))
+		}
+	})
+
+	t.Run("service account without watch", func(t *testing.T) {
+		sa := cp.ServiceAccountKubeconfig(t, "validate-prod", "limited")
+		// list but not watch on widgets, in the rule's namespace only.
+		cp.Grant(t, "validate-prod", "limited", "validate-widgets-list", "validate-prod",
+			rbacv1.PolicyRule{APIGroups: []string{"example.kubebridge.io"}, Resources: []string{"widgets"}, Verbs: []string{"get", "list"}})
+		const id = `"system:serviceaccount:validate-prod:limited"`
+		want := []string{
+			cfg + `:8: rules[0]: ` + id + ` may not watch widgets.example.kubebridge.io in namespace "validate-prod"; grant it with a Role rule {apiGroups: ["example.kubebridge.io"], resources: ["widgets"], verbs: ["watch"]} and a RoleBinding in "validate-prod"`,
+			cfg + `:12: rules[1]: ` + id + ` may not list or watch configmaps in all namespaces; grant it with a ClusterRole rule {apiGroups: [""], resources: ["configmaps"], verbs: ["list", "watch"]} and a ClusterRoleBinding`,
+			cfg + `:15: rules[2]: ` + id + ` may not list or watch configmaps in all namespaces; grant it with a ClusterRole rule {apiGroups: [""], resources: ["configmaps"], verbs: ["list", "watch"]} and a ClusterRoleBinding`,
+			cfg + `:17: rules[2].namespaceSelector: ` + id + ` may not list or watch namespaces in all namespaces; grant it with a ClusterRole rule {apiGroups: [""], resources: ["namespaces"], verbs: ["list", "watch"]} and a ClusterRoleBinding`,
+			"bridge: " + cfg + " does not fit the cluster at " + cp.Host + " (4 errors)",
+		}
+		var r result
+		// RBAC reaches the authorizer through an informer: allow it a moment.
+		waitFor(t, 15*time.Second, "the widgets list grant to take effect", func() bool {
+			r = runBridge(t, "validate", "--config", cfg, "--kubeconfig", sa)
+			return r.stderr == strings.Join(want, "\n")+"\n"
+		})
+		if r.code != 2 {
+			t.Errorf("exit %d, want 2", r.code)
+		}
+
+		// Grant exactly what the messages asked for; then it passes.
+		cp.Grant(t, "validate-prod", "limited", "validate-widgets-watch", "validate-prod",
+			rbacv1.PolicyRule{APIGroups: []string{"example.kubebridge.io"}, Resources: []string{"widgets"}, Verbs: []string{"watch"}})
+		cp.Grant(t, "validate-prod", "limited", "validate-cluster-watch", "",
+			rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"list", "watch"}},
+			rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"list", "watch"}})
+		waitFor(t, 15*time.Second, "validate to pass after the grants", func() bool {
+			r = runBridge(t, "validate", "--config", cfg, "--kubeconfig", sa)
+			return r.code == 0
+		})
+		if r.stderr != "" || !strings.Contains(r.stdout, " is valid and checked against ") {
+			t.Errorf("after grants: %+v", r)
+		}
+	})
+}
