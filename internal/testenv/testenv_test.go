@@ -3,6 +3,8 @@ package testenv_test
 import (
 	"context"
 	"fmt"
+	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -148,5 +150,23 @@ func TestNATSJetStreamSurvivesRestart(t *testing.T) {
 	}
 	if info.State.Msgs != 2 {
 		t.Errorf("stream holds %d messages after restart, want 2 (3 published, one a duplicate id)", info.State.Msgs)
+	}
+}
+
+// helm is built at its pinned version and reaches the test apiserver.
+func TestHelmTalksToTheAPIServer(t *testing.T) {
+	cp := testenv.SharedControlPlane(t)
+	helm := testenv.Tool(t, "helm")
+	out, err := exec.Command(helm, "version", "--template", "{{.Version}}").CombinedOutput()
+	if err != nil || string(out) != "v4.3.1" {
+		t.Fatalf("helm version = %q (%v), want v4.3.1", out, err)
+	}
+	kc, err := cp.Kubeconfig(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err = exec.Command(helm, "list", "--all-namespaces", "--kubeconfig", kc, "-o", "json").CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "[]" {
+		t.Fatalf("helm list = %q (%v), want []", out, err)
 	}
 }
