@@ -54,7 +54,7 @@ Exit status: 0 valid, 2 invalid, 1 when the cluster could not be asked.`,
 				rc.Timeout = timeout
 				ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 				defer cancel()
-				problems, err := bridge.Preflight(ctx, cfg, rc)
+				_, problems, err := bridge.Preflight(ctx, cfg, rc)
 				if err != nil {
 					return &exitError{exitFailure, fmt.Errorf("cannot check against the cluster: %w", err)}
 				}

@@ -155,39 +155,17 @@ func (cp *ControlPlane) StartAPIServer() error {
 	fixedPort := cp.apiPort != 0
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
+		port := cp.apiPort
 		if !fixedPort {
-			cp.apiPort = FreePort()
+			port = FreePort()
 		}
-		cp.Host = "https://127.0.0.1:" + strconv.Itoa(cp.apiPort)
-		certDir := filepath.Join(cp.Dir, "apiserver-certs")
-		api, err := startProcess("kube-apiserver", filepath.Join(cp.toolsDir, "kube-apiserver"), []string{
-			"--etcd-servers=" + cp.EtcdURL,
-			"--bind-address=127.0.0.1",
-			"--secure-port=" + strconv.Itoa(cp.apiPort),
-			"--advertise-address=127.0.0.1",
-			"--endpoint-reconciler-type=none",
-			"--cert-dir=" + certDir,
-			"--service-cluster-ip-range=10.0.0.0/24",
-			"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-			"--service-account-key-file=" + filepath.Join(cp.Dir, "sa.key"),
-			"--service-account-signing-key-file=" + filepath.Join(cp.Dir, "sa.key"),
-			"--token-auth-file=" + filepath.Join(cp.Dir, "tokens.csv"),
-			"--authorization-mode=RBAC",
-			"--disable-admission-plugins=ServiceAccount",
-			"--allow-privileged=true",
-			"--profiling=false",
-			"--shutdown-watch-termination-grace-period=2s", // open watches must not hold a stop
-			"--v=1",
-		}, filepath.Join(cp.Dir, "kube-apiserver.log"))
-		if err != nil {
-			return err
-		}
-		lastErr = waitReady(api, apiReadyTimeout, func() bool { return cp.ready() })
-		if lastErr == nil {
-			cp.api = api
+		api, err := cp.startAPIServerOn(port)
+		if err == nil {
+			cp.api, cp.apiPort = api, port
+			cp.Host = hostOf(port)
 			return nil
 		}
-		_ = api.stop(stopTimeout)
+		lastErr = err
 		if fixedPort {
 			break
 		}
@@ -195,9 +173,67 @@ func (cp *ControlPlane) StartAPIServer() error {
 	return lastErr
 }
 
+func hostOf(port int) string { return "https://127.0.0.1:" + strconv.Itoa(port) }
+
+// startAPIServerOn starts a kube-apiserver on port and waits until it is ready.
+func (cp *ControlPlane) startAPIServerOn(port int) (*process, error) {
+	api, err := startProcess("kube-apiserver", filepath.Join(cp.toolsDir, "kube-apiserver"), []string{
+		"--etcd-servers=" + cp.EtcdURL,
+		"--bind-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(port),
+		"--advertise-address=127.0.0.1",
+		"--endpoint-reconciler-type=none",
+		"--cert-dir=" + filepath.Join(cp.Dir, "apiserver-certs"),
+		"--service-cluster-ip-range=10.0.0.0/24",
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file=" + filepath.Join(cp.Dir, "sa.key"),
+		"--service-account-signing-key-file=" + filepath.Join(cp.Dir, "sa.key"),
+		"--token-auth-file=" + filepath.Join(cp.Dir, "tokens.csv"),
+		"--authorization-mode=RBAC",
+		"--disable-admission-plugins=ServiceAccount",
+		"--allow-privileged=true",
+		"--profiling=false",
+		"--shutdown-watch-termination-grace-period=2s", // open watches must not hold a stop
+		"--v=1",
+	}, filepath.Join(cp.Dir, "kube-apiserver-"+strconv.Itoa(port)+".log"))
+	if err != nil {
+		return nil, err
+	}
+	if err := waitReady(api, apiReadyTimeout, func() bool { return cp.ready(hostOf(port)) }); err != nil {
+		_ = api.stop(stopTimeout)
+		return nil, err
+	}
+	return api, nil
+}
+
+// WhileAPIServerDown stops the apiserver that clients know, runs f with an
+// admin config for a second apiserver on another port over the same etcd
+// (so the cluster changes while every watch on the first is broken), stops
+// the second and starts the first again.
+func (cp *ControlPlane) WhileAPIServerDown(t testing.TB, f func(alt *rest.Config)) {
+	t.Helper()
+	if err := cp.StopAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	port := FreePort()
+	alt, err := cp.startAPIServerOn(port)
+	if err != nil {
+		t.Fatalf("starting the second apiserver: %v", err)
+	}
+	rc := cp.RESTConfig()
+	rc.Host = hostOf(port)
+	f(rc)
+	if err := alt.stop(stopTimeout); err != nil {
+		t.Fatal(err)
+	}
+	if err := cp.StartAPIServer(); err != nil {
+		t.Fatalf("restarting the apiserver: %v", err)
+	}
+}
+
 // ready reports whether the apiserver answers /readyz and has created the
 // default namespace (done by a loop inside the apiserver, just after ready).
-func (cp *ControlPlane) ready() bool {
+func (cp *ControlPlane) ready(host string) bool {
 	ca, err := os.ReadFile(filepath.Join(cp.Dir, "apiserver-certs", "apiserver.crt"))
 	if err != nil {
 		return false
@@ -210,7 +246,7 @@ func (cp *ControlPlane) ready() bool {
 	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
 	defer client.CloseIdleConnections()
 	for _, path := range []string{"/readyz", "/api/v1/namespaces/default"} {
-		req, _ := http.NewRequest(http.MethodGet, cp.Host+path, nil)
+		req, _ := http.NewRequest(http.MethodGet, host+path, nil)
 		req.Header.Set("Authorization", "Bearer "+cp.Token)
 		resp, err := client.Do(req)
 		if err != nil {

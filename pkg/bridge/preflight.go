@@ -46,21 +46,27 @@ var watchVerbs = []string{"list", "watch"}
 // identity may list and watch it wherever the rule looks. A missing permission
 // is reported as the RBAC rule that would grant it. Problems carry the
 // config's lines. The error is for a cluster that cannot be asked at all.
-func Preflight(ctx context.Context, cfg *config.Config, rc *rest.Config) ([]config.Problem, error) {
+func Preflight(ctx context.Context, cfg *config.Config, rc *rest.Config) (*ClusterInfo, []config.Problem, error) {
 	cs, err := kubernetes.NewForConfig(rc)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	p := &preflight{ctx: ctx, cs: cs, cfg: cfg, groups: map[string]*metav1.APIResourceList{}, access: map[authzv1.ResourceAttributes]bool{}}
+	p := &preflight{ctx: ctx, cs: cs, cfg: cfg, groups: map[string]*metav1.APIResourceList{}, access: map[authzv1.ResourceAttributes]bool{},
+		info: &ClusterInfo{Namespaced: map[schema.GroupVersionResource]bool{}}}
 	if err := p.whoAmI(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for i := range cfg.Rules {
 		if err := p.checkRule(i); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	return p.problems, nil
+	return p.info, p.problems, nil
+}
+
+// ClusterInfo is what Preflight learnt about the rules' resources.
+type ClusterInfo struct {
+	Namespaced map[schema.GroupVersionResource]bool
 }
 
 type preflight struct {
@@ -71,6 +77,7 @@ type preflight struct {
 	groups   map[string]*metav1.APIResourceList // group/version -> resources; nil when absent
 	access   map[authzv1.ResourceAttributes]bool
 	problems []config.Problem
+	info     *ClusterInfo
 }
 
 func (p *preflight) addf(path, format string, args ...any) {
@@ -144,6 +151,7 @@ func (p *preflight) checkRule(i int) error {
 			return nil
 		}
 	}
+	p.info.Namespaced[gvr] = res.Namespaced
 	if !res.Namespaced {
 		if len(r.Namespaces) > 0 {
 			p.addf(path+".namespaces", "%s is cluster-scoped; namespaces do not apply", r.Resource)

@@ -141,6 +141,9 @@ func (e *Event) clone() *Event {
 	}
 }
 
+// RuleInfo returns the rule the event was built for.
+func (e *Event) RuleInfo() *Rule { return e.rule }
+
 // Object returns the object the event is about (its last state for deletes).
 // Callers must not modify it.
 func (e *Event) Object() *unstructured.Unstructured { return e.object }

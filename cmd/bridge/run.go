@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kubebridge/kubebridge/internal/version"
+	"github.com/kubebridge/kubebridge/pkg/bridge"
+	"github.com/kubebridge/kubebridge/pkg/config"
+)
+
+func newRunCommand() *cobra.Command {
+	var (
+		file, kubeconfig, kubeContext, logFormat, logLevel string
+		drainTimeout, syncTimeout                          time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "run --config FILE [--kubeconfig FILE]",
+		Short: "Watch the cluster and deliver events to the configured sinks",
+		Long: `Run loads the config (exit 2 if it is invalid or does not fit the cluster:
+unknown resources, missing RBAC), starts one queue and worker per sink and
+the shared informers, and delivers events until SIGINT or SIGTERM. The
+first signal stops watching and drains the queues into the sinks for up to
+--drain-timeout; a second signal exits at once.
+
+Without --kubeconfig it uses the in-cluster service account.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if file == "" {
+				return &exitError{exitInvalid, errors.New("run: --config is required")}
+			}
+			logger, err := newLogger(logFormat, logLevel)
+			if err != nil {
+				return &exitError{exitInvalid, err}
+			}
+			cfg, warnings, err := config.Load(file)
+			for _, w := range warnings {
+				logger.Warn("config: " + w.Format(file))
+			}
+			if err != nil {
+				fmt.Fprintln(cmd.ErrOrStderr(), err)
+				return &exitError{exitInvalid, fmt.Errorf("%s is invalid", file)}
+			}
+			rc, err := bridge.RESTConfig(kubeconfig, kubeContext)
+			if err != nil {
+				return &exitError{exitFailure, err}
+			}
+
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			b := bridge.New(bridge.Options{Config: cfg, REST: rc, Logger: logger, SyncTimeout: syncTimeout})
+			logger.Info("starting", "version", version.Version, "config", file, "cluster", cfg.Cluster, "apiserver", rc.Host)
+			if err := b.Start(ctx); err != nil {
+				var ce *bridge.ConfigError
+				if errors.As(err, &ce) {
+					for _, p := range ce.Problems {
+						fmt.Fprintln(cmd.ErrOrStderr(), p.Format(file))
+					}
+					return &exitError{exitInvalid, fmt.Errorf("%s does not fit the cluster at %s; nothing was started", file, rc.Host)}
+				}
+				return &exitError{exitFailure, fmt.Errorf("start: %w", err)}
+			}
+			<-ctx.Done()
+			stop() // a second signal now ends the process (Go's default)
+			logger.Info("stopping: draining queues", "timeout", drainTimeout)
+			drainCtx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+			defer cancel()
+			if err := b.Shutdown(drainCtx); err != nil {
+				logger.Error("shutdown incomplete", "error", err)
+				return &exitError{exitFailure, err}
+			}
+			for _, d := range b.Deliveries() {
+				s := d.Stats()
+				logger.Info("sink stopped", "sink", d.Name, "delivered", s.Delivered, "failed", s.Failed, "coalesced", s.Queue.Coalesced)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&file, "config", "c", "", "config file (required)")
+	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster service account)")
+	f.StringVar(&kubeContext, "context", "", "kubeconfig context (default: its current context)")
+	f.StringVar(&logFormat, "log-format", "json", "log format: json or text")
+	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	f.DurationVar(&drainTimeout, "drain-timeout", 10*time.Second, "on shutdown, how long queues may drain into their sinks")
+	f.DurationVar(&syncTimeout, "sync-timeout", 2*time.Minute, "how long to wait for the informers' first sync")
+	return cmd
+}
+
+func newLogger(format, level string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format: want json or text, got %q", format)
+}

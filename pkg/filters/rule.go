@@ -1,0 +1,366 @@
+// Package filters decides, for each informer notification and rule, which
+// event (if any) the rule's sinks receive.
+//
+// A rule is a view: the set of objects that currently match its namespaces,
+// namespace selector, label and field selectors, index terms and (when it
+// only looks at object) its where expression. An update that makes an
+// object enter the view is delivered as added; one that makes it leave, as
+// deleted with kbreason "unmatched" (client-go's FilteringResourceEventHandler
+// rule), so a consumer mirroring a rule's events holds exactly its view.
+// events and changed then choose which of those transitions are delivered;
+// a where expression that uses oldObject or type is an event filter, not a
+// view predicate, and only drops notifications.
+//
+// Rules are compiled once, at load; evaluating one allocates little and
+// never blocks. A where expression that fails at run time drops the event,
+// counts the error and logs it (at most once per rule every 10 seconds).
+package filters
+
+import (
+	"fmt"
+	"log/slog"
+	"reflect"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/cel-go/cel"
+	"github.com/google/cel-go/common/types"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/kubebridge/kubebridge/pkg/config"
+	"github.com/kubebridge/kubebridge/pkg/event"
+)
+
+// celCostLimit bounds one evaluation of a where expression (the same order
+// as Kubernetes' per-expression limit for validation rules).
+const celCostLimit = 1_000_000
+
+// NamespaceLabels looks up a namespace's current labels; ok is false for a
+// namespace it does not know.
+type NamespaceLabels func(namespace string) (labels.Set, bool)
+
+// Rule is a compiled rule.
+type Rule struct {
+	Name  string
+	GVR   schema.GroupVersionResource
+	Sinks []string
+	Event *event.Rule // what events of this rule carry
+
+	namespaces  map[string]bool // nil: all
+	nsSelector  labels.Selector // nil: none
+	nsLabels    NamespaceLabels
+	labelSel    labels.Selector // nil: everything
+	fieldSel    fields.Selector // nil: everything
+	fieldPaths  map[string][]string
+	events      map[event.Type]bool
+	index       []indexTerm
+	where       cel.Program
+	whereIsView bool
+	changed     [][]string
+
+	logger     *slog.Logger
+	evalErrors atomic.Uint64
+	lastErrLog atomic.Int64 // unix nanos of the last logged evaluation error
+	now        func() time.Time
+}
+
+type indexTerm struct {
+	key    config.IndexKey
+	fn     cache.IndexFunc
+	values map[string]bool
+}
+
+// Compile builds rule i of a loaded (valid) config. nsLabels is needed when
+// the rule has a namespaceSelector.
+func Compile(cfg *config.Config, i int, nsLabels NamespaceLabels, logger *slog.Logger) (*Rule, error) {
+	rc := cfg.Rules[i]
+	path := fmt.Sprintf("rules[%d]", i)
+	gvr, err := config.ParseResource(rc.Resource)
+	if err != nil {
+		return nil, fmt.Errorf("%s.resource: %w", path, err)
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	r := &Rule{
+		Name:     rc.Name,
+		GVR:      gvr,
+		Sinks:    rc.Sinks,
+		nsLabels: nsLabels,
+		events:   map[event.Type]bool{},
+		logger:   logger.With("rule", rc.Name, "resource", rc.Resource),
+		now:      time.Now,
+		Event: &event.Rule{
+			Name: rc.Name, Cluster: cfg.Cluster, GVR: gvr, AllowSecretData: rc.AllowSecretData,
+		},
+	}
+	for _, inc := range rc.Include {
+		switch inc {
+		case "object":
+			r.Event.IncludeObject = true
+		case "oldObject":
+			r.Event.IncludeOld = true
+		case "patch":
+			r.Event.IncludePatch = true
+		}
+	}
+	for _, e := range rc.Events {
+		r.events[event.Type(e)] = true
+	}
+	if len(rc.Namespaces) > 0 {
+		r.namespaces = map[string]bool{}
+		for _, ns := range rc.Namespaces {
+			r.namespaces[ns] = true
+		}
+	}
+	if rc.NamespaceSelector != "" {
+		if r.nsSelector, err = labels.Parse(rc.NamespaceSelector); err != nil {
+			return nil, fmt.Errorf("%s.namespaceSelector: %w", path, err)
+		}
+		if nsLabels == nil {
+			return nil, fmt.Errorf("%s.namespaceSelector: no namespace labels source", path)
+		}
+	}
+	if rc.LabelSelector != "" {
+		if r.labelSel, err = labels.Parse(rc.LabelSelector); err != nil {
+			return nil, fmt.Errorf("%s.labelSelector: %w", path, err)
+		}
+	}
+	if rc.FieldSelector != "" {
+		if r.fieldSel, err = fields.ParseSelector(rc.FieldSelector); err != nil {
+			return nil, fmt.Errorf("%s.fieldSelector: %w", path, err)
+		}
+		r.fieldPaths = map[string][]string{}
+		for _, req := range r.fieldSel.Requirements() {
+			r.fieldPaths[req.Field] = strings.Split(req.Field, ".")
+		}
+	}
+	for key, values := range rc.Index {
+		k, err := config.ParseIndexKey(key)
+		if err != nil {
+			return nil, fmt.Errorf("%s.index: %w", path, err)
+		}
+		t := indexTerm{key: k, fn: IndexFunc(k), values: map[string]bool{}}
+		for _, v := range values {
+			t.values[v] = true
+		}
+		r.index = append(r.index, t)
+	}
+	if rc.Where != "" {
+		ast, errs := config.CompileWhere(rc.Where)
+		if len(errs) > 0 {
+			return nil, fmt.Errorf("%s.where: %w", path, errs[0])
+		}
+		env, _ := config.CELEnv()
+		if r.where, err = env.Program(ast, cel.CostLimit(celCostLimit), cel.EvalOptions(cel.OptOptimize)); err != nil {
+			return nil, fmt.Errorf("%s.where: %w", path, err)
+		}
+		r.whereIsView = !references(ast, config.CELOldObject) && !references(ast, config.CELType)
+	}
+	for _, p := range rc.Changed {
+		keys, err := config.ParseFieldPath(p)
+		if err != nil {
+			return nil, fmt.Errorf("%s.changed: %w", path, err)
+		}
+		r.changed = append(r.changed, keys)
+	}
+	return r, nil
+}
+
+// references reports whether a checked expression reads variable name.
+func references(ast *cel.Ast, name string) bool {
+	native := ast.NativeRep()
+	for _, ref := range native.ReferenceMap() {
+		if ref.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// IndexKeys returns the rule's index keys; the informer registers an
+// IndexFunc under each key's String().
+func (r *Rule) IndexKeys() []config.IndexKey {
+	keys := make([]config.IndexKey, len(r.index))
+	for i, t := range r.index {
+		keys[i] = t.key
+	}
+	return keys
+}
+
+// EvalErrors counts where evaluations that failed.
+func (r *Rule) EvalErrors() uint64 { return r.evalErrors.Load() }
+
+// OnAdd returns the event for an object that appeared, or nil.
+func (r *Rule) OnAdd(obj *unstructured.Unstructured, now time.Time) *event.Event {
+	if !r.events[event.Added] || !r.InView(obj) || !r.passesEventWhere(obj, nil, event.Added) {
+		return nil
+	}
+	return event.New(r.Event, event.Added, obj, nil, now)
+}
+
+// OnUpdate returns the event for a changed object, or nil. A notification
+// whose resourceVersion did not change (an informer resync) is not an update.
+func (r *Rule) OnUpdate(old, obj *unstructured.Unstructured, now time.Time) *event.Event {
+	if old.GetResourceVersion() == obj.GetResourceVersion() {
+		return nil
+	}
+	was, is := r.InView(old), r.InView(obj)
+	switch {
+	case !was && is:
+		if r.events[event.Added] && r.passesEventWhere(obj, old, event.Added) {
+			return event.New(r.Event, event.Added, obj, nil, now)
+		}
+	case was && !is:
+		if r.events[event.Deleted] && r.passesEventWhere(obj, old, event.Deleted) {
+			return event.New(r.Event, event.Deleted, obj, old, now).WithReason(event.ReasonUnmatched)
+		}
+	case was && is:
+		if r.events[event.Updated] && r.anyChanged(old, obj) && r.passesEventWhere(obj, old, event.Updated) {
+			return event.New(r.Event, event.Updated, obj, old, now)
+		}
+	}
+	return nil
+}
+
+// OnDelete returns the event for a deleted object, or nil. obj may be a
+// cache.DeletedFinalStateUnknown tombstone (a deletion missed while the
+// watch was down): its last known state is used.
+func (r *Rule) OnDelete(obj any, now time.Time) *event.Event {
+	u := AsUnstructured(obj)
+	if u == nil || !r.events[event.Deleted] || !r.InView(u) || !r.passesEventWhere(u, nil, event.Deleted) {
+		return nil
+	}
+	return event.New(r.Event, event.Deleted, u, nil, now)
+}
+
+// AsUnstructured unwraps tombstones; it returns nil for anything else.
+func AsUnstructured(obj any) *unstructured.Unstructured {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	u, _ := obj.(*unstructured.Unstructured)
+	return u
+}
+
+// Departed returns the event for an object that left the view because its
+// namespace stopped matching the namespaceSelector, or nil.
+func (r *Rule) Departed(obj *unstructured.Unstructured, now time.Time) *event.Event {
+	if !r.events[event.Deleted] || !r.inView(obj, false) || !r.passesEventWhere(obj, nil, event.Deleted) {
+		return nil
+	}
+	return event.New(r.Event, event.Deleted, obj, nil, now).WithReason(event.ReasonUnmatched)
+}
+
+// InView reports whether obj is in the rule's view.
+func (r *Rule) InView(obj *unstructured.Unstructured) bool { return r.inView(obj, true) }
+
+func (r *Rule) inView(obj *unstructured.Unstructured, checkNamespaceLabels bool) bool {
+	ns := obj.GetNamespace()
+	if r.namespaces != nil && !r.namespaces[ns] {
+		return false
+	}
+	if r.nsSelector != nil && checkNamespaceLabels {
+		set, ok := r.nsLabels(ns)
+		if !ok || !r.nsSelector.Matches(set) {
+			return false
+		}
+	}
+	if r.labelSel != nil && !r.labelSel.Matches(labels.Set(obj.GetLabels())) {
+		return false
+	}
+	if r.fieldSel != nil && !r.fieldSel.Matches(r.fieldSet(obj)) {
+		return false
+	}
+	for i := range r.index {
+		if !r.index[i].matches(obj) {
+			return false
+		}
+	}
+	if r.where != nil && r.whereIsView {
+		return r.eval(obj, nil, event.Added)
+	}
+	return true
+}
+
+// MatchesNamespace reports whether a namespace with these labels is
+// selected by the rule's namespaceSelector (true when it has none).
+func (r *Rule) MatchesNamespace(set labels.Set) bool {
+	return r.nsSelector == nil || r.nsSelector.Matches(set)
+}
+
+// HasNamespaceSelector reports whether the rule selects namespaces by label.
+func (r *Rule) HasNamespaceSelector() bool { return r.nsSelector != nil }
+
+func (r *Rule) passesEventWhere(obj, old *unstructured.Unstructured, t event.Type) bool {
+	if r.where == nil || r.whereIsView {
+		return true
+	}
+	return r.eval(obj, old, t)
+}
+
+func (r *Rule) eval(obj, old *unstructured.Unstructured, t event.Type) bool {
+	vars := map[string]any{config.CELObject: obj.Object, config.CELOldObject: nil, config.CELType: string(t)}
+	if old != nil {
+		vars[config.CELOldObject] = old.Object
+	}
+	out, _, err := r.where.Eval(vars)
+	if err == nil {
+		if b, ok := out.(types.Bool); ok {
+			return bool(b)
+		}
+		err = fmt.Errorf("where evaluated to %s, not a bool", out.Type())
+	}
+	r.evalErrors.Add(1)
+	now := r.now().UnixNano()
+	if last := r.lastErrLog.Load(); now-last > int64(10*time.Second) && r.lastErrLog.CompareAndSwap(last, now) {
+		r.logger.Warn("where expression failed; event not delivered",
+			"object", obj.GetNamespace()+"/"+obj.GetName(), "error", err, "failures", r.evalErrors.Load())
+	}
+	return false
+}
+
+func (r *Rule) fieldSet(obj *unstructured.Unstructured) fields.Set {
+	set := make(fields.Set, len(r.fieldPaths))
+	for name, path := range r.fieldPaths {
+		v, found, _ := unstructured.NestedFieldNoCopy(obj.Object, path...)
+		if found {
+			set[name] = fmt.Sprint(v)
+		} else {
+			set[name] = ""
+		}
+	}
+	return set
+}
+
+func (r *Rule) anyChanged(old, obj *unstructured.Unstructured) bool {
+	if len(r.changed) == 0 {
+		return true
+	}
+	for _, path := range r.changed {
+		a, foundA, _ := unstructured.NestedFieldNoCopy(old.Object, path...)
+		b, foundB, _ := unstructured.NestedFieldNoCopy(obj.Object, path...)
+		if foundA != foundB || !reflect.DeepEqual(a, b) {
+			return true
+		}
+	}
+	return false
+}
+
+func (t *indexTerm) matches(obj *unstructured.Unstructured) bool {
+	vals, err := t.fn(obj)
+	if err != nil {
+		return false
+	}
+	for _, v := range vals {
+		if t.values[v] {
+			return true
+		}
+	}
+	return false
+}

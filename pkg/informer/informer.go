@@ -1,0 +1,385 @@
+// Package informer runs the dynamic shared informers kubebridge watches
+// through: one per resource and scope, shared by every rule on it.
+//
+// Plan decides the informers: when every rule on a resource names its
+// namespaces, one informer per named namespace (so namespaced RBAC is
+// enough); otherwise one cluster-wide informer. A label or field selector is
+// sent to the apiserver only when every rule on that informer has the same
+// one (then it is exact); otherwise rules filter client-side. Objects enter
+// the cache without managedFields. Each rule's index keys are registered as
+// Indexers, beside the namespace index every informer has.
+//
+// The handler never blocks: it evaluates the rules and hands events to
+// Emit, which must only enqueue. Deletions missed while a watch was down
+// arrive as tombstones (cache.DeletedFinalStateUnknown) after the relist and
+// are delivered as deletions of the last known state.
+package informer
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/kubebridge/kubebridge/pkg/event"
+	"github.com/kubebridge/kubebridge/pkg/filters"
+)
+
+// Spec identifies one informer.
+type Spec struct {
+	GVR           schema.GroupVersionResource
+	Namespace     string // "" = all namespaces (or a cluster-scoped resource)
+	LabelSelector string // sent to the apiserver
+	FieldSelector string // sent to the apiserver
+}
+
+func (s Spec) String() string {
+	var b strings.Builder
+	b.WriteString(s.GVR.Resource)
+	if s.GVR.Group != "" {
+		b.WriteString("." + s.GVR.Group)
+	}
+	if s.Namespace != "" {
+		b.WriteString(" in " + s.Namespace)
+	}
+	if s.LabelSelector != "" {
+		b.WriteString(" labels " + s.LabelSelector)
+	}
+	if s.FieldSelector != "" {
+		b.WriteString(" fields " + s.FieldSelector)
+	}
+	return b.String()
+}
+
+// Planned is an informer to run and the rules it feeds.
+type Planned struct {
+	Spec  Spec
+	Rules []*filters.Rule
+}
+
+// RuleSelectors are a rule's selectors as written, for planning.
+type RuleSelectors struct {
+	Namespaces    []string
+	LabelSelector string
+	FieldSelector string
+}
+
+// Plan groups rules into informers (see the package doc). namespaced says
+// whether each resource is namespaced; sel gives each rule's selectors.
+func Plan(rules []*filters.Rule, sel map[*filters.Rule]RuleSelectors, namespaced map[schema.GroupVersionResource]bool) []Planned {
+	byGVR := map[schema.GroupVersionResource][]*filters.Rule{}
+	var order []schema.GroupVersionResource
+	for _, r := range rules {
+		if _, seen := byGVR[r.GVR]; !seen {
+			order = append(order, r.GVR)
+		}
+		byGVR[r.GVR] = append(byGVR[r.GVR], r)
+	}
+	var out []Planned
+	for _, gvr := range order {
+		rs := byGVR[gvr]
+		perNamespace := namespaced[gvr]
+		for _, r := range rs {
+			if len(sel[r].Namespaces) == 0 {
+				perNamespace = false
+			}
+		}
+		if !perNamespace {
+			out = append(out, planned(Spec{GVR: gvr}, rs, sel))
+			continue
+		}
+		byNS := map[string][]*filters.Rule{}
+		for _, r := range rs {
+			for _, ns := range sel[r].Namespaces {
+				byNS[ns] = append(byNS[ns], r)
+			}
+		}
+		namespaces := make([]string, 0, len(byNS))
+		for ns := range byNS {
+			namespaces = append(namespaces, ns)
+		}
+		sort.Strings(namespaces)
+		for _, ns := range namespaces {
+			out = append(out, planned(Spec{GVR: gvr, Namespace: ns}, byNS[ns], sel))
+		}
+	}
+	return out
+}
+
+// planned sets the server-side selectors shared by all of rs.
+func planned(s Spec, rs []*filters.Rule, sel map[*filters.Rule]RuleSelectors) Planned {
+	s.LabelSelector, s.FieldSelector = sel[rs[0]].LabelSelector, sel[rs[0]].FieldSelector
+	for _, r := range rs[1:] {
+		if sel[r].LabelSelector != s.LabelSelector {
+			s.LabelSelector = ""
+		}
+		if sel[r].FieldSelector != s.FieldSelector {
+			s.FieldSelector = ""
+		}
+	}
+	return Planned{Spec: s, Rules: rs}
+}
+
+// Emit receives each event a rule produced and the sinks it goes to. It is
+// called on the informer's goroutine and must not block.
+type Emit func(ev *event.Event, sinks []string)
+
+// Informers runs a set of planned informers.
+type Informers struct {
+	client  dynamic.Interface
+	logger  *slog.Logger
+	emit    Emit
+	now     func() time.Time
+	running []*running
+	ns      cache.SharedIndexInformer // namespaces, when a rule selects them by label
+	nsRules []*filters.Rule
+
+	wg     sync.WaitGroup
+	cancel context.CancelFunc
+}
+
+type running struct {
+	Planned
+	informer cache.SharedIndexInformer
+	reg      cache.ResourceEventHandlerRegistration
+}
+
+// New prepares the informers of plan; nothing runs before Start.
+func New(client dynamic.Interface, plan []Planned, emit Emit, logger *slog.Logger) (*Informers, error) {
+	in := &Informers{client: client, logger: logger, emit: emit, now: time.Now}
+	for _, p := range plan {
+		for _, r := range p.Rules {
+			if r.HasNamespaceSelector() && !slices.Contains(in.nsRules, r) {
+				in.nsRules = append(in.nsRules, r)
+			}
+		}
+	}
+	if len(in.nsRules) > 0 {
+		in.ns = dynamicinformer.NewFilteredDynamicInformer(client, schema.GroupVersionResource{Version: "v1", Resource: "namespaces"},
+			"", 0, cache.Indexers{}, nil).Informer()
+		if err := in.ns.SetTransform(stripManagedFields); err != nil {
+			return nil, err
+		}
+	}
+	for _, p := range plan {
+		spec := p.Spec
+		indexers := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
+		for _, r := range p.Rules {
+			for _, k := range r.IndexKeys() {
+				indexers[k.String()] = filters.IndexFunc(k)
+			}
+		}
+		inf := dynamicinformer.NewFilteredDynamicInformer(client, spec.GVR, spec.Namespace, 0, indexers,
+			func(o *metav1.ListOptions) {
+				o.LabelSelector = spec.LabelSelector
+				o.FieldSelector = spec.FieldSelector
+			}).Informer()
+		if err := inf.SetTransform(stripManagedFields); err != nil {
+			return nil, err
+		}
+		_ = inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
+			cache.DefaultWatchErrorHandler(ctx, r, err)
+			logger.Warn("watch failed; the informer relists and retries", "informer", spec.String(), "error", err)
+		})
+		run := &running{Planned: p, informer: inf}
+		reg, err := inf.AddEventHandler(run.handler(in))
+		if err != nil {
+			return nil, err
+		}
+		run.reg = reg
+		in.running = append(in.running, run)
+	}
+	return in, nil
+}
+
+// NamespaceLabels is the filters.NamespaceLabels backed by the namespace
+// informer (valid once Start has synced it).
+func (in *Informers) NamespaceLabels(ns string) (labels.Set, bool) {
+	if in.ns == nil {
+		return nil, false
+	}
+	obj, ok, err := in.ns.GetStore().GetByKey(ns)
+	if err != nil || !ok {
+		return nil, false
+	}
+	return labels.Set(obj.(*unstructured.Unstructured).GetLabels()), true
+}
+
+// Start runs the informers and waits until every cache has synced (the
+// namespace informer first, so that namespace selectors are right from the
+// first object), or ctx ends. The informers stop when Stop is called.
+func (in *Informers) Start(ctx context.Context) error {
+	runCtx, cancel := context.WithCancel(context.Background())
+	in.cancel = cancel
+	if in.ns != nil {
+		if _, err := in.ns.AddEventHandler(in.namespaceHandler()); err != nil {
+			return err
+		}
+		in.goRun(runCtx, in.ns)
+		if !cache.WaitForCacheSync(ctx.Done(), in.ns.HasSynced) {
+			return fmt.Errorf("namespaces informer did not sync: %w", context.Cause(ctx))
+		}
+	}
+	synced := make([]cache.InformerSynced, 0, len(in.running))
+	for _, r := range in.running {
+		in.goRun(runCtx, r.informer)
+		synced = append(synced, r.reg.HasSynced)
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		var pending []string
+		for _, r := range in.running {
+			if !r.reg.HasSynced() {
+				pending = append(pending, r.Spec.String())
+			}
+		}
+		return fmt.Errorf("informers did not sync (%s): %w", strings.Join(pending, "; "), context.Cause(ctx))
+	}
+	return nil
+}
+
+func (in *Informers) goRun(ctx context.Context, inf cache.SharedIndexInformer) {
+	in.wg.Add(1)
+	go func() {
+		defer in.wg.Done()
+		inf.RunWithContext(ctx)
+	}()
+}
+
+// Stop stops every informer and waits for them. Idempotent.
+func (in *Informers) Stop() {
+	if in.cancel != nil {
+		in.cancel()
+	}
+	in.wg.Wait()
+}
+
+// Synced reports whether every informer has synced.
+func (in *Informers) Synced() bool {
+	if in.ns != nil && !in.ns.HasSynced() {
+		return false
+	}
+	for _, r := range in.running {
+		if !r.reg.HasSynced() {
+			return false
+		}
+	}
+	return true
+}
+
+// Specs lists the running informers, for logs.
+func (in *Informers) Specs() []string {
+	out := make([]string, len(in.running))
+	for i, r := range in.running {
+		out[i] = r.Spec.String()
+	}
+	return out
+}
+
+func (run *running) handler(in *Informers) cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: func(obj any, _ bool) {
+			u, ok := obj.(*unstructured.Unstructured)
+			if !ok {
+				return
+			}
+			now := in.now()
+			for _, r := range run.Rules {
+				if ev := r.OnAdd(u, now); ev != nil {
+					in.emit(ev, r.Sinks)
+				}
+			}
+		},
+		UpdateFunc: func(oldObj, obj any) {
+			old, ok1 := oldObj.(*unstructured.Unstructured)
+			u, ok2 := obj.(*unstructured.Unstructured)
+			if !ok1 || !ok2 {
+				return
+			}
+			now := in.now()
+			for _, r := range run.Rules {
+				if ev := r.OnUpdate(old, u, now); ev != nil {
+					in.emit(ev, r.Sinks)
+				}
+			}
+		},
+		DeleteFunc: func(obj any) {
+			now := in.now()
+			for _, r := range run.Rules {
+				if ev := r.OnDelete(obj, now); ev != nil {
+					in.emit(ev, r.Sinks)
+				}
+			}
+		},
+	}
+}
+
+// namespaceHandler turns namespace label changes into view transitions:
+// when a namespace starts (stops) matching a rule's namespaceSelector, the
+// rule's objects in it are delivered as added (deleted, unmatched).
+func (in *Informers) namespaceHandler() cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(oldObj, obj any) {
+			old, ok1 := oldObj.(*unstructured.Unstructured)
+			ns, ok2 := obj.(*unstructured.Unstructured)
+			if !ok1 || !ok2 {
+				return
+			}
+			before, after := labels.Set(old.GetLabels()), labels.Set(ns.GetLabels())
+			for _, r := range in.nsRules {
+				was, is := r.MatchesNamespace(before), r.MatchesNamespace(after)
+				if was != is {
+					in.namespaceTransition(r, ns.GetName(), is)
+				}
+			}
+		},
+	}
+}
+
+func (in *Informers) namespaceTransition(r *filters.Rule, ns string, entered bool) {
+	now := in.now()
+	for _, run := range in.running {
+		if !slices.Contains(run.Rules, r) {
+			continue
+		}
+		objs, err := run.informer.GetIndexer().ByIndex(cache.NamespaceIndex, ns)
+		if err != nil {
+			in.logger.Error("namespace index lookup failed", "rule", r.Name, "namespace", ns, "error", err)
+			continue
+		}
+		for _, o := range objs {
+			u := o.(*unstructured.Unstructured)
+			var ev *event.Event
+			if entered {
+				ev = r.OnAdd(u, now) // the namespace now matches: InView holds
+			} else {
+				ev = r.Departed(u, now)
+			}
+			if ev != nil {
+				in.emit(ev, r.Sinks)
+			}
+		}
+	}
+}
+
+// stripManagedFields drops metadata.managedFields before objects are cached:
+// they are large and no rule needs them.
+func stripManagedFields(obj any) (any, error) {
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		if md, ok := u.Object["metadata"].(map[string]any); ok {
+			delete(md, "managedFields")
+		}
+	}
+	return obj, nil
+}

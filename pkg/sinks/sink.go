@@ -1,0 +1,136 @@
+// Package sinks defines what a sink is, how sinks are registered, and the
+// delivery loop every sink shares (queue -> batch -> Send, retried with
+// backoff until acknowledged), in the style of the OpenTelemetry collector's
+// exporterhelper: queue and retry wrap the sink, they do not live inside it.
+package sinks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"time"
+
+	"github.com/kubebridge/kubebridge/pkg/config"
+	"github.com/kubebridge/kubebridge/pkg/event"
+)
+
+// Sink delivers events to one destination.
+//
+// Send is called by one goroutine at a time, with events in the order they
+// must be delivered (per object key, order is a promise to consumers). It
+// returns nil only when the destination has acknowledged every event of the
+// batch (durably, as far as the destination promises: a flush, a PubAck, a
+// 2xx, an fsync). On error the whole batch is sent again, so a sink may
+// deliver an event twice, never zero times. Sinks classify errors and never
+// retry themselves: wrap with Permanent what retrying cannot fix.
+//
+// Close releases the sink's resources; no Send follows it.
+type Sink interface {
+	Send(ctx context.Context, events []*event.Event) error
+	Close(ctx context.Context) error
+}
+
+// Settings is what a factory gets to build a sink.
+type Settings struct {
+	Config config.Sink
+	Logger *slog.Logger
+}
+
+// Factory builds sinks of one type (the config block that selects it:
+// nats, webhook, file).
+type Factory struct {
+	Type   string
+	Create func(ctx context.Context, s Settings) (Sink, error)
+}
+
+// Registry maps sink types to factories. Build one with NewRegistry; the
+// built-in sinks are assembled in one place, cmd/bridge via pkg/bridge.
+type Registry struct{ factories map[string]Factory }
+
+// NewRegistry returns a registry of factories, rejecting duplicate types.
+func NewRegistry(factories ...Factory) (*Registry, error) {
+	r := &Registry{factories: map[string]Factory{}}
+	for _, f := range factories {
+		if f.Type == "" || f.Create == nil {
+			return nil, fmt.Errorf("sinks: factory %q is incomplete", f.Type)
+		}
+		if _, dup := r.factories[f.Type]; dup {
+			return nil, fmt.Errorf("sinks: duplicate factory for type %q", f.Type)
+		}
+		r.factories[f.Type] = f
+	}
+	return r, nil
+}
+
+// Types lists the registered sink types.
+func (r *Registry) Types() []string {
+	out := make([]string, 0, len(r.factories))
+	for t := range r.factories {
+		out = append(out, t)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// TypeOf names the type of a configured sink.
+func TypeOf(c config.Sink) string {
+	switch {
+	case c.NATS != nil:
+		return "nats"
+	case c.Webhook != nil:
+		return "webhook"
+	case c.File != nil:
+		return "file"
+	}
+	return ""
+}
+
+// Create builds the sink c configures.
+func (r *Registry) Create(ctx context.Context, s Settings) (Sink, error) {
+	t := TypeOf(s.Config)
+	f, ok := r.factories[t]
+	if !ok {
+		return nil, fmt.Errorf("sink %q: type %q is not available in this build (have: %v)", s.Config.Name, t, r.Types())
+	}
+	return f.Create(ctx, s)
+}
+
+// permanentError marks an error retrying cannot fix.
+type permanentError struct{ err error }
+
+func (e permanentError) Error() string { return "permanent: " + e.err.Error() }
+func (e permanentError) Unwrap() error { return e.err }
+
+// Permanent marks err as not worth retrying (e.g. HTTP 400): the delivery
+// loop stops retrying the batch and reports it.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return permanentError{err}
+}
+
+// IsPermanent reports whether err was marked with Permanent.
+func IsPermanent(err error) bool {
+	var p permanentError
+	return errors.As(err, &p)
+}
+
+// throttleError asks for a pause before the next attempt (e.g. Retry-After).
+type throttleError struct {
+	err   error
+	delay time.Duration
+}
+
+func (e throttleError) Error() string { return e.err.Error() }
+func (e throttleError) Unwrap() error { return e.err }
+
+// Throttle marks err as retryable no sooner than after d.
+func Throttle(err error, d time.Duration) error {
+	if err == nil {
+		return nil
+	}
+	return throttleError{err, d}
+}
