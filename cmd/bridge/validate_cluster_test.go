@@ -15,44 +15,7 @@ import (
 	"github.com/kubebridge/kubebridge/internal/testenv"
 )
 
-var (
-	crdGVR    = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
-	widgetGVR = schema.GroupVersionResource{Group: "example.kubebridge.io", Version: "v1", Resource: "widgets"}
-	cmGVR     = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
-)
-
-// createWidgetCRD installs a namespaced CRD (widgets.example.kubebridge.io)
-// and waits until it is served.
-func createWidgetCRD(t *testing.T, dyn dynamic.Interface) {
-	t.Helper()
-	ctx := context.Background()
-	crd := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "apiextensions.k8s.io/v1",
-		"kind":       "CustomResourceDefinition",
-		"metadata":   map[string]any{"name": "widgets.example.kubebridge.io"},
-		"spec": map[string]any{
-			"group": "example.kubebridge.io",
-			"scope": "Namespaced",
-			"names": map[string]any{"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
-			"versions": []any{map[string]any{
-				"name": "v1", "served": true, "storage": true,
-				"schema": map[string]any{"openAPIV3Schema": map[string]any{
-					"type": "object",
-					"properties": map[string]any{"spec": map[string]any{
-						"type": "object", "x-kubernetes-preserve-unknown-fields": true,
-					}},
-				}},
-			}},
-		},
-	}}
-	if _, err := dyn.Resource(crdGVR).Create(ctx, crd, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("creating CRD: %v", err)
-	}
-	waitFor(t, 30*time.Second, "CRD widgets served", func() bool {
-		_, err := dyn.Resource(widgetGVR).Namespace("default").List(ctx, metav1.ListOptions{})
-		return err == nil
-	})
-}
+var widgetGVR = testenv.WidgetGVR
 
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
@@ -93,7 +56,7 @@ func TestValidateAgainstCluster(t *testing.T) {
 	cp := testenv.SharedControlPlane(t)
 	dyn := dynamic.NewForConfigOrDie(cp.RESTConfig())
 	ctx := context.Background()
-	createWidgetCRD(t, dyn)
+	testenv.InstallWidgetCRD(t, cp)
 	testenv.EnsureNamespace(t, cp, "validate-prod")
 	widget := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "example.kubebridge.io/v1", "kind": "Widget",
@@ -108,7 +71,7 @@ func TestValidateAgainstCluster(t *testing.T) {
 		"metadata": map[string]any{"name": "c1", "namespace": "validate-prod"},
 		"data":     map[string]any{"k": "v"},
 	}}
-	if _, err := dyn.Resource(cmGVR).Namespace("validate-prod").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+	if _, err := dyn.Resource(schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}).Namespace("validate-prod").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 
