@@ -27,6 +27,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
@@ -118,7 +119,12 @@ func Plan(rules []*filters.Rule, sel map[*filters.Rule]RuleSelectors, namespaced
 	return out
 }
 
-// planned sets the server-side selectors shared by all of rs.
+// planned sets the server-side selectors shared by all of rs. Field
+// selectors go to the apiserver only when they use metadata.name and
+// metadata.namespace, which every resource supports; others (status.phase,
+// spec.nodeName, ...) are supported per resource, and a list the apiserver
+// refuses would keep the informer from ever syncing, so they are evaluated
+// client-side.
 func planned(s Spec, rs []*filters.Rule, sel map[*filters.Rule]RuleSelectors) Planned {
 	s.LabelSelector, s.FieldSelector = sel[rs[0]].LabelSelector, sel[rs[0]].FieldSelector
 	for _, r := range rs[1:] {
@@ -129,7 +135,26 @@ func planned(s Spec, rs []*filters.Rule, sel map[*filters.Rule]RuleSelectors) Pl
 			s.FieldSelector = ""
 		}
 	}
+	if !universalFields(s.FieldSelector) {
+		s.FieldSelector = ""
+	}
 	return Planned{Spec: s, Rules: rs}
+}
+
+func universalFields(selector string) bool {
+	if selector == "" {
+		return true
+	}
+	sel, err := fields.ParseSelector(selector)
+	if err != nil {
+		return false
+	}
+	for _, req := range sel.Requirements() {
+		if req.Field != "metadata.name" && req.Field != "metadata.namespace" {
+			return false
+		}
+	}
+	return true
 }
 
 // Emit receives each event a rule produced and the sinks it goes to. It is

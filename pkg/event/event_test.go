@@ -1,0 +1,116 @@
+package event
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	cloudevents "github.com/cloudevents/sdk-go/v2/event"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+func obj(ns, name, rv string, fields map[string]any) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Secret"}}
+	for k, v := range fields {
+		u.Object[k] = v
+	}
+	u.SetNamespace(ns)
+	u.SetName(name)
+	u.SetUID("u1")
+	u.SetResourceVersion(rv)
+	return u
+}
+
+var secrets = schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
+
+func TestEnvelope(t *testing.T) {
+	r := &Rule{Name: "r", Cluster: "prod", GVR: schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}, IncludeObject: true}
+	ev := New(r, Updated, obj("ns", "web", "42", nil), obj("ns", "web", "41", nil), time.Date(2026, 1, 2, 3, 4, 5, 6, time.FixedZone("x", 3600)))
+	raw, err := json.Marshal(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	if err := json.Unmarshal(raw, &got); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{
+		"specversion": "1.0", "id": "u1.42.updated", "source": "kubebridge/prod", "type": "io.kubebridge.deployments.apps.updated",
+		"subject": "ns/web", "time": "2026-01-02T02:04:05.000000006Z", "datacontenttype": "application/json", "kbrule": "r", "kbcluster": "prod",
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %v, want %v", k, got[k], v)
+		}
+	}
+	if _, has := got["kbreplay"]; has {
+		t.Error("kbreplay set on a live event")
+	}
+	var sdk cloudevents.Event
+	if err := json.Unmarshal(raw, &sdk); err != nil || sdk.Validate() != nil {
+		t.Errorf("sdk-go: %v %v", err, sdk.Validate())
+	}
+	replay := ev.WithReplay(ReplayResync)
+	if replay.ID != ev.ID || replay.Replay != "resync" || ev.Replay != "" {
+		t.Errorf("WithReplay changed the id or the original: %+v", replay)
+	}
+	cluster := New(&Rule{Name: "r", Cluster: "c", GVR: schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}}, Added, obj("", "kube-system", "1", nil), nil, time.Now())
+	if cluster.Subject != "kube-system" || cluster.Type != "io.kubebridge.namespaces.core.added" {
+		t.Errorf("cluster-scoped: %s %s", cluster.Subject, cluster.Type)
+	}
+}
+
+func TestSecretRedaction(t *testing.T) {
+	old := obj("ns", "db", "1", map[string]any{"data": map[string]any{"pw": "c2VjcmV0MQ==", "user": "YWRtaW4="}})
+	old.SetAnnotations(map[string]string{"kubectl.kubernetes.io/last-applied-configuration": `{"data":{"pw":"c2VjcmV0MQ=="}}`})
+	cur := obj("ns", "db", "2", map[string]any{"data": map[string]any{"pw": "c2VjcmV0Mg==", "user": "YWRtaW4=", "new": "bmV3"}, "stringData": map[string]any{"x": "plain"}})
+	cur.SetAnnotations(map[string]string{"kubectl.kubernetes.io/last-applied-configuration": `{"data":{"pw":"c2VjcmV0Mg=="}}`})
+	r := &Rule{Name: "r", Cluster: "c", GVR: secrets, IncludeObject: true, IncludeOld: true, IncludePatch: true}
+	d, err := New(r, Updated, cur, old, time.Now()).Data()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, leak := range []string{"c2VjcmV0", "YWRtaW4", "bmV3", "plain"} {
+		if strings.Contains(string(d), leak) {
+			t.Errorf("secret value %q in %s", leak, d)
+		}
+	}
+	for _, must := range []string{`"pw":"\u003credacted\u003e"`, `"new":"\u003credacted\u003e"`, `"path":"/data/pw"`, `"path":"/data/new"`} {
+		if !strings.Contains(string(d), must) {
+			t.Errorf("%s missing from %s", must, d)
+		}
+	}
+	if v, _, _ := unstructured.NestedString(cur.Object, "data", "pw"); v != "c2VjcmV0Mg==" {
+		t.Error("redaction modified the cached object")
+	}
+	r.AllowSecretData = true
+	d, _ = New(r, Updated, cur, old, time.Now()).Data()
+	if !strings.Contains(string(d), "c2VjcmV0Mg==") {
+		t.Errorf("allowSecretData: value missing from %s", d)
+	}
+}
+
+func BenchmarkMarshal(b *testing.B) {
+	r := &Rule{Name: "r", Cluster: "c", GVR: schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, IncludeObject: true}
+	o := obj("ns", "cm", "1", map[string]any{"data": map[string]any{"k": strings.Repeat("v", 1000)}})
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := json.Marshal(New(r, Added, o, nil, time.Now())); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkMarshalWithPatch(b *testing.B) {
+	r := &Rule{Name: "r", Cluster: "c", GVR: schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, IncludeObject: true, IncludePatch: true}
+	old := obj("ns", "cm", "1", map[string]any{"data": map[string]any{"k": strings.Repeat("v", 1000)}})
+	cur := obj("ns", "cm", "2", map[string]any{"data": map[string]any{"k": strings.Repeat("w", 1000)}})
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := json.Marshal(New(r, Updated, cur, old, time.Now())); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,178 @@
+package sinks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kubebridge/kubebridge/pkg/config"
+	"github.com/kubebridge/kubebridge/pkg/event"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// flaky is a sink that fails its first n sends, then records.
+type flaky struct {
+	mu       sync.Mutex
+	failures int
+	err      error
+	got      []string
+	attempts int
+}
+
+func (f *flaky) Send(_ context.Context, evs []*event.Event) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.attempts++
+	if f.failures > 0 {
+		f.failures--
+		return f.err
+	}
+	for _, e := range evs {
+		f.got = append(f.got, e.ID)
+	}
+	return nil
+}
+func (f *flaky) Close(context.Context) error { return nil }
+
+func (f *flaky) received() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.got...)
+}
+
+func sinkConfig() config.Sink {
+	return config.Sink{Name: "s", Queue: config.Queue{Capacity: 100},
+		Retry: config.Retry{InitialInterval: config.Duration(time.Millisecond), MaxInterval: config.Duration(5 * time.Millisecond)}}
+}
+
+func ev(name, rv string, change event.Type) *event.Event {
+	u := &unstructured.Unstructured{Object: map[string]any{}}
+	u.SetNamespace("ns")
+	u.SetName(name)
+	u.SetUID(types.UID("u-" + name))
+	u.SetResourceVersion(rv)
+	return event.New(&event.Rule{Name: "r", GVR: schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}}, change, u, nil, time.Now())
+}
+
+func run(t *testing.T, d *Delivery) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); d.Run(ctx) }()
+	return func() { cancel(); <-done }
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestRetriesUntilAcknowledgedInOrder(t *testing.T) {
+	sink := &flaky{failures: 3, err: errors.New("connection refused")}
+	d := NewDelivery(sinkConfig(), sink, slog.New(slog.DiscardHandler))
+	stop := run(t, d)
+	defer stop()
+	var want []string
+	for i := range 20 {
+		e := ev(fmt.Sprint("o", i%3), fmt.Sprint(i+1), event.Updated)
+		want = append(want, e.ID)
+		d.Offer(e)
+	}
+	waitFor(t, func() bool { return len(sink.received()) >= 20 })
+	if fmt.Sprint(sink.received()) != fmt.Sprint(want) {
+		t.Errorf("received %v\nwant %v", sink.received(), want)
+	}
+	if s := d.Stats(); s.Delivered != 20 || s.Retried != 3 || s.Failed != 0 {
+		t.Errorf("stats %+v", s)
+	}
+}
+
+func TestPermanentErrorsAreNotRetried(t *testing.T) {
+	sink := &flaky{failures: 1, err: Permanent(errors.New("400 bad request"))}
+	d := NewDelivery(sinkConfig(), sink, slog.New(slog.DiscardHandler))
+	stop := run(t, d)
+	defer stop()
+	d.Offer(ev("a", "1", event.Added))
+	waitFor(t, func() bool { return d.Stats().Failed == 1 })
+	d.Offer(ev("b", "2", event.Added))
+	waitFor(t, func() bool { return len(sink.received()) == 1 })
+	if s := d.Stats(); s.Retried != 0 || s.Delivered != 1 {
+		t.Errorf("stats %+v", s)
+	}
+}
+
+type panicky struct{ flaky }
+
+func (p *panicky) Send(ctx context.Context, evs []*event.Event) error {
+	p.mu.Lock()
+	first := p.attempts == 0
+	p.attempts++
+	p.mu.Unlock()
+	if first {
+		panic("boom")
+	}
+	return p.flaky.Send(ctx, evs)
+}
+
+func TestPanickingSinkIsRetried(t *testing.T) {
+	sink := &panicky{}
+	d := NewDelivery(sinkConfig(), sink, slog.New(slog.DiscardHandler))
+	stop := run(t, d)
+	defer stop()
+	d.Offer(ev("a", "1", event.Added))
+	waitFor(t, func() bool { return len(sink.received()) == 1 })
+}
+
+// Close drains what is queued, then Run returns.
+func TestCloseDrains(t *testing.T) {
+	sink := &flaky{}
+	d := NewDelivery(sinkConfig(), sink, slog.New(slog.DiscardHandler))
+	for i := range 50 {
+		d.Offer(ev(fmt.Sprint("o", i), "1", event.Added))
+	}
+	d.Queue.Close()
+	d.Run(context.Background())
+	if len(sink.received()) != 50 {
+		t.Errorf("drained %d of 50", len(sink.received()))
+	}
+}
+
+// Coalescing keeps an unseen object added and the newest state.
+func TestCoalesce(t *testing.T) {
+	added, updated, deleted := ev("a", "1", event.Added), ev("a", "2", event.Updated), ev("a", "3", event.Deleted)
+	if c := Coalesce(added, updated); c.Change != event.Added || c.ID != "u-a.2.added" {
+		t.Errorf("added+updated = %s", c.ID)
+	}
+	if c := Coalesce(updated, deleted); c != deleted {
+		t.Errorf("updated+deleted = %s", c.ID)
+	}
+}
+
+func TestRegistryRejectsDuplicates(t *testing.T) {
+	f := Factory{Type: "x", Create: func(context.Context, Settings) (Sink, error) { return &flaky{}, nil }}
+	if _, err := NewRegistry(f, f); err == nil || err.Error() != `sinks: duplicate factory for type "x"` {
+		t.Errorf("err = %v", err)
+	}
+	r, err := NewRegistry(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Create(context.Background(), Settings{Config: config.Sink{Name: "n", File: &config.FileSink{}}}); err == nil || err.Error() != `sink "n": type "file" is not available in this build (have: [x])` {
+		t.Errorf("err = %v", err)
+	}
+}

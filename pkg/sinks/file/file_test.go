@@ -1,0 +1,118 @@
+package file
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/kubebridge/kubebridge/pkg/event"
+)
+
+func events(n, from int) []*event.Event {
+	r := &event.Rule{Name: "r", Cluster: "c", GVR: schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, IncludeObject: true}
+	out := make([]*event.Event, n)
+	for i := range out {
+		u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "data": map[string]any{"pad": strings.Repeat("x", 200)}}}
+		u.SetNamespace("ns")
+		u.SetName("cm")
+		u.SetUID("uid")
+		u.SetResourceVersion(itoa(from + i))
+		out[i] = event.New(r, event.Added, u, nil, time.Unix(0, 0))
+	}
+	return out
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
+
+func lines(t *testing.T, path string) []string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var m map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+			t.Fatalf("%s: not JSON: %q", path, sc.Text())
+		}
+		out = append(out, m["id"].(string))
+	}
+	return out
+}
+
+func TestWritesJSONLinesAndRotates(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "sub", "events.jsonl")
+	s, err := Open(path, 4096, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for i := 0; i < 10; i++ { // 10 batches of 5 events of ~400 bytes: rotates every two batches
+		if err := s.Send(ctx, events(5, i*5)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cur, b1, b2 := lines(t, path), lines(t, path+".1"), lines(t, path+".2")
+	if _, err := os.Stat(path + ".3"); !os.IsNotExist(err) {
+		t.Errorf("more backups than maxBackups: %v", err)
+	}
+	all := append(append(b2, b1...), cur...)
+	for i := 1; i < len(all); i++ { // the newest files hold a contiguous, ordered tail
+		prev, _ := strconv.Atoi(strings.Split(all[i-1], ".")[1])
+		cur, _ := strconv.Atoi(strings.Split(all[i], ".")[1])
+		if cur != prev+1 {
+			t.Fatalf("not contiguous across rotation: %s after %s", all[i], all[i-1])
+		}
+	}
+	if all[len(all)-1] != "uid.49.added" {
+		t.Errorf("last event %s", all[len(all)-1])
+	}
+	for _, p := range []string{path, path + ".1", path + ".2"} {
+		if st, _ := os.Stat(p); st.Size() > 4096 {
+			t.Errorf("%s is %d bytes, over maxSize", p, st.Size())
+		}
+	}
+	// Reopening appends.
+	s, err = Open(path, 1<<20, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Send(ctx, events(1, 100)); err != nil {
+		t.Fatal(err)
+	}
+	s.Close(ctx)
+	if got := lines(t, path); len(got) != len(cur)+1 || got[len(got)-1] != "uid.100.added" {
+		t.Errorf("after reopen: %v", got)
+	}
+}
+
+func TestDiskFullIsReported(t *testing.T) {
+	if _, err := os.Stat("/dev/full"); err != nil {
+		t.Skip("no /dev/full")
+	}
+	s, err := Open("/dev/full", 1<<20, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	err = s.Send(context.Background(), events(1, 0))
+	if err == nil || !strings.Contains(err.Error(), "disk full") {
+		t.Errorf("err = %v, want disk full", err)
+	}
+}
