@@ -271,7 +271,7 @@ func (r *Rule) inView(obj *unstructured.Unstructured, checkNamespaceLabels bool)
 			return false
 		}
 	}
-	if r.labelSel != nil && !r.labelSel.Matches(labels.Set(obj.GetLabels())) {
+	if r.labelSel != nil && !r.labelSel.Matches(objLabels(metaMap(obj, "labels"))) {
 		return false
 	}
 	if r.fieldSel != nil && !r.fieldSel.Matches(r.fieldSet(obj)) {
@@ -305,9 +305,9 @@ func (r *Rule) passesEventWhere(obj, old *unstructured.Unstructured, t event.Typ
 }
 
 func (r *Rule) eval(obj, old *unstructured.Unstructured, t event.Type) bool {
-	vars := map[string]any{config.CELObject: obj.Object, config.CELOldObject: nil, config.CELType: string(t)}
+	vars := &activation{object: obj.Object, typ: t}
 	if old != nil {
-		vars[config.CELOldObject] = old.Object
+		vars.oldObject = old.Object
 	}
 	out, _, err := r.where.Eval(vars)
 	if err == nil {
@@ -346,19 +346,6 @@ func (r *Rule) anyChanged(old, obj *unstructured.Unstructured) bool {
 		a, foundA, _ := unstructured.NestedFieldNoCopy(old.Object, path...)
 		b, foundB, _ := unstructured.NestedFieldNoCopy(obj.Object, path...)
 		if foundA != foundB || !reflect.DeepEqual(a, b) {
-			return true
-		}
-	}
-	return false
-}
-
-func (t *indexTerm) matches(obj *unstructured.Unstructured) bool {
-	vals, err := t.fn(obj)
-	if err != nil {
-		return false
-	}
-	for _, v := range vals {
-		if t.values[v] {
 			return true
 		}
 	}
