@@ -206,7 +206,7 @@ func (b *Bridge) Shutdown(ctx context.Context) error {
 		case <-ctx.Done():
 			var left int
 			for _, d := range b.order {
-				left += d.Queue.Len()
+				left += d.Pending()
 			}
 			b.shutdownErr = fmt.Errorf("shutdown deadline reached with %d events undelivered", left)
 		}

@@ -17,6 +17,7 @@ package informer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -263,6 +264,9 @@ func (in *Informers) Start(ctx context.Context) error {
 		synced = append(synced, r.reg.HasSynced)
 	}
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		if errors.Is(ctx.Err(), context.Canceled) {
+			return fmt.Errorf("interrupted while waiting for the caches to sync")
+		}
 		var pending []string
 		for _, r := range in.running {
 			if !r.reg.HasSynced() {

@@ -28,6 +28,7 @@ type Delivery struct {
 	logger *slog.Logger
 
 	delivered, failed, retried atomic.Uint64
+	inFlight                   atomic.Int64 // events taken from the queue, not yet acknowledged
 	done                       chan struct{}
 }
 
@@ -59,13 +60,16 @@ func (d *Delivery) Offer(ev *event.Event) { d.Queue.Offer(ev.Key, ev) }
 type Stats struct {
 	Delivered, Failed, Retried uint64
 	Queue                      queue.Stats
-	Pending                    int
+	Pending                    int // queued or in flight
 }
 
 // Stats returns the delivery's counts.
 func (d *Delivery) Stats() Stats {
-	return Stats{Delivered: d.delivered.Load(), Failed: d.failed.Load(), Retried: d.retried.Load(), Queue: d.Queue.Stats(), Pending: d.Queue.Len()}
+	return Stats{Delivered: d.delivered.Load(), Failed: d.failed.Load(), Retried: d.retried.Load(), Queue: d.Queue.Stats(), Pending: d.Pending()}
 }
+
+// Pending counts events not yet acknowledged: queued or in flight.
+func (d *Delivery) Pending() int { return d.Queue.Len() + int(d.inFlight.Load()) }
 
 // Run delivers until ctx ends or the queue is closed and drained. A batch
 // cut short by ctx is not acknowledged: it is left undelivered, never
@@ -84,8 +88,13 @@ func (d *Delivery) Run(ctx context.Context) {
 		for _, it := range buf {
 			batch = append(batch, it.Value)
 		}
-		if !d.deliver(ctx, batch) {
-			return
+		d.inFlight.Store(int64(len(batch)))
+		ok := d.deliver(ctx, batch)
+		if ok {
+			d.inFlight.Store(0)
+		}
+		if !ok {
+			return // the batch stays counted as pending: it was not acknowledged
 		}
 	}
 }
