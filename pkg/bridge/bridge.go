@@ -18,12 +18,14 @@ import (
 	"github.com/kubebridge/kubebridge/pkg/informer"
 	"github.com/kubebridge/kubebridge/pkg/sinks"
 	"github.com/kubebridge/kubebridge/pkg/sinks/file"
+	natssink "github.com/kubebridge/kubebridge/pkg/sinks/nats"
+	"github.com/kubebridge/kubebridge/pkg/sinks/webhook"
 )
 
 // BuiltinSinks is the one place where the sink types of this build are
 // registered.
 func BuiltinSinks() *sinks.Registry {
-	r, err := sinks.NewRegistry(file.Factory)
+	r, err := sinks.NewRegistry(file.Factory, natssink.Factory, webhook.Factory)
 	if err != nil {
 		panic(err) // duplicate built-in types: a programming error caught by every test
 	}
@@ -68,6 +70,7 @@ type Bridge struct {
 	order      []*sinks.Delivery
 	informers  *informer.Informers
 
+	closers        []func(context.Context) error
 	cancelDelivery context.CancelFunc
 	wg             sync.WaitGroup
 	shutdownOnce   sync.Once
@@ -109,20 +112,27 @@ func (b *Bridge) Start(ctx context.Context) (err error) {
 	defer func() {
 		if err != nil {
 			b.stopAll()
-			for _, d := range b.order {
-				_ = d.CloseSink(context.WithoutCancel(ctx))
-			}
+			b.closeAll(context.WithoutCancel(ctx))
 		}
 	}()
 
 	deliveryCtx, cancel := context.WithCancel(context.Background())
 	b.cancelDelivery = cancel
+	built := map[string]sinks.Sink{}
 	for _, sc := range cfg.Sinks {
 		sink, err := b.opts.Sinks.Create(ctx, sinks.Settings{Config: sc, Logger: b.logger.With("sink", sc.Name)})
 		if err != nil {
 			return fmt.Errorf("sink %q: %w", sc.Name, err)
 		}
-		d := sinks.NewDelivery(sc, sink, b.logger)
+		built[sc.Name] = sink
+		b.closers = append(b.closers, func(ctx context.Context) error { return sink.Close(ctx) })
+	}
+	for _, sc := range cfg.Sinks {
+		dl, err := b.deadLetter(sc, built)
+		if err != nil {
+			return fmt.Errorf("sink %q: deadLetter: %w", sc.Name, err)
+		}
+		d := sinks.NewDelivery(sc, built[sc.Name], dl, b.logger)
 		b.deliveries[sc.Name] = d
 		b.order = append(b.order, d)
 		b.wg.Add(1)
@@ -192,7 +202,7 @@ func (b *Bridge) Shutdown(ctx context.Context) error {
 			b.informers.Stop()
 		}
 		for _, d := range b.order {
-			d.Queue.Close()
+			d.Close()
 		}
 		drained := make(chan struct{})
 		go func() {
@@ -212,15 +222,40 @@ func (b *Bridge) Shutdown(ctx context.Context) error {
 		}
 		b.stopAll()
 		<-drained
-		var errs []error
-		for _, d := range b.order {
-			if err := d.CloseSink(context.WithoutCancel(ctx)); err != nil {
-				errs = append(errs, fmt.Errorf("closing sink %s: %w", d.Name, err))
-			}
-		}
-		b.shutdownErr = errors.Join(append([]error{b.shutdownErr}, errs...)...)
+		b.shutdownErr = errors.Join(b.shutdownErr, b.closeAll(context.WithoutCancel(ctx)))
 	})
 	return b.shutdownErr
+}
+
+// deadLetter builds the dead-letter of sink sc, if it has one.
+func (b *Bridge) deadLetter(sc config.Sink, built map[string]sinks.Sink) (sinks.DeadLetter, error) {
+	switch dl := sc.DeadLetter; {
+	case dl == nil:
+		return nil, nil
+	case dl.File != "":
+		f, err := sinks.OpenFileDeadLetter(dl.File)
+		if err != nil {
+			return nil, err
+		}
+		b.closers = append(b.closers, func(context.Context) error { return f.Close() })
+		return f, nil
+	default:
+		ns, ok := built[dl.NATS.Sink].(*natssink.Sink)
+		if !ok {
+			return nil, fmt.Errorf("sink %q is not a nats sink", dl.NATS.Sink)
+		}
+		return &natssink.DeadLetter{NC: ns.Conn(), Subject: dl.NATS.Subject}, nil
+	}
+}
+
+// closeAll closes sinks and dead-letters, after the workers stopped.
+func (b *Bridge) closeAll(ctx context.Context) error {
+	var errs []error
+	for _, c := range b.closers {
+		errs = append(errs, c(ctx))
+	}
+	b.closers = nil
+	return errors.Join(errs...)
 }
 
 // stopAll stops informers and delivery workers and waits for them.

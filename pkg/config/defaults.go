@@ -35,7 +35,13 @@ func (c *Config) applyLateDefaults() {
 
 func (k *NATSKVCheckpoint) setDefaults() { k.Bucket = DefaultKVBucket }
 
+func (st *Stream) setDefaults() {
+	st.Storage = "file"
+	st.DuplicateWindow = Duration(2 * time.Minute)
+}
+
 func (s *Sink) setDefaults() {
+	s.Workers = 1
 	s.Queue.Capacity = DefaultQueueCapacity
 	s.Retry.InitialInterval = Duration(DefaultInitialInterval)
 	s.Retry.MaxInterval = Duration(DefaultMaxInterval)

@@ -65,6 +65,26 @@ type Sink struct {
 	Retry Retry `yaml:"retry"`
 	// ReplayEvery replays the full state of every rule view to this sink at this period (resync). Default 0: never.
 	ReplayEvery Duration `yaml:"replayEvery"`
+	// Workers is how many deliveries run at once; events of one object always go through the same worker, in order. Default 1.
+	Workers int `yaml:"workers"`
+	// DeadLetter receives events the sink refused permanently (e.g. HTTP 400), with the error. Default: logged and counted only.
+	DeadLetter *DeadLetter `yaml:"deadLetter"`
+}
+
+// DeadLetter says where permanently refused events go. Exactly one of file and nats.
+type DeadLetter struct {
+	// File appends each refused event with its error as a JSON line.
+	File string `yaml:"file"`
+	// NATS publishes each refused event, with its error in the Kubebridge-Error header, through a nats sink's connection.
+	NATS *DeadLetterNATS `yaml:"nats"`
+}
+
+// DeadLetterNATS publishes refused events to a subject.
+type DeadLetterNATS struct {
+	// Sink names the nats sink whose connection is used. Required.
+	Sink string `yaml:"sink"`
+	// Subject receives the refused events. Required.
+	Subject string `yaml:"subject"`
 }
 
 // Queue configures a sink's bounded queue.
@@ -105,6 +125,22 @@ type NATSSink struct {
 	Subject string `yaml:"subject"`
 	// JetStream publishes with acknowledgement and Nats-Msg-Id = event id, so the stream dedupes replays. Default false: core publish, acknowledged by flush.
 	JetStream bool `yaml:"jetstream"`
+	// Stream, when set, is created or updated at start (dev and single-node setups); in production streams are usually managed elsewhere.
+	Stream *Stream `yaml:"stream"`
+}
+
+// Stream is a JetStream stream the bridge creates or updates at start.
+type Stream struct {
+	// Name of the stream. Required.
+	Name string `yaml:"name"`
+	// Subjects the stream captures. Default: the subject template up to its first placeholder, then ">" (e.g. k8s.>).
+	Subjects []string `yaml:"subjects"`
+	// Storage is file or memory. Default file.
+	Storage string `yaml:"storage"`
+	// MaxAge drops messages older than this. Default 0: kept until other limits apply.
+	MaxAge Duration `yaml:"maxAge"`
+	// DuplicateWindow is how long JetStream remembers event ids to drop replays. Default 2m (the server's default).
+	DuplicateWindow Duration `yaml:"duplicateWindow"`
 }
 
 // WebhookSink POSTs CloudEvents to an HTTP(S) endpoint.

@@ -21,6 +21,7 @@ const (
 	maxBatchEvents    = 10_000
 	minReplayEvery    = time.Second // client-go's minimum resync period
 	maxWhereExprBytes = 10_000
+	maxWorkers        = 64
 )
 
 var kvBucketName = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)
@@ -92,6 +93,17 @@ func (c *Config) Validate() error {
 		}
 	}
 
+	for i, s := range c.Sinks {
+		if s.DeadLetter == nil || s.DeadLetter.NATS == nil || s.DeadLetter.NATS.Sink == "" {
+			continue
+		}
+		p := fmt.Sprintf("sinks[%d].deadLetter.nats.sink", i)
+		if j, ok := sinkIndex[s.DeadLetter.NATS.Sink]; !ok {
+			errs = append(errs, errorAt(p, "unknown sink %q (%s)", s.DeadLetter.NATS.Sink, have))
+		} else if c.Sinks[j].NATS == nil {
+			errs = append(errs, errorAt(p, "sink %q is not a nats sink", s.DeadLetter.NATS.Sink))
+		}
+	}
 	if kv := c.Checkpoint.NATSKV; kv != nil && kv.Sink != "" {
 		i, ok := sinkIndex[kv.Sink]
 		switch {
@@ -151,8 +163,51 @@ func (s *Sink) Validate() error {
 	default:
 		errs = append(errs, errorAt("", "sets %s; a sink has exactly one of nats, webhook or file", strings.Join(kinds, " and ")))
 	}
+	if s.Workers < 1 || s.Workers > maxWorkers {
+		errs = append(errs, errorAt("workers", "must be between 1 and %d, got %d", maxWorkers, s.Workers))
+	}
 	if s.ReplayEvery < 0 || (s.ReplayEvery > 0 && s.ReplayEvery.D() < minReplayEvery) {
 		errs = append(errs, errorAt("replayEvery", "must be 0 (never) or at least %s, got %s", minReplayEvery, s.ReplayEvery))
+	}
+	return errors.Join(errs...)
+}
+
+// Validate checks that exactly one destination is set.
+func (d *DeadLetter) Validate() error {
+	if (d.File == "") == (d.NATS == nil) {
+		return errorAt("", "set exactly one of file and nats")
+	}
+	return nil
+}
+
+// Validate checks the subject; the sink reference is checked by Config.Validate.
+func (d *DeadLetterNATS) Validate() error {
+	var errs []error
+	if d.Sink == "" {
+		errs = append(errs, errorAt("sink", "required: the nats sink whose connection is used"))
+	}
+	if d.Subject == "" {
+		errs = append(errs, errorAt("subject", "required"))
+	} else if strings.ContainsAny(d.Subject, "*> \t") || strings.Contains(d.Subject, "..") || strings.HasPrefix(d.Subject, ".") || strings.HasSuffix(d.Subject, ".") {
+		errs = append(errs, errorAt("subject", "%q is not a valid subject to publish to (no wildcards, spaces or empty tokens)", d.Subject))
+	}
+	return errors.Join(errs...)
+}
+
+// Validate checks the stream settings.
+func (st *Stream) Validate() error {
+	var errs []error
+	if !kvBucketName.MatchString(st.Name) {
+		errs = append(errs, errorAt("name", "%q is not a valid stream name (letters, digits, _ and -)", st.Name))
+	}
+	if st.Storage != "file" && st.Storage != "memory" {
+		errs = append(errs, errorAt("storage", "must be file or memory, got %q", st.Storage))
+	}
+	if st.MaxAge < 0 {
+		errs = append(errs, errorAt("maxAge", "must not be negative, got %s", st.MaxAge))
+	}
+	if st.DuplicateWindow < 0 {
+		errs = append(errs, errorAt("duplicateWindow", "must not be negative, got %s", st.DuplicateWindow))
 	}
 	return errors.Join(errs...)
 }
@@ -221,6 +276,9 @@ func (n *NATSSink) Validate() error {
 	}
 	if err := ParseSubject(n.Subject); err != nil {
 		errs = append(errs, errorAt("subject", "%v", err))
+	}
+	if n.Stream != nil && !n.JetStream {
+		errs = append(errs, errorAt("stream", "needs jetstream: true"))
 	}
 	return errors.Join(errs...)
 }

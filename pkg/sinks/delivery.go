@@ -3,8 +3,10 @@ package sinks
 import (
 	"context"
 	"errors"
+	"hash/maphash"
 	"log/slog"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -13,35 +15,73 @@ import (
 	"github.com/kubebridge/kubebridge/pkg/queue"
 )
 
-// MaxBatch is the most events handed to one Send.
+// MaxBatch is the most events handed to one Send when the sink does not
+// say otherwise (see Batcher).
 const MaxBatch = 256
 
-// Delivery owns one sink's queue and the goroutine that drains it into the
-// sink: batches in queue order, retried with exponential backoff and jitter
-// until acknowledged. The informer side only calls Offer, which never blocks.
+// Batcher is implemented by sinks that want batches of their own size,
+// waiting up to maxWait for a batch to fill (a webhook's batch mode).
+type Batcher interface {
+	Batching() (maxEvents int, maxWait time.Duration)
+}
+
+// DeadLetter receives events a sink refused permanently, with the error.
+type DeadLetter interface {
+	Put(ctx context.Context, sink string, events []*event.Event, cause error) error
+}
+
+// Delivery owns one sink's queue(s) and the workers that drain them into
+// the sink: batches in queue order, retried with exponential backoff and
+// jitter until acknowledged; permanent refusals go to the dead-letter. The
+// informer side only calls Offer, which never blocks.
+//
+// With several workers, each has its own queue and an object's events
+// always hash to the same one: a key is never in flight twice and order
+// per object holds. Capacity is split evenly between the workers.
 type Delivery struct {
-	Name  string
-	Queue *queue.Queue[*event.Event]
+	Name string
 
-	sink   Sink
-	retry  config.Retry
-	logger *slog.Logger
+	shards     []*shard
+	seed       maphash.Seed
+	sink       Sink
+	retry      config.Retry
+	batchMax   int
+	batchWait  time.Duration
+	deadLetter DeadLetter
+	logger     *slog.Logger
 
-	delivered, failed, retried atomic.Uint64
-	inFlight                   atomic.Int64 // events taken from the queue, not yet acknowledged
-	done                       chan struct{}
+	delivered, failed, retried, deadLettered atomic.Uint64
+	done                                     chan struct{}
+	runOnce                                  sync.Once
+}
+
+type shard struct {
+	queue    *queue.Queue[*event.Event]
+	inFlight atomic.Int64 // taken from the queue, not yet acknowledged
 }
 
 // NewDelivery prepares delivery of cfg's queue into sink; Run starts it.
-func NewDelivery(cfg config.Sink, sink Sink, logger *slog.Logger) *Delivery {
-	return &Delivery{
-		Name:   cfg.Name,
-		Queue:  queue.New(cfg.Queue.Capacity, Coalesce),
-		sink:   sink,
-		retry:  cfg.Retry,
-		logger: logger.With("sink", cfg.Name),
-		done:   make(chan struct{}),
+// deadLetter may be nil (refusals are then logged and counted only).
+func NewDelivery(cfg config.Sink, sink Sink, deadLetter DeadLetter, logger *slog.Logger) *Delivery {
+	workers := max(cfg.Workers, 1)
+	d := &Delivery{
+		Name:       cfg.Name,
+		seed:       maphash.MakeSeed(),
+		sink:       sink,
+		retry:      cfg.Retry,
+		batchMax:   MaxBatch,
+		deadLetter: deadLetter,
+		logger:     logger.With("sink", cfg.Name),
+		done:       make(chan struct{}),
 	}
+	if b, ok := sink.(Batcher); ok {
+		d.batchMax, d.batchWait = b.Batching()
+		d.batchMax = max(d.batchMax, 1)
+	}
+	for range workers {
+		d.shards = append(d.shards, &shard{queue: queue.New(max(cfg.Queue.Capacity/workers, 1), Coalesce)})
+	}
+	return d
 }
 
 // Coalesce merges a pending event with a newer one for the same object: the
@@ -54,33 +94,79 @@ func Coalesce(pending, newer *event.Event) *event.Event {
 }
 
 // Offer enqueues an event. It never blocks.
-func (d *Delivery) Offer(ev *event.Event) { d.Queue.Offer(ev.Key, ev) }
+func (d *Delivery) Offer(ev *event.Event) {
+	s := d.shards[0]
+	if len(d.shards) > 1 {
+		s = d.shards[maphash.String(d.seed, ev.Key)%uint64(len(d.shards))]
+	}
+	s.queue.Offer(ev.Key, ev)
+}
+
+// Close stops accepting events; Run drains what is queued, then returns.
+func (d *Delivery) Close() {
+	for _, s := range d.shards {
+		s.queue.Close()
+	}
+}
 
 // Stats are a delivery's counts.
 type Stats struct {
-	Delivered, Failed, Retried uint64
-	Queue                      queue.Stats
-	Pending                    int // queued or in flight
+	Delivered, Failed, Retried, DeadLettered uint64
+	Queue                                    queue.Stats // summed over workers
+	Pending                                  int         // queued or in flight
+	Capacity                                 int
 }
 
 // Stats returns the delivery's counts.
 func (d *Delivery) Stats() Stats {
-	return Stats{Delivered: d.delivered.Load(), Failed: d.failed.Load(), Retried: d.retried.Load(), Queue: d.Queue.Stats(), Pending: d.Pending()}
+	st := Stats{Delivered: d.delivered.Load(), Failed: d.failed.Load(), Retried: d.retried.Load(), DeadLettered: d.deadLettered.Load(), Pending: d.Pending()}
+	for _, s := range d.shards {
+		q := s.queue.Stats()
+		st.Queue.Offered += q.Offered
+		st.Queue.Coalesced += q.Coalesced
+		st.Queue.Taken += q.Taken
+		st.Queue.Discarded += q.Discarded
+		st.Capacity += s.queue.Capacity()
+	}
+	return st
 }
 
 // Pending counts events not yet acknowledged: queued or in flight.
-func (d *Delivery) Pending() int { return d.Queue.Len() + int(d.inFlight.Load()) }
+func (d *Delivery) Pending() int {
+	n := 0
+	for _, s := range d.shards {
+		n += s.queue.Len() + int(s.inFlight.Load())
+	}
+	return n
+}
 
-// Run delivers until ctx ends or the queue is closed and drained. A batch
-// cut short by ctx is not acknowledged: it is left undelivered, never
-// counted as delivered.
+// Run delivers until ctx ends or the queues are closed and drained, then
+// returns. A batch cut short by ctx is not acknowledged: it stays counted as
+// pending and is never counted as delivered.
 func (d *Delivery) Run(ctx context.Context) {
-	defer close(d.done)
+	d.runOnce.Do(func() {
+		defer close(d.done)
+		var wg sync.WaitGroup
+		for _, s := range d.shards {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				d.runShard(ctx, s)
+			}()
+		}
+		wg.Wait()
+	})
+}
+
+// Done is closed when Run has returned.
+func (d *Delivery) Done() <-chan struct{} { return d.done }
+
+func (d *Delivery) runShard(ctx context.Context, s *shard) {
 	var buf []queue.Item[*event.Event]
-	batch := make([]*event.Event, 0, MaxBatch)
+	batch := make([]*event.Event, 0, d.batchMax)
 	for {
 		var err error
-		buf, err = d.Queue.TakeBatch(ctx, MaxBatch, buf)
+		buf, err = s.queue.TakeBatch(ctx, d.batchMax, buf)
 		if err != nil {
 			return
 		}
@@ -88,22 +174,33 @@ func (d *Delivery) Run(ctx context.Context) {
 		for _, it := range buf {
 			batch = append(batch, it.Value)
 		}
-		d.inFlight.Store(int64(len(batch)))
-		ok := d.deliver(ctx, batch)
-		if ok {
-			d.inFlight.Store(0)
+		if d.batchWait > 0 && len(batch) < d.batchMax {
+			batch = d.fill(ctx, s, batch, &buf)
 		}
-		if !ok {
-			return // the batch stays counted as pending: it was not acknowledged
+		s.inFlight.Store(int64(len(batch)))
+		if !d.deliver(ctx, batch) {
+			return // not acknowledged: stays pending
 		}
+		s.inFlight.Store(0)
 	}
 }
 
-// CloseSink closes the sink; call it after Run has returned.
-func (d *Delivery) CloseSink(ctx context.Context) error { return d.sink.Close(ctx) }
-
-// Done is closed when Run has returned.
-func (d *Delivery) Done() <-chan struct{} { return d.done }
+// fill waits up to batchWait for more events to join a partial batch.
+func (d *Delivery) fill(ctx context.Context, s *shard, batch []*event.Event, buf *[]queue.Item[*event.Event]) []*event.Event {
+	wctx, cancel := context.WithTimeout(ctx, d.batchWait)
+	defer cancel()
+	for len(batch) < d.batchMax {
+		more, err := s.queue.TakeBatch(wctx, d.batchMax-len(batch), *buf)
+		*buf = more
+		if err != nil {
+			break
+		}
+		for _, it := range more {
+			batch = append(batch, it.Value)
+		}
+	}
+	return batch
+}
 
 // deliver sends one batch until it is acknowledged, permanently refused, or
 // ctx ends (then it returns false).
@@ -120,8 +217,7 @@ func (d *Delivery) deliver(ctx context.Context, batch []*event.Event) bool {
 			return false
 		}
 		if IsPermanent(err) || (d.retry.MaxElapsed > 0 && time.Since(start) > d.retry.MaxElapsed.D()) {
-			d.failed.Add(uint64(len(batch)))
-			d.logger.Error("events not delivered: the sink refused them permanently", "events", len(batch), "first", batch[0].ID, "error", err)
+			d.refuse(ctx, batch, err)
 			return true
 		}
 		d.retried.Add(1)
@@ -140,6 +236,21 @@ func (d *Delivery) deliver(ctx context.Context, batch []*event.Event) bool {
 		}
 		wait = min(2*wait, d.retry.MaxInterval.D())
 	}
+}
+
+// refuse hands a permanently refused batch to the dead-letter.
+func (d *Delivery) refuse(ctx context.Context, batch []*event.Event, cause error) {
+	d.failed.Add(uint64(len(batch)))
+	if d.deadLetter == nil {
+		d.logger.Error("events refused permanently and dropped (no deadLetter configured)", "events", len(batch), "first", batch[0].ID, "error", cause)
+		return
+	}
+	if err := d.deadLetter.Put(ctx, d.Name, batch, cause); err != nil {
+		d.logger.Error("events refused permanently; writing them to the dead-letter failed", "events", len(batch), "first", batch[0].ID, "error", cause, "deadLetterError", err)
+		return
+	}
+	d.deadLettered.Add(uint64(len(batch)))
+	d.logger.Warn("events refused permanently; sent to the dead-letter", "events", len(batch), "first", batch[0].ID, "error", cause)
 }
 
 // safeSend turns a panicking sink into an error, so one bad sink cannot

@@ -84,7 +84,7 @@ func waitFor(t *testing.T, cond func() bool) {
 
 func TestRetriesUntilAcknowledgedInOrder(t *testing.T) {
 	sink := &flaky{failures: 3, err: errors.New("connection refused")}
-	d := NewDelivery(sinkConfig(), sink, slog.New(slog.DiscardHandler))
+	d := NewDelivery(sinkConfig(), sink, nil, slog.New(slog.DiscardHandler))
 	stop := run(t, d)
 	defer stop()
 	var want []string
@@ -104,7 +104,7 @@ func TestRetriesUntilAcknowledgedInOrder(t *testing.T) {
 
 func TestPermanentErrorsAreNotRetried(t *testing.T) {
 	sink := &flaky{failures: 1, err: Permanent(errors.New("400 bad request"))}
-	d := NewDelivery(sinkConfig(), sink, slog.New(slog.DiscardHandler))
+	d := NewDelivery(sinkConfig(), sink, nil, slog.New(slog.DiscardHandler))
 	stop := run(t, d)
 	defer stop()
 	d.Offer(ev("a", "1", event.Added))
@@ -131,7 +131,7 @@ func (p *panicky) Send(ctx context.Context, evs []*event.Event) error {
 
 func TestPanickingSinkIsRetried(t *testing.T) {
 	sink := &panicky{}
-	d := NewDelivery(sinkConfig(), sink, slog.New(slog.DiscardHandler))
+	d := NewDelivery(sinkConfig(), sink, nil, slog.New(slog.DiscardHandler))
 	stop := run(t, d)
 	defer stop()
 	d.Offer(ev("a", "1", event.Added))
@@ -141,11 +141,11 @@ func TestPanickingSinkIsRetried(t *testing.T) {
 // Close drains what is queued, then Run returns.
 func TestCloseDrains(t *testing.T) {
 	sink := &flaky{}
-	d := NewDelivery(sinkConfig(), sink, slog.New(slog.DiscardHandler))
+	d := NewDelivery(sinkConfig(), sink, nil, slog.New(slog.DiscardHandler))
 	for i := range 50 {
 		d.Offer(ev(fmt.Sprint("o", i), "1", event.Added))
 	}
-	d.Queue.Close()
+	d.Close()
 	d.Run(context.Background())
 	if len(sink.received()) != 50 {
 		t.Errorf("drained %d of 50", len(sink.received()))

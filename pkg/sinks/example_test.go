@@ -48,7 +48,7 @@ func Example_writeASink() {
 	if err != nil {
 		panic(err)
 	}
-	d := sinks.NewDelivery(cfg, sink, slog.New(slog.DiscardHandler))
+	d := sinks.NewDelivery(cfg, sink, nil, slog.New(slog.DiscardHandler))
 
 	obj := &unstructured.Unstructured{}
 	obj.SetNamespace("prod")
@@ -58,7 +58,7 @@ func Example_writeASink() {
 	rule := &event.Rule{Name: "r", Cluster: "dev", GVR: schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}}
 	d.Offer(event.New(rule, event.Added, obj, nil, time.Now()))
 
-	d.Queue.Close() // no more events: Run drains the queue and returns
+	d.Close() // no more events: Run drains the queue and returns
 	d.Run(context.Background())
 	// Output: io.kubebridge.deployments.apps.added prod/web 1234.7.added
 }

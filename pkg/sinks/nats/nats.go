@@ -1,0 +1,277 @@
+// Package nats is the NATS sink: each event is published, as structured
+// CloudEvents JSON with its attributes also in ce-* headers, to a subject
+// built from the sink's template (see Token for how values become tokens).
+//
+// Acknowledgement: with jetstream, every event's PubAck (the stream has
+// stored it; Nats-Msg-Id = event id, so the stream drops replays inside its
+// duplicate window); with core NATS, a flush after the batch (the server has
+// received it; core NATS keeps nothing for absent subscribers).
+//
+// The connection reconnects forever with the client's own buffering off:
+// the sink's queue is the buffer, so a publish while disconnected fails and
+// is retried by the delivery loop instead of vanishing with a full buffer.
+package nats
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/kubebridge/kubebridge/pkg/config"
+	"github.com/kubebridge/kubebridge/pkg/event"
+	"github.com/kubebridge/kubebridge/pkg/sinks"
+)
+
+// Factory builds NATS sinks.
+var Factory = sinks.Factory{Type: "nats", Create: create}
+
+// flushTimeout bounds the wait for a core publish batch to be flushed.
+const flushTimeout = 10 * time.Second
+
+// Sink publishes to NATS.
+type Sink struct {
+	name    string
+	nc      *natsgo.Conn
+	js      jetstream.JetStream // nil for core NATS
+	subject subjectTemplate
+	logger  *slog.Logger
+	sb      strings.Builder
+	futures []jetstream.PubAckFuture
+}
+
+func create(ctx context.Context, s sinks.Settings) (sinks.Sink, error) {
+	c := s.Config.NATS
+	if c.Embedded {
+		return nil, errors.New("embedded nats-server is not available in this build yet")
+	}
+	return Connect(ctx, s.Config.Name, c, s.Logger)
+}
+
+// Connect connects (retrying in the background if the server is not up
+// yet) and, when c.Stream is set, creates or updates the stream.
+func Connect(ctx context.Context, name string, c *config.NATSSink, logger *slog.Logger) (*Sink, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	tmpl, err := parseTemplate(c.Subject)
+	if err != nil {
+		return nil, fmt.Errorf("subject: %w", err)
+	}
+	opts, err := options(name, c, logger)
+	if err != nil {
+		return nil, err
+	}
+	nc, err := natsgo.Connect(c.URL, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to %s: %w", redact(c.URL), err)
+	}
+	s := &Sink{name: name, nc: nc, subject: tmpl, logger: logger}
+	if c.JetStream {
+		if s.js, err = jetstream.New(nc); err != nil {
+			nc.Close()
+			return nil, err
+		}
+		if c.Stream != nil {
+			if err := s.ensureStream(ctx, c); err != nil {
+				nc.Close()
+				return nil, err
+			}
+		}
+	}
+	return s, nil
+}
+
+func options(name string, c *config.NATSSink, logger *slog.Logger) ([]natsgo.Option, error) {
+	opts := []natsgo.Option{
+		natsgo.Name("kubebridge/" + name),
+		natsgo.MaxReconnects(-1),
+		natsgo.ReconnectWait(time.Second),
+		natsgo.ReconnectJitter(500*time.Millisecond, time.Second),
+		natsgo.ReconnectBufSize(-1), // the queue is the buffer
+		natsgo.RetryOnFailedConnect(true),
+		natsgo.DisconnectErrHandler(func(_ *natsgo.Conn, err error) {
+			logger.Warn("nats disconnected", "error", err)
+		}),
+		natsgo.ReconnectHandler(func(nc *natsgo.Conn) {
+			logger.Info("nats reconnected", "server", nc.ConnectedUrlRedacted())
+		}),
+	}
+	switch {
+	case c.CredentialsFile != "":
+		opts = append(opts, natsgo.UserCredentials(c.CredentialsFile))
+	case c.NKeySeedFile != "":
+		o, err := natsgo.NkeyOptionFromSeed(c.NKeySeedFile)
+		if err != nil {
+			return nil, fmt.Errorf("nkeySeedFile: %w", err)
+		}
+		opts = append(opts, o)
+	case c.TokenFile != "":
+		tok, err := os.ReadFile(c.TokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("tokenFile: %w", err)
+		}
+		opts = append(opts, natsgo.Token(strings.TrimSpace(string(tok))))
+	case c.User != "":
+		pw, err := os.ReadFile(c.PasswordFile)
+		if err != nil {
+			return nil, fmt.Errorf("passwordFile: %w", err)
+		}
+		opts = append(opts, natsgo.UserInfo(c.User, strings.TrimRight(string(pw), "\r\n")))
+	}
+	if c.TLS != nil {
+		tc, err := sinks.TLSConfig(c.TLS)
+		if err != nil {
+			return nil, err
+		}
+		if c.TLS.InsecureSkipVerify {
+			logger.Warn("TLS server certificates are not verified (insecureSkipVerify)")
+		}
+		opts = append(opts, natsgo.Secure(tc))
+	}
+	return opts, nil
+}
+
+func (s *Sink) ensureStream(ctx context.Context, c *config.NATSSink) error {
+	st := c.Stream
+	subjects := st.Subjects
+	if len(subjects) == 0 {
+		subjects = StreamSubjects(c.Subject)
+	}
+	storage := jetstream.FileStorage
+	if st.Storage == "memory" {
+		storage = jetstream.MemoryStorage
+	}
+	sc := jetstream.StreamConfig{Name: st.Name, Subjects: subjects, Storage: storage, MaxAge: st.MaxAge.D(), Duplicates: st.DuplicateWindow.D()}
+	var err error
+	for attempt := 0; attempt < 30; attempt++ { // the server may still be starting
+		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err = s.js.CreateOrUpdateStream(sctx, sc)
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	if err != nil {
+		return fmt.Errorf("creating stream %s: %w", st.Name, err)
+	}
+	return nil
+}
+
+// Conn is the sink's connection, shared with dead-letters and checkpoints.
+func (s *Sink) Conn() *natsgo.Conn { return s.nc }
+
+// Send publishes the batch and waits for its acknowledgement.
+func (s *Sink) Send(ctx context.Context, events []*event.Event) error {
+	if s.js != nil {
+		return s.sendJetStream(ctx, events)
+	}
+	for _, e := range events {
+		msg, err := s.message(e)
+		if err != nil {
+			return err
+		}
+		if err := s.nc.PublishMsg(msg); err != nil {
+			return classify(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, flushTimeout)
+	defer cancel()
+	if err := s.nc.FlushWithContext(ctx); err != nil {
+		return classify(err)
+	}
+	return nil
+}
+
+func (s *Sink) sendJetStream(ctx context.Context, events []*event.Event) error {
+	s.futures = s.futures[:0]
+	for _, e := range events {
+		msg, err := s.message(e)
+		if err != nil {
+			return err
+		}
+		f, err := s.js.PublishMsgAsync(msg, jetstream.WithMsgID(e.ID))
+		if err != nil {
+			return classify(err)
+		}
+		s.futures = append(s.futures, f)
+	}
+	timeout := time.NewTimer(flushTimeout)
+	defer timeout.Stop()
+	for _, f := range s.futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			return classify(err)
+		case <-timeout.C:
+			return errors.New("timed out waiting for JetStream acknowledgements")
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// message renders an event: structured JSON body, ce-* headers.
+func (s *Sink) message(e *event.Event) (*natsgo.Msg, error) {
+	body, err := json.Marshal(e)
+	if err != nil {
+		return nil, sinks.Permanent(fmt.Errorf("encoding event %s: %w", e.ID, err))
+	}
+	if max := s.nc.MaxPayload(); max > 0 && int64(len(body)) > max {
+		return nil, sinks.Permanent(fmt.Errorf("event %s is %d bytes, over the server's max_payload %d", e.ID, len(body), max))
+	}
+	msg := natsgo.NewMsg(s.subject.render(e, &s.sb))
+	msg.Data = body
+	h := msg.Header
+	h.Set("ce-specversion", event.SpecVersion)
+	h.Set("ce-id", e.ID)
+	h.Set("ce-source", e.Source)
+	h.Set("ce-type", e.Type)
+	h.Set("ce-subject", e.Subject)
+	h.Set("ce-time", e.Time.Format(time.RFC3339Nano))
+	h.Set("ce-kbrule", e.Rule)
+	h.Set("ce-kbcluster", e.Cluster)
+	if e.Replay != "" {
+		h.Set("ce-kbreplay", e.Replay)
+	}
+	if e.Reason != "" {
+		h.Set("ce-kbreason", e.Reason)
+	}
+	h.Set("Content-Type", "application/cloudevents+json")
+	return msg, nil
+}
+
+// classify marks what retrying cannot fix.
+func classify(err error) error {
+	if errors.Is(err, natsgo.ErrMaxPayload) || errors.Is(err, natsgo.ErrBadSubject) {
+		return sinks.Permanent(err)
+	}
+	return err
+}
+
+// Close drains nothing (unacknowledged events stay queued) and closes.
+func (s *Sink) Close(context.Context) error {
+	s.nc.Close()
+	return nil
+}
+
+func redact(urls string) string {
+	parts := strings.Split(urls, ",")
+	for i, p := range parts {
+		if at := strings.LastIndex(p, "@"); at >= 0 {
+			if scheme := strings.Index(p, "://"); scheme >= 0 && scheme < at {
+				parts[i] = p[:scheme+3] + "***" + p[at:]
+			}
+		}
+	}
+	return strings.Join(parts, ",")
+}

@@ -1,0 +1,162 @@
+package nats
+
+import (
+	"strings"
+
+	"github.com/kubebridge/kubebridge/pkg/config"
+	"github.com/kubebridge/kubebridge/pkg/event"
+)
+
+// Token maps a value to a NATS subject token, reversibly (see Untoken):
+// the characters that are special in subjects, '.', '*', '>', whitespace,
+// and '%' itself, become %XX (their hex byte value, as in URLs); an empty
+// value becomes "_" (Kubernetes names are never "_"). So the group
+// example.io is the token example%2Eio, and a consumer subscribes with
+// k8s.*.example%2Eio.widgets.>.
+func Token(v string) string {
+	if v == "" {
+		return "_"
+	}
+	if !strings.ContainsAny(v, ".*>% \t\r\n\f\v") {
+		return v
+	}
+	var b strings.Builder
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		switch c {
+		case '.', '*', '>', '%', ' ', '\t', '\r', '\n', '\f', '\v':
+			const hex = "0123456789ABCDEF"
+			b.WriteByte('%')
+			b.WriteByte(hex[c>>4])
+			b.WriteByte(hex[c&15])
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+// Untoken reverses Token.
+func Untoken(tok string) string {
+	if tok == "_" {
+		return ""
+	}
+	if !strings.Contains(tok, "%") {
+		return tok
+	}
+	var b strings.Builder
+	for i := 0; i < len(tok); i++ {
+		if tok[i] == '%' && i+2 < len(tok) {
+			if h, ok1 := unhex(tok[i+1]); ok1 {
+				if l, ok2 := unhex(tok[i+2]); ok2 {
+					b.WriteByte(h<<4 | l)
+					i += 2
+					continue
+				}
+			}
+		}
+		b.WriteByte(tok[i])
+	}
+	return b.String()
+}
+
+func unhex(c byte) (byte, bool) {
+	switch {
+	case c >= '0' && c <= '9':
+		return c - '0', true
+	case c >= 'A' && c <= 'F':
+		return c - 'A' + 10, true
+	case c >= 'a' && c <= 'f':
+		return c - 'a' + 10, true
+	}
+	return 0, false
+}
+
+// subjectTemplate is a parsed subject template: literal text and placeholders.
+type subjectTemplate struct {
+	parts []part
+}
+
+type part struct {
+	literal     string
+	placeholder string
+}
+
+func parseTemplate(tmpl string) (subjectTemplate, error) {
+	if err := config.ParseSubject(tmpl); err != nil {
+		return subjectTemplate{}, err
+	}
+	var t subjectTemplate
+	rest := tmpl
+	for rest != "" {
+		open := strings.IndexByte(rest, '{')
+		if open < 0 {
+			t.parts = append(t.parts, part{literal: rest})
+			break
+		}
+		if open > 0 {
+			t.parts = append(t.parts, part{literal: rest[:open]})
+		}
+		end := strings.IndexByte(rest, '}')
+		t.parts = append(t.parts, part{placeholder: rest[open+1 : end]})
+		rest = rest[end+1:]
+	}
+	return t, nil
+}
+
+// render builds the subject of an event; each placeholder becomes one token.
+func (t subjectTemplate) render(e *event.Event, b *strings.Builder) string {
+	b.Reset()
+	for _, p := range t.parts {
+		if p.placeholder == "" {
+			b.WriteString(p.literal)
+			continue
+		}
+		b.WriteString(Token(placeholderValue(p.placeholder, e)))
+	}
+	return b.String()
+}
+
+func placeholderValue(name string, e *event.Event) string {
+	switch name {
+	case "cluster":
+		return e.Cluster
+	case "group":
+		if e.GVR.Group == "" {
+			return "core"
+		}
+		return e.GVR.Group
+	case "version":
+		return e.GVR.Version
+	case "resource":
+		return e.GVR.Resource
+	case "kind":
+		return e.Kind
+	case "namespace":
+		return e.Namespace // cluster-scoped: "" -> "_"
+	case "name":
+		return e.Name
+	case "type":
+		return string(e.Change)
+	case "rule":
+		return e.Rule
+	}
+	return ""
+}
+
+// StreamSubjects is the default capture of a stream for a template: the
+// literal tokens before the first placeholder, then ">".
+func StreamSubjects(tmpl string) []string {
+	toks := strings.Split(tmpl, ".")
+	var lit []string
+	for _, t := range toks {
+		if strings.Contains(t, "{") {
+			break
+		}
+		lit = append(lit, t)
+	}
+	if len(lit) == len(toks) {
+		return []string{tmpl}
+	}
+	return []string{strings.Join(append(lit, ">"), ".")}
+}
