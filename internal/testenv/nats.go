@@ -57,6 +57,14 @@ func (n *NATS) Stop() {
 	}
 }
 
+// Start starts a stopped server again on the same port and store.
+func (n *NATS) Start(t testing.TB) {
+	t.Helper()
+	if err := n.start(); err != nil {
+		t.Fatalf("starting nats-server: %v", err)
+	}
+}
+
 // Restart stops the server and starts it again on the same port and store.
 func (n *NATS) Restart(t testing.TB) {
 	t.Helper()

@@ -18,8 +18,10 @@ import (
 
 // Sink delivers events to one destination.
 //
-// Send is called by one goroutine at a time, with events in the order they
-// must be delivered (per object key, order is a promise to consumers). It
+// Send gets events in the order they must be delivered (per object key,
+// order is a promise to consumers). With workers > 1 it is called from that
+// many goroutines at once, each with its own batch (an object's events always
+// go through the same worker), so it must be safe for concurrent use. It
 // returns nil only when the destination has acknowledged every event of the
 // batch (durably, as far as the destination promises: a flush, a PubAck, a
 // 2xx, an fsync). On error the whole batch is sent again, so a sink may

@@ -23,6 +23,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"syscall"
 
 	"github.com/kubebridge/kubebridge/pkg/event"
@@ -42,7 +43,8 @@ func create(_ context.Context, s sinks.Settings) (sinks.Sink, error) {
 
 // Sink writes events as JSON lines.
 type Sink struct {
-	path       string // "" for stdout
+	mu         sync.Mutex // several workers: one write at a time
+	path       string     // "" for stdout
 	maxSize    int64
 	maxBackups int
 	f          *os.File
@@ -80,6 +82,8 @@ func (s *Sink) open() error {
 
 // Send writes the batch and fsyncs it.
 func (s *Sink) Send(_ context.Context, events []*event.Event) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.buf.Reset()
 	enc := json.NewEncoder(&s.buf)
 	for _, ev := range events {
@@ -143,6 +147,8 @@ func (s *Sink) backup(i int) string { return s.path + "." + strconv.Itoa(i) }
 
 // Close closes the file.
 func (s *Sink) Close(context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.f == nil {
 		return nil
 	}

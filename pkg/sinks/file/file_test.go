@@ -2,6 +2,7 @@ package file
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"os"
@@ -14,7 +15,10 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
+	"github.com/kubebridge/kubebridge/pkg/sinks"
+	"github.com/kubebridge/kubebridge/pkg/sinks/sinkstest"
 )
 
 func events(n, from int) []*event.Event {
@@ -115,4 +119,42 @@ func TestDiskFullIsReported(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "disk full") {
 		t.Errorf("err = %v, want disk full", err)
 	}
+}
+
+type fileRemote struct{ path string }
+
+func (r fileRemote) Received(t testing.TB) []sinkstest.Received {
+	data, err := os.ReadFile(r.path)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	var bodies [][]byte
+	for _, line := range bytes.Split(bytes.TrimSpace(data), []byte("\n")) {
+		if len(line) > 0 {
+			bodies = append(bodies, line)
+		}
+	}
+	got, err := sinkstest.ParseIDs(bodies)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+func (fileRemote) Down(t testing.TB)    { t.Fatal("a file has no outages") }
+func (fileRemote) Up(t testing.TB)      { t.Fatal("a file has no outages") }
+func (fileRemote) Restart(t testing.TB) { t.Fatal("a file has no outages") }
+func (fileRemote) Refuse(t testing.TB)  { t.Fatal("a file refuses nothing") }
+
+func TestContract(t *testing.T) {
+	sinkstest.Run(t, sinkstest.Harness{
+		Config: config.Sink{Name: "archive", Workers: 3},
+		New: func(t testing.TB, cfg config.Sink) (sinks.Sink, sinkstest.Remote) {
+			path := filepath.Join(t.TempDir(), "events.jsonl")
+			s, err := Open(path, 1<<30, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s, fileRemote{path}
+		},
+	})
 }

@@ -43,8 +43,6 @@ type Sink struct {
 	js      jetstream.JetStream // nil for core NATS
 	subject subjectTemplate
 	logger  *slog.Logger
-	sb      strings.Builder
-	futures []jetstream.PubAckFuture
 }
 
 func create(ctx context.Context, s sinks.Settings) (sinks.Sink, error) {
@@ -192,7 +190,7 @@ func (s *Sink) Send(ctx context.Context, events []*event.Event) error {
 }
 
 func (s *Sink) sendJetStream(ctx context.Context, events []*event.Event) error {
-	s.futures = s.futures[:0]
+	futures := make([]jetstream.PubAckFuture, 0, len(events))
 	for _, e := range events {
 		msg, err := s.message(e)
 		if err != nil {
@@ -202,11 +200,11 @@ func (s *Sink) sendJetStream(ctx context.Context, events []*event.Event) error {
 		if err != nil {
 			return classify(err)
 		}
-		s.futures = append(s.futures, f)
+		futures = append(futures, f)
 	}
 	timeout := time.NewTimer(flushTimeout)
 	defer timeout.Stop()
-	for _, f := range s.futures {
+	for _, f := range futures {
 		select {
 		case <-f.Ok():
 		case err := <-f.Err():
@@ -229,7 +227,8 @@ func (s *Sink) message(e *event.Event) (*natsgo.Msg, error) {
 	if max := s.nc.MaxPayload(); max > 0 && int64(len(body)) > max {
 		return nil, sinks.Permanent(fmt.Errorf("event %s is %d bytes, over the server's max_payload %d", e.ID, len(body), max))
 	}
-	msg := natsgo.NewMsg(s.subject.render(e, &s.sb))
+	var sb strings.Builder
+	msg := natsgo.NewMsg(s.subject.render(e, &sb))
 	msg.Data = body
 	h := msg.Header
 	h.Set("ce-specversion", event.SpecVersion)

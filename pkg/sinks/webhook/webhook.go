@@ -52,7 +52,6 @@ type Sink struct {
 	secret  []byte
 	client  *http.Client
 	now     func() time.Time
-	buf     bytes.Buffer
 }
 
 func create(_ context.Context, s sinks.Settings) (sinks.Sink, error) {
@@ -152,22 +151,22 @@ func (s *Sink) sendOne(ctx context.Context, e *event.Event) error {
 }
 
 func (s *Sink) sendBatch(ctx context.Context, events []*event.Event) error {
-	s.buf.Reset()
-	s.buf.WriteByte('[')
+	var buf bytes.Buffer
+	buf.WriteByte('[')
 	for i, e := range events {
 		if i > 0 {
-			s.buf.WriteByte(',')
+			buf.WriteByte(',')
 		}
 		b, err := json.Marshal(e)
 		if err != nil {
 			return sinks.Permanent(fmt.Errorf("encoding event %s: %w", e.ID, err))
 		}
-		s.buf.Write(b)
+		buf.Write(b)
 	}
-	s.buf.WriteByte(']')
+	buf.WriteByte(']')
 	h := http.Header{}
 	h.Set("Content-Type", "application/cloudevents-batch+json")
-	return s.post(ctx, h, s.buf.Bytes())
+	return s.post(ctx, h, buf.Bytes())
 }
 
 func (s *Sink) post(ctx context.Context, h http.Header, body []byte) error {
