@@ -81,6 +81,10 @@ type Event struct {
 	dataOnce sync.Once
 	data     json.RawMessage
 	dataErr  error
+
+	encOnce sync.Once
+	enc     []byte
+	encErr  error
 }
 
 // New builds the event for a change of obj (old is the previous state, for
@@ -194,33 +198,65 @@ func (e *Event) renderData() (json.RawMessage, error) {
 	return json.Marshal(d)
 }
 
-// envelope is the structured-mode JSON form.
-type envelope struct {
-	SpecVersion     string          `json:"specversion"`
-	ID              string          `json:"id"`
-	Source          string          `json:"source"`
-	Type            string          `json:"type"`
-	Subject         string          `json:"subject"`
-	Time            string          `json:"time"`
-	DataContentType string          `json:"datacontenttype"`
-	Rule            string          `json:"kbrule"`
-	Cluster         string          `json:"kbcluster"`
-	Replay          string          `json:"kbreplay,omitempty"`
-	Reason          string          `json:"kbreason,omitempty"`
-	Data            json.RawMessage `json:"data"`
+// MarshalJSON renders the event in CloudEvents structured JSON mode.
+func (e *Event) MarshalJSON() ([]byte, error) { return e.Structured() }
+
+// Structured returns the event in CloudEvents structured JSON mode. It is
+// encoded once, on first use, and shared by every sink the event goes to;
+// callers must not modify the bytes.
+func (e *Event) Structured() ([]byte, error) {
+	e.encOnce.Do(func() {
+		d, err := e.Data()
+		if err != nil {
+			e.encErr = err
+			return
+		}
+		b := make([]byte, 0, len(d)+400)
+		b = append(b, `{"specversion":"1.0","id":`...)
+		b = appendString(b, e.ID)
+		b = append(b, `,"source":`...)
+		b = appendString(b, e.Source)
+		b = append(b, `,"type":`...)
+		b = appendString(b, e.Type)
+		b = append(b, `,"subject":`...)
+		b = appendString(b, e.Subject)
+		b = append(b, `,"time":"`...)
+		b = e.Time.AppendFormat(b, time.RFC3339Nano)
+		b = append(b, `","datacontenttype":"application/json","kbrule":`...)
+		b = appendString(b, e.Rule)
+		b = append(b, `,"kbcluster":`...)
+		b = appendString(b, e.Cluster)
+		if e.Replay != "" {
+			b = append(b, `,"kbreplay":`...)
+			b = appendString(b, e.Replay)
+		}
+		if e.Reason != "" {
+			b = append(b, `,"kbreason":`...)
+			b = appendString(b, e.Reason)
+		}
+		b = append(b, `,"data":`...)
+		b = append(b, d...)
+		e.enc = append(b, '}')
+	})
+	return e.enc, e.encErr
 }
 
-// MarshalJSON renders the event in CloudEvents structured JSON mode.
-func (e *Event) MarshalJSON() ([]byte, error) {
-	d, err := e.Data()
-	if err != nil {
-		return nil, err
+// appendString appends s as a JSON string.
+func appendString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\':
+			b = append(b, '\\', c)
+		case c < 0x20:
+			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&15])
+		default:
+			b = append(b, c)
+		}
 	}
-	return json.Marshal(envelope{
-		SpecVersion: SpecVersion, ID: e.ID, Source: e.Source, Type: e.Type, Subject: e.Subject,
-		Time: e.Time.Format(time.RFC3339Nano), DataContentType: "application/json",
-		Rule: e.Rule, Cluster: e.Cluster, Replay: e.Replay, Reason: e.Reason, Data: d,
-	})
+	return append(b, '"')
 }
 
 func isSecret(gvr schema.GroupVersionResource) bool {

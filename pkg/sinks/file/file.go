@@ -16,7 +16,6 @@ package file
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -85,11 +84,13 @@ func (s *Sink) Send(_ context.Context, events []*event.Event) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.buf.Reset()
-	enc := json.NewEncoder(&s.buf)
 	for _, ev := range events {
-		if err := enc.Encode(ev); err != nil {
+		b, err := ev.Structured()
+		if err != nil {
 			return sinks.Permanent(fmt.Errorf("encoding event %s: %w", ev.ID, err))
 		}
+		s.buf.Write(b)
+		s.buf.WriteByte('\n')
 	}
 	if s.out != nil {
 		_, err := s.out.Write(s.buf.Bytes())

@@ -2,7 +2,6 @@ package nats
 
 import (
 	"context"
-	"encoding/json"
 
 	natsgo "github.com/nats-io/nats.go"
 
@@ -19,7 +18,7 @@ type DeadLetter struct {
 // Put publishes the events and flushes.
 func (d *DeadLetter) Put(ctx context.Context, sink string, events []*event.Event, cause error) error {
 	for _, e := range events {
-		body, err := json.Marshal(e)
+		body, err := e.Structured()
 		if err != nil {
 			return err
 		}

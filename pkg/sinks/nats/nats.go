@@ -14,7 +14,6 @@ package nats
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -172,9 +171,11 @@ func (s *Sink) Send(ctx context.Context, events []*event.Event) error {
 	if s.js != nil {
 		return s.sendJetStream(ctx, events)
 	}
+	// Core publish encodes the message at once, so one Msg serves the batch.
+	msg := natsgo.NewMsg("")
+	var sb strings.Builder
 	for _, e := range events {
-		msg, err := s.message(e)
-		if err != nil {
+		if err := s.fill(msg, e, &sb); err != nil {
 			return err
 		}
 		if err := s.nc.PublishMsg(msg); err != nil {
@@ -191,9 +192,10 @@ func (s *Sink) Send(ctx context.Context, events []*event.Event) error {
 
 func (s *Sink) sendJetStream(ctx context.Context, events []*event.Event) error {
 	futures := make([]jetstream.PubAckFuture, 0, len(events))
+	var sb strings.Builder
 	for _, e := range events {
-		msg, err := s.message(e)
-		if err != nil {
+		msg := natsgo.NewMsg("") // kept by the client until acknowledged
+		if err := s.fill(msg, e, &sb); err != nil {
 			return err
 		}
 		f, err := s.js.PublishMsgAsync(msg, jetstream.WithMsgID(e.ID))
@@ -218,35 +220,43 @@ func (s *Sink) sendJetStream(ctx context.Context, events []*event.Event) error {
 	return nil
 }
 
-// message renders an event: structured JSON body, ce-* headers.
-func (s *Sink) message(e *event.Event) (*natsgo.Msg, error) {
-	body, err := json.Marshal(e)
+// fill renders an event into msg: structured JSON body, ce-* headers.
+func (s *Sink) fill(msg *natsgo.Msg, e *event.Event, sb *strings.Builder) error {
+	body, err := e.Structured()
 	if err != nil {
-		return nil, sinks.Permanent(fmt.Errorf("encoding event %s: %w", e.ID, err))
+		return sinks.Permanent(fmt.Errorf("encoding event %s: %w", e.ID, err))
 	}
 	if max := s.nc.MaxPayload(); max > 0 && int64(len(body)) > max {
-		return nil, sinks.Permanent(fmt.Errorf("event %s is %d bytes, over the server's max_payload %d", e.ID, len(body), max))
+		return sinks.Permanent(fmt.Errorf("event %s is %d bytes, over the server's max_payload %d", e.ID, len(body), max))
 	}
-	var sb strings.Builder
-	msg := natsgo.NewMsg(s.subject.render(e, &sb))
+	msg.Subject = s.subject.render(e, sb)
 	msg.Data = body
 	h := msg.Header
-	h.Set("ce-specversion", event.SpecVersion)
-	h.Set("ce-id", e.ID)
-	h.Set("ce-source", e.Source)
-	h.Set("ce-type", e.Type)
-	h.Set("ce-subject", e.Subject)
-	h.Set("ce-time", e.Time.Format(time.RFC3339Nano))
-	h.Set("ce-kbrule", e.Rule)
-	h.Set("ce-kbcluster", e.Cluster)
+	set := func(k, v string) {
+		if cur, ok := h[k]; ok && len(cur) == 1 {
+			cur[0] = v
+		} else {
+			h[k] = []string{v}
+		}
+	}
+	set("ce-specversion", event.SpecVersion)
+	set("ce-id", e.ID)
+	set("ce-source", e.Source)
+	set("ce-type", e.Type)
+	set("ce-subject", e.Subject)
+	set("ce-time", e.Time.Format(time.RFC3339Nano))
+	set("ce-kbrule", e.Rule)
+	set("ce-kbcluster", e.Cluster)
+	delete(h, "ce-kbreplay")
 	if e.Replay != "" {
-		h.Set("ce-kbreplay", e.Replay)
+		set("ce-kbreplay", e.Replay)
 	}
+	delete(h, "ce-kbreason")
 	if e.Reason != "" {
-		h.Set("ce-kbreason", e.Reason)
+		set("ce-kbreason", e.Reason)
 	}
-	h.Set("Content-Type", "application/cloudevents+json")
-	return msg, nil
+	set("Content-Type", "application/cloudevents+json")
+	return nil
 }
 
 // classify marks what retrying cannot fix.

@@ -21,7 +21,6 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -124,7 +123,7 @@ func (s *Sink) sendOne(ctx context.Context, e *event.Event) error {
 	var body []byte
 	var err error
 	if s.mode == "structured" {
-		body, err = json.Marshal(e)
+		body, err = e.Structured()
 		h.Set("Content-Type", "application/cloudevents+json")
 	} else {
 		body, err = e.Data()
@@ -157,7 +156,7 @@ func (s *Sink) sendBatch(ctx context.Context, events []*event.Event) error {
 		if i > 0 {
 			buf.WriteByte(',')
 		}
-		b, err := json.Marshal(e)
+		b, err := e.Structured()
 		if err != nil {
 			return sinks.Permanent(fmt.Errorf("encoding event %s: %w", e.ID, err))
 		}

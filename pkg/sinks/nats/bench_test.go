@@ -1,0 +1,150 @@
+package nats
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/kubebridge/kubebridge/internal/testenv"
+	"github.com/kubebridge/kubebridge/pkg/event"
+	"github.com/kubebridge/kubebridge/pkg/sinks/sinkstest"
+)
+
+// Each benchmark publishes batches of 256 events of a ~1 KiB object to an
+// embedded server (in the same process: it shares the 2 cores) and reports
+// events/s. The Raw* baselines publish the same messages (subject, ce-*
+// headers, body) prepared in advance, with nats.go directly, so the ratio is
+// the sink's own cost: rendering subjects and headers, checks, acks.
+
+const benchBatch = 256
+
+func benchEvents(n int) []*event.Event {
+	src := sinkstest.NewSource(700)
+	out := make([]*event.Event, n)
+	for i := range out {
+		out[i] = src.Next(i % 1000)
+	}
+	return out
+}
+
+func report(b *testing.B, events int, start time.Time) {
+	b.ReportMetric(float64(events)/time.Since(start).Seconds(), "events/s")
+}
+
+func BenchmarkSinkCore(b *testing.B) {
+	srv := testenv.StartNATS(b)
+	s, err := Connect(context.Background(), "bench", sinkConfig(srv.ClientURL(), false), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	evs := benchEvents(benchBatch)
+	b.ResetTimer()
+	start, n := time.Now(), 0
+	for b.Loop() {
+		if err := s.Send(context.Background(), evs); err != nil {
+			b.Fatal(err)
+		}
+		n += len(evs)
+	}
+	report(b, n, start)
+}
+
+func BenchmarkRawCore(b *testing.B) {
+	srv := testenv.StartNATS(b)
+	nc, err := natsgo.Connect(srv.ClientURL())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer nc.Close()
+	msgs := rawMessages(b, nc, benchEvents(benchBatch))
+	b.ResetTimer()
+	start, n := time.Now(), 0
+	for b.Loop() {
+		for _, m := range msgs {
+			if err := nc.PublishMsg(m); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := nc.Flush(); err != nil {
+			b.Fatal(err)
+		}
+		n += len(msgs)
+	}
+	report(b, n, start)
+}
+
+func BenchmarkSinkJetStream(b *testing.B) {
+	srv := testenv.StartNATS(b)
+	c := sinkConfig(srv.ClientURL(), true)
+	c.Stream.Storage = "file"
+	s, err := Connect(context.Background(), "bench", c, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	evs := benchEvents(benchBatch)
+	b.ResetTimer()
+	start, n := time.Now(), 0
+	for i := 0; b.Loop(); i++ {
+		if err := s.Send(context.Background(), evs); err != nil { // the same ids: deduped after the first
+			b.Fatal(err)
+		}
+		n += len(evs)
+	}
+	report(b, n, start)
+}
+
+func BenchmarkRawJetStream(b *testing.B) {
+	srv := testenv.StartNATS(b)
+	nc, err := natsgo.Connect(srv.ClientURL())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "K8S", Subjects: []string{"k8s.>"}, Storage: jetstream.FileStorage}); err != nil {
+		b.Fatal(err)
+	}
+	evs := benchEvents(benchBatch)
+	msgs := rawMessages(b, nc, evs)
+	b.ResetTimer()
+	start, n := time.Now(), 0
+	for b.Loop() {
+		futures := make([]jetstream.PubAckFuture, len(msgs))
+		for i, m := range msgs {
+			if futures[i], err = js.PublishMsgAsync(m, jetstream.WithMsgID(evs[i].ID)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for _, f := range futures {
+			select {
+			case <-f.Ok():
+			case err := <-f.Err():
+				b.Fatal(err)
+			}
+		}
+		n += len(msgs)
+	}
+	report(b, n, start)
+}
+
+// rawMessages prepares the messages the sink would send, once.
+func rawMessages(b *testing.B, nc *natsgo.Conn, evs []*event.Event) []*natsgo.Msg {
+	s := &Sink{nc: nc}
+	s.subject, _ = parseTemplate("k8s.{cluster}.{group}.{resource}.{namespace}.{name}.{type}")
+	out := make([]*natsgo.Msg, len(evs))
+	for i, e := range evs {
+		var sb strings.Builder
+		out[i] = natsgo.NewMsg("")
+		if err := s.fill(out[i], e, &sb); err != nil {
+			b.Fatal(err)
+		}
+		out[i].Subject = strings.Clone(out[i].Subject)
+	}
+	return out
+}
