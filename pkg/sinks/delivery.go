@@ -50,6 +50,11 @@ type Delivery struct {
 	deadLetter DeadLetter
 	logger     *slog.Logger
 
+	// OnAck, when set before Run, is called after each acknowledged batch with
+	// its events (for delivery-latency metrics: now minus each event's Time).
+	// It runs on the worker and must be quick.
+	OnAck func(events []*event.Event)
+
 	delivered, failed, retried, deadLettered atomic.Uint64
 	done                                     chan struct{}
 	runOnce                                  sync.Once
@@ -211,6 +216,9 @@ func (d *Delivery) deliver(ctx context.Context, batch []*event.Event) bool {
 		err := d.safeSend(ctx, batch)
 		if err == nil {
 			d.delivered.Add(uint64(len(batch)))
+			if d.OnAck != nil {
+				d.OnAck(batch)
+			}
 			return true
 		}
 		if ctx.Err() != nil {

@@ -85,6 +85,12 @@ func waitFor(t *testing.T, cond func() bool) {
 func TestRetriesUntilAcknowledgedInOrder(t *testing.T) {
 	sink := &flaky{failures: 3, err: errors.New("connection refused")}
 	d := NewDelivery(sinkConfig(), sink, nil, slog.New(slog.DiscardHandler))
+	var acked sync.Map
+	d.OnAck = func(evs []*event.Event) {
+		for _, e := range evs {
+			acked.Store(e.ID, time.Since(e.Time))
+		}
+	}
 	stop := run(t, d)
 	defer stop()
 	var want []string
@@ -99,6 +105,17 @@ func TestRetriesUntilAcknowledgedInOrder(t *testing.T) {
 	}
 	if s := d.Stats(); s.Delivered != 20 || s.Retried != 3 || s.Failed != 0 {
 		t.Errorf("stats %+v", s)
+	}
+	n := 0
+	acked.Range(func(_, v any) bool {
+		n++
+		if v.(time.Duration) <= 0 {
+			t.Errorf("latency %v", v)
+		}
+		return true
+	})
+	if n != 20 {
+		t.Errorf("OnAck saw %d events, want 20", n)
 	}
 }
 
