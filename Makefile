@@ -36,9 +36,9 @@ fuzz: ## run the config fuzzers for FUZZTIME each
 docs: ## regenerate the config reference in README.md from pkg/config
 	$(GO) test ./pkg/config -run TestConfigReference -update
 
-demo:
-	@echo "make demo arrives with issue 6 (in-cluster: Helm chart, metrics, demo)."; \
-	echo "Until then: make build && ./bin/bridge validate --config config/deployments-to-nats.yaml"; exit 1
+DEMO_ARGS ?=
+demo: tools ## a local etcd + kube-apiserver, the bridge with config/demo.yaml and its embedded NATS, events tailed live
+	$(GO) run ./hack/demo $(DEMO_ARGS)
 
 clean:
 	rm -rf $(BIN)

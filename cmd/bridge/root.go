@@ -16,7 +16,7 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newVersionCommand(), newValidateCommand(), newRunCommand())
+	root.AddCommand(newVersionCommand(), newValidateCommand(), newRunCommand(), newTailCommand())
 	return root
 }
 

@@ -21,6 +21,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -37,19 +38,35 @@ const flushTimeout = 10 * time.Second
 
 // Sink publishes to NATS.
 type Sink struct {
-	name    string
-	nc      *natsgo.Conn
-	js      jetstream.JetStream // nil for core NATS
-	subject subjectTemplate
-	logger  *slog.Logger
+	name     string
+	nc       *natsgo.Conn
+	js       jetstream.JetStream // nil for core NATS
+	subject  subjectTemplate
+	logger   *slog.Logger
+	embedded *server.Server // when the sink runs its own server
 }
 
 func create(ctx context.Context, s sinks.Settings) (sinks.Sink, error) {
 	c := s.Config.NATS
-	if c.Embedded {
-		return nil, errors.New("embedded nats-server is not available in this build yet")
+	if !c.Embedded {
+		return Connect(ctx, s.Config.Name, c, s.Logger)
 	}
-	return Connect(ctx, s.Config.Name, c, s.Logger)
+	srv, url, err := startEmbedded(s.Config.Name, c)
+	if err != nil {
+		return nil, err
+	}
+	cc := *c
+	cc.URL = url
+	sink, err := Connect(ctx, s.Config.Name, &cc, s.Logger)
+	if err != nil {
+		srv.Shutdown()
+		return nil, err
+	}
+	sink.embedded = srv
+	if s.Logger != nil {
+		s.Logger.Info("embedded nats-server started", "url", url)
+	}
+	return sink, nil
 }
 
 // Connect connects (retrying in the background if the server is not up
@@ -270,6 +287,10 @@ func classify(err error) error {
 // Close drains nothing (unacknowledged events stay queued) and closes.
 func (s *Sink) Close(context.Context) error {
 	s.nc.Close()
+	if s.embedded != nil {
+		s.embedded.Shutdown()
+		s.embedded.WaitForShutdown()
+	}
 	return nil
 }
 

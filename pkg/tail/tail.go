@@ -1,0 +1,153 @@
+// Package tail prints kubebridge events from NATS, for the developers of
+// downstream consumers: `bridge tail --nats URL --subject 'k8s.>'`.
+package tail
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Options say what to read and how to print it.
+type Options struct {
+	URL     string
+	Subject string // may hold wildcards; default k8s.>
+	// Stream, when set, reads the JetStream stream from its first message
+	// (an ordered consumer) instead of only what is published from now on.
+	Stream string
+	JSON   bool // print each event's raw JSON
+	Count  int  // stop after this many events; 0: until ctx ends
+}
+
+// Run prints events until ctx ends or Count events were printed.
+func Run(ctx context.Context, o Options, out io.Writer) error {
+	if o.Subject == "" {
+		o.Subject = "k8s.>"
+	}
+	nc, err := natsgo.Connect(o.URL, natsgo.MaxReconnects(-1), natsgo.RetryOnFailedConnect(true), natsgo.Name("kubebridge-tail"))
+	if err != nil {
+		return fmt.Errorf("connecting to %s: %w", o.URL, err)
+	}
+	defer nc.Close()
+	msgs := make(chan *natsgo.Msg, 1024)
+	if o.Stream == "" {
+		sub, err := nc.ChanSubscribe(o.Subject, msgs)
+		if err != nil {
+			return err
+		}
+		defer sub.Unsubscribe()
+	} else {
+		js, err := jetstream.New(nc)
+		if err != nil {
+			return err
+		}
+		var cons jetstream.Consumer
+		for { // the stream may not exist yet when tail starts first
+			cons, err = js.OrderedConsumer(ctx, o.Stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{o.Subject}})
+			if err == nil || ctx.Err() != nil || !errors.Is(err, jetstream.ErrStreamNotFound) {
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		if err != nil {
+			return fmt.Errorf("reading stream %s: %w", o.Stream, err)
+		}
+		cc, err := cons.Consume(func(m jetstream.Msg) {
+			msgs <- &natsgo.Msg{Subject: m.Subject(), Data: m.Data(), Header: m.Headers()}
+		})
+		if err != nil {
+			return err
+		}
+		defer cc.Stop()
+	}
+	n := 0
+	for {
+		select {
+		case <-ctx.Done():
+			if o.Count > 0 {
+				return fmt.Errorf("got %d of %d events: %w", n, o.Count, ctx.Err())
+			}
+			return nil
+		case m := <-msgs:
+			if o.JSON {
+				fmt.Fprintf(out, "%s\n", m.Data)
+			} else {
+				fmt.Fprint(out, Format(m.Subject, m.Data))
+			}
+			n++
+			if o.Count > 0 && n >= o.Count {
+				return nil
+			}
+		}
+	}
+}
+
+type ce struct {
+	ID      string `json:"id"`
+	Type    string `json:"type"`
+	Subject string `json:"subject"`
+	Time    string `json:"time"`
+	Rule    string `json:"kbrule"`
+	Replay  string `json:"kbreplay"`
+	Reason  string `json:"kbreason"`
+	Data    struct {
+		Patch []struct {
+			Op    string `json:"op"`
+			Path  string `json:"path"`
+			Value any    `json:"value"`
+		} `json:"patch"`
+	} `json:"data"`
+}
+
+// Format renders one event readably: time, change, resource, object, rule,
+// and for updates the patch, one operation a line.
+func Format(natsSubject string, body []byte) string {
+	var e ce
+	if err := json.Unmarshal(body, &e); err != nil || e.Type == "" {
+		return fmt.Sprintf("?? %s: not a kubebridge event (%d bytes)\n", natsSubject, len(body))
+	}
+	// io.kubebridge.<resource>.<group>.<change>
+	t := strings.TrimPrefix(e.Type, "io.kubebridge.")
+	change := t[strings.LastIndex(t, ".")+1:]
+	resource := strings.TrimSuffix(t, "."+change)
+	if strings.HasSuffix(resource, ".core") {
+		resource = strings.TrimSuffix(resource, ".core")
+	}
+	ts := e.Time
+	if parsed, err := time.Parse(time.RFC3339Nano, e.Time); err == nil {
+		ts = parsed.Local().Format("15:04:05.000")
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %-8s %-28s %s", ts, change, resource, e.Subject)
+	var notes []string
+	if e.Reason != "" {
+		notes = append(notes, e.Reason)
+	}
+	if e.Replay != "" {
+		notes = append(notes, "replay: "+e.Replay)
+	}
+	notes = append(notes, "rule "+e.Rule)
+	fmt.Fprintf(&b, "  (%s)\n", strings.Join(notes, ", "))
+	for _, op := range e.Data.Patch {
+		if op.Path == "/metadata/resourceVersion" || op.Path == "/metadata/generation" {
+			continue
+		}
+		if op.Op == "remove" {
+			fmt.Fprintf(&b, "    - %s\n", op.Path)
+			continue
+		}
+		v, _ := json.Marshal(op.Value)
+		if len(v) > 80 {
+			v = append(v[:77], "..."...)
+		}
+		fmt.Fprintf(&b, "    %s %s: %s\n", map[string]string{"add": "+", "replace": "~"}[op.Op], op.Path, v)
+	}
+	return b.String()
+}
