@@ -20,6 +20,8 @@ import (
 func newRunCommand() *cobra.Command {
 	var (
 		file, kubeconfig, kubeContext, logFormat, logLevel string
+		checkpointFile                                     string
+		resetCheckpoint                                    bool
 		drainTimeout, syncTimeout                          time.Duration
 	)
 	cmd := &cobra.Command{
@@ -27,7 +29,9 @@ func newRunCommand() *cobra.Command {
 		Short: "Watch the cluster and deliver events to the configured sinks",
 		Long: `Run loads the config (exit 2 if it is invalid or does not fit the cluster:
 unknown resources, missing RBAC), starts one queue and worker per sink and
-the shared informers, and delivers events until SIGINT or SIGTERM. The
+the shared informers, reconciles each sink with its checkpoint (what
+changed while the bridge was down is delivered with kbreplay: checkpoint),
+and delivers events until SIGINT or SIGTERM. The
 first signal stops watching and drains the queues into the sinks for up to
 --drain-timeout; a second signal exits at once.
 
@@ -56,7 +60,8 @@ Without --kubeconfig it uses the in-cluster service account.`,
 
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			b := bridge.New(bridge.Options{Config: cfg, REST: rc, Logger: logger, SyncTimeout: syncTimeout})
+			b := bridge.New(bridge.Options{Config: cfg, REST: rc, Logger: logger, SyncTimeout: syncTimeout,
+				CheckpointFile: checkpointFile, ResetCheckpoint: resetCheckpoint})
 			logger.Info("starting", "version", version.Version, "config", file, "cluster", cfg.Cluster, "apiserver", rc.Host)
 			if err := b.Start(ctx); err != nil {
 				var ce *bridge.ConfigError
@@ -92,6 +97,8 @@ Without --kubeconfig it uses the in-cluster service account.`,
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.DurationVar(&drainTimeout, "drain-timeout", 10*time.Second, "on shutdown, how long queues may drain into their sinks")
 	f.DurationVar(&syncTimeout, "sync-timeout", 2*time.Minute, "how long to wait for the informers' first sync")
+	f.StringVar(&checkpointFile, "checkpoint-file", "", "checkpoint file, instead of the config's checkpoint (file or natsKV)")
+	f.BoolVar(&resetCheckpoint, "reset-checkpoint", false, "move an unreadable checkpoint file aside and start empty (the full view is delivered again)")
 	return cmd
 }
 

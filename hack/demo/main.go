@@ -72,7 +72,8 @@ func run(ci bool) error {
 	if err != nil {
 		return err
 	}
-	bridge := exec.Command(bridgeBin, "run", "--config", filepath.Join(root, "config", "demo.yaml"), "--kubeconfig", kc, "--log-format", "text")
+	bridge := exec.Command(bridgeBin, "run", "--config", filepath.Join(root, "config", "demo.yaml"), "--kubeconfig", kc, "--log-format", "text",
+		"--checkpoint-file", filepath.Join(dir, "state.db"))
 	bridge.Env = append(os.Environ(), "KUBEBRIDGE_DATA_DIR="+dir)
 	bridge.Stdout, bridge.Stderr = logFile, logFile
 	bridge.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

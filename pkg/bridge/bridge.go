@@ -6,12 +6,16 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
+	"github.com/kubebridge/kubebridge/pkg/checkpoint"
 	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
 	"github.com/kubebridge/kubebridge/pkg/filters"
@@ -42,6 +46,14 @@ type Options struct {
 	Sinks *sinks.Registry
 	// SyncTimeout bounds the wait for the informers' first sync. Default 2m.
 	SyncTimeout time.Duration
+	// CheckpointFile, when set, overrides the config's checkpoint.file.
+	CheckpointFile string
+	// ResetCheckpoint moves an unreadable checkpoint file aside and starts
+	// from an empty one (the full view is then delivered again).
+	ResetCheckpoint bool
+	// CheckpointInterval is how often acknowledged events are written to the
+	// checkpoint: the most a crash makes the bridge deliver again. Default 1s.
+	CheckpointInterval time.Duration
 }
 
 // ConfigError is returned by Start when the config does not fit the
@@ -72,9 +84,23 @@ type Bridge struct {
 
 	closers        []func(context.Context) error
 	cancelDelivery context.CancelFunc
-	wg             sync.WaitGroup
-	shutdownOnce   sync.Once
-	shutdownErr    error
+	store          checkpoint.Store
+	recorder       *checkpoint.Recorder
+	rules          []*filters.Rule
+
+	// Until the checkpoint reconciliation is queued, live events are held
+	// here, so that no live event overtakes an older replayed state.
+	gated        atomic.Bool
+	gateMu       sync.Mutex
+	held         []heldEvent
+	wg           sync.WaitGroup
+	shutdownOnce sync.Once
+	shutdownErr  error
+}
+
+type heldEvent struct {
+	ev    *event.Event
+	sinks []string
 }
 
 // New returns a bridge for opts; Start runs it.
@@ -87,6 +113,9 @@ func New(opts Options) *Bridge {
 	}
 	if opts.SyncTimeout == 0 {
 		opts.SyncTimeout = 2 * time.Minute
+	}
+	if opts.CheckpointInterval == 0 {
+		opts.CheckpointInterval = time.Second
 	}
 	return &Bridge{opts: opts, logger: opts.Logger, deliveries: map[string]*sinks.Delivery{}}
 }
@@ -127,12 +156,24 @@ func (b *Bridge) Start(ctx context.Context) (err error) {
 		built[sc.Name] = sink
 		b.closers = append(b.closers, func(ctx context.Context) error { return sink.Close(ctx) })
 	}
+	if err := b.openCheckpoint(ctx, built); err != nil {
+		return err
+	}
+	b.recorder = checkpoint.NewRecorder(b.store, b.opts.CheckpointInterval, b.logger)
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		b.recorder.Run()
+	}()
 	for _, sc := range cfg.Sinks {
 		dl, err := b.deadLetter(sc, built)
 		if err != nil {
 			return fmt.Errorf("sink %q: deadLetter: %w", sc.Name, err)
 		}
 		d := sinks.NewDelivery(sc, built[sc.Name], dl, b.logger)
+		name := sc.Name
+		d.OnAck = func(evs []*event.Event) { b.recorder.Acked(name, evs) }
+		d.BeforeSend = func(ctx context.Context, evs []*event.Event) error { return b.recorder.Intend(ctx, name, evs) }
 		b.deliveries[sc.Name] = d
 		b.order = append(b.order, d)
 		b.wg.Add(1)
@@ -161,24 +202,145 @@ func (b *Bridge) Start(ctx context.Context) (err error) {
 	if len(compileProblems) > 0 {
 		return &ConfigError{Problems: compileProblems}
 	}
+	b.rules = rules
 	plan := informer.Plan(rules, sel, info.Namespaced)
 	b.informers, err = informer.New(dyn, plan, b.emit, b.logger)
 	if err != nil {
 		return err
 	}
+	b.informers.SkipInitialList = true // the reconciliation below delivers the initial view
 	nsSource = b.informers
 
+	b.gated.Store(true)
 	syncCtx, cancelSync := context.WithTimeout(ctx, b.opts.SyncTimeout)
 	defer cancelSync()
 	if err := b.informers.Start(syncCtx); err != nil {
 		return err
 	}
-	b.logger.Info("bridge started", "informers", b.informers.Specs(), "rules", len(rules), "sinks", len(b.order))
+	replayed, err := b.reconcile(ctx)
+	if err != nil {
+		return err
+	}
+	b.releaseGate()
+	b.logger.Info("bridge started", "informers", b.informers.Specs(), "rules", len(rules), "sinks", len(b.order), "replayedFromCheckpoint", replayed)
 	return nil
+}
+
+// openCheckpoint opens the checkpoint store the config names.
+func (b *Bridge) openCheckpoint(ctx context.Context, built map[string]sinks.Sink) error {
+	cp := b.opts.Config.Checkpoint
+	if kv := cp.NATSKV; kv != nil && b.opts.CheckpointFile == "" {
+		ns, ok := built[kv.Sink].(*natssink.Sink)
+		if !ok {
+			return fmt.Errorf("checkpoint.natsKV.sink %q is not a nats sink", kv.Sink)
+		}
+		store, err := checkpoint.OpenKV(ctx, ns.Conn(), kv.Bucket)
+		if err != nil {
+			return err
+		}
+		b.store = store
+		return nil
+	}
+	path := cp.File
+	if b.opts.CheckpointFile != "" {
+		path = b.opts.CheckpointFile
+	}
+	store, err := checkpoint.OpenBolt(path, b.opts.ResetCheckpoint)
+	if err != nil {
+		return err
+	}
+	b.store = store
+	b.closers = append(b.closers, func(context.Context) error { return store.Close() })
+	return nil
+}
+
+// reconcile diffs each sink's delivered view, per rule, against the
+// current one and queues the difference with kbreplay "checkpoint": objects
+// new or changed since as added/updated, vanished ones as deleted.
+func (b *Bridge) reconcile(ctx context.Context) (int, error) {
+	now := time.Now()
+	n := 0
+	for _, r := range b.rules {
+		view := b.informers.View(r)
+		for _, sinkName := range r.Sinks {
+			d := b.deliveries[sinkName]
+			seen, err := b.store.Load(ctx, sinkName, r.Name)
+			if err != nil {
+				return n, fmt.Errorf("loading the checkpoint of sink %s, rule %s: %w", sinkName, r.Name, err)
+			}
+			keys := make([]string, 0, len(seen))
+			for k := range seen {
+				keys = append(keys, k)
+			}
+			b.recorder.Known(sinkName, r.Name, keys)
+			for _, obj := range view {
+				key := checkpoint.ObjectKey(obj.GetNamespace(), obj.GetName())
+				entry, known := seen[key]
+				delete(seen, key)
+				switch {
+				case !known || entry.UID != string(obj.GetUID()) || entry.ResourceVersion == "":
+					if r.Delivers(event.Added) {
+						d.Offer(event.New(r.Event, event.Added, obj, nil, now).WithReplay(event.ReplayCheckpoint))
+						n++
+					}
+				case entry.ResourceVersion != obj.GetResourceVersion():
+					if r.Delivers(event.Updated) {
+						d.Offer(event.New(r.Event, event.Updated, obj, nil, now).WithReplay(event.ReplayCheckpoint))
+						n++
+					}
+				}
+			}
+			for _, entry := range seen { // delivered, no longer in the view
+				if r.Delivers(event.Deleted) {
+					d.Offer(event.New(r.Event, event.Deleted, lastKnown(entry), nil, now).WithReplay(event.ReplayCheckpoint))
+					n++
+				}
+			}
+		}
+	}
+	return n, nil
+}
+
+// lastKnown rebuilds the metadata of an object that is gone, from its checkpoint entry.
+func lastKnown(e checkpoint.Entry) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{}}
+	u.SetNamespace(e.Namespace)
+	u.SetName(e.Name)
+	u.SetUID(types.UID(e.UID))
+	u.SetResourceVersion(e.ResourceVersion)
+	if len(e.Labels) > 0 {
+		u.SetLabels(e.Labels)
+	}
+	return u
+}
+
+// releaseGate queues the live events held during reconciliation, in order,
+// and lets later ones through directly.
+func (b *Bridge) releaseGate() {
+	b.gateMu.Lock()
+	defer b.gateMu.Unlock()
+	for _, h := range b.held {
+		b.offer(h.ev, h.sinks)
+	}
+	b.held = nil
+	b.gated.Store(false)
 }
 
 // emit hands an event to each of its sinks' queues; it never blocks.
 func (b *Bridge) emit(ev *event.Event, sinkNames []string) {
+	if b.gated.Load() {
+		b.gateMu.Lock()
+		if b.gated.Load() {
+			b.held = append(b.held, heldEvent{ev, sinkNames})
+			b.gateMu.Unlock()
+			return
+		}
+		b.gateMu.Unlock()
+	}
+	b.offer(ev, sinkNames)
+}
+
+func (b *Bridge) offer(ev *event.Event, sinkNames []string) {
 	for _, name := range sinkNames {
 		if d := b.deliveries[name]; d != nil {
 			d.Offer(ev)
@@ -258,13 +420,23 @@ func (b *Bridge) closeAll(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// stopAll stops informers and delivery workers and waits for them.
+// stopAll stops informers and delivery workers, then writes the last
+// acknowledged events to the checkpoint, and waits for all of it.
 func (b *Bridge) stopAll() {
 	if b.informers != nil {
 		b.informers.Stop()
 	}
 	if b.cancelDelivery != nil {
 		b.cancelDelivery()
+	}
+	for _, d := range b.order {
+		<-d.Done()
+	}
+	if b.recorder != nil {
+		if err := b.recorder.Stop(context.Background()); err != nil {
+			b.logger.Error("final checkpoint write failed", "error", err)
+		}
+		b.recorder = nil
 	}
 	b.wg.Wait()
 }

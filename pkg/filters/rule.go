@@ -193,6 +193,22 @@ func (r *Rule) IndexKeys() []config.IndexKey {
 	return keys
 }
 
+// IndexLookup names the rule's first index term and its values, for
+// enumerating the rule's candidates with the informer's ByIndex.
+func (r *Rule) IndexLookup() (index string, values []string, ok bool) {
+	if len(r.index) == 0 {
+		return "", nil, false
+	}
+	t := r.index[0]
+	for v := range t.values {
+		values = append(values, v)
+	}
+	return t.key.String(), values, true
+}
+
+// Delivers reports whether the rule delivers events of type t.
+func (r *Rule) Delivers(t event.Type) bool { return r.events[t] }
+
 // EvalErrors counts where evaluations that failed.
 func (r *Rule) EvalErrors() uint64 { return r.evalErrors.Load() }
 

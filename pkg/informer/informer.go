@@ -164,6 +164,10 @@ type Emit func(ev *event.Event, sinks []string)
 
 // Informers runs a set of planned informers.
 type Informers struct {
+	// SkipInitialList drops the adds of each informer's first list: a
+	// checkpoint reconciliation delivers the view that list shows instead.
+	SkipInitialList bool
+
 	client  dynamic.Interface
 	logger  *slog.Logger
 	emit    Emit
@@ -307,6 +311,42 @@ func (in *Informers) Synced() bool {
 	return true
 }
 
+// View returns the objects currently in rule r's view, from the caches of
+// the informers that feed it. A rule with index terms is enumerated through
+// the informer's index (ByIndex on its first term), not by a full scan.
+func (in *Informers) View(r *filters.Rule) []*unstructured.Unstructured {
+	var out []*unstructured.Unstructured
+	name, values, indexed := r.IndexLookup()
+	for _, run := range in.running {
+		if !slices.Contains(run.Rules, r) {
+			continue
+		}
+		var objs []any
+		if indexed {
+			for _, v := range values {
+				got, err := run.informer.GetIndexer().ByIndex(name, v)
+				if err != nil {
+					in.logger.Error("index lookup failed; scanning", "rule", r.Name, "index", name, "error", err)
+					objs = run.informer.GetStore().List()
+					break
+				}
+				objs = append(objs, got...)
+			}
+		} else {
+			objs = run.informer.GetStore().List()
+		}
+		seen := map[*unstructured.Unstructured]bool{}
+		for _, o := range objs {
+			u, ok := o.(*unstructured.Unstructured)
+			if ok && !seen[u] && r.InView(u) {
+				seen[u] = true
+				out = append(out, u)
+			}
+		}
+	}
+	return out
+}
+
 // Specs lists the running informers, for logs.
 func (in *Informers) Specs() []string {
 	out := make([]string, len(in.running))
@@ -318,9 +358,9 @@ func (in *Informers) Specs() []string {
 
 func (run *running) handler(in *Informers) cache.ResourceEventHandler {
 	return cache.ResourceEventHandlerDetailedFuncs{
-		AddFunc: func(obj any, _ bool) {
+		AddFunc: func(obj any, initialList bool) {
 			u, ok := obj.(*unstructured.Unstructured)
-			if !ok {
+			if !ok || (initialList && in.SkipInitialList) {
 				return
 			}
 			now := in.now()

@@ -51,9 +51,12 @@ type Delivery struct {
 	logger     *slog.Logger
 
 	// OnAck, when set before Run, is called after each acknowledged batch with
-	// its events (for delivery-latency metrics: now minus each event's Time).
+	// its events (checkpoints; latency metrics: now minus each event's Time).
 	// It runs on the worker and must be quick.
 	OnAck func(events []*event.Event)
+	// BeforeSend, when set before Run, is called once before a batch is first
+	// sent; while it fails, the batch is retried as if the sink had failed.
+	BeforeSend func(ctx context.Context, events []*event.Event) error
 
 	delivered, failed, retried, deadLettered atomic.Uint64
 	done                                     chan struct{}
@@ -212,8 +215,17 @@ func (d *Delivery) fill(ctx context.Context, s *shard, batch []*event.Event, buf
 func (d *Delivery) deliver(ctx context.Context, batch []*event.Event) bool {
 	wait := d.retry.InitialInterval.D()
 	start := time.Now()
+	prepared := d.BeforeSend == nil
 	for attempt := 1; ; attempt++ {
-		err := d.safeSend(ctx, batch)
+		var err error
+		if !prepared {
+			if err = d.BeforeSend(ctx, batch); err == nil {
+				prepared = true
+			}
+		}
+		if prepared {
+			err = d.safeSend(ctx, batch)
+		}
 		if err == nil {
 			d.delivered.Add(uint64(len(batch)))
 			if d.OnAck != nil {

@@ -64,7 +64,8 @@ func startBridge(t *testing.T, cp *testenv.ControlPlane, config string) *bridgeP
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.cmd = exec.Command(bridgeBin, "run", "--config", cfgPath, "--kubeconfig", kc, "--log-format", "text", "--log-level", "debug")
+	b.cmd = exec.Command(bridgeBin, "run", "--config", cfgPath, "--kubeconfig", kc, "--log-format", "text", "--log-level", "debug",
+		"--checkpoint-file", filepath.Join(dir, "state.db"))
 	b.cmd.Stdout, b.cmd.Stderr = logFile, logFile
 	b.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := b.cmd.Start(); err != nil {

@@ -49,7 +49,8 @@ rules:
 
 	start := func(drain string) (*exec.Cmd, *syncWriter, chan error) {
 		out := &syncWriter{}
-		cmd := exec.Command(bridgeBin, "run", "--config", cfg, "--kubeconfig", kc, "--log-format", "text", "--drain-timeout", drain)
+		cmd := exec.Command(bridgeBin, "run", "--config", cfg, "--kubeconfig", kc, "--log-format", "text", "--drain-timeout", drain,
+			"--checkpoint-file", filepath.Join(t.TempDir(), "state.db"))
 		cmd.Stdout, cmd.Stderr = out, out
 		must(t, cmd.Start())
 		done := make(chan error, 1)

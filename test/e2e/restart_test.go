@@ -1,0 +1,223 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kubebridge/kubebridge/internal/testenv"
+)
+
+// runBridge starts `bridge run` with a fixed checkpoint file (so that it
+// survives restarts) and waits until it has started.
+func runBridge(t *testing.T, cp *testenv.ControlPlane, cfgPath, checkpointPath, logPath string) *exec.Cmd {
+	t.Helper()
+	kc, err := cp.Kubeconfig(filepath.Dir(cfgPath))
+	must(t, err)
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	must(t, err)
+	defer logFile.Close()
+	fmt.Fprintf(logFile, "\n===== start %s\n", time.Now().Format(time.RFC3339Nano))
+	cmd := exec.Command(bridgeBin, "run", "--config", cfgPath, "--kubeconfig", kc, "--log-format", "text", "--checkpoint-file", checkpointPath)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	must(t, cmd.Start())
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		data, _ := os.ReadFile(logPath)
+		last := string(data)[strings.LastIndex(string(data), "===== start"):]
+		if strings.Contains(last, "bridge started") {
+			return cmd
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			t.Fatalf("bridge not started:\n%s", last)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// load creates, updates and deletes ConfigMaps in several namespaces until
+// stop is closed; it returns the names it ever created.
+type load struct {
+	mu      sync.Mutex
+	created map[string]bool // ns/name
+	ops     int
+}
+
+func (l *load) run(t *testing.T, cp *testenv.ControlPlane, namespaces []string, stop <-chan struct{}, wg *sync.WaitGroup) {
+	defer wg.Done()
+	cs := cp.Clientset(t)
+	ctx := context.Background()
+	live := map[string][]string{}
+	for i := 0; ; i++ {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		ns := namespaces[i%len(namespaces)]
+		switch r := rand.IntN(10); {
+		case r < 4 || len(live[ns]) < 5: // create
+			name := "obj-" + strconv.Itoa(i)
+			if _, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"v": "0"}}, metav1.CreateOptions{}); err == nil {
+				live[ns] = append(live[ns], name)
+				l.mu.Lock()
+				l.created[ns+"/"+name] = true
+				l.ops++
+				l.mu.Unlock()
+			}
+		case r < 8: // update
+			name := live[ns][rand.IntN(len(live[ns]))]
+			patch := fmt.Sprintf(`{"data":{"v":"%d"}}`, i)
+			if _, err := cs.CoreV1().ConfigMaps(ns).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err == nil {
+				l.mu.Lock()
+				l.ops++
+				l.mu.Unlock()
+			}
+		default: // delete
+			j := rand.IntN(len(live[ns]))
+			name := live[ns][j]
+			if err := cs.CoreV1().ConfigMaps(ns).Delete(ctx, name, metav1.DeleteOptions{}); err == nil || apierrors.IsNotFound(err) {
+				live[ns] = append(live[ns][:j], live[ns][j+1:]...)
+				l.mu.Lock()
+				l.ops++
+				l.mu.Unlock()
+			}
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// The bridge is SIGKILLed mid-stream and restarted, 5 times in a row, while
+// a load generator keeps changing objects (also while it is down). Then
+// what the file sink holds is compared with the apiserver: every existing
+// object's last event carries its current state, every deleted object's
+// last event is a deletion. Nothing may be lost; duplicates are counted.
+func TestSIGKILLRestartsLoseNothing(t *testing.T) {
+	cp := testenv.SharedControlPlane(t)
+	namespaces := []string{"kill-a", "kill-b", "kill-c"}
+	for _, ns := range namespaces {
+		testenv.EnsureNamespace(t, cp, ns)
+	}
+	dir := t.TempDir()
+	out := filepath.Join(dir, "events.jsonl")
+	cfgPath := filepath.Join(dir, "config.yaml")
+	must(t, os.WriteFile(cfgPath, []byte(`apiVersion: kubebridge.io/v1alpha1
+kind: BridgeConfig
+cluster: e2e
+sinks:
+  - name: out
+    file: {path: `+out+`}
+rules:
+  - name: cms
+    resource: v1/configmaps
+    namespaces: [`+strings.Join(namespaces, ", ")+`]
+    sinks: [out]
+`), 0o600))
+	checkpointPath := filepath.Join(dir, "state.db")
+	logPath := filepath.Join(dir, "bridge.log")
+
+	l := &load{created: map[string]bool{}}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go l.run(t, cp, namespaces, stop, &wg)
+
+	bridge := runBridge(t, cp, cfgPath, checkpointPath, logPath)
+	for kill := 1; kill <= 5; kill++ {
+		time.Sleep(time.Duration(700+rand.IntN(800)) * time.Millisecond)
+		must(t, bridge.Process.Signal(syscall.SIGKILL))
+		_ = bridge.Wait()
+		time.Sleep(300 * time.Millisecond) // changes keep coming while it is down
+		bridge = runBridge(t, cp, cfgPath, checkpointPath, logPath)
+	}
+	time.Sleep(500 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	defer func() {
+		_ = bridge.Process.Signal(syscall.SIGTERM)
+		_ = bridge.Wait()
+	}()
+
+	// The truth, from the apiserver.
+	cs := cp.Clientset(t)
+	current := map[string]string{} // ns/name -> resourceVersion
+	for _, ns := range namespaces {
+		list, err := cs.CoreV1().ConfigMaps(ns).List(context.Background(), metav1.ListOptions{})
+		must(t, err)
+		for _, cm := range list.Items {
+			if strings.HasPrefix(cm.Name, "obj-") {
+				current[ns+"/"+cm.Name] = cm.ResourceVersion
+			}
+		}
+	}
+	check := func(evs []ce) (lost []string, dups, delivered int) {
+		last := map[string]ce{}
+		ids := map[string]int{}
+		for _, e := range evs {
+			last[e.Subject] = e
+			ids[e.ID]++
+		}
+		for _, n := range ids {
+			if n > 1 {
+				dups += n - 1
+			}
+		}
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		for key := range l.created {
+			e, ok := last[key]
+			rv, exists := current[key]
+			switch {
+			case exists && (!ok || e.change() == "deleted" || !strings.HasSuffix(strings.TrimSuffix(e.ID, "."+e.change()), "."+rv)):
+				lost = append(lost, fmt.Sprintf("%s: current rv %s, last event %q", key, rv, e.ID))
+			case !exists && ok && e.change() != "deleted": // never seen at all is fine: the consumer's view never had it
+				lost = append(lost, fmt.Sprintf("%s: deleted, last event %q", key, e.ID))
+			}
+		}
+		return lost, dups, len(evs)
+	}
+	var lost []string
+	var dups, delivered int
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		lost, dups, delivered = check(readEvents(t, out))
+		if len(lost) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("5 SIGKILLs, %d changes: delivered %d events, lost %d, duplicated %d", l.ops, delivered, len(lost), dups)
+	if len(lost) > 0 {
+		if len(lost) > 20 {
+			lost = lost[:20]
+		}
+		t.Errorf("lost:\n  %s", strings.Join(lost, "\n  "))
+	}
+	if !strings.Contains(mustRead(t, logPath), "replayedFromCheckpoint") {
+		t.Error("no reconciliation logged")
+	}
+}
+
+func mustRead(t *testing.T, path string) string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	must(t, err)
+	return string(data)
+}
