@@ -1,0 +1,140 @@
+package checkpoint
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+	"go.uber.org/goleak"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kubebridge/kubebridge/internal/testenv"
+	"github.com/kubebridge/kubebridge/pkg/event"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server.(*Server).Start.func1"))
+}
+
+// contract: what every store must do.
+func contract(t *testing.T, s Store) {
+	ctx := context.Background()
+	a := &Entry{UID: "u1", ResourceVersion: "5", Namespace: "ns", Name: "a.b", Labels: map[string]string{"x": "y"}}
+	b := &Entry{UID: "u2", ResourceVersion: "7", Name: "cluster-scoped"}
+	must(t, s.Apply(ctx, []Change{{"bus", "r1", "ns/a.b", a}, {"bus", "r1", "cluster-scoped", b}, {"bus", "r2", "ns/a.b", a}, {"hook", "r1", "ns/a.b", a}}))
+	must(t, s.Apply(ctx, []Change{{"bus", "r1", "cluster-scoped", nil}, {"bus", "r1", "ns/a.b", &Entry{UID: "u1", ResourceVersion: "6", Namespace: "ns", Name: "a.b"}}}))
+	got, err := s.Load(ctx, "bus", "r1")
+	must(t, err)
+	want := map[string]Entry{"ns/a.b": {UID: "u1", ResourceVersion: "6", Namespace: "ns", Name: "a.b"}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("bus/r1 = %+v, want %+v", got, want)
+	}
+	if got, _ := s.Load(ctx, "bus", "r2"); !reflect.DeepEqual(got["ns/a.b"], *a) || len(got) != 1 {
+		t.Errorf("bus/r2 = %+v", got)
+	}
+	if got, _ := s.Load(ctx, "nobody", "r1"); len(got) != 0 {
+		t.Errorf("unknown sink = %+v", got)
+	}
+}
+
+func TestBolt(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sub", "state.db")
+	s, err := OpenBolt(path, false)
+	must(t, err)
+	contract(t, s)
+	must(t, s.Close())
+	s, err = OpenBolt(path, false) // survives a reopen
+	must(t, err)
+	defer s.Close()
+	if got, _ := s.Load(context.Background(), "bus", "r1"); got["ns/a.b"].ResourceVersion != "6" {
+		t.Errorf("after reopen: %+v", got)
+	}
+}
+
+func TestBoltCorruptIsAnErrorUnlessReset(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	must(t, os.WriteFile(path, []byte(strings.Repeat("not a bbolt file ", 512)), 0o600))
+	_, err := OpenBolt(path, false)
+	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "--reset-checkpoint") || !strings.Contains(err.Error(), path) {
+		t.Fatalf("err = %v, want ErrCorrupt naming the file and the flag", err)
+	}
+	s, err := OpenBolt(path, true)
+	must(t, err)
+	defer s.Close()
+	if got, _ := s.Load(context.Background(), "bus", "r1"); len(got) != 0 {
+		t.Errorf("after reset: %+v", got)
+	}
+	aside, _ := filepath.Glob(path + ".reset-*")
+	if len(aside) != 1 {
+		t.Errorf("corrupt file not kept aside: %v", aside)
+	}
+}
+
+func TestKV(t *testing.T) {
+	srv := testenv.StartNATS(t)
+	nc, err := natsgo.Connect(srv.ClientURL())
+	must(t, err)
+	defer nc.Close()
+	s, err := OpenKV(context.Background(), nc, "kubebridge")
+	must(t, err)
+	contract(t, s)
+	// Another process (a new leader) sees the same view.
+	nc2, err := natsgo.Connect(srv.ClientURL())
+	must(t, err)
+	defer nc2.Close()
+	s2, err := OpenKV(context.Background(), nc2, "kubebridge")
+	must(t, err)
+	if got, _ := s2.Load(context.Background(), "bus", "r1"); got["ns/a.b"].ResourceVersion != "6" || len(got) != 1 {
+		t.Errorf("second client: %+v", got)
+	}
+}
+
+func ev(name, rv string, change event.Type) *event.Event {
+	u := &unstructured.Unstructured{Object: map[string]any{}}
+	u.SetNamespace("ns")
+	u.SetName(name)
+	u.SetUID(types.UID("u-" + name))
+	u.SetResourceVersion(rv)
+	return event.New(&event.Rule{Name: "r", GVR: schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}}, change, u, nil, time.Now())
+}
+
+// Intents are durable before sending; acknowledgements batch up; deletes remove.
+func TestRecorder(t *testing.T) {
+	s, err := OpenBolt(filepath.Join(t.TempDir(), "state.db"), false)
+	must(t, err)
+	defer s.Close()
+	r := NewRecorder(s, time.Hour, slog.New(slog.DiscardHandler))
+	go r.Run()
+	ctx := context.Background()
+	must(t, r.Intend(ctx, "bus", []*event.Event{ev("a", "1", event.Added), ev("gone", "1", event.Deleted)}))
+	got, _ := s.Load(ctx, "bus", "r")
+	if e, ok := got["ns/a"]; !ok || e.ResourceVersion != "" || len(got) != 1 {
+		t.Fatalf("after intent: %+v, want ns/a with no resourceVersion", got)
+	}
+	r.Acked("bus", []*event.Event{ev("a", "1", event.Added), ev("b", "2", event.Added)})
+	r.Acked("bus", []*event.Event{ev("a", "3", event.Updated), ev("b", "4", event.Deleted)})
+	if got, _ := s.Load(ctx, "bus", "r"); got["ns/a"].ResourceVersion != "" {
+		t.Errorf("acks written before a flush: %+v", got)
+	}
+	must(t, r.Stop(ctx))
+	got, _ = s.Load(ctx, "bus", "r")
+	if len(got) != 1 || got["ns/a"].ResourceVersion != "3" {
+		t.Errorf("after stop: %+v, want only ns/a at 3", got)
+	}
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
