@@ -204,7 +204,11 @@ func (b *Bridge) Start(ctx context.Context) (err error) {
 	}
 	b.rules = rules
 	plan := informer.Plan(rules, sel, info.Namespaced)
-	b.informers, err = informer.New(dyn, plan, b.emit, b.logger)
+	replayEvery := map[string]time.Duration{}
+	for _, sc := range cfg.Sinks {
+		replayEvery[sc.Name] = sc.ReplayEvery.D()
+	}
+	b.informers, err = informer.New(dyn, plan, b.emit, replayEvery, b.logger)
 	if err != nil {
 		return err
 	}

@@ -183,11 +183,26 @@ type Informers struct {
 type running struct {
 	Planned
 	informer cache.SharedIndexInformer
-	reg      cache.ResourceEventHandlerRegistration
+	regs     []cache.ResourceEventHandlerRegistration
+}
+
+func (r *running) synced() bool {
+	for _, reg := range r.regs {
+		if !reg.HasSynced() {
+			return false
+		}
+	}
+	return true
 }
 
 // New prepares the informers of plan; nothing runs before Start.
-func New(client dynamic.Interface, plan []Planned, emit Emit, logger *slog.Logger) (*Informers, error) {
+//
+// replayEvery gives the sinks that want a periodic full replay (resync) and
+// their period. Such a sink gets its own handler registration on each
+// informer that feeds it, with that resync period (client-go's per-handler
+// resync), carrying its live events too, so that replays and live events
+// reach it in order. The other sinks share one registration without resync.
+func New(client dynamic.Interface, plan []Planned, emit Emit, replayEvery map[string]time.Duration, logger *slog.Logger) (*Informers, error) {
 	in := &Informers{client: client, logger: logger, emit: emit, now: time.Now}
 	for _, p := range plan {
 		for _, r := range p.Rules {
@@ -211,7 +226,21 @@ func New(client dynamic.Interface, plan []Planned, emit Emit, logger *slog.Logge
 				indexers[k.String()] = filters.IndexFunc(k)
 			}
 		}
-		inf := dynamicinformer.NewFilteredDynamicInformer(client, spec.GVR, spec.Namespace, 0, indexers,
+		// Sinks of this informer's rules that replay, and the shortest period:
+		// the informer checks for due resyncs that often.
+		var replaying []string
+		var resyncCheck time.Duration
+		for _, r := range p.Rules {
+			for _, sink := range r.Sinks {
+				if d := replayEvery[sink]; d > 0 && !slices.Contains(replaying, sink) {
+					replaying = append(replaying, sink)
+					if resyncCheck == 0 || d < resyncCheck {
+						resyncCheck = d
+					}
+				}
+			}
+		}
+		inf := dynamicinformer.NewFilteredDynamicInformer(client, spec.GVR, spec.Namespace, resyncCheck, indexers,
 			func(o *metav1.ListOptions) {
 				o.LabelSelector = spec.LabelSelector
 				o.FieldSelector = spec.FieldSelector
@@ -224,11 +253,32 @@ func New(client dynamic.Interface, plan []Planned, emit Emit, logger *slog.Logge
 			logger.Warn("watch failed; the informer relists and retries", "informer", spec.String(), "error", err)
 		})
 		run := &running{Planned: p, informer: inf}
-		reg, err := inf.AddEventHandler(run.handler(in))
+		common := map[*filters.Rule][]string{}
+		for _, r := range p.Rules {
+			for _, sink := range r.Sinks {
+				if !slices.Contains(replaying, sink) {
+					common[r] = append(common[r], sink)
+				}
+			}
+		}
+		reg, err := inf.AddEventHandlerWithResyncPeriod(run.handler(in, common, ""), 0)
 		if err != nil {
 			return nil, err
 		}
-		run.reg = reg
+		run.regs = append(run.regs, reg)
+		for _, sink := range replaying {
+			targets := map[*filters.Rule][]string{}
+			for _, r := range p.Rules {
+				if slices.Contains(r.Sinks, sink) {
+					targets[r] = []string{sink}
+				}
+			}
+			reg, err := inf.AddEventHandlerWithResyncPeriod(run.handler(in, targets, sink), replayEvery[sink])
+			if err != nil {
+				return nil, err
+			}
+			run.regs = append(run.regs, reg)
+		}
 		in.running = append(in.running, run)
 	}
 	return in, nil
@@ -265,7 +315,7 @@ func (in *Informers) Start(ctx context.Context) error {
 	synced := make([]cache.InformerSynced, 0, len(in.running))
 	for _, r := range in.running {
 		in.goRun(runCtx, r.informer)
-		synced = append(synced, r.reg.HasSynced)
+		synced = append(synced, r.synced)
 	}
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		if errors.Is(ctx.Err(), context.Canceled) {
@@ -273,7 +323,7 @@ func (in *Informers) Start(ctx context.Context) error {
 		}
 		var pending []string
 		for _, r := range in.running {
-			if !r.reg.HasSynced() {
+			if !r.synced() {
 				pending = append(pending, r.Spec.String())
 			}
 		}
@@ -304,7 +354,7 @@ func (in *Informers) Synced() bool {
 		return false
 	}
 	for _, r := range in.running {
-		if !r.reg.HasSynced() {
+		if !r.synced() {
 			return false
 		}
 	}
@@ -356,7 +406,10 @@ func (in *Informers) Specs() []string {
 	return out
 }
 
-func (run *running) handler(in *Informers) cache.ResourceEventHandler {
+// handler evaluates the rules in targets and emits each event to the rule's
+// target sinks. With replaySink set it also turns the informer's resyncs
+// (updates with an unchanged resourceVersion) into replays for that sink.
+func (run *running) handler(in *Informers, targets map[*filters.Rule][]string, replaySink string) cache.ResourceEventHandler {
 	return cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc: func(obj any, initialList bool) {
 			u, ok := obj.(*unstructured.Unstructured)
@@ -365,8 +418,10 @@ func (run *running) handler(in *Informers) cache.ResourceEventHandler {
 			}
 			now := in.now()
 			for _, r := range run.Rules {
-				if ev := r.OnAdd(u, now); ev != nil {
-					in.emit(ev, r.Sinks)
+				if sinks := targets[r]; len(sinks) > 0 {
+					if ev := r.OnAdd(u, now); ev != nil {
+						in.emit(ev, sinks)
+					}
 				}
 			}
 		},
@@ -377,17 +432,30 @@ func (run *running) handler(in *Informers) cache.ResourceEventHandler {
 				return
 			}
 			now := in.now()
+			resync := old.GetResourceVersion() == u.GetResourceVersion()
 			for _, r := range run.Rules {
+				sinks := targets[r]
+				if len(sinks) == 0 {
+					continue
+				}
+				if resync {
+					if replaySink != "" && r.Delivers(event.Updated) && r.InView(u) {
+						in.emit(event.New(r.Event, event.Updated, u, nil, now).WithReplay(event.ReplayResync), sinks)
+					}
+					continue
+				}
 				if ev := r.OnUpdate(old, u, now); ev != nil {
-					in.emit(ev, r.Sinks)
+					in.emit(ev, sinks)
 				}
 			}
 		},
 		DeleteFunc: func(obj any) {
 			now := in.now()
 			for _, r := range run.Rules {
-				if ev := r.OnDelete(obj, now); ev != nil {
-					in.emit(ev, r.Sinks)
+				if sinks := targets[r]; len(sinks) > 0 {
+					if ev := r.OnDelete(obj, now); ev != nil {
+						in.emit(ev, sinks)
+					}
 				}
 			}
 		},

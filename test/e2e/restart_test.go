@@ -221,3 +221,57 @@ func mustRead(t *testing.T, path string) string {
 	must(t, err)
 	return string(data)
 }
+
+// replayEvery re-sends a sink the whole view (kbreplay: resync, the
+// objects' current states) at its period, through the informer's resync;
+// a sink without it gets no replays.
+func TestResyncReplay(t *testing.T) {
+	cp := testenv.SharedControlPlane(t)
+	testenv.EnsureNamespace(t, cp, "resync")
+	dir := t.TempDir()
+	replaying, quiet := filepath.Join(dir, "replaying.jsonl"), filepath.Join(dir, "quiet.jsonl")
+	startBridge(t, cp, `apiVersion: kubebridge.io/v1alpha1
+kind: BridgeConfig
+cluster: e2e
+sinks:
+  - name: replaying
+    file: {path: `+replaying+`}
+    replayEvery: 1s
+  - name: quiet
+    file: {path: `+quiet+`}
+rules:
+  - name: cms
+    resource: v1/configmaps
+    namespaces: [resync]
+    labelSelector: keep=yes
+    sinks: [replaying, quiet]
+`)
+	cs := cp.Clientset(t)
+	ctx := context.Background()
+	in, err := cs.CoreV1().ConfigMaps("resync").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "in", Labels: map[string]string{"keep": "yes"}}}, metav1.CreateOptions{})
+	must(t, err)
+	_, err = cs.CoreV1().ConfigMaps("resync").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "out"}}, metav1.CreateOptions{})
+	must(t, err)
+	evs := waitEvents(t, replaying, "two resync replays", func(evs []ce) bool {
+		n := 0
+		for _, e := range evs {
+			if e.Subject == "resync/in" && e.Replay == "resync" {
+				n++
+			}
+		}
+		return n >= 2
+	})
+	for _, e := range evs {
+		if e.Subject == "resync/out" {
+			t.Errorf("an object outside the view was replayed: %s", e.raw)
+		}
+		if e.Replay == "resync" && e.ID != string(in.UID)+"."+in.ResourceVersion+".updated" {
+			t.Errorf("replay id %s does not carry the object's current state", e.ID)
+		}
+	}
+	for _, e := range readEvents(t, quiet) {
+		if e.Replay != "" {
+			t.Errorf("a sink without replayEvery got a replay: %s", e.raw)
+		}
+	}
+}
