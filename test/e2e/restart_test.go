@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,6 +27,9 @@ import (
 
 // runBridge starts `bridge run` with a fixed checkpoint file (so that it
 // survives restarts) and waits until it has started.
+//
+// An empty checkpointPath leaves the checkpoint to the config (NATS KV);
+// the bridge then runs in a fresh working directory each time.
 func runBridge(t *testing.T, cp *testenv.ControlPlane, cfgPath, checkpointPath, logPath string) *exec.Cmd {
 	t.Helper()
 	kc, err := cp.Kubeconfig(filepath.Dir(cfgPath))
@@ -32,7 +38,12 @@ func runBridge(t *testing.T, cp *testenv.ControlPlane, cfgPath, checkpointPath, 
 	must(t, err)
 	defer logFile.Close()
 	fmt.Fprintf(logFile, "\n===== start %s\n", time.Now().Format(time.RFC3339Nano))
-	cmd := exec.Command(bridgeBin, "run", "--config", cfgPath, "--kubeconfig", kc, "--log-format", "text", "--checkpoint-file", checkpointPath)
+	args := []string{"run", "--config", cfgPath, "--kubeconfig", kc, "--log-format", "text"}
+	if checkpointPath != "" {
+		args = append(args, "--checkpoint-file", checkpointPath)
+	}
+	cmd := exec.Command(bridgeBin, args...)
+	cmd.Dir = t.TempDir()
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	must(t, cmd.Start())
@@ -273,5 +284,86 @@ rules:
 		if e.Replay != "" {
 			t.Errorf("a sink without replayEvery got a replay: %s", e.raw)
 		}
+	}
+}
+
+// With the checkpoint in NATS KV, a bridge killed in one working directory
+// and started in another (as a new pod would be) delivers what changed in
+// between: the update, the deletion and the creation.
+func TestNATSKVCheckpointAcrossWorkingDirectories(t *testing.T) {
+	cp := testenv.SharedControlPlane(t)
+	testenv.EnsureNamespace(t, cp, "kv")
+	srv := testenv.StartNATS(t)
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "config.yaml")
+	must(t, os.WriteFile(cfgPath, []byte(`apiVersion: kubebridge.io/v1alpha1
+kind: BridgeConfig
+cluster: e2e
+checkpoint: {natsKV: {sink: bus, bucket: kb-e2e}}
+sinks:
+  - name: bus
+    nats: {url: "`+srv.ClientURL()+`", jetstream: true, stream: {name: K8S}}
+rules:
+  - name: cms
+    resource: v1/configmaps
+    namespaces: [kv]
+    sinks: [bus]
+`), 0o600))
+	logPath := filepath.Join(dir, "bridge.log")
+	cs := cp.Clientset(t).CoreV1().ConfigMaps("kv")
+	ctx := context.Background()
+	for _, name := range []string{"keep", "change", "drop"} {
+		_, err := cs.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"v": "1"}}, metav1.CreateOptions{})
+		must(t, err)
+	}
+	bridge := runBridge(t, cp, cfgPath, "", logPath)
+	nc, err := natsgo.Connect(srv.ClientURL())
+	must(t, err)
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	read := func(want int) []string {
+		t.Helper()
+		var got []string
+		deadline := time.Now().Add(30 * time.Second)
+		for len(got) < want && time.Now().Before(deadline) {
+			st, err := js.Stream(ctx, "K8S")
+			if err == nil {
+				info, _ := st.Info(ctx)
+				got = got[:0]
+				for seq := uint64(1); seq <= info.State.LastSeq; seq++ {
+					m, err := st.GetMsg(ctx, seq)
+					if err == nil {
+						got = append(got, strings.TrimPrefix(m.Subject, "k8s.e2e.core.configmaps.kv.")+" "+m.Header.Get("ce-kbreplay"))
+					}
+				}
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		return got
+	}
+	if got := read(3); len(got) != 3 {
+		t.Fatalf("first start delivered %v, want the 3 objects", got)
+	}
+	time.Sleep(1500 * time.Millisecond) // the checkpoint flushes every second
+	must(t, bridge.Process.Signal(syscall.SIGKILL))
+	_ = bridge.Wait()
+
+	_, err = cs.Patch(ctx, "change", types.MergePatchType, []byte(`{"data":{"v":"2"}}`), metav1.PatchOptions{})
+	must(t, err)
+	must(t, cs.Delete(ctx, "drop", metav1.DeleteOptions{}))
+	_, err = cs.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "new"}}, metav1.CreateOptions{})
+	must(t, err)
+
+	bridge = runBridge(t, cp, cfgPath, "", logPath) // another working directory
+	defer func() {
+		_ = bridge.Process.Signal(syscall.SIGTERM)
+		_ = bridge.Wait()
+	}()
+	got := read(6)
+	tail := got[3:]
+	slices.Sort(tail)
+	want := []string{"change.updated checkpoint", "drop.deleted checkpoint", "new.added checkpoint"}
+	if strings.Join(tail, ",") != strings.Join(want, ",") {
+		t.Errorf("after the move: %v, want %v (all: %v)", tail, want, got)
 	}
 }
