@@ -23,9 +23,8 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	bridgeBin = filepath.Join(dir, "bridge")
-	if out, err := exec.Command("go", "build", "-o", bridgeBin, ".").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building bridge: %v\n%s", err, out)
+	if bridgeBin, err = testenv.BuildBridge(dir, false); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	defer os.RemoveAll(dir)

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 )
@@ -85,4 +86,24 @@ func RepoRoot() (string, error) {
 func isProductModule(gomod []byte) bool {
 	const want = "module github.com/kubebridge/kubebridge\n"
 	return len(gomod) >= len(want) && string(gomod[:len(want)]) == want
+}
+
+// BuildBridge builds the bridge binary into dir, with the race detector when
+// race is set, so that tests run it as a user would: a subprocess.
+func BuildBridge(dir string, race bool) (string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "bridge")
+	args := []string{"build", "-o", bin}
+	if race {
+		args = append(args, "-race")
+	}
+	cmd := exec.Command("go", append(args, "./cmd/bridge")...)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building bridge: %v\n%s", err, out)
+	}
+	return bin, nil
 }

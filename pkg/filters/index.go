@@ -14,24 +14,17 @@ func IndexFunc(key config.IndexKey) cache.IndexFunc {
 	switch key.Kind {
 	case config.IndexNamespace:
 		return cache.MetaNamespaceIndexFunc
-	case config.IndexLabel:
+	case config.IndexLabel, config.IndexAnnotation:
 		return func(obj any) ([]string, error) {
 			m, err := meta.Accessor(obj)
 			if err != nil {
 				return nil, err
 			}
-			if v, ok := m.GetLabels()[key.Arg]; ok {
-				return []string{v}, nil
+			values := m.GetLabels()
+			if key.Kind == config.IndexAnnotation {
+				values = m.GetAnnotations()
 			}
-			return nil, nil
-		}
-	case config.IndexAnnotation:
-		return func(obj any) ([]string, error) {
-			m, err := meta.Accessor(obj)
-			if err != nil {
-				return nil, err
-			}
-			if v, ok := m.GetAnnotations()[key.Arg]; ok {
+			if v, ok := values[key.Arg]; ok {
 				return []string{v}, nil
 			}
 			return nil, nil

@@ -27,10 +27,9 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	bridgeBin = filepath.Join(dir, "bridge")
 	// Built with the race detector: the e2e runs double as a race test of the whole pipeline.
-	if out, err := exec.Command("go", "build", "-race", "-o", bridgeBin, "../../cmd/bridge").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building bridge: %v\n%s", err, out)
+	if bridgeBin, err = testenv.BuildBridge(dir, true); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	defer os.RemoveAll(dir)
