@@ -16,7 +16,7 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newVersionCommand(), newValidateCommand(), newRunCommand(), newTailCommand())
+	root.AddCommand(newVersionCommand(), newValidateCommand(), newRunCommand(), newTailCommand(), newReplayCommand())
 	return root
 }
 

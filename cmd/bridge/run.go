@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -20,7 +22,7 @@ import (
 func newRunCommand() *cobra.Command {
 	var (
 		file, kubeconfig, kubeContext, logFormat, logLevel string
-		checkpointFile                                     string
+		checkpointFile, adminAddr                          string
 		resetCheckpoint                                    bool
 		drainTimeout, syncTimeout                          time.Duration
 	)
@@ -63,6 +65,23 @@ Without --kubeconfig it uses the in-cluster service account.`,
 			b := bridge.New(bridge.Options{Config: cfg, REST: rc, Logger: logger, SyncTimeout: syncTimeout,
 				CheckpointFile: checkpointFile, ResetCheckpoint: resetCheckpoint})
 			logger.Info("starting", "version", version.Version, "config", file, "cluster", cfg.Cluster, "apiserver", rc.Host)
+			if adminAddr != "" {
+				ln, err := net.Listen("tcp", adminAddr)
+				if err != nil {
+					return &exitError{exitFailure, fmt.Errorf("--admin-addr: %w", err)}
+				}
+				srv := &http.Server{Handler: b.AdminHandler(), ReadHeaderTimeout: 10 * time.Second}
+				done := make(chan struct{})
+				go func() {
+					defer close(done)
+					_ = srv.Serve(ln)
+				}()
+				defer func() {
+					_ = srv.Close()
+					<-done
+				}()
+				logger.Info("admin endpoints listening", "addr", ln.Addr().String(), "paths", "/healthz /readyz /metrics /replay")
+			}
 			if err := b.Start(ctx); err != nil {
 				var ce *bridge.ConfigError
 				if errors.As(err, &ce) {
@@ -98,6 +117,7 @@ Without --kubeconfig it uses the in-cluster service account.`,
 	f.DurationVar(&drainTimeout, "drain-timeout", 10*time.Second, "on shutdown, how long queues may drain into their sinks")
 	f.DurationVar(&syncTimeout, "sync-timeout", 2*time.Minute, "how long to wait for the informers' first sync")
 	f.StringVar(&checkpointFile, "checkpoint-file", "", "checkpoint file, instead of the config's checkpoint (file or natsKV)")
+	f.StringVar(&adminAddr, "admin-addr", ":8080", "address of /healthz, /readyz, /metrics and /replay (empty: none)")
 	f.BoolVar(&resetCheckpoint, "reset-checkpoint", false, "move an unreadable checkpoint file aside and start empty (the full view is delivered again)")
 	return cmd
 }

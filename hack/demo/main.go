@@ -73,7 +73,7 @@ func run(ci bool) error {
 		return err
 	}
 	bridge := exec.Command(bridgeBin, "run", "--config", filepath.Join(root, "config", "demo.yaml"), "--kubeconfig", kc, "--log-format", "text",
-		"--checkpoint-file", filepath.Join(dir, "state.db"))
+		"--checkpoint-file", filepath.Join(dir, "state.db"), "--admin-addr", "127.0.0.1:0")
 	bridge.Env = append(os.Environ(), "KUBEBRIDGE_DATA_DIR="+dir)
 	bridge.Stdout, bridge.Stderr = logFile, logFile
 	bridge.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

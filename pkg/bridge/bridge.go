@@ -93,6 +93,8 @@ type Bridge struct {
 	gated        atomic.Bool
 	gateMu       sync.Mutex
 	held         []heldEvent
+	started      atomic.Bool // Start finished: reconciled and live
+	metrics      *metrics
 	wg           sync.WaitGroup
 	shutdownOnce sync.Once
 	shutdownErr  error
@@ -117,7 +119,9 @@ func New(opts Options) *Bridge {
 	if opts.CheckpointInterval == 0 {
 		opts.CheckpointInterval = time.Second
 	}
-	return &Bridge{opts: opts, logger: opts.Logger, deliveries: map[string]*sinks.Delivery{}}
+	b := &Bridge{opts: opts, logger: opts.Logger, deliveries: map[string]*sinks.Delivery{}}
+	b.metrics = newMetrics(b)
+	return b
 }
 
 // Start checks the config against the cluster, then starts sinks,
@@ -172,7 +176,14 @@ func (b *Bridge) Start(ctx context.Context) (err error) {
 		}
 		d := sinks.NewDelivery(sc, built[sc.Name], dl, b.logger)
 		name := sc.Name
-		d.OnAck = func(evs []*event.Event) { b.recorder.Acked(name, evs) }
+		latency := b.metrics.latency.WithLabelValues(name)
+		d.OnAck = func(evs []*event.Event) {
+			b.recorder.Acked(name, evs)
+			now := time.Now()
+			for _, e := range evs {
+				latency.Observe(now.Sub(e.Time).Seconds())
+			}
+		}
 		d.BeforeSend = func(ctx context.Context, evs []*event.Event) error { return b.recorder.Intend(ctx, name, evs) }
 		b.deliveries[sc.Name] = d
 		b.order = append(b.order, d)
@@ -226,6 +237,7 @@ func (b *Bridge) Start(ctx context.Context) (err error) {
 		return err
 	}
 	b.releaseGate()
+	b.started.Store(true)
 	b.logger.Info("bridge started", "informers", b.informers.Specs(), "rules", len(rules), "sinks", len(b.order), "replayedFromCheckpoint", replayed)
 	return nil
 }

@@ -64,7 +64,7 @@ func startBridge(t *testing.T, cp *testenv.ControlPlane, config string) *bridgeP
 		t.Fatal(err)
 	}
 	b.cmd = exec.Command(bridgeBin, "run", "--config", cfgPath, "--kubeconfig", kc, "--log-format", "text", "--log-level", "debug",
-		"--checkpoint-file", filepath.Join(dir, "state.db"))
+		"--checkpoint-file", filepath.Join(dir, "state.db"), "--admin-addr", "127.0.0.1:0")
 	b.cmd.Stdout, b.cmd.Stderr = logFile, logFile
 	b.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := b.cmd.Start(); err != nil {
@@ -215,4 +215,17 @@ func has(evs []ce, rule, subject string, changes ...string) bool {
 		}
 	}
 	return true
+}
+
+// adminURL reads the admin endpoint's address from the bridge's log.
+func (b *bridgeProc) adminURL(t *testing.T) string {
+	t.Helper()
+	const marker = `msg="admin endpoints listening" addr=`
+	log := b.log()
+	i := strings.Index(log, marker)
+	if i < 0 {
+		t.Fatalf("no admin address in the log:\n%s", log)
+	}
+	addr := log[i+len(marker):]
+	return "http://" + addr[:strings.IndexAny(addr, " \n")]
 }

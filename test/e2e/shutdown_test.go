@@ -50,7 +50,7 @@ rules:
 	start := func(drain string) (*exec.Cmd, *syncWriter, chan error) {
 		out := &syncWriter{}
 		cmd := exec.Command(bridgeBin, "run", "--config", cfg, "--kubeconfig", kc, "--log-format", "text", "--drain-timeout", drain,
-			"--checkpoint-file", filepath.Join(t.TempDir(), "state.db"))
+			"--checkpoint-file", filepath.Join(t.TempDir(), "state.db"), "--admin-addr", "127.0.0.1:0")
 		cmd.Stdout, cmd.Stderr = out, out
 		must(t, cmd.Start())
 		done := make(chan error, 1)

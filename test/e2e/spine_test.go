@@ -390,7 +390,7 @@ func TestBadConfigFailsAtStart(t *testing.T) {
 	} {
 		cfg := filepath.Join(dir, "c.yaml")
 		must(t, os.WriteFile(cfg, []byte("apiVersion: kubebridge.io/v1alpha1\nkind: BridgeConfig\ncluster: e2e\nsinks:\n  - name: out\n    file: {path: "+out+"}\nrules:\n  - name: r\n    sinks: [out]\n"+tc.rule), 0o600))
-		cmd := exec.Command(bridgeBin, "run", "--config", cfg, "--kubeconfig", kc, "--checkpoint-file", filepath.Join(dir, "state.db"))
+		cmd := exec.Command(bridgeBin, "run", "--config", cfg, "--kubeconfig", kc, "--checkpoint-file", filepath.Join(dir, "state.db"), "--admin-addr", "127.0.0.1:0")
 		outBytes, err := cmd.CombinedOutput()
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) || ee.ExitCode() != 2 {
