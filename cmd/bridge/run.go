@@ -23,7 +23,8 @@ func newRunCommand() *cobra.Command {
 	var (
 		file, kubeconfig, kubeContext, logFormat, logLevel string
 		checkpointFile, adminAddr                          string
-		resetCheckpoint                                    bool
+		resetCheckpoint, leaderElect                       bool
+		le                                                 bridge.LeaderElection
 		drainTimeout, syncTimeout                          time.Duration
 	)
 	cmd := &cobra.Command{
@@ -62,8 +63,15 @@ Without --kubeconfig it uses the in-cluster service account.`,
 
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			b := bridge.New(bridge.Options{Config: cfg, REST: rc, Logger: logger, SyncTimeout: syncTimeout,
-				CheckpointFile: checkpointFile, ResetCheckpoint: resetCheckpoint})
+			opts := bridge.Options{Config: cfg, REST: rc, Logger: logger, SyncTimeout: syncTimeout,
+				CheckpointFile: checkpointFile, ResetCheckpoint: resetCheckpoint}
+			if leaderElect {
+				if le.RenewDeadline >= le.LeaseDuration || le.RetryPeriod >= le.RenewDeadline {
+					return &exitError{exitInvalid, errors.New("leader election: want --leader-elect-retry-period < --leader-elect-renew-deadline < --leader-elect-lease-duration")}
+				}
+				opts.LeaderElection = &le
+			}
+			b := bridge.New(opts)
 			logger.Info("starting", "version", version.Version, "config", file, "cluster", cfg.Cluster, "apiserver", rc.Host)
 			if adminAddr != "" {
 				ln, err := net.Listen("tcp", adminAddr)
@@ -92,7 +100,12 @@ Without --kubeconfig it uses the in-cluster service account.`,
 				}
 				return &exitError{exitFailure, fmt.Errorf("start: %w", err)}
 			}
-			<-ctx.Done()
+			var fatal error
+			select {
+			case <-ctx.Done():
+			case fatal = <-b.Fatal():
+				logger.Error("stopping", "error", fatal)
+			}
 			stop() // a second signal now ends the process (Go's default)
 			logger.Info("stopping: draining queues", "timeout", drainTimeout)
 			drainCtx, cancel := context.WithTimeout(context.Background(), drainTimeout)
@@ -104,6 +117,9 @@ Without --kubeconfig it uses the in-cluster service account.`,
 			for _, d := range b.Deliveries() {
 				s := d.Stats()
 				logger.Info("sink stopped", "sink", d.Name, "delivered", s.Delivered, "failed", s.Failed, "coalesced", s.Queue.Coalesced)
+			}
+			if fatal != nil {
+				return &exitError{exitFailure, fatal}
 			}
 			return nil
 		},
@@ -118,8 +134,21 @@ Without --kubeconfig it uses the in-cluster service account.`,
 	f.DurationVar(&syncTimeout, "sync-timeout", 2*time.Minute, "how long to wait for the informers' first sync")
 	f.StringVar(&checkpointFile, "checkpoint-file", "", "checkpoint file, instead of the config's checkpoint (file or natsKV)")
 	f.StringVar(&adminAddr, "admin-addr", ":8080", "address of /healthz, /readyz, /metrics and /replay (empty: none)")
+	f.BoolVar(&leaderElect, "leader-elect", false, "deliver only while holding a Lease; other replicas keep warm caches and take over")
+	f.StringVar(&le.Namespace, "leader-elect-namespace", envOr("POD_NAMESPACE", "default"), "namespace of the Lease")
+	f.StringVar(&le.Name, "leader-elect-name", "kubebridge", "name of the Lease")
+	f.DurationVar(&le.LeaseDuration, "leader-elect-lease-duration", 15*time.Second, "how long a lease holds without renewal")
+	f.DurationVar(&le.RenewDeadline, "leader-elect-renew-deadline", 10*time.Second, "the leader stops delivering when it could not renew for this long")
+	f.DurationVar(&le.RetryPeriod, "leader-elect-retry-period", 2*time.Second, "how often to try to acquire or renew")
 	f.BoolVar(&resetCheckpoint, "reset-checkpoint", false, "move an unreadable checkpoint file aside and start empty (the full view is delivered again)")
 	return cmd
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
 }
 
 func newLogger(format, level string) (*slog.Logger, error) {

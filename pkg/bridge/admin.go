@@ -54,7 +54,7 @@ func (b *Bridge) serveReplay(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sink, ruleName := r.URL.Query().Get("sink"), r.URL.Query().Get("rule")
-	d := b.deliveries[sink]
+	d := b.deliveryOf(sink)
 	if d == nil || !b.started.Load() {
 		http.Error(w, fmt.Sprintf("no running sink %q", sink), http.StatusNotFound)
 		return
@@ -142,7 +142,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) { prometheus.DescribeBy
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	b := (*Bridge)(c)
-	for _, d := range b.order {
+	for _, d := range b.Deliveries() {
 		s := d.Stats()
 		ch <- prometheus.MustNewConstMetric(descEnqueued, prometheus.CounterValue, float64(s.Queue.Offered), d.Name)
 		ch <- prometheus.MustNewConstMetric(descDelivered, prometheus.CounterValue, float64(s.Delivered), d.Name)

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/kubebridge/kubebridge/pkg/checkpoint"
@@ -54,6 +55,9 @@ type Options struct {
 	// CheckpointInterval is how often acknowledged events are written to the
 	// checkpoint: the most a crash makes the bridge deliver again. Default 1s.
 	CheckpointInterval time.Duration
+	// LeaderElection, when set, makes this replica deliver only while it
+	// holds the Lease. Default nil: deliver from the start.
+	LeaderElection *LeaderElection
 }
 
 // ConfigError is returned by Start when the config does not fit the
@@ -85,20 +89,32 @@ type Bridge struct {
 	closers        []func(context.Context) error
 	cancelDelivery context.CancelFunc
 	store          checkpoint.Store
-	recorder       *checkpoint.Recorder
+	recorder       atomic.Pointer[checkpoint.Recorder]
 	rules          []*filters.Rule
 
-	// Until the checkpoint reconciliation is queued, live events are held
-	// here, so that no live event overtakes an older replayed state.
-	gated        atomic.Bool
+	// mode says what emit does with live events: drop them (a follower,
+	// or a leader that lost its lease), hold them here until the checkpoint
+	// reconciliation is queued (so that no live event overtakes an older
+	// replayed state), or deliver them.
+	mode         atomic.Int32
 	gateMu       sync.Mutex
 	held         []heldEvent
+	fence        func() error // nil without leader election
+	fatal        chan error
+	runCtx       context.Context
+	cancelRun    context.CancelFunc
 	started      atomic.Bool // Start finished: reconciled and live
 	metrics      *metrics
 	wg           sync.WaitGroup
 	shutdownOnce sync.Once
 	shutdownErr  error
 }
+
+const (
+	modeDrop int32 = iota
+	modeHold
+	modeLive
+)
 
 type heldEvent struct {
 	ev    *event.Event
@@ -119,7 +135,7 @@ func New(opts Options) *Bridge {
 	if opts.CheckpointInterval == 0 {
 		opts.CheckpointInterval = time.Second
 	}
-	b := &Bridge{opts: opts, logger: opts.Logger, deliveries: map[string]*sinks.Delivery{}}
+	b := &Bridge{opts: opts, logger: opts.Logger, deliveries: map[string]*sinks.Delivery{}, fatal: make(chan error, 1)}
 	b.metrics = newMetrics(b)
 	return b
 }
@@ -141,58 +157,12 @@ func (b *Bridge) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-
 	defer func() {
 		if err != nil {
 			b.stopAll()
 			b.closeAll(context.WithoutCancel(ctx))
 		}
 	}()
-
-	deliveryCtx, cancel := context.WithCancel(context.Background())
-	b.cancelDelivery = cancel
-	built := map[string]sinks.Sink{}
-	for _, sc := range cfg.Sinks {
-		sink, err := b.opts.Sinks.Create(ctx, sinks.Settings{Config: sc, Logger: b.logger.With("sink", sc.Name)})
-		if err != nil {
-			return fmt.Errorf("sink %q: %w", sc.Name, err)
-		}
-		built[sc.Name] = sink
-		b.closers = append(b.closers, func(ctx context.Context) error { return sink.Close(ctx) })
-	}
-	if err := b.openCheckpoint(ctx, built); err != nil {
-		return err
-	}
-	b.recorder = checkpoint.NewRecorder(b.store, b.opts.CheckpointInterval, b.logger)
-	b.wg.Add(1)
-	go func() {
-		defer b.wg.Done()
-		b.recorder.Run()
-	}()
-	for _, sc := range cfg.Sinks {
-		dl, err := b.deadLetter(sc, built)
-		if err != nil {
-			return fmt.Errorf("sink %q: deadLetter: %w", sc.Name, err)
-		}
-		d := sinks.NewDelivery(sc, built[sc.Name], dl, b.logger)
-		name := sc.Name
-		latency := b.metrics.latency.WithLabelValues(name)
-		d.OnAck = func(evs []*event.Event) {
-			b.recorder.Acked(name, evs)
-			now := time.Now()
-			for _, e := range evs {
-				latency.Observe(now.Sub(e.Time).Seconds())
-			}
-		}
-		d.BeforeSend = func(ctx context.Context, evs []*event.Event) error { return b.recorder.Intend(ctx, name, evs) }
-		b.deliveries[sc.Name] = d
-		b.order = append(b.order, d)
-		b.wg.Add(1)
-		go func() {
-			defer b.wg.Done()
-			d.Run(deliveryCtx)
-		}()
-	}
 
 	// The informers are built before the rules that read namespace labels
 	// through them; the rules are attached before anything runs.
@@ -223,23 +193,114 @@ func (b *Bridge) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	b.informers.SkipInitialList = true // the reconciliation below delivers the initial view
+	b.informers.SkipInitialList = true // the reconciliation delivers the initial view
 	nsSource = b.informers
 
-	b.gated.Store(true)
+	// Until this replica delivers, live events are dropped (a follower) or
+	// held (a leader reconciling); see emit.
+	b.mode.Store(modeDrop)
 	syncCtx, cancelSync := context.WithTimeout(ctx, b.opts.SyncTimeout)
 	defer cancelSync()
 	if err := b.informers.Start(syncCtx); err != nil {
 		return err
 	}
+	b.runCtx, b.cancelRun = context.WithCancel(context.Background())
+	if b.opts.LeaderElection != nil {
+		cs, err := kubernetes.NewForConfig(b.opts.REST)
+		if err != nil {
+			return err
+		}
+		if err := b.runElection(b.runCtx, cs); err != nil {
+			return err
+		}
+		b.started.Store(true)
+		b.logger.Info("bridge started; campaigning for the leader lease", "informers", b.informers.Specs(), "rules", len(rules))
+		return nil
+	}
+	if err := b.lead(ctx); err != nil {
+		return err
+	}
+	b.started.Store(true)
+	return nil
+}
+
+// lead starts delivering: sinks, checkpoint, deliveries, then the
+// reconciliation with each sink's checkpoint, then live events.
+func (b *Bridge) lead(ctx context.Context) error {
+	cfg := b.opts.Config
+	b.mode.Store(modeHold)
+	deliveryCtx, cancel := context.WithCancel(context.Background())
+	b.cancelDelivery = cancel
+	built := map[string]sinks.Sink{}
+	for _, sc := range cfg.Sinks {
+		sink, err := b.opts.Sinks.Create(ctx, sinks.Settings{Config: sc, Logger: b.logger.With("sink", sc.Name)})
+		if err != nil {
+			return fmt.Errorf("sink %q: %w", sc.Name, err)
+		}
+		built[sc.Name] = sink
+		b.closers = append(b.closers, func(ctx context.Context) error { return sink.Close(ctx) })
+	}
+	if err := b.openCheckpoint(ctx, built); err != nil {
+		return err
+	}
+	recorder := checkpoint.NewRecorder(b.store, b.opts.CheckpointInterval, b.logger)
+	b.recorder.Store(recorder)
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		recorder.Run()
+	}()
+	deliveries := map[string]*sinks.Delivery{}
+	var order []*sinks.Delivery
+	for _, sc := range cfg.Sinks {
+		dl, err := b.deadLetter(sc, built)
+		if err != nil {
+			return fmt.Errorf("sink %q: deadLetter: %w", sc.Name, err)
+		}
+		d := sinks.NewDelivery(sc, built[sc.Name], dl, b.logger)
+		name := sc.Name
+		latency := b.metrics.latency.WithLabelValues(name)
+		d.OnAck = func(evs []*event.Event) {
+			recorder.Acked(name, evs)
+			now := time.Now()
+			for _, e := range evs {
+				latency.Observe(now.Sub(e.Time).Seconds())
+			}
+		}
+		d.BeforeSend = func(ctx context.Context, evs []*event.Event) error { return recorder.Intend(ctx, name, evs) }
+		d.Fence = b.fence
+		deliveries[sc.Name] = d
+		order = append(order, d)
+		b.wg.Add(1)
+		go func() {
+			defer b.wg.Done()
+			d.Run(deliveryCtx)
+		}()
+	}
+	b.gateMu.Lock()
+	b.deliveries, b.order = deliveries, order // emit reads them only once the gate is released
+	b.gateMu.Unlock()
 	replayed, err := b.reconcile(ctx)
 	if err != nil {
 		return err
 	}
 	b.releaseGate()
-	b.started.Store(true)
-	b.logger.Info("bridge started", "informers", b.informers.Specs(), "rules", len(rules), "sinks", len(b.order), "replayedFromCheckpoint", replayed)
+	b.logger.Info("bridge started", "informers", b.informers.Specs(), "rules", len(b.rules), "sinks", len(order), "replayedFromCheckpoint", replayed)
 	return nil
+}
+
+// stopDelivering stops the deliveries at once (the lease is lost): queued
+// events are dropped, and the checkpoint is not written again, since the
+// next leader owns it now.
+func (b *Bridge) stopDelivering() {
+	b.mode.Store(modeDrop)
+	if b.cancelDelivery != nil {
+		b.cancelDelivery()
+	}
+	for _, d := range b.Deliveries() {
+		d.Close()
+	}
+	b.recorder.Store(nil)
 }
 
 // openCheckpoint opens the checkpoint store the config names.
@@ -279,7 +340,7 @@ func (b *Bridge) reconcile(ctx context.Context) (int, error) {
 	for _, r := range b.rules {
 		view := b.informers.View(r)
 		for _, sinkName := range r.Sinks {
-			d := b.deliveries[sinkName]
+			d := b.deliveryOf(sinkName)
 			seen, err := b.store.Load(ctx, sinkName, r.Name)
 			if err != nil {
 				return n, fmt.Errorf("loading the checkpoint of sink %s, rule %s: %w", sinkName, r.Name, err)
@@ -288,7 +349,9 @@ func (b *Bridge) reconcile(ctx context.Context) (int, error) {
 			for k := range seen {
 				keys = append(keys, k)
 			}
-			b.recorder.Known(sinkName, r.Name, keys)
+			if rec := b.recorder.Load(); rec != nil {
+				rec.Known(sinkName, r.Name, keys)
+			}
 			for _, obj := range view {
 				key := checkpoint.ObjectKey(obj.GetNamespace(), obj.GetName())
 				entry, known := seen[key]
@@ -336,17 +399,25 @@ func (b *Bridge) releaseGate() {
 	b.gateMu.Lock()
 	defer b.gateMu.Unlock()
 	for _, h := range b.held {
-		b.offer(h.ev, h.sinks)
+		for _, name := range h.sinks {
+			if d := b.deliveries[name]; d != nil { // gateMu is held
+				d.Offer(h.ev)
+			}
+		}
 	}
 	b.held = nil
-	b.gated.Store(false)
+	b.mode.Store(modeLive)
 }
 
 // emit hands an event to each of its sinks' queues; it never blocks.
 func (b *Bridge) emit(ev *event.Event, sinkNames []string) {
-	if b.gated.Load() {
+	if b.mode.Load() != modeLive {
 		b.gateMu.Lock()
-		if b.gated.Load() {
+		switch b.mode.Load() {
+		case modeDrop:
+			b.gateMu.Unlock()
+			return // a follower: the reconciliation on takeover covers it
+		case modeHold:
 			b.held = append(b.held, heldEvent{ev, sinkNames})
 			b.gateMu.Unlock()
 			return
@@ -358,7 +429,7 @@ func (b *Bridge) emit(ev *event.Event, sinkNames []string) {
 
 func (b *Bridge) offer(ev *event.Event, sinkNames []string) {
 	for _, name := range sinkNames {
-		if d := b.deliveries[name]; d != nil {
+		if d := b.deliveryOf(name); d != nil {
 			d.Offer(ev)
 		}
 	}
@@ -367,8 +438,23 @@ func (b *Bridge) offer(ev *event.Event, sinkNames []string) {
 // Ready reports whether the caches have synced.
 func (b *Bridge) Ready() bool { return b.informers != nil && b.informers.Synced() }
 
-// Deliveries returns the per-sink deliveries, in config order.
-func (b *Bridge) Deliveries() []*sinks.Delivery { return b.order }
+// deliveryOf returns a sink's delivery, nil while this replica does not deliver.
+func (b *Bridge) deliveryOf(name string) *sinks.Delivery {
+	if b.mode.Load() == modeLive {
+		return b.deliveries[name] // published before the mode went live
+	}
+	b.gateMu.Lock()
+	defer b.gateMu.Unlock()
+	return b.deliveries[name]
+}
+
+// Deliveries returns the per-sink deliveries, in config order (none while
+// this replica is not the leader).
+func (b *Bridge) Deliveries() []*sinks.Delivery {
+	b.gateMu.Lock()
+	defer b.gateMu.Unlock()
+	return b.order
+}
 
 // Shutdown stops the informers, drains every queue into its sink until ctx
 // ends, then stops the workers and closes the sinks. Events still queued
@@ -379,12 +465,13 @@ func (b *Bridge) Shutdown(ctx context.Context) error {
 		if b.informers != nil {
 			b.informers.Stop()
 		}
-		for _, d := range b.order {
+		order := b.Deliveries()
+		for _, d := range order {
 			d.Close()
 		}
 		drained := make(chan struct{})
 		go func() {
-			for _, d := range b.order {
+			for _, d := range order {
 				<-d.Done()
 			}
 			close(drained)
@@ -393,7 +480,7 @@ func (b *Bridge) Shutdown(ctx context.Context) error {
 		case <-drained:
 		case <-ctx.Done():
 			var left int
-			for _, d := range b.order {
+			for _, d := range order {
 				left += d.Pending()
 			}
 			b.shutdownErr = fmt.Errorf("shutdown deadline reached with %d events undelivered", left)
@@ -445,14 +532,16 @@ func (b *Bridge) stopAll() {
 	if b.cancelDelivery != nil {
 		b.cancelDelivery()
 	}
-	for _, d := range b.order {
+	for _, d := range b.Deliveries() {
 		<-d.Done()
 	}
-	if b.recorder != nil {
-		if err := b.recorder.Stop(context.Background()); err != nil {
+	if rec := b.recorder.Swap(nil); rec != nil {
+		if err := rec.Stop(context.Background()); err != nil {
 			b.logger.Error("final checkpoint write failed", "error", err)
 		}
-		b.recorder = nil
+	}
+	if b.cancelRun != nil {
+		b.cancelRun() // releases the lease, after the last checkpoint write
 	}
 	b.wg.Wait()
 }

@@ -57,6 +57,9 @@ type Delivery struct {
 	// BeforeSend, when set before Run, is called once before a batch is first
 	// sent; while it fails, the batch is retried as if the sink had failed.
 	BeforeSend func(ctx context.Context, events []*event.Event) error
+	// Fence, when set before Run, is checked before every send attempt; while
+	// it fails (e.g. this replica may not be the leader), nothing is sent.
+	Fence func() error
 
 	delivered, failed, retried, deadLettered atomic.Uint64
 	done                                     chan struct{}
@@ -223,7 +226,10 @@ func (d *Delivery) deliver(ctx context.Context, batch []*event.Event) bool {
 				prepared = true
 			}
 		}
-		if prepared {
+		if prepared && d.Fence != nil {
+			err = d.Fence()
+		}
+		if prepared && err == nil {
 			err = d.safeSend(ctx, batch)
 		}
 		if err == nil {
