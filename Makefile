@@ -3,7 +3,7 @@ SHELL := bash
 GO    ?= go
 BIN   := bin
 
-.PHONY: all build test test-unit tools lint fuzz validate-examples docs demo clean
+.PHONY: all build test test-unit tools lint fuzz validate-examples docs demo chaos clean
 
 all: build
 
@@ -27,6 +27,11 @@ lint: ## gofmt and go vet
 
 validate-examples: build ## every example in config/ must validate
 	@for f in config/*.yaml; do ./$(BIN)/bridge validate --config $$f || exit 1; done
+
+chaos: tools ## the fault-injection tests, longer: 20 SIGKILLs, a 60 s webhook outage, failover, apiserver and NATS restarts
+	KUBEBRIDGE_CHAOS_KILLS=20 KUBEBRIDGE_TEST_OUTAGE=60s $(GO) test -race -count=1 -v -timeout 30m \
+	  -run 'SIGKILL|Failover|NATSKV|DeleteWhileWatchBroken|FlakyThenDownThenBack|RestartMidStream|Contract' \
+	  ./test/e2e ./pkg/sinks/...
 
 FUZZTIME ?= 30s
 fuzz: ## run the config fuzzers for FUZZTIME each

@@ -300,7 +300,9 @@ func (b *Bridge) stopDelivering() {
 	for _, d := range b.Deliveries() {
 		d.Close()
 	}
-	b.recorder.Store(nil)
+	if rec := b.recorder.Swap(nil); rec != nil {
+		rec.Abandon()
+	}
 }
 
 // openCheckpoint opens the checkpoint store the config names.

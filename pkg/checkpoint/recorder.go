@@ -128,6 +128,16 @@ func (r *Recorder) Stop(ctx context.Context) error {
 	return r.Flush(ctx)
 }
 
+// Abandon ends Run and drops what is pending, unwritten: another replica
+// owns the checkpoint now (a lost lease).
+func (r *Recorder) Abandon() {
+	close(r.stop)
+	<-r.done
+	r.mu.Lock()
+	r.pending, r.order = map[changeKey]*Entry{}, nil
+	r.mu.Unlock()
+}
+
 // Flush writes pending changes. On failure they stay pending for the next flush.
 func (r *Recorder) Flush(ctx context.Context) error {
 	r.flushMu.Lock()

@@ -115,7 +115,8 @@ func (l *load) run(t *testing.T, cp *testenv.ControlPlane, namespaces []string, 
 	}
 }
 
-// The bridge is SIGKILLed mid-stream and restarted, 5 times in a row, while
+// The bridge is SIGKILLed mid-stream and restarted, 5 times in a row
+// ($KUBEBRIDGE_CHAOS_KILLS under make chaos), while
 // a load generator keeps changing objects (also while it is down). Then
 // what the file sink holds is compared with the apiserver: every existing
 // object's last event carries its current state, every deleted object's
@@ -150,8 +151,12 @@ rules:
 	wg.Add(1)
 	go l.run(t, cp, namespaces, stop, &wg)
 
+	kills := 5
+	if n, err := strconv.Atoi(os.Getenv("KUBEBRIDGE_CHAOS_KILLS")); err == nil && n > 0 {
+		kills = n // make chaos runs more
+	}
 	bridge := runBridge(t, cp, cfgPath, checkpointPath, logPath)
-	for kill := 1; kill <= 5; kill++ {
+	for kill := 1; kill <= kills; kill++ {
 		time.Sleep(time.Duration(700+rand.IntN(800)) * time.Millisecond)
 		must(t, bridge.Process.Signal(syscall.SIGKILL))
 		_ = bridge.Wait()
@@ -214,7 +219,7 @@ rules:
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	t.Logf("5 SIGKILLs, %d changes: delivered %d events, lost %d, duplicated %d", l.ops, delivered, len(lost), dups)
+	t.Logf("%d SIGKILLs, %d changes: delivered %d events, lost %d, duplicated %d", kills, l.ops, delivered, len(lost), dups)
 	if len(lost) > 0 {
 		if len(lost) > 20 {
 			lost = lost[:20]
