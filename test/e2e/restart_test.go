@@ -171,61 +171,7 @@ rules:
 		_ = bridge.Wait()
 	}()
 
-	// The truth, from the apiserver.
-	cs := cp.Clientset(t)
-	current := map[string]string{} // ns/name -> resourceVersion
-	for _, ns := range namespaces {
-		list, err := cs.CoreV1().ConfigMaps(ns).List(context.Background(), metav1.ListOptions{})
-		must(t, err)
-		for _, cm := range list.Items {
-			if strings.HasPrefix(cm.Name, "obj-") {
-				current[ns+"/"+cm.Name] = cm.ResourceVersion
-			}
-		}
-	}
-	check := func(evs []ce) (lost []string, dups, delivered int) {
-		last := map[string]ce{}
-		ids := map[string]int{}
-		for _, e := range evs {
-			last[e.Subject] = e
-			ids[e.ID]++
-		}
-		for _, n := range ids {
-			if n > 1 {
-				dups += n - 1
-			}
-		}
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		for key := range l.created {
-			e, ok := last[key]
-			rv, exists := current[key]
-			switch {
-			case exists && (!ok || e.change() == "deleted" || !strings.HasSuffix(strings.TrimSuffix(e.ID, "."+e.change()), "."+rv)):
-				lost = append(lost, fmt.Sprintf("%s: current rv %s, last event %q", key, rv, e.ID))
-			case !exists && ok && e.change() != "deleted": // never seen at all is fine: the consumer's view never had it
-				lost = append(lost, fmt.Sprintf("%s: deleted, last event %q", key, e.ID))
-			}
-		}
-		return lost, dups, len(evs)
-	}
-	var lost []string
-	var dups, delivered int
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		lost, dups, delivered = check(readEvents(t, out))
-		if len(lost) == 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	t.Logf("%d SIGKILLs, %d changes: delivered %d events, lost %d, duplicated %d", kills, l.ops, delivered, len(lost), dups)
-	if len(lost) > 0 {
-		if len(lost) > 20 {
-			lost = lost[:20]
-		}
-		t.Errorf("lost:\n  %s", strings.Join(lost, "\n  "))
-	}
+	verifyAgainstTruth(t, cp, namespaces, l, fmt.Sprintf("%d SIGKILLs", kills), func() []ce { return readEvents(t, out) })
 	if !strings.Contains(mustRead(t, logPath), "replayedFromCheckpoint") {
 		t.Error("no reconciliation logged")
 	}
@@ -370,5 +316,68 @@ rules:
 	want := []string{"change.updated checkpoint", "drop.deleted checkpoint", "new.added checkpoint"}
 	if strings.Join(tail, ",") != strings.Join(want, ",") {
 		t.Errorf("after the move: %v, want %v (all: %v)", tail, want, got)
+	}
+}
+
+// verifyAgainstTruth compares what a sink holds (events, in delivery order)
+// with the apiserver, until they agree or a minute passes: every existing
+// object's last event carries its current resourceVersion, every deleted
+// object the consumer saw ends with a deletion. It logs delivered, lost and
+// duplicated counts; lost must be 0.
+func verifyAgainstTruth(t *testing.T, cp *testenv.ControlPlane, namespaces []string, l *load, fault string, received func() []ce) {
+	t.Helper()
+	cs := cp.Clientset(t)
+	current := map[string]string{} // ns/name -> resourceVersion
+	for _, ns := range namespaces {
+		list, err := cs.CoreV1().ConfigMaps(ns).List(context.Background(), metav1.ListOptions{})
+		must(t, err)
+		for _, cm := range list.Items {
+			if strings.HasPrefix(cm.Name, "obj-") {
+				current[ns+"/"+cm.Name] = cm.ResourceVersion
+			}
+		}
+	}
+	check := func(evs []ce) (lost []string, dups int) {
+		last := map[string]ce{}
+		ids := map[string]int{}
+		for _, e := range evs {
+			last[e.Subject] = e
+			ids[e.ID]++
+		}
+		for _, n := range ids {
+			dups += n - 1
+		}
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		for key := range l.created {
+			e, ok := last[key]
+			rv, exists := current[key]
+			switch {
+			case exists && (!ok || e.change() == "deleted" || !strings.HasSuffix(strings.TrimSuffix(e.ID, "."+e.change()), "."+rv)):
+				lost = append(lost, fmt.Sprintf("%s: current rv %s, last event %q", key, rv, e.ID))
+			case !exists && ok && e.change() != "deleted": // never seen at all is fine: the consumer's view never had it
+				lost = append(lost, fmt.Sprintf("%s: deleted, last event %q", key, e.ID))
+			}
+		}
+		return lost, dups
+	}
+	var lost []string
+	var dups int
+	var evs []ce
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		evs = received()
+		lost, dups = check(evs)
+		if len(lost) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	l.mu.Lock()
+	ops := l.ops
+	l.mu.Unlock()
+	t.Logf("%s, %d changes: delivered %d events, lost %d, duplicated %d", fault, ops, len(evs), len(lost), dups)
+	if len(lost) > 0 {
+		t.Errorf("lost:\n  %s", strings.Join(lost[:min(len(lost), 20)], "\n  "))
 	}
 }
