@@ -8,26 +8,37 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os/signal"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/kubebridge/kubebridge/pkg/bridge"
+	"github.com/kubebridge/kubebridge/pkg/config"
 )
 
 func newReplayCommand() *cobra.Command {
-	var admin, sink, rule string
+	var admin, sink, rule, file, kubeconfig, kubeContext string
 	cmd := &cobra.Command{
-		Use:   "replay --sink S [--rule R] [--admin URL]",
-		Short: "Re-send a sink the full view of its rules, through a running bridge",
-		Long: `Replay asks a running bridge (its admin endpoint) to queue every object of
-every rule that delivers to the sink (or of one rule) to that sink, as
-updated events with kbreplay: resync and their usual ids, and prints the
-progress and the final count.`,
+		Use:   "replay --sink S [--rule R] (--admin URL | --config F [--kubeconfig K])",
+		Short: "Re-send a sink the full view of its rules",
+		Long: `Replay sends every object of every rule that delivers to the sink (or of
+one rule) to that sink, as updated events with kbreplay: resync and their
+usual ids, and prints the progress and the final count.
+
+With --admin it asks a running bridge (its admin endpoint) to queue them.
+With --config it runs standalone: it watches the cluster until its caches
+sync, delivers the view to that one sink, waits for every acknowledgement
+and exits (it writes no checkpoint).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if sink == "" {
 				return &exitError{exitInvalid, errors.New("replay: --sink is required")}
+			}
+			if file != "" {
+				return replayStandalone(cmd, file, kubeconfig, kubeContext, sink, rule)
 			}
 			q := url.Values{"sink": {sink}}
 			if rule != "" {
@@ -63,5 +74,57 @@ progress and the final count.`,
 	f.StringVar(&admin, "admin", "http://127.0.0.1:8080", "the running bridge's admin endpoint")
 	f.StringVar(&sink, "sink", "", "the sink to replay to (required)")
 	f.StringVar(&rule, "rule", "", "only this rule's view (default: every rule of the sink)")
+	f.StringVarP(&file, "config", "c", "", "replay standalone with this config, instead of through a running bridge")
+	f.StringVar(&kubeconfig, "kubeconfig", "", "with --config: kubeconfig file (default: in-cluster service account)")
+	f.StringVar(&kubeContext, "context", "", "with --config: kubeconfig context")
 	return cmd
+}
+
+func replayStandalone(cmd *cobra.Command, file, kubeconfig, kubeContext, sink, rule string) error {
+	cfg, _, err := config.Load(file)
+	if err != nil {
+		fmt.Fprintln(cmd.ErrOrStderr(), err)
+		return &exitError{exitInvalid, fmt.Errorf("%s is invalid", file)}
+	}
+	rc, err := bridge.RESTConfig(kubeconfig, kubeContext)
+	if err != nil {
+		return &exitError{exitFailure, err}
+	}
+	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	out := cmd.OutOrStdout()
+	last := -1
+	st, err := bridge.Replay(ctx, bridge.Options{Config: cfg, REST: rc}, sink, rule, func(s bridge.ReplayStatus) {
+		if s.Delivered+s.Failed == last && !s.Done {
+			return
+		}
+		last = s.Delivered + s.Failed
+		fmt.Fprintf(out, "  %s %d/%d delivered\n", bar(s.Delivered+s.Failed, s.Queued), s.Delivered, s.Queued)
+	})
+	if err != nil {
+		var ce *bridge.ConfigError
+		if errors.As(err, &ce) {
+			for _, p := range ce.Problems {
+				fmt.Fprintln(cmd.ErrOrStderr(), p.Format(file))
+			}
+			return &exitError{exitInvalid, fmt.Errorf("%s does not fit the cluster", file)}
+		}
+		return &exitError{exitFailure, err}
+	}
+	fmt.Fprintf(out, "replay to sink %s: %d events delivered", sink, st.Delivered)
+	if st.Failed > 0 {
+		fmt.Fprintf(out, ", %d refused", st.Failed)
+	}
+	fmt.Fprintln(out)
+	return nil
+}
+
+// bar draws a 30-character progress bar.
+func bar(done, total int) string {
+	const width = 30
+	n := width
+	if total > 0 {
+		n = done * width / total
+	}
+	return "[" + strings.Repeat("#", n) + strings.Repeat(".", width-n) + "]"
 }

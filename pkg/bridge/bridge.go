@@ -145,6 +145,38 @@ func New(opts Options) *Bridge {
 // everything started is stopped again: nothing half-starts. A *ConfigError
 // means the config does not fit the cluster.
 func (b *Bridge) Start(ctx context.Context) (err error) {
+	defer func() {
+		if err != nil {
+			b.stopAll()
+			b.closeAll(context.WithoutCancel(ctx))
+		}
+	}()
+	if err := b.watch(ctx); err != nil {
+		return err
+	}
+	b.runCtx, b.cancelRun = context.WithCancel(context.Background())
+	if b.opts.LeaderElection != nil {
+		cs, err := kubernetes.NewForConfig(b.opts.REST)
+		if err != nil {
+			return err
+		}
+		if err := b.runElection(b.runCtx, cs); err != nil {
+			return err
+		}
+		b.started.Store(true)
+		b.logger.Info("bridge started; campaigning for the leader lease", "informers", b.informers.Specs(), "rules", len(b.rules))
+		return nil
+	}
+	if err := b.lead(ctx); err != nil {
+		return err
+	}
+	b.started.Store(true)
+	return nil
+}
+
+// watch checks the config against the cluster, compiles the rules and runs
+// the informers until their caches synced, delivering nothing yet.
+func (b *Bridge) watch(ctx context.Context) (err error) {
 	cfg := b.opts.Config
 	info, problems, err := Preflight(ctx, cfg, b.opts.REST)
 	if err != nil {
@@ -157,12 +189,6 @@ func (b *Bridge) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if err != nil {
-			b.stopAll()
-			b.closeAll(context.WithoutCancel(ctx))
-		}
-	}()
 
 	// The informers are built before the rules that read namespace labels
 	// through them; the rules are attached before anything runs.
@@ -201,27 +227,7 @@ func (b *Bridge) Start(ctx context.Context) (err error) {
 	b.mode.Store(modeDrop)
 	syncCtx, cancelSync := context.WithTimeout(ctx, b.opts.SyncTimeout)
 	defer cancelSync()
-	if err := b.informers.Start(syncCtx); err != nil {
-		return err
-	}
-	b.runCtx, b.cancelRun = context.WithCancel(context.Background())
-	if b.opts.LeaderElection != nil {
-		cs, err := kubernetes.NewForConfig(b.opts.REST)
-		if err != nil {
-			return err
-		}
-		if err := b.runElection(b.runCtx, cs); err != nil {
-			return err
-		}
-		b.started.Store(true)
-		b.logger.Info("bridge started; campaigning for the leader lease", "informers", b.informers.Specs(), "rules", len(rules))
-		return nil
-	}
-	if err := b.lead(ctx); err != nil {
-		return err
-	}
-	b.started.Store(true)
-	return nil
+	return b.informers.Start(syncCtx)
 }
 
 // lead starts delivering: sinks, checkpoint, deliveries, then the

@@ -1,0 +1,99 @@
+package bridge
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/kubebridge/kubebridge/pkg/config"
+	"github.com/kubebridge/kubebridge/pkg/event"
+	"github.com/kubebridge/kubebridge/pkg/filters"
+	"github.com/kubebridge/kubebridge/pkg/sinks"
+)
+
+// ReplayStatus is the progress of a standalone replay.
+type ReplayStatus struct {
+	Queued, Delivered, Failed int
+	Done                      bool
+}
+
+// Replay sends one sink the full view of its rules (or of one rule) without
+// a running bridge: it watches until the caches sync, queues every object
+// as updated with kbreplay "resync", waits until the sink acknowledged all
+// of them, and stops. It writes no checkpoint (a running bridge owns it).
+// progress is called about twice a second and at the end.
+func Replay(ctx context.Context, opts Options, sinkName, ruleName string, progress func(ReplayStatus)) (ReplayStatus, error) {
+	b := New(opts)
+	var sc *config.Sink
+	for i := range opts.Config.Sinks {
+		if opts.Config.Sinks[i].Name == sinkName {
+			sc = &opts.Config.Sinks[i]
+		}
+	}
+	if sc == nil {
+		return ReplayStatus{}, fmt.Errorf("no sink %q in the config", sinkName)
+	}
+	defer func() {
+		b.stopAll()
+		b.closeAll(context.WithoutCancel(ctx))
+	}()
+	if err := b.watch(ctx); err != nil {
+		return ReplayStatus{}, err
+	}
+	var rules []*filters.Rule
+	for _, r := range b.rules {
+		if (ruleName == "" || r.Name == ruleName) && containsString(r.Sinks, sinkName) {
+			rules = append(rules, r)
+		}
+	}
+	if len(rules) == 0 {
+		return ReplayStatus{}, fmt.Errorf("no rule %q delivers to sink %q", ruleName, sinkName)
+	}
+	sink, err := b.opts.Sinks.Create(ctx, sinks.Settings{Config: *sc, Logger: b.logger.With("sink", sinkName)})
+	if err != nil {
+		return ReplayStatus{}, fmt.Errorf("sink %q: %w", sinkName, err)
+	}
+	b.closers = append(b.closers, func(ctx context.Context) error { return sink.Close(ctx) })
+	d := sinks.NewDelivery(*sc, sink, nil, b.logger)
+	deliveryCtx, cancel := context.WithCancel(ctx)
+	b.cancelDelivery = cancel
+	b.gateMu.Lock()
+	b.order = []*sinks.Delivery{d}
+	b.gateMu.Unlock()
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		d.Run(deliveryCtx)
+	}()
+
+	var st ReplayStatus
+	now := time.Now()
+	for _, r := range rules {
+		if !r.Delivers(event.Updated) {
+			continue
+		}
+		for _, obj := range b.informers.View(r) {
+			d.Offer(event.New(r.Event, event.Updated, obj, nil, now).WithReplay(event.ReplayResync))
+			st.Queued++
+		}
+	}
+	d.Close()
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		s := d.Stats()
+		st.Delivered, st.Failed = int(s.Delivered), int(s.Failed)
+		select {
+		case <-d.Done():
+			s := d.Stats()
+			st.Delivered, st.Failed, st.Done = int(s.Delivered), int(s.Failed), true
+			progress(st)
+			if st.Delivered+st.Failed < st.Queued {
+				return st, fmt.Errorf("replay interrupted: %d of %d events delivered", st.Delivered, st.Queued)
+			}
+			return st, nil
+		case <-tick.C:
+			progress(st)
+		}
+	}
+}
