@@ -25,7 +25,7 @@ func newRunCommand() *cobra.Command {
 		checkpointFile, adminAddr                          string
 		resetCheckpoint, leaderElect                       bool
 		le                                                 bridge.LeaderElection
-		drainTimeout, syncTimeout                          time.Duration
+		drainTimeout, syncTimeout, checkpointInterval      time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "run --config FILE [--kubeconfig FILE]",
@@ -64,7 +64,7 @@ Without --kubeconfig it uses the in-cluster service account.`,
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			opts := bridge.Options{Config: cfg, REST: rc, Logger: logger, SyncTimeout: syncTimeout,
-				CheckpointFile: checkpointFile, ResetCheckpoint: resetCheckpoint}
+				CheckpointFile: checkpointFile, ResetCheckpoint: resetCheckpoint, CheckpointInterval: checkpointInterval}
 			if leaderElect {
 				if le.RenewDeadline >= le.LeaseDuration || le.RetryPeriod >= le.RenewDeadline {
 					return &exitError{exitInvalid, errors.New("leader election: want --leader-elect-retry-period < --leader-elect-renew-deadline < --leader-elect-lease-duration")}
@@ -133,6 +133,7 @@ Without --kubeconfig it uses the in-cluster service account.`,
 	f.DurationVar(&drainTimeout, "drain-timeout", 10*time.Second, "on shutdown, how long queues may drain into their sinks")
 	f.DurationVar(&syncTimeout, "sync-timeout", 2*time.Minute, "how long to wait for the informers' first sync")
 	f.StringVar(&checkpointFile, "checkpoint-file", "", "checkpoint file, instead of the config's checkpoint (file or natsKV)")
+	f.DurationVar(&checkpointInterval, "checkpoint-interval", time.Second, "how often acknowledged events are written to the checkpoint (the most a crash redelivers)")
 	f.StringVar(&adminAddr, "admin-addr", ":8080", "address of /healthz, /readyz, /metrics and /replay (empty: none)")
 	f.BoolVar(&leaderElect, "leader-elect", false, "deliver only while holding a Lease; other replicas keep warm caches and take over")
 	f.StringVar(&le.Namespace, "leader-elect-namespace", envOr("POD_NAMESPACE", "default"), "namespace of the Lease")
