@@ -30,7 +30,7 @@ validate-examples: build ## every example in config/ must validate
 
 chaos: tools ## the fault-injection tests, longer: 20 SIGKILLs, a 60 s webhook outage, failover, apiserver and NATS restarts
 	KUBEBRIDGE_CHAOS_KILLS=20 KUBEBRIDGE_TEST_OUTAGE=60s $(GO) test -race -count=1 -v -timeout 30m \
-	  -run 'SIGKILL|Failover|NATSKV|DeleteWhileWatchBroken|WebhookOutage|NATSRestartUnderLoad|FlakyThenDownThenBack|RestartMidStream|Contract' \
+	  -run 'SIGKILL|Failover|NATSKV|DeleteWhileWatchBroken|WebhookOutage|NATSRestartUnderLoad|APIServerRestartUnderLoad|FlakyThenDownThenBack|RestartMidStream|Contract' \
 	  ./test/e2e ./pkg/sinks/...
 
 FUZZTIME ?= 30s

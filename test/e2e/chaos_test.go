@@ -1,11 +1,14 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +17,10 @@ import (
 
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/kubebridge/kubebridge/internal/testenv"
 )
@@ -180,4 +187,72 @@ rules:
 		}
 		return evs
 	})
+}
+
+// The apiserver the bridge watches goes down under load; while it is down,
+// objects are changed and deleted through a second apiserver on the same
+// etcd. After it returns (watches re-established or relisted), the sink
+// holds every object's final state and every deletion.
+func TestAPIServerRestartUnderLoad(t *testing.T) {
+	cp := testenv.StartControlPlane(t)
+	testenv.InstallWidgetCRD(t, cp)
+	namespaces := []string{"api-a", "api-b"}
+	for _, ns := range namespaces {
+		testenv.EnsureNamespace(t, cp, ns)
+	}
+	out := filepath.Join(t.TempDir(), "events.jsonl")
+	startBridge(t, cp, `apiVersion: kubebridge.io/v1alpha1
+kind: BridgeConfig
+cluster: e2e
+sinks:
+  - name: out
+    file: {path: `+out+`}
+rules:
+  - name: cms
+    resource: v1/configmaps
+    namespaces: [`+strings.Join(namespaces, ", ")+`]
+    sinks: [out]
+  - name: widgets
+    resource: example.kubebridge.io/v1/widgets
+    namespaces: [`+strings.Join(namespaces, ", ")+`]
+    sinks: [out]
+`)
+	l := &load{created: map[string]bool{}, widgets: true}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go l.run(t, cp, namespaces, stop, &wg)
+	time.Sleep(1500 * time.Millisecond)
+	close(stop) // the generator talks to the apiserver that goes down
+	wg.Wait()
+	deleted := 0
+	cp.WhileAPIServerDown(t, func(alt *rest.Config) {
+		cs := kubernetes.NewForConfigOrDie(alt)
+		for _, ns := range namespaces {
+			list, err := cs.CoreV1().ConfigMaps(ns).List(context.Background(), metav1.ListOptions{})
+			must(t, err)
+			for i, cm := range list.Items {
+				if !strings.HasPrefix(cm.Name, "obj-") {
+					continue
+				}
+				if i%2 == 0 {
+					must(t, cs.CoreV1().ConfigMaps(ns).Delete(context.Background(), cm.Name, metav1.DeleteOptions{}))
+					deleted++
+				} else {
+					_, err := cs.CoreV1().ConfigMaps(ns).Patch(context.Background(), cm.Name, types.MergePatchType, []byte(`{"data":{"gap":"yes"}}`), metav1.PatchOptions{})
+					must(t, err)
+				}
+			}
+		}
+	})
+	l.mu.Lock()
+	l.ops += deleted
+	l.mu.Unlock()
+	stop = make(chan struct{})
+	wg.Add(1)
+	go l.run(t, cp, namespaces, stop, &wg) // and more changes after it is back
+	time.Sleep(time.Second)
+	close(stop)
+	wg.Wait()
+	verifyAgainstTruth(t, cp, namespaces, l, fmt.Sprintf("apiserver down, %d deletions during the gap", deleted), func() []ce { return readEvents(t, out) })
 }

@@ -20,7 +20,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 
 	"github.com/kubebridge/kubebridge/internal/testenv"
 )
@@ -69,11 +71,45 @@ type load struct {
 	mu      sync.Mutex
 	created map[string]bool // ns/name
 	ops     int
+	widgets bool // also change Widgets (the test CRD), named w-<n>
+}
+
+// widgetOp creates, patches or deletes a Widget now and then.
+func (l *load) widgetOp(ctx context.Context, dyn dynamic.Interface, ns string, i int, live map[string][]string) {
+	res := dyn.Resource(testenv.WidgetGVR).Namespace(ns)
+	key := "w/" + ns
+	var err error
+	switch r := rand.IntN(10); {
+	case r < 4 || len(live[key]) < 3:
+		name := "w-" + strconv.Itoa(i)
+		w := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "example.kubebridge.io/v1", "kind": "Widget",
+			"metadata": map[string]any{"name": name}, "spec": map[string]any{"n": int64(i)}}}
+		if _, err = res.Create(ctx, w, metav1.CreateOptions{}); err == nil {
+			live[key] = append(live[key], name)
+			l.mu.Lock()
+			l.created[ns+"/"+name] = true
+			l.mu.Unlock()
+		}
+	case r < 8:
+		_, err = res.Patch(ctx, live[key][rand.IntN(len(live[key]))], types.MergePatchType, []byte(fmt.Sprintf(`{"spec":{"n":%d}}`, i)), metav1.PatchOptions{})
+	default:
+		j := rand.IntN(len(live[key]))
+		if err = res.Delete(ctx, live[key][j], metav1.DeleteOptions{}); err == nil || apierrors.IsNotFound(err) {
+			live[key] = append(live[key][:j], live[key][j+1:]...)
+			err = nil
+		}
+	}
+	if err == nil {
+		l.mu.Lock()
+		l.ops++
+		l.mu.Unlock()
+	}
 }
 
 func (l *load) run(t *testing.T, cp *testenv.ControlPlane, namespaces []string, stop <-chan struct{}, wg *sync.WaitGroup) {
 	defer wg.Done()
 	cs := cp.Clientset(t)
+	dyn := dynamic.NewForConfigOrDie(cp.RESTConfig())
 	ctx := context.Background()
 	live := map[string][]string{}
 	for i := 0; ; i++ {
@@ -83,6 +119,10 @@ func (l *load) run(t *testing.T, cp *testenv.ControlPlane, namespaces []string, 
 		default:
 		}
 		ns := namespaces[i%len(namespaces)]
+		if l.widgets && i%4 == 0 {
+			l.widgetOp(ctx, dyn, ns, i, live)
+			continue
+		}
 		switch r := rand.IntN(10); {
 		case r < 4 || len(live[ns]) < 5: // create
 			name := "obj-" + strconv.Itoa(i)
@@ -127,6 +167,7 @@ func TestSIGKILLRestartsLoseNothing(t *testing.T) {
 	for _, ns := range namespaces {
 		testenv.EnsureNamespace(t, cp, ns)
 	}
+	testenv.InstallWidgetCRD(t, cp)
 	dir := t.TempDir()
 	out := filepath.Join(dir, "events.jsonl")
 	cfgPath := filepath.Join(dir, "config.yaml")
@@ -141,11 +182,15 @@ rules:
     resource: v1/configmaps
     namespaces: [`+strings.Join(namespaces, ", ")+`]
     sinks: [out]
+  - name: widgets
+    resource: example.kubebridge.io/v1/widgets
+    namespaces: [`+strings.Join(namespaces, ", ")+`]
+    sinks: [out]
 `), 0o600))
 	checkpointPath := filepath.Join(dir, "state.db")
 	logPath := filepath.Join(dir, "bridge.log")
 
-	l := &load{created: map[string]bool{}}
+	l := &load{created: map[string]bool{}, widgets: true}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -334,6 +379,13 @@ func verifyAgainstTruth(t *testing.T, cp *testenv.ControlPlane, namespaces []str
 		for _, cm := range list.Items {
 			if strings.HasPrefix(cm.Name, "obj-") {
 				current[ns+"/"+cm.Name] = cm.ResourceVersion
+			}
+		}
+		if l.widgets {
+			ws, err := dynamic.NewForConfigOrDie(cp.RESTConfig()).Resource(testenv.WidgetGVR).Namespace(ns).List(context.Background(), metav1.ListOptions{})
+			must(t, err)
+			for _, w := range ws.Items {
+				current[ns+"/"+w.GetName()] = w.GetResourceVersion()
 			}
 		}
 	}
