@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -23,7 +24,7 @@ func newRunCommand() *cobra.Command {
 	var (
 		file, kubeconfig, kubeContext, logFormat, logLevel string
 		checkpointFile, adminAddr                          string
-		resetCheckpoint, leaderElect                       bool
+		resetCheckpoint, leaderElect, reload               bool
 		le                                                 bridge.LeaderElection
 		drainTimeout, syncTimeout, checkpointInterval      time.Duration
 	)
@@ -100,6 +101,9 @@ Without --kubeconfig it uses the in-cluster service account.`,
 				}
 				return &exitError{exitFailure, fmt.Errorf("start: %w", err)}
 			}
+			if reload && !leaderElect {
+				go watchConfig(ctx, file, b, logger) // ends with ctx
+			}
 			var fatal error
 			select {
 			case <-ctx.Done():
@@ -135,6 +139,7 @@ Without --kubeconfig it uses the in-cluster service account.`,
 	f.StringVar(&checkpointFile, "checkpoint-file", "", "checkpoint file, instead of the config's checkpoint (file or natsKV)")
 	f.DurationVar(&checkpointInterval, "checkpoint-interval", time.Second, "how often acknowledged events are written to the checkpoint (the most a crash redelivers)")
 	f.StringVar(&adminAddr, "admin-addr", ":8080", "address of /healthz, /readyz, /metrics and /replay (empty: none)")
+	f.BoolVar(&reload, "reload", true, "apply changes of the config file live (checked first; a bad config is refused and the running one stays)")
 	f.BoolVar(&leaderElect, "leader-elect", false, "deliver only while holding a Lease; other replicas keep warm caches and take over")
 	f.StringVar(&le.Namespace, "leader-elect-namespace", envOr("POD_NAMESPACE", "default"), "namespace of the Lease")
 	f.StringVar(&le.Name, "leader-elect-name", "kubebridge", "name of the Lease")
@@ -143,6 +148,42 @@ Without --kubeconfig it uses the in-cluster service account.`,
 	f.DurationVar(&le.RetryPeriod, "leader-elect-retry-period", 2*time.Second, "how often to try to acquire or renew")
 	f.BoolVar(&resetCheckpoint, "reset-checkpoint", false, "move an unreadable checkpoint file aside and start empty (the full view is delivered again)")
 	return cmd
+}
+
+// watchConfig polls the config file (a ConfigMap volume swaps it through
+// a symlink, so its content is compared, not its inode) and reloads the
+// bridge with each new, valid version.
+func watchConfig(ctx context.Context, file string, b *bridge.Bridge, logger *slog.Logger) {
+	last, _ := os.ReadFile(file)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		data, err := os.ReadFile(file)
+		if err != nil || bytes.Equal(data, last) {
+			continue
+		}
+		last = data
+		cfg, _, err := config.Parse(file, data)
+		if err != nil {
+			logger.Error("config change refused: the running config stays", "errors", err.Error())
+			continue
+		}
+		if err := b.Reload(ctx, cfg); err != nil {
+			var ce *bridge.ConfigError
+			if errors.As(err, &ce) {
+				for _, p := range ce.Problems {
+					logger.Error("config change refused: the running config stays", "problem", p.Format(file))
+				}
+				continue
+			}
+			logger.Error("config change refused: the running config stays", "error", err)
+		}
+	}
 }
 
 func envOr(name, def string) string {

@@ -59,8 +59,9 @@ func (b *Bridge) serveReplay(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("no running sink %q", sink), http.StatusNotFound)
 		return
 	}
+	allRules, informers := b.snapshot()
 	var rules []*filters.Rule
-	for _, rule := range b.rules {
+	for _, rule := range allRules {
 		if (ruleName == "" || rule.Name == ruleName) && containsString(rule.Sinks, sink) {
 			rules = append(rules, rule)
 		}
@@ -80,7 +81,7 @@ func (b *Bridge) serveReplay(w http.ResponseWriter, r *http.Request) {
 	now := time.Now()
 	for _, rule := range rules {
 		n := 0
-		for _, obj := range b.informers.View(rule) {
+		for _, obj := range informers.View(rule) {
 			if !rule.Delivers(event.Updated) {
 				break
 			}
@@ -153,7 +154,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descDepth, prometheus.GaugeValue, float64(s.Pending), d.Name)
 		ch <- prometheus.MustNewConstMetric(descCapacity, prometheus.GaugeValue, float64(s.Capacity), d.Name)
 	}
-	for _, r := range b.rules {
+	rules, _ := b.snapshot()
+	for _, r := range rules {
 		ch <- prometheus.MustNewConstMetric(descEvalErrors, prometheus.CounterValue, float64(r.EvalErrors()), r.Name)
 	}
 	synced := 0.0

@@ -103,7 +103,10 @@ type Bridge struct {
 	fatal        chan error
 	runCtx       context.Context
 	cancelRun    context.CancelFunc
-	started      atomic.Bool // Start finished: reconciled and live
+	deliveryCtx  context.Context
+	built        map[string]sinks.Sink // the sinks in use, by name
+	reloadMu     sync.Mutex            // one reload at a time, not during shutdown
+	started      atomic.Bool           // Start finished: reconciled and live
 	metrics      *metrics
 	wg           sync.WaitGroup
 	shutdownOnce sync.Once
@@ -185,6 +188,20 @@ func (b *Bridge) watch(ctx context.Context) (err error) {
 	if len(problems) > 0 {
 		return &ConfigError{Problems: problems}
 	}
+	if err := b.buildInformers(cfg, info); err != nil {
+		return err
+	}
+	// Until this replica delivers, live events are dropped (a follower) or
+	// held (a leader reconciling); see emit.
+	b.mode.Store(modeDrop)
+	syncCtx, cancelSync := context.WithTimeout(ctx, b.opts.SyncTimeout)
+	defer cancelSync()
+	return b.informers.Start(syncCtx)
+}
+
+// buildInformers compiles cfg's rules and prepares their informers (not
+// started), replacing b.rules and b.informers.
+func (b *Bridge) buildInformers(cfg *config.Config, info *ClusterInfo) error {
 	dyn, err := dynamic.NewForConfig(b.opts.REST)
 	if err != nil {
 		return err
@@ -209,25 +226,21 @@ func (b *Bridge) watch(ctx context.Context) (err error) {
 	if len(compileProblems) > 0 {
 		return &ConfigError{Problems: compileProblems}
 	}
-	b.rules = rules
 	plan := informer.Plan(rules, sel, info.Namespaced)
 	replayEvery := map[string]time.Duration{}
 	for _, sc := range cfg.Sinks {
 		replayEvery[sc.Name] = sc.ReplayEvery.D()
 	}
-	b.informers, err = informer.New(dyn, plan, b.emit, replayEvery, b.logger)
+	informers, err := informer.New(dyn, plan, b.emit, replayEvery, b.logger)
 	if err != nil {
 		return err
 	}
-	b.informers.SkipInitialList = true // the reconciliation delivers the initial view
-	nsSource = b.informers
-
-	// Until this replica delivers, live events are dropped (a follower) or
-	// held (a leader reconciling); see emit.
-	b.mode.Store(modeDrop)
-	syncCtx, cancelSync := context.WithTimeout(ctx, b.opts.SyncTimeout)
-	defer cancelSync()
-	return b.informers.Start(syncCtx)
+	informers.SkipInitialList = true // the reconciliation delivers the initial view
+	nsSource = informers
+	b.gateMu.Lock()
+	b.rules, b.informers = rules, informers
+	b.gateMu.Unlock()
+	return nil
 }
 
 // lead starts delivering: sinks, checkpoint, deliveries, then the
@@ -256,32 +269,17 @@ func (b *Bridge) lead(ctx context.Context) error {
 		defer b.wg.Done()
 		recorder.Run()
 	}()
+	b.deliveryCtx = deliveryCtx
+	b.built = built
 	deliveries := map[string]*sinks.Delivery{}
 	var order []*sinks.Delivery
 	for _, sc := range cfg.Sinks {
-		dl, err := b.deadLetter(sc, built)
+		d, err := b.startDelivery(sc, built, recorder)
 		if err != nil {
-			return fmt.Errorf("sink %q: deadLetter: %w", sc.Name, err)
+			return err
 		}
-		d := sinks.NewDelivery(sc, built[sc.Name], dl, b.logger)
-		name := sc.Name
-		latency := b.metrics.latency.WithLabelValues(name)
-		d.OnAck = func(evs []*event.Event) {
-			recorder.Acked(name, evs)
-			now := time.Now()
-			for _, e := range evs {
-				latency.Observe(now.Sub(e.Time).Seconds())
-			}
-		}
-		d.BeforeSend = func(ctx context.Context, evs []*event.Event) error { return recorder.Intend(ctx, name, evs) }
-		d.Fence = b.fence
 		deliveries[sc.Name] = d
 		order = append(order, d)
-		b.wg.Add(1)
-		go func() {
-			defer b.wg.Done()
-			d.Run(deliveryCtx)
-		}()
 	}
 	b.gateMu.Lock()
 	b.deliveries, b.order = deliveries, order // emit reads them only once the gate is released
@@ -293,6 +291,33 @@ func (b *Bridge) lead(ctx context.Context) error {
 	b.releaseGate()
 	b.logger.Info("bridge started", "informers", b.informers.Specs(), "rules", len(b.rules), "sinks", len(order), "replayedFromCheckpoint", replayed)
 	return nil
+}
+
+// startDelivery runs the delivery of sink sc (built already) with its
+// dead-letter, checkpoint hooks, latency metric and leader fence.
+func (b *Bridge) startDelivery(sc config.Sink, built map[string]sinks.Sink, recorder *checkpoint.Recorder) (*sinks.Delivery, error) {
+	dl, err := b.deadLetter(sc, built)
+	if err != nil {
+		return nil, fmt.Errorf("sink %q: deadLetter: %w", sc.Name, err)
+	}
+	d := sinks.NewDelivery(sc, built[sc.Name], dl, b.logger)
+	name := sc.Name
+	latency := b.metrics.latency.WithLabelValues(name)
+	d.OnAck = func(evs []*event.Event) {
+		recorder.Acked(name, evs)
+		now := time.Now()
+		for _, e := range evs {
+			latency.Observe(now.Sub(e.Time).Seconds())
+		}
+	}
+	d.BeforeSend = func(ctx context.Context, evs []*event.Event) error { return recorder.Intend(ctx, name, evs) }
+	d.Fence = b.fence
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		d.Run(b.deliveryCtx)
+	}()
+	return d, nil
 }
 
 // stopDelivering stops the deliveries at once (the lease is lost): queued
@@ -443,8 +468,18 @@ func (b *Bridge) offer(ev *event.Event, sinkNames []string) {
 	}
 }
 
+// snapshot returns the current rules and informers (a reload replaces them).
+func (b *Bridge) snapshot() ([]*filters.Rule, *informer.Informers) {
+	b.gateMu.Lock()
+	defer b.gateMu.Unlock()
+	return b.rules, b.informers
+}
+
 // Ready reports whether the caches have synced.
-func (b *Bridge) Ready() bool { return b.informers != nil && b.informers.Synced() }
+func (b *Bridge) Ready() bool {
+	_, in := b.snapshot()
+	return in != nil && in.Synced()
+}
 
 // deliveryOf returns a sink's delivery, nil while this replica does not deliver.
 func (b *Bridge) deliveryOf(name string) *sinks.Delivery {
@@ -470,6 +505,8 @@ func (b *Bridge) Deliveries() []*sinks.Delivery {
 // cluster's state once checkpoints exist). It is idempotent.
 func (b *Bridge) Shutdown(ctx context.Context) error {
 	b.shutdownOnce.Do(func() {
+		b.reloadMu.Lock() // no reload from now on
+		defer b.reloadMu.Unlock()
 		if b.informers != nil {
 			b.informers.Stop()
 		}

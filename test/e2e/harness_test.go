@@ -38,10 +38,11 @@ func TestMain(m *testing.M) {
 
 // bridgeProc is a running `bridge run`.
 type bridgeProc struct {
-	cmd     *exec.Cmd
-	logPath string
-	done    chan struct{}
-	err     error
+	cmd        *exec.Cmd
+	configPath string
+	logPath    string
+	done       chan struct{}
+	err        error
 }
 
 // startBridge runs the bridge with config against cp and waits until it
@@ -58,7 +59,7 @@ func startBridge(t *testing.T, cp *testenv.ControlPlane, config string) *bridgeP
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &bridgeProc{logPath: filepath.Join(dir, "bridge.log"), done: make(chan struct{})}
+	b := &bridgeProc{logPath: filepath.Join(dir, "bridge.log"), done: make(chan struct{}), configPath: cfgPath}
 	logFile, err := os.Create(b.logPath)
 	if err != nil {
 		t.Fatal(err)
