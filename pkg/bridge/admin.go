@@ -134,6 +134,10 @@ var (
 	descCoalesced    = prometheus.NewDesc("kubebridge_sink_coalesced_total", "Events merged into a pending event of the same object on queue overflow.", []string{"sink"}, nil)
 	descDepth        = prometheus.NewDesc("kubebridge_sink_queue_depth", "Events queued or in flight.", []string{"sink"}, nil)
 	descCapacity     = prometheus.NewDesc("kubebridge_sink_queue_capacity", "Events kept in order before coalescing starts.", []string{"sink"}, nil)
+	descReceived     = prometheus.NewDesc("kubebridge_rule_received_total", "Notifications the rule evaluated.", []string{"rule"}, nil)
+	descMatched      = prometheus.NewDesc("kubebridge_rule_matched_total", "Events the rule produced (received minus matched were filtered out).", []string{"rule"}, nil)
+	descLag          = prometheus.NewDesc("kubebridge_checkpoint_lag", "Acknowledged changes not yet written to the checkpoint.", nil, nil)
+	descLeader       = prometheus.NewDesc("kubebridge_leader", "1 while this replica delivers (the leader, or the only one).", nil, nil)
 	descEvalErrors   = prometheus.NewDesc("kubebridge_rule_where_errors_total", "where evaluations that failed (the event was not delivered).", []string{"rule"}, nil)
 	descSynced       = prometheus.NewDesc("kubebridge_informers_synced", "1 once every informer's cache has synced.", nil, nil)
 	descBuild        = prometheus.NewDesc("kubebridge_build_info", "The build.", []string{"version", "commit"}, nil)
@@ -156,8 +160,21 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	rules, _ := b.snapshot()
 	for _, r := range rules {
+		received, matched := r.Counts()
+		ch <- prometheus.MustNewConstMetric(descReceived, prometheus.CounterValue, float64(received), r.Name)
+		ch <- prometheus.MustNewConstMetric(descMatched, prometheus.CounterValue, float64(matched), r.Name)
 		ch <- prometheus.MustNewConstMetric(descEvalErrors, prometheus.CounterValue, float64(r.EvalErrors()), r.Name)
 	}
+	lag := 0
+	if rec := b.recorder.Load(); rec != nil {
+		lag = rec.Lag()
+	}
+	ch <- prometheus.MustNewConstMetric(descLag, prometheus.GaugeValue, float64(lag))
+	leader := 0.0
+	if b.mode.Load() == modeLive {
+		leader = 1
+	}
+	ch <- prometheus.MustNewConstMetric(descLeader, prometheus.GaugeValue, leader)
 	synced := 0.0
 	if b.Ready() {
 		synced = 1

@@ -98,6 +98,13 @@ func (r *Recorder) Acked(sink string, events []*event.Event) {
 	}
 }
 
+// Lag is how many acknowledged changes wait to be written.
+func (r *Recorder) Lag() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.pending)
+}
+
 // ObjectKey is the key of an object in a view.
 func ObjectKey(namespace, name string) string {
 	if namespace == "" {

@@ -64,6 +64,8 @@ type Rule struct {
 	changed     [][]string
 
 	logger     *slog.Logger
+	received   atomic.Uint64 // notifications evaluated
+	matched    atomic.Uint64 // events produced
 	evalErrors atomic.Uint64
 	lastErrLog atomic.Int64 // unix nanos of the last logged evaluation error
 	now        func() time.Time
@@ -209,11 +211,28 @@ func (r *Rule) IndexLookup() (index string, values []string, ok bool) {
 // Delivers reports whether the rule delivers events of type t.
 func (r *Rule) Delivers(t event.Type) bool { return r.events[t] }
 
+// Counts returns how many notifications the rule evaluated and how many
+// events it produced (the difference was filtered out).
+func (r *Rule) Counts() (received, matched uint64) { return r.received.Load(), r.matched.Load() }
+
+// count records one evaluated notification and whether it produced ev.
+func (r *Rule) count(ev *event.Event) *event.Event {
+	r.received.Add(1)
+	if ev != nil {
+		r.matched.Add(1)
+	}
+	return ev
+}
+
 // EvalErrors counts where evaluations that failed.
 func (r *Rule) EvalErrors() uint64 { return r.evalErrors.Load() }
 
 // OnAdd returns the event for an object that appeared, or nil.
 func (r *Rule) OnAdd(obj *unstructured.Unstructured, now time.Time) *event.Event {
+	return r.count(r.onAdd(obj, now))
+}
+
+func (r *Rule) onAdd(obj *unstructured.Unstructured, now time.Time) *event.Event {
 	if !r.events[event.Added] || !r.InView(obj) || !r.passesEventWhere(obj, nil, event.Added) {
 		return nil
 	}
@@ -223,6 +242,10 @@ func (r *Rule) OnAdd(obj *unstructured.Unstructured, now time.Time) *event.Event
 // OnUpdate returns the event for a changed object, or nil. A notification
 // whose resourceVersion did not change (an informer resync) is not an update.
 func (r *Rule) OnUpdate(old, obj *unstructured.Unstructured, now time.Time) *event.Event {
+	return r.count(r.onUpdate(old, obj, now))
+}
+
+func (r *Rule) onUpdate(old, obj *unstructured.Unstructured, now time.Time) *event.Event {
 	if old.GetResourceVersion() == obj.GetResourceVersion() {
 		return nil
 	}
@@ -248,6 +271,10 @@ func (r *Rule) OnUpdate(old, obj *unstructured.Unstructured, now time.Time) *eve
 // cache.DeletedFinalStateUnknown tombstone (a deletion missed while the
 // watch was down): its last known state is used.
 func (r *Rule) OnDelete(obj any, now time.Time) *event.Event {
+	return r.count(r.onDelete(obj, now))
+}
+
+func (r *Rule) onDelete(obj any, now time.Time) *event.Event {
 	u := AsUnstructured(obj)
 	if u == nil || !r.events[event.Deleted] || !r.InView(u) || !r.passesEventWhere(u, nil, event.Deleted) {
 		return nil

@@ -84,6 +84,8 @@ rules:
 		`kubebridge_sink_queue_capacity{sink="out"}`:            10000,
 		`kubebridge_delivery_latency_seconds_count{sink="out"}`: 3,
 		`kubebridge_informers_synced`:                           1,
+		`kubebridge_rule_matched_total{rule="cms"}`:             3,
+		`kubebridge_leader`:                                     1,
 	} {
 		if got := metric(t, text, name); got != want {
 			t.Errorf("%s = %v, want %v", name, got, want)
