@@ -81,14 +81,11 @@ and exits (it writes no checkpoint).`,
 }
 
 func replayStandalone(cmd *cobra.Command, file, kubeconfig, kubeContext, sink, rule string) error {
-	cfg, _, err := config.Load(file)
+	cfg, rc, err := loadForCluster(cmd, file, kubeconfig, kubeContext, func(w config.Problem) {
+		fmt.Fprintln(cmd.ErrOrStderr(), w.Format(file))
+	})
 	if err != nil {
-		fmt.Fprintln(cmd.ErrOrStderr(), err)
-		return &exitError{exitInvalid, fmt.Errorf("%s is invalid", file)}
-	}
-	rc, err := bridge.RESTConfig(kubeconfig, kubeContext)
-	if err != nil {
-		return &exitError{exitFailure, err}
+		return err
 	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

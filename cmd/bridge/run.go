@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/rest"
 
 	"github.com/kubebridge/kubebridge/internal/version"
 	"github.com/kubebridge/kubebridge/pkg/bridge"
@@ -49,17 +50,9 @@ Without --kubeconfig it uses the in-cluster service account.`,
 			if err != nil {
 				return &exitError{exitInvalid, err}
 			}
-			cfg, warnings, err := config.Load(file)
-			for _, w := range warnings {
-				logger.Warn("config: " + w.Format(file))
-			}
+			cfg, rc, err := loadForCluster(cmd, file, kubeconfig, kubeContext, func(w config.Problem) { logger.Warn("config: " + w.Format(file)) })
 			if err != nil {
-				fmt.Fprintln(cmd.ErrOrStderr(), err)
-				return &exitError{exitInvalid, fmt.Errorf("%s is invalid", file)}
-			}
-			rc, err := bridge.RESTConfig(kubeconfig, kubeContext)
-			if err != nil {
-				return &exitError{exitFailure, err}
+				return err
 			}
 
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
@@ -184,6 +177,24 @@ func watchConfig(ctx context.Context, file string, b *bridge.Bridge, logger *slo
 			logger.Error("config change refused: the running config stays", "error", err)
 		}
 	}
+}
+
+// loadForCluster loads the config (printing its errors: exit 2) and the
+// client config for the cluster (exit 1 when that fails).
+func loadForCluster(cmd *cobra.Command, file, kubeconfig, kubeContext string, warn func(config.Problem)) (*config.Config, *rest.Config, error) {
+	cfg, warnings, err := config.Load(file)
+	for _, w := range warnings {
+		warn(w)
+	}
+	if err != nil {
+		fmt.Fprintln(cmd.ErrOrStderr(), err)
+		return nil, nil, &exitError{exitInvalid, fmt.Errorf("%s is invalid", file)}
+	}
+	rc, err := bridge.RESTConfig(kubeconfig, kubeContext)
+	if err != nil {
+		return nil, nil, &exitError{exitFailure, err}
+	}
+	return cfg, rc, nil
 }
 
 func envOr(name, def string) string {

@@ -15,19 +15,6 @@ import (
 	"github.com/kubebridge/kubebridge/internal/testenv"
 )
 
-var widgetGVR = testenv.WidgetGVR
-
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 const clusterConfig = `apiVersion: kubebridge.io/v1alpha1
 kind: BridgeConfig
 cluster: test
@@ -63,7 +50,7 @@ func TestValidateAgainstCluster(t *testing.T) {
 		"metadata": map[string]any{"name": "w1", "namespace": "validate-prod"},
 		"spec":     map[string]any{"size": 3},
 	}}
-	if _, err := dyn.Resource(widgetGVR).Namespace("validate-prod").Create(ctx, widget, metav1.CreateOptions{}); err != nil {
+	if _, err := dyn.Resource(testenv.WidgetGVR).Namespace("validate-prod").Create(ctx, widget, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	cm := &unstructured.Unstructured{Object: map[string]any{
@@ -135,7 +122,7 @@ rules:
 		}
 		var r result
 		// RBAC reaches the authorizer through an informer: allow it a moment.
-		waitFor(t, 15*time.Second, "the widgets list grant to take effect", func() bool {
+		testenv.Eventually(t, 15*time.Second, "the widgets list grant to take effect", func() bool {
 			r = runBridge(t, "validate", "--config", cfg, "--kubeconfig", sa)
 			return r.stderr == strings.Join(want, "\n")+"\n"
 		})
@@ -149,7 +136,7 @@ rules:
 		cp.Grant(t, "validate-prod", "limited", "validate-cluster-watch", "",
 			rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"list", "watch"}},
 			rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"list", "watch"}})
-		waitFor(t, 15*time.Second, "validate to pass after the grants", func() bool {
+		testenv.Eventually(t, 15*time.Second, "validate to pass after the grants", func() bool {
 			r = runBridge(t, "validate", "--config", cfg, "--kubeconfig", sa)
 			return r.code == 0
 		})

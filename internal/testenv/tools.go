@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 // Binaries the control plane needs, looked up in ToolsDir.
@@ -106,4 +107,17 @@ func BuildBridge(dir string, race bool) (string, error) {
 		return "", fmt.Errorf("building bridge: %v\n%s", err, out)
 	}
 	return bin, nil
+}
+
+// Eventually polls cond until it holds, failing t with what it waited for
+// after timeout.
+func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

@@ -3,12 +3,14 @@ package checkpoint
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
 )
 
 // Bolt is a Store in a bbolt file: one bucket per sink, one nested bucket
@@ -34,7 +36,7 @@ func OpenBolt(path string, reset bool) (*Bolt, error) {
 	}
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 10 * time.Second})
 	if err != nil {
-		if err == bolt.ErrTimeout {
+		if errors.Is(err, berrors.ErrTimeout) {
 			return nil, fmt.Errorf("checkpoint %s is locked by another process (another bridge running?)", path)
 		}
 		return nil, fmt.Errorf("checkpoint %s: %w: %v (start with --reset-checkpoint to move it aside and replay the full view)", path, ErrCorrupt, err)

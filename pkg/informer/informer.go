@@ -168,7 +168,6 @@ type Informers struct {
 	// checkpoint reconciliation delivers the view that list shows instead.
 	SkipInitialList bool
 
-	client  dynamic.Interface
 	logger  *slog.Logger
 	emit    Emit
 	now     func() time.Time
@@ -203,7 +202,7 @@ func (r *running) synced() bool {
 // resync), carrying its live events too, so that replays and live events
 // reach it in order. The other sinks share one registration without resync.
 func New(client dynamic.Interface, plan []Planned, emit Emit, replayEvery map[string]time.Duration, logger *slog.Logger) (*Informers, error) {
-	in := &Informers{client: client, logger: logger, emit: emit, now: time.Now}
+	in := &Informers{logger: logger, emit: emit, now: time.Now}
 	for _, p := range plan {
 		for _, r := range p.Rules {
 			if r.HasNamespaceSelector() && !slices.Contains(in.nsRules, r) {

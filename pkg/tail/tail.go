@@ -117,9 +117,7 @@ func Format(natsSubject string, body []byte) string {
 	t := strings.TrimPrefix(e.Type, "io.kubebridge.")
 	change := t[strings.LastIndex(t, ".")+1:]
 	resource := strings.TrimSuffix(t, "."+change)
-	if strings.HasSuffix(resource, ".core") {
-		resource = strings.TrimSuffix(resource, ".core")
-	}
+	resource = strings.TrimSuffix(resource, ".core")
 	ts := e.Time
 	if parsed, err := time.Parse(time.RFC3339Nano, e.Time); err == nil {
 		ts = parsed.Local().Format("15:04:05.000")

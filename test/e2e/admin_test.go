@@ -44,18 +44,7 @@ func TestAdminMetricsAndReplay(t *testing.T) {
 	cp := testenv.SharedControlPlane(t)
 	testenv.EnsureNamespace(t, cp, "admin")
 	out := filepath.Join(t.TempDir(), "events.jsonl")
-	b := startBridge(t, cp, `apiVersion: kubebridge.io/v1alpha1
-kind: BridgeConfig
-cluster: e2e
-sinks:
-  - name: out
-    file: {path: `+out+`}
-rules:
-  - name: cms
-    resource: v1/configmaps
-    namespaces: [admin]
-    sinks: [out]
-`)
+	b := startBridge(t, cp, fileConfig(out, rule("cms", "v1/configmaps", "admin")))
 	admin := b.adminURL(t)
 	if code, _ := get(t, admin+"/healthz"); code != 200 {
 		t.Errorf("/healthz = %d", code)

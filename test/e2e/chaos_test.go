@@ -201,22 +201,7 @@ func TestAPIServerRestartUnderLoad(t *testing.T) {
 		testenv.EnsureNamespace(t, cp, ns)
 	}
 	out := filepath.Join(t.TempDir(), "events.jsonl")
-	startBridge(t, cp, `apiVersion: kubebridge.io/v1alpha1
-kind: BridgeConfig
-cluster: e2e
-sinks:
-  - name: out
-    file: {path: `+out+`}
-rules:
-  - name: cms
-    resource: v1/configmaps
-    namespaces: [`+strings.Join(namespaces, ", ")+`]
-    sinks: [out]
-  - name: widgets
-    resource: example.kubebridge.io/v1/widgets
-    namespaces: [`+strings.Join(namespaces, ", ")+`]
-    sinks: [out]
-`)
+	startBridge(t, cp, fileConfig(out, rule("cms", "v1/configmaps", namespaces...), rule("widgets", "example.kubebridge.io/v1/widgets", namespaces...)))
 	l := &load{created: map[string]bool{}, widgets: true}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup

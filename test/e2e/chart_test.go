@@ -105,22 +105,7 @@ func TestChartInstallAndIdentity(t *testing.T) {
 	kc, err := cp.Kubeconfig(dir)
 	must(t, err)
 	out := filepath.Join(dir, "events.jsonl")
-	cfg := `apiVersion: kubebridge.io/v1alpha1
-kind: BridgeConfig
-cluster: e2e
-sinks:
-  - name: out
-    file: {path: ` + out + `}
-rules:
-  - name: cms
-    resource: v1/configmaps
-    namespaces: [chart-apps]
-    sinks: [out]
-  - name: deploys
-    resource: apps/v1/deployments
-    namespaces: [chart-apps]
-    sinks: [out]
-`
+	cfg := fileConfig(out, rule("cms", "v1/configmaps", "chart-apps"), rule("deploys", "apps/v1/deployments", "chart-apps"))
 	values := valuesFor(t, []byte(cfg), dir)
 	if res, err := helm(t, "install", "kb", chartDir, "--namespace", "kb-system", "--create-namespace", "-f", values, "--kubeconfig", kc); err != nil {
 		t.Fatalf("helm install: %v\n%s", err, res)
@@ -169,11 +154,7 @@ rules:
 
 	// A rule outside the chart's RBAC is refused at start, naming what is missing.
 	extra := filepath.Join(dir, "extra.yaml")
-	must(t, os.WriteFile(extra, []byte(cfg+`  - name: secrets
-    resource: v1/secrets
-    namespaces: [chart-apps]
-    sinks: [out]
-`), 0o600))
+	must(t, os.WriteFile(extra, []byte(cfg+rule("secrets", "v1/secrets", "chart-apps")), 0o600))
 	res, err := run(extra).CombinedOutput()
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 2 {

@@ -230,3 +230,13 @@ func (b *bridgeProc) adminURL(t *testing.T) string {
 	addr := log[i+len(marker):]
 	return "http://" + addr[:strings.IndexAny(addr, " \n")]
 }
+
+// fileConfig is a config whose one sink, "out", appends to path, with rules.
+func fileConfig(path string, rules ...string) string {
+	return "apiVersion: kubebridge.io/v1alpha1\nkind: BridgeConfig\ncluster: e2e\nsinks:\n  - name: out\n    file: {path: " + path + "}\nrules:\n" + strings.Join(rules, "")
+}
+
+// rule is a rule on resource in namespaces that delivers to "out".
+func rule(name, resource string, namespaces ...string) string {
+	return "  - name: " + name + "\n    resource: " + resource + "\n    namespaces: [" + strings.Join(namespaces, ", ") + "]\n    sinks: [out]\n"
+}

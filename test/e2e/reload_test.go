@@ -67,13 +67,13 @@ rules:
 
 	time.Sleep(time.Second)
 	must(t, os.WriteFile(cfgPath, []byte(v2), 0o600))
-	waitFor(t, 30*time.Second, "the reload", func() bool { return strings.Contains(b.log(), "config reloaded") })
+	testenv.Eventually(t, 30*time.Second, "the reload", func() bool { return strings.Contains(b.log(), "config reloaded") })
 	time.Sleep(2 * time.Second) // the removed sink has drained
 	goneCount := len(readEvents(t, gone))
 
 	time.Sleep(500 * time.Millisecond)
 	must(t, os.WriteFile(cfgPath, []byte(strings.Replace(v2, `labelSelector: "!never"`, `where: "objekt.x == 1"`, 1)), 0o600))
-	waitFor(t, 30*time.Second, "the broken config to be refused", func() bool { return strings.Contains(b.log(), "config change refused") })
+	testenv.Eventually(t, 30*time.Second, "the broken config to be refused", func() bool { return strings.Contains(b.log(), "config change refused") })
 	time.Sleep(time.Second) // the running config keeps delivering
 	close(stop)
 	wg.Wait()
@@ -96,16 +96,5 @@ rules:
 	verifyAgainstTruth(t, cp, namespaces, l, "reload (new sink and rule)", only(fresh, "r-new"))
 	if n := len(readEvents(t, gone)); n != goneCount || goneCount == 0 {
 		t.Errorf("the removed sink got %d events before the reload and %d after", goneCount, n)
-	}
-}
-
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }

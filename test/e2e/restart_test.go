@@ -171,22 +171,7 @@ func TestSIGKILLRestartsLoseNothing(t *testing.T) {
 	dir := t.TempDir()
 	out := filepath.Join(dir, "events.jsonl")
 	cfgPath := filepath.Join(dir, "config.yaml")
-	must(t, os.WriteFile(cfgPath, []byte(`apiVersion: kubebridge.io/v1alpha1
-kind: BridgeConfig
-cluster: e2e
-sinks:
-  - name: out
-    file: {path: `+out+`}
-rules:
-  - name: cms
-    resource: v1/configmaps
-    namespaces: [`+strings.Join(namespaces, ", ")+`]
-    sinks: [out]
-  - name: widgets
-    resource: example.kubebridge.io/v1/widgets
-    namespaces: [`+strings.Join(namespaces, ", ")+`]
-    sinks: [out]
-`), 0o600))
+	must(t, os.WriteFile(cfgPath, []byte(fileConfig(out, rule("cms", "v1/configmaps", namespaces...), rule("widgets", "example.kubebridge.io/v1/widgets", namespaces...))), 0o600))
 	checkpointPath := filepath.Join(dir, "state.db")
 	logPath := filepath.Join(dir, "bridge.log")
 

@@ -339,18 +339,7 @@ func TestDeleteWhileWatchBroken(t *testing.T) {
 	cp := testenv.StartControlPlane(t)
 	testenv.EnsureNamespace(t, cp, "gap")
 	out := filepath.Join(t.TempDir(), "events.jsonl")
-	startBridge(t, cp, `apiVersion: kubebridge.io/v1alpha1
-kind: BridgeConfig
-cluster: e2e
-sinks:
-  - name: out
-    file: {path: `+out+`}
-rules:
-  - name: cms
-    resource: v1/configmaps
-    namespaces: [gap]
-    sinks: [out]
-`)
+	startBridge(t, cp, fileConfig(out, rule("cms", "v1/configmaps", "gap")))
 	cs := cp.Clientset(t)
 	ctx := context.Background()
 	for _, name := range []string{"doomed", "survivor"} {
