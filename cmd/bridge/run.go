@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"syscall"
@@ -25,7 +26,7 @@ func newRunCommand() *cobra.Command {
 	var (
 		file, kubeconfig, kubeContext, logFormat, logLevel string
 		checkpointFile, adminAddr                          string
-		resetCheckpoint, leaderElect, reload               bool
+		resetCheckpoint, leaderElect, reload, profiling    bool
 		le                                                 bridge.LeaderElection
 		drainTimeout, syncTimeout, checkpointInterval      time.Duration
 	)
@@ -72,7 +73,11 @@ Without --kubeconfig it uses the in-cluster service account.`,
 				if err != nil {
 					return &exitError{exitFailure, fmt.Errorf("--admin-addr: %w", err)}
 				}
-				srv := &http.Server{Handler: b.AdminHandler(), ReadHeaderTimeout: 10 * time.Second}
+				handler := b.AdminHandler()
+				if profiling {
+					handler = withProfiling(handler)
+				}
+				srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 				done := make(chan struct{})
 				go func() {
 					defer close(done)
@@ -132,6 +137,7 @@ Without --kubeconfig it uses the in-cluster service account.`,
 	f.StringVar(&checkpointFile, "checkpoint-file", "", "checkpoint file, instead of the config's checkpoint (file or natsKV)")
 	f.DurationVar(&checkpointInterval, "checkpoint-interval", time.Second, "how often acknowledged events are written to the checkpoint (the most a crash redelivers)")
 	f.StringVar(&adminAddr, "admin-addr", ":8080", "address of /healthz, /readyz, /metrics and /replay (empty: none)")
+	f.BoolVar(&profiling, "profiling", false, "also serve Go's pprof profiles under /debug/pprof/ on the admin address")
 	f.BoolVar(&reload, "reload", true, "apply changes of the config file live (checked first; a bad config is refused and the running one stays)")
 	f.BoolVar(&leaderElect, "leader-elect", false, "deliver only while holding a Lease; other replicas keep warm caches and take over")
 	f.StringVar(&le.Namespace, "leader-elect-namespace", envOr("POD_NAMESPACE", "default"), "namespace of the Lease")
@@ -217,4 +223,17 @@ func newLogger(format, level string) (*slog.Logger, error) {
 		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
 	}
 	return nil, fmt.Errorf("--log-format: want json or text, got %q", format)
+}
+
+// withProfiling adds net/http/pprof's handlers to the admin endpoints. They
+// are off by default: a profile is costly to take and shows internals.
+func withProfiling(admin http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/", admin)
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return mux
 }

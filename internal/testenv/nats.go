@@ -19,20 +19,30 @@ type NATS struct {
 // StartNATS starts an embedded nats-server for one test, shut down when it ends.
 func StartNATS(t testing.TB) *NATS {
 	t.Helper()
+	n, err := NewNATS(t.TempDir())
+	if err != nil {
+		t.Fatalf("starting nats-server: %v", err)
+	}
+	t.Cleanup(n.Stop)
+	return n
+}
+
+// NewNATS starts an embedded nats-server with JetStream stored in
+// storeDir. The caller must call Stop.
+func NewNATS(storeDir string) (*NATS, error) {
 	opts := &server.Options{
 		Host:      "127.0.0.1",
 		Port:      FreePort(), // below the ephemeral range, so Restart can bind it again
 		JetStream: true,
-		StoreDir:  t.TempDir(),
+		StoreDir:  storeDir,
 		NoLog:     true,
 		NoSigs:    true,
 	}
 	n := &NATS{opts: opts}
 	if err := n.start(); err != nil {
-		t.Fatalf("starting nats-server: %v", err)
+		return nil, err
 	}
-	t.Cleanup(n.Stop)
-	return n
+	return n, nil
 }
 
 func (n *NATS) start() error {

@@ -3,11 +3,14 @@ package checkpoint
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -130,6 +133,47 @@ func TestRecorder(t *testing.T) {
 	if len(got) != 1 || got["ns/a"].ResourceVersion != "3" {
 		t.Errorf("after stop: %+v, want only ns/a at 3", got)
 	}
+}
+
+// slowStore counts writes, each taking as long as an fsync on a slow disk.
+type slowStore struct {
+	Store
+	applies atomic.Int32
+}
+
+func (s *slowStore) Apply(ctx context.Context, changes []Change) error {
+	s.applies.Add(1)
+	time.Sleep(5 * time.Millisecond)
+	return s.Store.Apply(ctx, changes)
+}
+
+// Intents of several sinks sent at once share writes (group commit), and
+// each caller returns only once its own intents are durable.
+func TestRecorderIntentsGroupCommit(t *testing.T) {
+	bolt, err := OpenBolt(filepath.Join(t.TempDir(), "state.db"), false)
+	must(t, err)
+	defer bolt.Close()
+	s := &slowStore{Store: bolt}
+	r := NewRecorder(s, time.Hour, slog.New(slog.DiscardHandler))
+	ctx := context.Background()
+	const sinks = 16
+	var wg sync.WaitGroup
+	for i := range sinks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sink := fmt.Sprintf("sink-%d", i)
+			must(t, r.Intend(ctx, sink, []*event.Event{ev("a", "1", event.Added)}))
+			if got, _ := bolt.Load(ctx, sink, "r"); len(got) != 1 {
+				t.Errorf("%s: Intend returned before its intent was written: %+v", sink, got)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := s.applies.Load(); n > sinks/2 {
+		t.Errorf("%d sinks' intents took %d writes; want them shared", sinks, n)
+	}
+	t.Logf("%d intents in %d writes", sinks, s.applies.Load())
 }
 
 func must(t testing.TB, err error) {

@@ -97,7 +97,7 @@ func BenchmarkMarshal(b *testing.B) {
 	o := obj("ns", "cm", "1", map[string]any{"data": map[string]any{"k": strings.Repeat("v", 1000)}})
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := json.Marshal(New(r, Added, o, nil, time.Now())); err != nil {
+		if _, err := New(r, Added, o, nil, time.Now()).Structured(); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -109,7 +109,7 @@ func BenchmarkMarshalWithPatch(b *testing.B) {
 	cur := obj("ns", "cm", "2", map[string]any{"data": map[string]any{"k": strings.Repeat("w", 1000)}})
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := json.Marshal(New(r, Updated, cur, old, time.Now())); err != nil {
+		if _, err := New(r, Updated, cur, old, time.Now()).Structured(); err != nil {
 			b.Fatal(err)
 		}
 	}

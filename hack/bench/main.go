@@ -1,0 +1,537 @@
+// Command bench measures kubebridge end to end on the test bed: a real
+// etcd and kube-apiserver (built by hack/tools/build.sh) and an embedded
+// nats-server, all on loopback, on this machine.
+//
+// Throughput: a load generator writes N ConfigMaps of ~1 KiB (create,
+// update, delete: 3N changes) as fast as the apiserver takes them, once per
+// consumer: the baseline, a bare client-go informer in its own process
+// that only counts events, and the bridge binary delivering to NATS core,
+// JetStream, a batched webhook and a file. Each run takes every consumer in
+// turn; the figures are medians over runs, and ratios are taken within a
+// run. Latency: the same, paced at a fixed rate. Memory: heap and RSS with
+// 0, 10k and 50k ConfigMaps cached, bridge against plain informers.
+//
+//	go run ./hack/bench -runs 5            # or: make bench
+//	go run ./hack/bench -n 300 -runs 1 -memory 1000 -latency-n 300   # smoke
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/flowcontrol"
+
+	"github.com/kubebridge/kubebridge/internal/testenv"
+)
+
+func main() {
+	log.SetFlags(log.Ltime)
+	if len(os.Args) > 1 && os.Args[1] == "watch" {
+		if err := watchMain(os.Args[2:]); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
+	var o options
+	flag.IntVar(&o.n, "n", 10000, "ConfigMaps per throughput run (3 changes each)")
+	flag.IntVar(&o.runs, "runs", 5, "runs; every consumer is measured once per run")
+	flag.StringVar(&o.consumers, "consumers", "baseline,nats,jetstream,webhook,file", "consumers of the throughput runs")
+	flag.IntVar(&o.workers, "workers", 32, "concurrent writers of the load generator")
+	flag.IntVar(&o.latencyRate, "latency-rate", 1000, "changes per second of the latency runs (0: no latency runs)")
+	flag.IntVar(&o.latencyN, "latency-n", 3000, "ConfigMaps per latency run")
+	flag.StringVar(&o.memory, "memory", "10000,50000", "cached object counts of the memory runs (empty: none)")
+	flag.StringVar(&o.jsonOut, "json", "", "also write every measurement to this file")
+	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (logs, checkpoint, sink files)")
+	flag.StringVar(&o.profile, "profile", "", "write a 10s CPU profile of each bridge throughput run into this directory")
+	flag.Parse()
+	if err := run(o); err != nil {
+		log.Fatal(err)
+	}
+}
+
+type options struct {
+	n, runs, workers      int
+	consumers, memory     string
+	latencyRate, latencyN int
+	jsonOut, profile      string
+	keep                  bool
+}
+
+// bed is the test bed one bench runs on.
+type bed struct {
+	dir        string
+	kubeconfig string
+	bridge     string
+	self       string
+	cs         kubernetes.Interface
+	natsURL    string
+	js         jetstream.JetStream
+	workers    int
+	profile    string
+}
+
+func run(o options) error {
+	tools, err := testenv.ToolsDir()
+	if err != nil {
+		return fmt.Errorf("%w (run hack/tools/build.sh)", err)
+	}
+	dir, err := os.MkdirTemp("", "kubebridge-bench-")
+	if err != nil {
+		return err
+	}
+	if o.keep {
+		log.Printf("work directory: %s", dir)
+	} else {
+		defer os.RemoveAll(dir)
+	}
+	log.Printf("building the bridge and starting etcd, kube-apiserver and nats-server")
+	bin, err := testenv.BuildBridge(dir, false)
+	if err != nil {
+		return err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	if err := os.Mkdir(filepath.Join(dir, "cp"), 0o755); err != nil {
+		return err
+	}
+	cp, err := testenv.NewControlPlane(tools, filepath.Join(dir, "cp"))
+	if err != nil {
+		return err
+	}
+	defer cp.Stop()
+	kc, err := cp.Kubeconfig(dir)
+	if err != nil {
+		return err
+	}
+	ns, err := testenv.NewNATS(filepath.Join(dir, "nats"))
+	if err != nil {
+		return err
+	}
+	defer ns.Stop()
+	rc := cp.RESTConfig()
+	rc.RateLimiter = flowcontrol.NewFakeAlwaysRateLimiter() // as fast as the apiserver takes it
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	nc, err := natsgo.Connect(ns.ClientURL())
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	b := &bed{dir: dir, kubeconfig: kc, bridge: bin, self: self, cs: cs, natsURL: ns.ClientURL(), js: js, workers: o.workers, profile: o.profile}
+
+	var all []result
+	consumers := strings.Split(o.consumers, ",")
+	for r := 1; r <= o.runs; r++ {
+		for _, c := range consumers {
+			res, err := b.measure(c, r, o.n, 0)
+			if err != nil {
+				return fmt.Errorf("run %d, %s: %w", r, c, err)
+			}
+			log.Print(res)
+			all = append(all, res)
+		}
+	}
+	if o.latencyRate > 0 {
+		for r := 1; r <= o.runs; r++ {
+			for _, c := range consumers {
+				if c == "baseline" {
+					continue
+				}
+				res, err := b.measure(c, r, o.latencyN, o.latencyRate)
+				if err != nil {
+					return fmt.Errorf("latency run %d, %s: %w", r, c, err)
+				}
+				log.Print(res)
+				all = append(all, res)
+			}
+		}
+	}
+	var mem []memResult
+	if o.memory != "" {
+		if mem, err = b.memoryRuns(o.memory, o.runs); err != nil {
+			return err
+		}
+	}
+	fmt.Print(report(o, all, mem))
+	if o.jsonOut != "" {
+		out, _ := json.MarshalIndent(map[string]any{"runs": all, "memory": mem}, "", "  ")
+		return os.WriteFile(o.jsonOut, out, 0o644)
+	}
+	return nil
+}
+
+// result is one consumer's measurement in one run.
+type result struct {
+	Consumer  string          `json:"consumer"`
+	Run       int             `json:"run"`
+	Rate      int             `json:"rate"` // paced changes/s; 0: as fast as possible
+	Changes   int             `json:"changes"`
+	Events    int             `json:"events"`     // unique events delivered (baseline: notifications)
+	Duplicate int             `json:"duplicates"` // events delivered more than once
+	Seconds   float64         `json:"seconds"`    // first write to last event
+	CPU       float64         `json:"cpuSeconds"` // user+system of the consumer process
+	MaxRSS    int64           `json:"maxRSSBytes"`
+	Latency   []time.Duration `json:"-"`
+	P50       time.Duration   `json:"p50"`
+	P99       time.Duration   `json:"p99"`
+	Max       time.Duration   `json:"max"`
+}
+
+func (r result) perSecond() float64 { return float64(r.Events) / r.Seconds }
+
+func (r result) String() string {
+	s := fmt.Sprintf("run %d %-9s %6d/%d events in %6.2fs = %7.0f/s, cpu %.2fs, maxrss %d MiB",
+		r.Run, r.Consumer, r.Events, r.Changes, r.Seconds, r.perSecond(), r.CPU, r.MaxRSS>>20)
+	if r.Rate > 0 {
+		s = fmt.Sprintf("paced %d/s: ", r.Rate) + s
+	}
+	if len(r.Latency) > 0 {
+		s += fmt.Sprintf(", latency p50 %v p99 %v max %v", r.P50, r.P99, r.Max)
+	}
+	return s
+}
+
+// measure runs the load once against one consumer in a fresh namespace.
+func (b *bed) measure(consumer string, run, n, rate int) (result, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	ns := fmt.Sprintf("bench-%s-%d-%d", consumer, rate, run)
+	if err := b.namespace(ctx, ns); err != nil {
+		return result{}, err
+	}
+	res := result{Consumer: consumer, Run: run, Rate: rate, Changes: 3 * n}
+	l := &load{cs: b.cs, ns: ns, n: n, rate: rate, workers: b.workers}
+	if consumer == "baseline" {
+		return res, b.measureBaseline(ctx, l, &res)
+	}
+	return res, b.measureBridge(ctx, consumer, l, &res)
+}
+
+func (b *bed) namespace(ctx context.Context, ns string) error {
+	_, err := b.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	return err
+}
+
+func (b *bed) measureBaseline(ctx context.Context, l *load, res *result) error {
+	cmd := exec.Command(b.self, "watch", "-kubeconfig", b.kubeconfig, "-namespace", l.ns, "-expect", strconv.Itoa(res.Changes))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	lines := bufio.NewScanner(out)
+	if !lines.Scan() || lines.Text() != "synced" {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return fmt.Errorf("baseline watch did not sync")
+	}
+	start, err := l.run(ctx)
+	if err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return err
+	}
+	// It exits once every change arrived; a stalled one is stopped.
+	stall := time.AfterFunc(60*time.Second, func() { _ = cmd.Process.Signal(syscall.SIGTERM) })
+	defer stall.Stop()
+	var rep watchReport
+	if lines.Scan() {
+		if err := json.Unmarshal(lines.Bytes(), &rep); err != nil {
+			return err
+		}
+	}
+	_, _ = io.Copy(io.Discard, out)
+	if err := cmd.Wait(); err != nil {
+		return fmt.Errorf("baseline watch: %w", err)
+	}
+	res.Events = int(rep.Events)
+	res.Seconds = time.Unix(0, rep.LastNanos).Sub(start).Seconds()
+	usage(cmd, res)
+	return nil
+}
+
+// bridgeConfig is the bridge's config for one consumer: one rule on the
+// namespace's ConfigMaps, delivering to one sink.
+func (b *bed) bridgeConfig(consumer, ns, hookURL, file string) string {
+	var sink string
+	switch consumer {
+	case "nats":
+		sink = "nats: {url: " + b.natsURL + "}"
+	case "jetstream":
+		sink = "nats: {url: " + b.natsURL + ", jetstream: true, stream: {name: BENCH}}"
+	case "webhook":
+		sink = "webhook: {url: " + hookURL + ", batch: {maxEvents: 100}}"
+	case "file":
+		sink = "file: {path: " + file + ", maxSizeMB: 4096}"
+	}
+	return fmt.Sprintf(`apiVersion: kubebridge.io/v1alpha1
+kind: BridgeConfig
+cluster: bench
+sinks:
+  - name: out
+    %s
+rules:
+  - name: bench
+    resource: v1/configmaps
+    namespaces: [%s]
+    sinks: [out]
+`, sink, ns)
+}
+
+func (b *bed) measureBridge(ctx context.Context, consumer string, l *load, res *result) error {
+	c := newCollector()
+	var hookURL string
+	file := filepath.Join(b.dir, l.ns+".jsonl")
+	stopFile := make(chan struct{})
+	fileDone := make(chan error, 1)
+	switch consumer {
+	case "nats", "jetstream":
+		closeSub, err := natsReceiver(b.natsURL, c)
+		if err != nil {
+			return err
+		}
+		defer closeSub()
+	case "webhook":
+		hook := webhookReceiver(c)
+		defer hook.Close()
+		hookURL = hook.URL
+	case "file":
+		go func() { fileDone <- fileReceiver(file, c, stopFile) }()
+		defer func() { close(stopFile); <-fileDone }()
+	default:
+		return fmt.Errorf("unknown consumer %q", consumer)
+	}
+	profiling := b.profile != "" && l.rate == 0
+	p, err := b.startBridge(l.ns, b.bridgeConfig(consumer, l.ns, hookURL, file), profiling)
+	if err != nil {
+		return err
+	}
+	defer p.kill()
+	if profiling {
+		profiled := make(chan struct{})
+		defer func() { <-profiled }()
+		go func() {
+			defer close(profiled)
+			if err := p.saveProfile(filepath.Join(b.profile, l.ns+".pprof")); err != nil {
+				log.Printf("profile: %v", err)
+			}
+		}()
+	}
+	start, err := l.run(ctx)
+	if err != nil {
+		return err
+	}
+	// Wait for every change, or until nothing arrived for 30s.
+	for c.unique() < res.Changes {
+		select {
+		case <-c.arrived:
+		case <-time.After(30 * time.Second):
+			log.Printf("%s: stalled at %d of %d events", consumer, c.unique(), res.Changes)
+			goto stop
+		}
+	}
+stop:
+	if err := p.stop(); err != nil {
+		return err
+	}
+	usage(p.cmd, res)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	res.Events, res.Duplicate = len(c.ids), c.dups
+	res.Seconds = c.last.Sub(start).Seconds()
+	res.Latency = c.lat
+	res.P50, res.P99, res.Max = quantile(c.lat, 0.5), quantile(c.lat, 0.99), quantile(c.lat, 1)
+	if consumer == "jetstream" { // keep the store small across runs
+		if s, err := b.js.Stream(ctx, "BENCH"); err == nil {
+			_ = s.Purge(ctx)
+		}
+	}
+	return nil
+}
+
+// bridgeProc is a running bridge binary.
+type bridgeProc struct {
+	cmd   *exec.Cmd
+	admin string
+	done  chan struct{}
+}
+
+// startBridge starts the bridge with cfg and waits until it is ready.
+func (b *bed) startBridge(name, cfg string, profiling bool) (*bridgeProc, error) {
+	cfgFile := filepath.Join(b.dir, name+".yaml")
+	if err := os.WriteFile(cfgFile, []byte(cfg), 0o644); err != nil {
+		return nil, err
+	}
+	logFile, err := os.Create(filepath.Join(b.dir, name+".log"))
+	if err != nil {
+		return nil, err
+	}
+	defer logFile.Close()
+	admin := "127.0.0.1:" + strconv.Itoa(testenv.FreePort())
+	args := []string{"run", "--config", cfgFile, "--kubeconfig", b.kubeconfig, "--admin-addr", admin,
+		"--checkpoint-file", filepath.Join(b.dir, name+".checkpoint"), "--reload=false", "--log-level", "warn"}
+	if profiling {
+		args = append(args, "--profiling")
+	}
+	cmd := exec.Command(b.bridge, args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p := &bridgeProc{cmd: cmd, admin: "http://" + admin, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(p.done) }()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		resp, err := http.Get(p.admin + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return p, nil
+			}
+		}
+		select {
+		case <-p.done:
+			return nil, fmt.Errorf("bridge exited: see %s", logFile.Name())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			p.kill()
+			return nil, fmt.Errorf("bridge not ready after 2m: see %s", logFile.Name())
+		}
+	}
+}
+
+// stop stops the bridge as Kubernetes would (SIGTERM) and waits.
+func (p *bridgeProc) stop() error {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		p.kill()
+		return fmt.Errorf("bridge did not stop within 30s")
+	}
+	if !p.cmd.ProcessState.Success() {
+		return fmt.Errorf("bridge: %v", p.cmd.ProcessState)
+	}
+	return nil
+}
+
+func (p *bridgeProc) kill() {
+	select {
+	case <-p.done:
+	default:
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// saveProfile takes a 10s CPU profile into path.
+func (p *bridgeProc) saveProfile(path string) error {
+	resp, err := http.Get(p.admin + "/debug/pprof/profile?seconds=10")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// metric reads one sample (the first whose name and labels start with
+// prefix) of the bridge's /metrics.
+func (p *bridgeProc) metric(prefix string) (float64, error) {
+	resp, err := http.Get(p.admin + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	s := bufio.NewScanner(resp.Body)
+	for s.Scan() {
+		if line := s.Text(); strings.HasPrefix(line, prefix) {
+			f := strings.Fields(line)
+			return strconv.ParseFloat(f[len(f)-1], 64)
+		}
+	}
+	return 0, fmt.Errorf("no metric %s", prefix)
+}
+
+// usage records the CPU time and peak RSS of an exited process.
+func usage(cmd *exec.Cmd, res *result) {
+	ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+	if !ok {
+		return
+	}
+	res.CPU = time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+	res.MaxRSS = ru.Maxrss << 10 // KiB on Linux
+}
+
+func quantile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := int(q * float64(len(s)-1))
+	return s[i]
+}
+
+// rss is a process's resident set size, from /proc.
+func rss(pid int) int64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+func machine() string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%d cores (GOMAXPROCS %d), %s, %s/%s, host %s", runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), runtime.GOOS, runtime.GOARCH, host)
+}
