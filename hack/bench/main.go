@@ -149,7 +149,10 @@ func run(o options) error {
 	b := &bed{dir: dir, kubeconfig: kc, bridge: bin, self: self, cs: cs, natsURL: ns.ClientURL(), js: js, workers: o.workers, profile: o.profile}
 
 	var all []result
-	consumers := strings.Split(o.consumers, ",")
+	var consumers []string
+	if o.consumers != "" {
+		consumers = strings.Split(o.consumers, ",")
+	}
 	for r := 1; r <= o.runs; r++ {
 		for _, c := range consumers {
 			res, err := b.measure(c, r, o.n, 0)

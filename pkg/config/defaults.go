@@ -21,7 +21,7 @@ const (
 // Event types a rule can deliver, and what its data can include.
 var (
 	EventTypes    = []string{"added", "updated", "deleted"}
-	IncludeFields = []string{"object", "oldObject", "patch"}
+	IncludeFields = []string{"object", "oldObject", "patch", "metadata"}
 )
 
 func (c *Config) setDefaults() {}

@@ -216,7 +216,7 @@ type Rule struct {
 	Where string `yaml:"where"`
 	// Changed delivers updates only when one of these paths (e.g. spec, metadata.labels) changed.
 	Changed []string `yaml:"changed"`
-	// Include lists what goes into the event data: object, oldObject, patch. Default [object].
+	// Include lists what goes into the event data: object, oldObject, patch; or metadata alone (the object's apiVersion, kind and metadata, for consumers that fetch the rest: the bridge then caches only metadata when every rule on the resource allows it). Default [object].
 	Include []string `yaml:"include"`
 	// Sinks names the sinks this rule delivers to. At least one.
 	Sinks []string `yaml:"sinks"`

@@ -419,6 +419,9 @@ func (r *Rule) Validate() error {
 	}
 	errs = append(errs, oneOfEach("events", r.Events, EventTypes)...)
 	errs = append(errs, oneOfEach("include", r.Include, IncludeFields)...)
+	if slices.Contains(r.Include, "metadata") && len(r.Include) > 1 {
+		errs = append(errs, errorAt("include", "metadata stands alone: it is the object without spec, status or data"))
+	}
 
 	keys := make([]string, 0, len(r.Index))
 	for k := range r.Index {

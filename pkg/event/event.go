@@ -46,6 +46,7 @@ type Rule struct {
 	IncludeObject   bool
 	IncludeOld      bool
 	IncludePatch    bool
+	IncludeMeta     bool // the object's apiVersion, kind and metadata only
 	AllowSecretData bool
 }
 
@@ -170,6 +171,12 @@ func (e *Event) renderData() (json.RawMessage, error) {
 	r := e.rule
 	redact := !r.AllowSecretData && isSecret(r.GVR)
 	var d data
+	if r.IncludeMeta && e.object != nil {
+		d.Object = MetadataOnly(e.object.Object)
+		if redact {
+			d.Object = RedactSecret(d.Object)
+		}
+	}
 	if r.IncludeObject && e.object != nil {
 		d.Object = e.object.Object
 		if redact {
@@ -257,6 +264,30 @@ func appendString(b []byte, s string) []byte {
 		}
 	}
 	return append(b, '"')
+}
+
+// MetadataOnly returns the apiVersion, kind and metadata of obj (without
+// managedFields), sharing obj's values. The input is not modified.
+func MetadataOnly(obj map[string]any) map[string]any {
+	out := make(map[string]any, 3)
+	for _, k := range []string{"apiVersion", "kind"} {
+		if v, ok := obj[k]; ok {
+			out[k] = v
+		}
+	}
+	if md, ok := obj["metadata"].(map[string]any); ok {
+		if _, has := md["managedFields"]; has {
+			c := make(map[string]any, len(md))
+			for k, v := range md {
+				if k != "managedFields" {
+					c[k] = v
+				}
+			}
+			md = c
+		}
+		out["metadata"] = md
+	}
+	return out
 }
 
 func isSecret(gvr schema.GroupVersionResource) bool {

@@ -114,3 +114,31 @@ func BenchmarkMarshalWithPatch(b *testing.B) {
 		}
 	}
 }
+
+// include: [metadata] delivers apiVersion, kind and metadata only, and a
+// Secret's last-applied annotation stays redacted.
+func TestIncludeMetadata(t *testing.T) {
+	r := &Rule{Name: "r", Cluster: "c", GVR: secrets, IncludeMeta: true}
+	o := obj("ns", "s", "1", map[string]any{"data": map[string]any{"k": "c2VjcmV0"}})
+	o.SetAnnotations(map[string]string{"kubectl.kubernetes.io/last-applied-configuration": `{"data":{"k":"c2VjcmV0"}}`, "team": "pay"})
+	o.SetLabels(map[string]string{"app": "x"})
+	d, err := New(r, Added, o, nil, time.Now()).Data()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Object map[string]any `json:"object"`
+	}
+	if err := json.Unmarshal(d, &got); err != nil {
+		t.Fatal(err)
+	}
+	if _, has := got.Object["data"]; has || got.Object["kind"] != "Secret" || got.Object["apiVersion"] != "v1" {
+		t.Errorf("object = %v, want apiVersion, kind and metadata only", got.Object)
+	}
+	if strings.Contains(string(d), "c2VjcmV0") || !strings.Contains(string(d), `"app":"x"`) {
+		t.Errorf("data = %s, want labels and no secret value", d)
+	}
+	if _, has := o.Object["data"]; !has {
+		t.Error("the cached object was modified")
+	}
+}

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/google/cel-go/cel"
+	celast "github.com/google/cel-go/common/ast"
 	"github.com/google/cel-go/common/types"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
@@ -51,17 +52,18 @@ type Rule struct {
 	Sinks []string
 	Event *event.Rule // what events of this rule carry
 
-	namespaces  map[string]bool // nil: all
-	nsSelector  labels.Selector // nil: none
-	nsLabels    NamespaceLabels
-	labelSel    labels.Selector // nil: everything
-	fieldSel    fields.Selector // nil: everything
-	fieldPaths  map[string][]string
-	events      map[event.Type]bool
-	index       []indexTerm
-	where       cel.Program
-	whereIsView bool
-	changed     [][]string
+	namespaces     map[string]bool // nil: all
+	nsSelector     labels.Selector // nil: none
+	nsLabels       NamespaceLabels
+	labelSel       labels.Selector // nil: everything
+	fieldSel       fields.Selector // nil: everything
+	fieldPaths     map[string][]string
+	events         map[event.Type]bool
+	index          []indexTerm
+	where          cel.Program
+	whereIsView    bool
+	whereReadsBody bool // where reads more of object or oldObject than apiVersion, kind and metadata
+	changed        [][]string
 
 	logger     *slog.Logger
 	received   atomic.Uint64 // notifications evaluated
@@ -109,6 +111,8 @@ func Compile(cfg *config.Config, i int, nsLabels NamespaceLabels, logger *slog.L
 			r.Event.IncludeOld = true
 		case "patch":
 			r.Event.IncludePatch = true
+		case "metadata":
+			r.Event.IncludeMeta = true
 		}
 	}
 	for _, e := range rc.Events {
@@ -163,6 +167,7 @@ func Compile(cfg *config.Config, i int, nsLabels NamespaceLabels, logger *slog.L
 			return nil, fmt.Errorf("%s.where: %w", path, err)
 		}
 		r.whereIsView = !references(ast, config.CELOldObject) && !references(ast, config.CELType)
+		r.whereReadsBody = readsBody(ast)
 	}
 	for _, p := range rc.Changed {
 		keys, err := config.ParseFieldPath(p)
@@ -172,6 +177,53 @@ func Compile(cfg *config.Config, i int, nsLabels NamespaceLabels, logger *slog.L
 		r.changed = append(r.changed, keys)
 	}
 	return r, nil
+}
+
+// MetadataOnly reports whether the rule needs nothing of an object but its
+// apiVersion, kind and metadata: its events include metadata only, and its
+// where, changed, field selector and index read only those. Index keys
+// (namespace, labels, annotations, owners) always do.
+func (r *Rule) MetadataOnly() bool {
+	if !r.Event.IncludeMeta || r.whereReadsBody {
+		return false
+	}
+	for _, p := range r.changed {
+		if !metadataPath(p[0]) {
+			return false
+		}
+	}
+	for _, p := range r.fieldPaths {
+		if !metadataPath(p[0]) {
+			return false
+		}
+	}
+	return true
+}
+
+func metadataPath(top string) bool { return top == "metadata" || top == "apiVersion" || top == "kind" }
+
+// readsBody reports whether a checked expression reads object or oldObject
+// other than through .metadata, .apiVersion or .kind (conservatively: any
+// other use of the variables, e.g. passing them whole or optional
+// selection, counts as reading the body).
+func readsBody(a *cel.Ast) bool {
+	uses, metaSelects := 0, 0
+	isVar := func(e celast.Expr) bool {
+		if e.Kind() != celast.IdentKind {
+			return false
+		}
+		n := e.AsIdent()
+		return n == config.CELObject || n == config.CELOldObject
+	}
+	celast.PostOrderVisit(a.NativeRep().Expr(), celast.NewExprVisitor(func(e celast.Expr) {
+		switch {
+		case isVar(e):
+			uses++
+		case e.Kind() == celast.SelectKind && isVar(e.AsSelect().Operand()) && metadataPath(e.AsSelect().FieldName()):
+			metaSelects++
+		}
+	}))
+	return uses != metaSelects
 }
 
 // references reports whether a checked expression reads variable name.

@@ -226,3 +226,30 @@ func BenchmarkOnUpdate(b *testing.B) {
 		}
 	}
 }
+
+// Only rules that read nothing but apiVersion, kind and metadata let the
+// informer cache metadata only.
+func TestMetadataOnly(t *testing.T) {
+	for _, tc := range []struct {
+		rule string
+		want bool
+	}{
+		{"    include: [metadata]\n", true},
+		{"    include: [object]\n", false},
+		{"    include: [metadata]\n    where: \"object.metadata.labels.team == 'pay' && has(oldObject.metadata.annotations)\"\n", true},
+		{"    include: [metadata]\n    where: \"object.kind == 'ConfigMap'\"\n", true},
+		{"    include: [metadata]\n    where: \"object.data.size == 'big'\"\n", false},
+		{"    include: [metadata]\n    where: \"object.?data.orValue({}).size() > 0\"\n", false},
+		{"    include: [metadata]\n    where: \"size(object) > 3\"\n", false},
+		{"    include: [metadata]\n    changed: [metadata.labels]\n", true},
+		{"    include: [metadata]\n    changed: [data]\n", false},
+		{"    include: [metadata]\n    fieldSelector: metadata.name=a\n", true},
+		{"    include: [metadata]\n    fieldSelector: status.phase=Up\n", false},
+		{"    include: [metadata]\n    index: {\"label:team\": [pay]}\n", true},
+	} {
+		r := compile(t, "    resource: v1/configmaps\n"+tc.rule, nil)
+		if got := r.MetadataOnly(); got != tc.want {
+			t.Errorf("%sMetadataOnly() = %v, want %v", tc.rule, got, tc.want)
+		}
+	}
+}

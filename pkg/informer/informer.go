@@ -244,7 +244,11 @@ func New(client dynamic.Interface, plan []Planned, emit Emit, replayEvery map[st
 				o.LabelSelector = spec.LabelSelector
 				o.FieldSelector = spec.FieldSelector
 			}).Informer()
-		if err := inf.SetTransform(stripManagedFields); err != nil {
+		transform := stripManagedFields
+		if p.MetadataOnly() {
+			transform = keepMetadata
+		}
+		if err := inf.SetTransform(transform); err != nil {
 			return nil, err
 		}
 		_ = inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
@@ -401,6 +405,9 @@ func (in *Informers) Specs() []string {
 	out := make([]string, len(in.running))
 	for i, r := range in.running {
 		out[i] = r.Spec.String()
+		if r.MetadataOnly() {
+			out[i] += " (metadata only)"
+		}
 	}
 	return out
 }
@@ -507,6 +514,27 @@ func (in *Informers) namespaceTransition(r *filters.Rule, ns string, entered boo
 			}
 		}
 	}
+}
+
+// MetadataOnly reports whether no rule of the informer needs more of an
+// object than its apiVersion, kind and metadata: then only those are cached.
+func (p Planned) MetadataOnly() bool {
+	for _, r := range p.Rules {
+		if !r.MetadataOnly() {
+			return false
+		}
+	}
+	return len(p.Rules) > 0
+}
+
+// keepMetadata reduces objects to apiVersion, kind and metadata (without
+// managedFields) before they are cached, for informers whose rules need no
+// more: a fraction of the memory for objects with large specs or data.
+func keepMetadata(obj any) (any, error) {
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		u.Object = event.MetadataOnly(u.Object)
+	}
+	return obj, nil
 }
 
 // stripManagedFields drops metadata.managedFields before objects are cached:
