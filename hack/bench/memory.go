@@ -120,7 +120,7 @@ func (b *bed) bridgeMemory(ns string, m *memResult) error {
 	defer os.Remove(filepath.Join(b.dir, name+".checkpoint"))
 	include := ""
 	if m.Consumer == "bridge-meta" {
-		include = "\n    include: []"
+		include = "\n    include: [metadata]"
 	}
 	cfg := fmt.Sprintf(`apiVersion: kubebridge.io/v1alpha1
 kind: BridgeConfig
