@@ -3,7 +3,7 @@ SHELL := bash
 GO    ?= go
 BIN   := bin
 
-.PHONY: all build test test-unit tools lint fuzz validate-examples docs demo chaos clean
+.PHONY: all build test test-unit tools lint fuzz validate-examples docs demo chaos bench bench-micro clean
 
 all: build
 
@@ -32,6 +32,13 @@ chaos: tools ## the fault-injection tests, longer: 20 SIGKILLs, a 60 s webhook o
 	KUBEBRIDGE_CHAOS_KILLS=20 KUBEBRIDGE_TEST_OUTAGE=60s $(GO) test -race -count=1 -v -timeout 30m \
 	  -run 'SIGKILL|Failover|NATSKV|DeleteWhileWatchBroken|WebhookOutage|NATSRestartUnderLoad|APIServerRestartUnderLoad|FlakyThenDownThenBack|RestartMidStream|Contract' \
 	  ./test/e2e ./pkg/sinks/...
+
+BENCH_ARGS ?=
+bench: tools ## end to end against a bare informer on the real apiserver: throughput, latency, CPU, RSS, memory (~20 min; docs/benchmarks.md)
+	$(GO) run ./hack/bench $(BENCH_ARGS)
+
+bench-micro: ## hot-path and pipeline microbenchmarks with allocations
+	$(GO) test -run '^$$' -bench . -benchmem -count 6 ./pkg/queue ./pkg/filters ./pkg/event ./pkg/informer
 
 FUZZTIME ?= 30s
 fuzz: ## run the config fuzzers for FUZZTIME each

@@ -65,8 +65,16 @@ func main() {
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (logs, checkpoint, sink files)")
 	flag.StringVar(&o.profile, "profile", "", "write a 10s CPU profile of each bridge throughput run into this directory")
 	flag.Parse()
-	if err := run(o); err != nil {
+	all, mem, err := run(o)
+	if err != nil {
 		log.Fatal(err)
+	}
+	fmt.Print(report(o, all, mem))
+	if o.jsonOut != "" {
+		out, _ := json.MarshalIndent(map[string]any{"runs": all, "memory": mem}, "", "  ")
+		if err := os.WriteFile(o.jsonOut, out, 0o644); err != nil {
+			log.Fatal(err)
+		}
 	}
 }
 
@@ -91,14 +99,15 @@ type bed struct {
 	profile    string
 }
 
-func run(o options) error {
+// run sets up the test bed and measures; it returns every measurement.
+func run(o options) (all []result, mem []memResult, err error) {
 	tools, err := testenv.ToolsDir()
 	if err != nil {
-		return fmt.Errorf("%w (run hack/tools/build.sh)", err)
+		return nil, nil, fmt.Errorf("%w (run hack/tools/build.sh)", err)
 	}
 	dir, err := os.MkdirTemp("", "kubebridge-bench-")
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	if o.keep {
 		log.Printf("work directory: %s", dir)
@@ -108,47 +117,46 @@ func run(o options) error {
 	log.Printf("building the bridge and starting etcd, kube-apiserver and nats-server")
 	bin, err := testenv.BuildBridge(dir, false)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	self, err := os.Executable()
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	if err := os.Mkdir(filepath.Join(dir, "cp"), 0o755); err != nil {
-		return err
+		return nil, nil, err
 	}
 	cp, err := testenv.NewControlPlane(tools, filepath.Join(dir, "cp"))
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	defer cp.Stop()
 	kc, err := cp.Kubeconfig(dir)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	ns, err := testenv.NewNATS(filepath.Join(dir, "nats"))
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	defer ns.Stop()
 	rc := cp.RESTConfig()
 	rc.RateLimiter = flowcontrol.NewFakeAlwaysRateLimiter() // as fast as the apiserver takes it
 	cs, err := kubernetes.NewForConfig(rc)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	nc, err := natsgo.Connect(ns.ClientURL())
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	b := &bed{dir: dir, kubeconfig: kc, bridge: bin, self: self, cs: cs, natsURL: ns.ClientURL(), js: js, workers: o.workers, profile: o.profile}
 
-	var all []result
 	var consumers []string
 	if o.consumers != "" {
 		consumers = strings.Split(o.consumers, ",")
@@ -157,7 +165,7 @@ func run(o options) error {
 		for _, c := range consumers {
 			res, err := b.measure(c, r, o.n, 0)
 			if err != nil {
-				return fmt.Errorf("run %d, %s: %w", r, c, err)
+				return nil, nil, fmt.Errorf("run %d, %s: %w", r, c, err)
 			}
 			log.Print(res)
 			all = append(all, res)
@@ -171,25 +179,19 @@ func run(o options) error {
 				}
 				res, err := b.measure(c, r, o.latencyN, o.latencyRate)
 				if err != nil {
-					return fmt.Errorf("latency run %d, %s: %w", r, c, err)
+					return nil, nil, fmt.Errorf("latency run %d, %s: %w", r, c, err)
 				}
 				log.Print(res)
 				all = append(all, res)
 			}
 		}
 	}
-	var mem []memResult
 	if o.memory != "" {
 		if mem, err = b.memoryRuns(o.memory, o.runs); err != nil {
-			return err
+			return nil, nil, err
 		}
 	}
-	fmt.Print(report(o, all, mem))
-	if o.jsonOut != "" {
-		out, _ := json.MarshalIndent(map[string]any{"runs": all, "memory": mem}, "", "  ")
-		return os.WriteFile(o.jsonOut, out, 0o644)
-	}
-	return nil
+	return all, mem, nil
 }
 
 // result is one consumer's measurement in one run.
