@@ -206,9 +206,12 @@ type result struct {
 	CPU       float64         `json:"cpuSeconds"` // user+system of the consumer process
 	MaxRSS    int64           `json:"maxRSSBytes"`
 	Latency   []time.Duration `json:"-"`
-	P50       time.Duration   `json:"p50"`
-	P99       time.Duration   `json:"p99"`
-	Max       time.Duration   `json:"max"`
+	// P99ByType is the p99 latency of added, updated and deleted events:
+	// only first deliveries of an object wait for the write-ahead intent.
+	P99ByType map[string]time.Duration `json:"p99ByType,omitempty"`
+	P50       time.Duration            `json:"p50"`
+	P99       time.Duration            `json:"p99"`
+	Max       time.Duration            `json:"max"`
 }
 
 func (r result) perSecond() float64 { return float64(r.Events) / r.Seconds }
@@ -220,7 +223,8 @@ func (r result) String() string {
 		s = fmt.Sprintf("paced %d/s: ", r.Rate) + s
 	}
 	if len(r.Latency) > 0 {
-		s += fmt.Sprintf(", latency p50 %v p99 %v max %v", r.P50, r.P99, r.Max)
+		s += fmt.Sprintf(", latency p50 %v p99 %v max %v (p99 added %v, updated %v, deleted %v)", r.P50, r.P99, r.Max,
+			r.P99ByType["added"], r.P99ByType["updated"], r.P99ByType["deleted"])
 	}
 	return s
 }
@@ -286,6 +290,7 @@ func (b *bed) measureBaseline(ctx context.Context, l *load, res *result) error {
 	}
 	res.Events = int(rep.Events)
 	res.Seconds = time.Unix(0, rep.LastNanos).Sub(start).Seconds()
+	res.MaxRSS = rep.PeakRSSBytes
 	usage(cmd, res)
 	return nil
 }
@@ -371,6 +376,7 @@ func (b *bed) measureBridge(ctx context.Context, consumer string, l *load, res *
 		}
 	}
 stop:
+	res.MaxRSS = procStatus(p.cmd.Process.Pid, "VmHWM:")
 	if err := p.stop(); err != nil {
 		return err
 	}
@@ -381,6 +387,10 @@ stop:
 	res.Seconds = c.last.Sub(start).Seconds()
 	res.Latency = c.lat
 	res.P50, res.P99, res.Max = quantile(c.lat, 0.5), quantile(c.lat, 0.99), quantile(c.lat, 1)
+	res.P99ByType = map[string]time.Duration{}
+	for t, l := range c.byType {
+		res.P99ByType[t] = quantile(l, 0.99)
+	}
 	if consumer == "jetstream" { // keep the store small across runs
 		if s, err := b.js.Stream(ctx, "BENCH"); err == nil {
 			_ = s.Purge(ctx)
@@ -501,14 +511,12 @@ func (p *bridgeProc) metric(prefix string) (float64, error) {
 	return 0, fmt.Errorf("no metric %s", prefix)
 }
 
-// usage records the CPU time and peak RSS of an exited process.
+// usage records the CPU time of an exited process. (Its rusage's maxrss is
+// no use: Linux carries the forking parent's peak over into the child.)
 func usage(cmd *exec.Cmd, res *result) {
-	ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage)
-	if !ok {
-		return
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		res.CPU = time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 	}
-	res.CPU = time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
-	res.MaxRSS = ru.Maxrss << 10 // KiB on Linux
 }
 
 func quantile(ds []time.Duration, q float64) time.Duration {
@@ -522,13 +530,17 @@ func quantile(ds []time.Duration, q float64) time.Duration {
 }
 
 // rss is a process's resident set size, from /proc.
-func rss(pid int) int64 {
+func rss(pid int) int64 { return procStatus(pid, "VmRSS:") }
+
+// procStatus reads a size field of /proc/<pid>/status in bytes: VmRSS is
+// the resident set now, VmHWM its peak since the process started.
+func procStatus(pid int, field string) int64 {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
 	if err != nil {
 		return 0
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+		if v, ok := strings.CutPrefix(line, field); ok {
 			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
 			return kb << 10
 		}

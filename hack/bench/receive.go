@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,13 +23,14 @@ type collector struct {
 	mu      sync.Mutex
 	ids     map[string]struct{}
 	lat     []time.Duration
+	byType  map[string][]time.Duration // added, updated, deleted (the id's suffix)
 	dups    int
 	last    time.Time
 	arrived chan struct{} // signalled (non-blocking) on every delivery
 }
 
 func newCollector() *collector {
-	return &collector{ids: map[string]struct{}{}, arrived: make(chan struct{}, 1)}
+	return &collector{ids: map[string]struct{}{}, byType: map[string][]time.Duration{}, arrived: make(chan struct{}, 1)}
 }
 
 func (c *collector) record(id string, at time.Time, now time.Time) {
@@ -38,6 +40,8 @@ func (c *collector) record(id string, at time.Time, now time.Time) {
 	} else {
 		c.ids[id] = struct{}{}
 		c.lat = append(c.lat, now.Sub(at))
+		t := id[strings.LastIndexByte(id, '.')+1:]
+		c.byType[t] = append(c.byType[t], now.Sub(at))
 	}
 	c.last = now
 	c.mu.Unlock()

@@ -87,16 +87,19 @@ func report(o options, all []result, mem []memResult) string {
 	}
 	if len(paced) > 0 {
 		fmt.Fprintf(&b, "\n### Latency at %d changes/s (%d ConfigMaps, %d changes), observation to sink receipt; medians of %d runs\n\n", o.latencyRate, o.latencyN, 3*o.latencyN, o.runs)
-		b.WriteString("| consumer | p50 | p99 | max | delivered / changes |\n|---|---|---|---|---|\n")
+		b.WriteString("| consumer | p50 | p99 | max | p99 added | p99 updated | p99 deleted | delivered / changes |\n|---|---|---|---|---|---|---|---|\n")
 		for _, c := range order {
 			rs := paced[c]
 			if len(rs) == 0 {
 				continue
 			}
-			fmt.Fprintf(&b, "| %s | %v | %v | %v | %.0f / %d |\n", c,
+			fmt.Fprintf(&b, "| %s | %v | %v | %v | %v | %v | %v | %.0f / %d |\n", c,
 				medianDur(rs, func(r result) time.Duration { return r.P50 }),
 				medianDur(rs, func(r result) time.Duration { return r.P99 }),
 				medianDur(rs, func(r result) time.Duration { return r.Max }),
+				medianDur(rs, func(r result) time.Duration { return r.P99ByType["added"] }),
+				medianDur(rs, func(r result) time.Duration { return r.P99ByType["updated"] }),
+				medianDur(rs, func(r result) time.Duration { return r.P99ByType["deleted"] }),
 				medianOf(rs, func(r result) float64 { return float64(r.Events) }), rs[0].Changes)
 		}
 	}

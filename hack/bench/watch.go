@@ -28,6 +28,8 @@ type watchReport struct {
 	Objects   int   `json:"objects"`
 	HeapBytes int64 `json:"heapBytes"` // live heap after a forced GC
 	RSSBytes  int64 `json:"rssBytes"`
+	// PeakRSSBytes is the resident set's high-water mark (VmHWM).
+	PeakRSSBytes int64 `json:"peakRSSBytes"`
 }
 
 // watchMain is the baseline: a bare client-go shared informer with a no-op
@@ -93,7 +95,8 @@ func watchMain(args []string) error {
 	}
 	fmt.Println("synced")
 	report := func() watchReport {
-		return watchReport{Events: events.Load(), LastNanos: last.Load(), Objects: len(inf.GetStore().ListKeys())}
+		return watchReport{Events: events.Load(), LastNanos: last.Load(), Objects: len(inf.GetStore().ListKeys()),
+			PeakRSSBytes: procStatus(os.Getpid(), "VmHWM:")}
 	}
 	if *memory {
 		r := report()
