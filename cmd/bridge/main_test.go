@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,19 +16,7 @@ import (
 // run it as a user would: a subprocess with flags, output and exit status.
 var bridgeBin string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "bridge-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	if bridgeBin, err = testenv.BuildBridge(dir, false); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	defer os.RemoveAll(dir)
-	testenv.Main(m)
-}
+func TestMain(m *testing.M) { testenv.MainWithBridge(m, false, &bridgeBin) }
 
 type result struct {
 	code           int

@@ -111,11 +111,10 @@ func (l *load) run(ctx context.Context) (start time.Time, err error) {
 
 // fill creates ConfigMaps from..to-1 in ns (for the memory runs).
 func fill(ctx context.Context, cs kubernetes.Interface, ns string, from, to, workers int) error {
-	l := &load{cs: cs, ns: ns, n: to - from, workers: workers}
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, workers)
-	for w := 0; w < l.workers; w++ {
+	for w := 0; w < workers; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -43,7 +43,7 @@ func report(o options, all []result, mem []memResult) string {
 
 	byConsumer := map[string][]result{}
 	baseline := map[int]result{}
-	var paced map[string][]result = map[string][]result{}
+	paced := map[string][]result{}
 	var order []string
 	for _, r := range all {
 		if r.Rate > 0 {
@@ -70,12 +70,10 @@ func report(o options, all []result, mem []memResult) string {
 					return r.perSecond() / baseline[r.Run].perSecond()
 				}))
 			}
-			lat := "-"
+			lat := "- | - | -"
 			if c != "baseline" {
 				lat = fmt.Sprintf("%v | %v | %v", medianDur(rs, func(r result) time.Duration { return r.P50 }),
 					medianDur(rs, func(r result) time.Duration { return r.P99 }), medianDur(rs, func(r result) time.Duration { return r.Max }))
-			} else {
-				lat = "- | - | -"
 			}
 			fmt.Fprintf(&b, "| %s | %.0f | %s | %s | %.2f | %.0f MiB | %.0f / %d | %.0f |\n", c,
 				medianOf(rs, result.perSecond), ratio, lat,

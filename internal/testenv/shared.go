@@ -40,7 +40,29 @@ func SharedControlPlane(t testing.TB) *ControlPlane {
 
 // Main runs the tests and then stops the shared control plane, if any.
 // Use it as TestMain: func TestMain(m *testing.M) { testenv.Main(m) }.
-func Main(m *testing.M) {
+func Main(m *testing.M) { os.Exit(run(m)) }
+
+// MainWithBridge builds the bridge binary once (with the race detector when
+// race is set) into *bin, runs the tests as Main does, and removes the
+// binary. For packages whose tests run the bridge as a user would: a
+// subprocess with flags, output and exit status.
+func MainWithBridge(m *testing.M, race bool, bin *string) {
+	dir, err := os.MkdirTemp("", "bridge-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "testenv:", err)
+		os.Exit(1)
+	}
+	if *bin, err = BuildBridge(dir, race); err != nil {
+		_ = os.RemoveAll(dir)
+		fmt.Fprintln(os.Stderr, "testenv:", err)
+		os.Exit(1)
+	}
+	code := run(m)
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func run(m *testing.M) int {
 	code := m.Run()
 	if shared.cp != nil {
 		if err := shared.cp.Stop(); err != nil {
@@ -53,5 +75,5 @@ func Main(m *testing.M) {
 	if shared.dir != "" {
 		_ = os.RemoveAll(shared.dir)
 	}
-	os.Exit(code)
+	return code
 }

@@ -21,20 +21,9 @@ import (
 
 var bridgeBin string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "e2e-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	// Built with the race detector: the e2e runs double as a race test of the whole pipeline.
-	if bridgeBin, err = testenv.BuildBridge(dir, true); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	defer os.RemoveAll(dir)
-	testenv.Main(m)
-}
+// The bridge is built with the race detector: the e2e runs double as a race
+// test of the whole pipeline.
+func TestMain(m *testing.M) { testenv.MainWithBridge(m, true, &bridgeBin) }
 
 // bridgeProc is a running `bridge run`.
 type bridgeProc struct {
