@@ -21,8 +21,9 @@ test: tools ## everything: lint, unit and integration tests (real apiserver, etc
 test-unit: ## only what needs no built tools (integration tests skip unless CI=true)
 	$(GO) test -race -count=1 -v ./...
 
-lint: ## gofmt and go vet
+lint: ## gofmt, go vet, and no tracked file over 1 MB (build outputs belong in .gitignore)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@big=$$(git ls-files -z | xargs -0 -r du -k 2>/dev/null | awk '$$1 > 1024 {print $$2" ("$$1" KiB)"}'); if [ -n "$$big" ]; then echo "tracked files over 1 MB (build outputs? add them to .gitignore):"; echo "$$big"; exit 1; fi
 	$(GO) vet ./...
 
 validate-examples: build ## every example in config/ must validate
