@@ -136,3 +136,47 @@ func Throttle(err error, d time.Duration) error {
 	}
 	return throttleError{err, d}
 }
+
+// EventErrors is what Send returns when the events of one batch fared
+// differently: Errs[i] is the outcome of events[i] (nil: acknowledged by
+// the destination). The delivery loop acknowledges the nil ones, hands the
+// Permanent ones to the dead-letter, and retries the rest, in order. A sink
+// that publishes events one by one returns it so that one bad event (too
+// large, refused) never takes its neighbours down with it.
+//
+// Order per object: once an object's event (event.Key) fails retryably, the
+// sink must not let the destination take that object's later events of the
+// batch: it does not send them (or, publishing asynchronously, never has
+// two events of one object in flight) and reports them failed too.
+type EventErrors struct{ Errs []error }
+
+func (e *EventErrors) Error() string {
+	failed, permanent := 0, 0
+	var first error
+	for _, err := range e.Errs {
+		if err != nil {
+			failed++
+			if IsPermanent(err) {
+				permanent++
+			}
+			if first == nil {
+				first = err
+			}
+		}
+	}
+	if first == nil {
+		return "no event failed"
+	}
+	return fmt.Sprintf("%d of %d events failed (%d permanently), first: %v", failed, len(e.Errs), permanent, first)
+}
+
+// Unwrap returns the per-event errors (so errors.As finds a Throttle).
+func (e *EventErrors) Unwrap() []error {
+	var out []error
+	for _, err := range e.Errs {
+		if err != nil {
+			out = append(out, err)
+		}
+	}
+	return out
+}
