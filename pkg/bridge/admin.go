@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -46,20 +45,21 @@ type ReplayProgress struct {
 	Error  string `json:"error,omitempty"`
 }
 
-// serveReplay queues every object of the sink's rule views (or one rule's)
-// as updated with kbreplay "resync", streaming progress as JSON lines.
+// serveReplay reconciles the sink's rule views (or one rule's) and queues
+// every object in them again as updated with kbreplay "resync", streaming
+// progress as JSON lines.
 func (b *Bridge) serveReplay(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		http.Error(w, "POST only", http.StatusMethodNotAllowed)
 		return
 	}
 	sink, ruleName := r.URL.Query().Get("sink"), r.URL.Query().Get("rule")
-	d := b.deliveryOf(sink)
-	if d == nil || !b.started.Load() {
+	s := b.sinkOf(sink)
+	if s == nil || !b.started.Load() {
 		http.Error(w, fmt.Sprintf("no running sink %q", sink), http.StatusNotFound)
 		return
 	}
-	allRules, informers := b.snapshot()
+	allRules, _ := b.snapshot()
 	var rules []*filters.Rule
 	for _, rule := range allRules {
 		if (ruleName == "" || rule.Name == ruleName) && containsString(rule.Sinks, sink) {
@@ -78,16 +78,8 @@ func (b *Bridge) serveReplay(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	total := 0
-	now := time.Now()
 	for _, rule := range rules {
-		n := 0
-		for _, obj := range informers.View(rule) {
-			if !rule.Delivers(event.Updated) {
-				break
-			}
-			b.emit(event.New(rule.Event, event.Updated, obj, nil, now).WithReplay(event.ReplayResync), []string{sink})
-			n++
-		}
+		n := b.reconcile(s, rule.Name, event.ReplayResync)
 		total += n
 		_ = enc.Encode(ReplayProgress{Rule: rule.Name, Queued: n})
 		flush()
@@ -171,7 +163,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descLag, prometheus.GaugeValue, float64(lag))
 	leader := 0.0
-	if b.mode.Load() == modeLive {
+	if b.active.Load() != nil {
 		leader = 1
 	}
 	ch <- prometheus.MustNewConstMetric(descLeader, prometheus.GaugeValue, leader)

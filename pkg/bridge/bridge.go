@@ -2,16 +2,18 @@ package bridge
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	natsgo "github.com/nats-io/nats.go"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -25,6 +27,7 @@ import (
 	"github.com/kubebridge/kubebridge/pkg/sinks/file"
 	natssink "github.com/kubebridge/kubebridge/pkg/sinks/nats"
 	"github.com/kubebridge/kubebridge/pkg/sinks/webhook"
+	"github.com/kubebridge/kubebridge/pkg/view"
 )
 
 // BuiltinSinks is the one place where the sink types of this build are
@@ -72,56 +75,62 @@ func (e *ConfigError) Error() string {
 	return fmt.Sprint(msgs)
 }
 
-// Bridge is a running kubebridge: informers feeding rules feeding one
-// delivery (queue + worker + sink) per sink.
+// Bridge is a running kubebridge: informers feeding rules feeding, per sink,
+// a view (pkg/view) and a delivery (queue + worker + sink).
 //
 // Lifecycle: Start builds and starts everything, sinks and their workers
-// first, informers last, and returns once the caches have synced. Shutdown
-// stops the informers first, then lets each queue drain into its sink until
-// its context ends, then stops the workers and closes the sinks.
+// first, informers last, and returns once the caches have synced and every
+// sink's view was reconciled with its checkpoint. Shutdown stops the
+// informers first, then lets each queue drain into its sink until its
+// context ends, then stops the workers and closes the sinks.
 type Bridge struct {
-	opts       Options
-	logger     *slog.Logger
-	deliveries map[string]*sinks.Delivery
-	order      []*sinks.Delivery
-	informers  *informer.Informers
+	opts   Options
+	logger *slog.Logger
 
-	closers        []func(context.Context) error
-	cancelDelivery context.CancelFunc
+	mu        sync.Mutex // guards rules, informers, set (writers); readers of set use active
+	rules     []*filters.Rule
+	informers *informer.Informers
+	set       *sinkSet
+
+	// active is the sink set notifications go to: nil while this replica
+	// does not deliver (a follower, or before the views are loaded).
+	active atomic.Pointer[sinkSet]
+
 	store          checkpoint.Store
 	recorder       atomic.Pointer[checkpoint.Recorder]
-	rules          []*filters.Rule
+	conns          map[string]*natssink.Sink // NATS connections the bridge owns (KV checkpoint, dead-letters), by sink config
+	closers        []func(context.Context) error
+	deliveryCtx    context.Context
+	cancelDelivery context.CancelFunc
 
-	// mode says what emit does with live events: drop them (a follower,
-	// or a leader that lost its lease), hold them here until the checkpoint
-	// reconciliation is queued (so that no live event overtakes an older
-	// replayed state), or deliver them.
-	mode         atomic.Int32
-	gateMu       sync.Mutex
-	held         []heldEvent
 	fence        func() error // nil without leader election
 	fatal        chan error
 	runCtx       context.Context
 	cancelRun    context.CancelFunc
-	deliveryCtx  context.Context
-	built        map[string]sinks.Sink // the sinks in use, by name
-	reloadMu     sync.Mutex            // one reload at a time, not during shutdown
-	started      atomic.Bool           // Start finished: reconciled and live
+	reloadMu     sync.Mutex  // one reload at a time, not during shutdown
+	started      atomic.Bool // Start finished: reconciled and live
 	metrics      *metrics
 	wg           sync.WaitGroup
 	shutdownOnce sync.Once
 	shutdownErr  error
 }
 
-const (
-	modeDrop int32 = iota
-	modeHold
-	modeLive
-)
+// sinkSet is the sinks in use, immutable once published: a reload builds a
+// new one.
+type sinkSet struct {
+	byName map[string]*sinkRun
+	order  []*sinkRun
+}
 
-type heldEvent struct {
-	ev    *event.Event
-	sinks []string
+// sinkRun is one sink in use: its config, the sink, its delivery and the
+// view it was handed.
+type sinkRun struct {
+	cfg      config.Sink
+	sink     sinks.Sink
+	delivery *sinks.Delivery
+	views    *view.Sink
+	cancel   context.CancelFunc // stops the delivery at once
+	closers  []func(context.Context) error
 }
 
 // New returns a bridge for opts; Start runs it.
@@ -138,7 +147,7 @@ func New(opts Options) *Bridge {
 	if opts.CheckpointInterval == 0 {
 		opts.CheckpointInterval = time.Second
 	}
-	b := &Bridge{opts: opts, logger: opts.Logger, deliveries: map[string]*sinks.Delivery{}, fatal: make(chan error, 1)}
+	b := &Bridge{opts: opts, logger: opts.Logger, fatal: make(chan error, 1), conns: map[string]*natssink.Sink{}}
 	b.metrics = newMetrics(b)
 	return b
 }
@@ -191,9 +200,8 @@ func (b *Bridge) watch(ctx context.Context) (err error) {
 	if err := b.buildInformers(cfg, info); err != nil {
 		return err
 	}
-	// Until this replica delivers, live events are dropped (a follower) or
-	// held (a leader reconciling); see emit.
-	b.mode.Store(modeDrop)
+	// Until this replica delivers, notifications are dropped: the
+	// reconciliation when it starts to deliver covers them.
 	syncCtx, cancelSync := context.WithTimeout(ctx, b.opts.SyncTimeout)
 	defer cancelSync()
 	return b.informers.Start(syncCtx)
@@ -231,33 +239,41 @@ func (b *Bridge) buildInformers(cfg *config.Config, info *ClusterInfo) error {
 	for _, sc := range cfg.Sinks {
 		replayEvery[sc.Name] = sc.ReplayEvery.D()
 	}
-	informers, err := informer.New(dyn, plan, b.emit, replayEvery, b.logger)
+	informers, err := informer.New(dyn, plan, b.notify, replayEvery, b.logger)
 	if err != nil {
 		return err
 	}
 	informers.SkipInitialList = true // the reconciliation delivers the initial view
 	nsSource = informers
-	b.gateMu.Lock()
+	b.mu.Lock()
 	b.rules, b.informers = rules, informers
-	b.gateMu.Unlock()
+	b.mu.Unlock()
 	return nil
 }
 
-// lead starts delivering: sinks, checkpoint, deliveries, then the
-// reconciliation with each sink's checkpoint, then live events.
+// lead starts delivering: sinks, checkpoint, deliveries, then each sink's
+// view is loaded from the checkpoint and reconciled with the caches.
 func (b *Bridge) lead(ctx context.Context) error {
 	cfg := b.opts.Config
-	b.mode.Store(modeHold)
-	deliveryCtx, cancel := context.WithCancel(context.Background())
-	b.cancelDelivery = cancel
+	b.deliveryCtx, b.cancelDelivery = context.WithCancel(context.Background())
 	built := map[string]sinks.Sink{}
 	for _, sc := range cfg.Sinks {
 		sink, err := b.opts.Sinks.Create(ctx, sinks.Settings{Config: sc, Logger: b.logger.With("sink", sc.Name)})
 		if err != nil {
+			for _, s := range built {
+				_ = s.Close(ctx)
+			}
 			return fmt.Errorf("sink %q: %w", sc.Name, err)
 		}
 		built[sc.Name] = sink
-		b.closers = append(b.closers, func(ctx context.Context) error { return sink.Close(ctx) })
+	}
+	set := &sinkSet{byName: map[string]*sinkRun{}}
+	b.mu.Lock()
+	b.set = set // closed by Shutdown from here on
+	b.mu.Unlock()
+	for _, sc := range cfg.Sinks {
+		s := &sinkRun{cfg: sc, sink: built[sc.Name]}
+		set.byName[sc.Name], set.order = s, append(set.order, s)
 	}
 	if err := b.openCheckpoint(ctx, built); err != nil {
 		return err
@@ -269,62 +285,140 @@ func (b *Bridge) lead(ctx context.Context) error {
 		defer b.wg.Done()
 		recorder.Run()
 	}()
-	b.deliveryCtx = deliveryCtx
-	b.built = built
-	deliveries := map[string]*sinks.Delivery{}
-	var order []*sinks.Delivery
-	for _, sc := range cfg.Sinks {
-		d, err := b.startDelivery(sc, built, recorder)
+	for _, s := range set.order {
+		if err := b.startDelivery(ctx, s, recorder); err != nil {
+			return err
+		}
+	}
+	b.active.Store(set)
+	replayed := 0
+	for _, s := range set.order {
+		n, err := b.startViews(ctx, s, recorder)
 		if err != nil {
 			return err
 		}
-		deliveries[sc.Name] = d
-		order = append(order, d)
+		replayed += n
 	}
-	b.gateMu.Lock()
-	b.deliveries, b.order = deliveries, order // emit reads them only once the gate is released
-	b.gateMu.Unlock()
-	replayed, err := b.reconcile(ctx)
-	if err != nil {
-		return err
-	}
-	b.releaseGate()
-	b.logger.Info("bridge started", "informers", b.informers.Specs(), "rules", len(b.rules), "sinks", len(order), "replayedFromCheckpoint", replayed)
+	b.logger.Info("bridge started", "informers", b.informers.Specs(), "rules", len(b.rules), "sinks", len(set.order), "replayedFromCheckpoint", replayed)
 	return nil
 }
 
-// startDelivery runs the delivery of sink sc (built already) with its
+// startDelivery runs the delivery of sink s (built already) with its
 // dead-letter, checkpoint hooks, latency metric and leader fence.
-func (b *Bridge) startDelivery(sc config.Sink, built map[string]sinks.Sink, recorder *checkpoint.Recorder) (*sinks.Delivery, error) {
-	dl, err := b.deadLetter(sc, built)
+func (b *Bridge) startDelivery(ctx context.Context, s *sinkRun, recorder *checkpoint.Recorder) error {
+	dl, err := b.deadLetter(ctx, s)
 	if err != nil {
-		return nil, fmt.Errorf("sink %q: deadLetter: %w", sc.Name, err)
+		return fmt.Errorf("sink %q: deadLetter: %w", s.cfg.Name, err)
 	}
-	d := sinks.NewDelivery(sc, built[sc.Name], dl, b.logger)
-	name := sc.Name
+	d := sinks.NewDelivery(s.cfg, s.sink, dl, b.logger)
+	name := s.cfg.Name
 	latency := b.metrics.latency.WithLabelValues(name)
 	d.OnAck = func(evs []*event.Event) {
 		recorder.Acked(name, evs)
 		now := time.Now()
 		for _, e := range evs {
-			latency.Observe(now.Sub(e.Time).Seconds())
+			if !e.Quiet {
+				latency.Observe(now.Sub(e.Time).Seconds())
+			}
 		}
 	}
 	d.BeforeSend = func(ctx context.Context, evs []*event.Event) error { return recorder.Intend(ctx, name, evs) }
 	d.Fence = b.fence
+	s.delivery = d
+	s.views = view.NewSink(name, d.Offer)
+	dctx, cancel := context.WithCancel(b.deliveryCtx)
+	s.cancel = cancel
 	b.wg.Add(1)
 	go func() {
 		defer b.wg.Done()
-		d.Run(b.deliveryCtx)
+		d.Run(dctx)
 	}()
-	return d, nil
+	return nil
+}
+
+// startViews loads what sink s acknowledged of each of its rules from the
+// checkpoint, lets notifications sync its views, and reconciles them with
+// the caches (kbreplay "checkpoint"). It returns how many events that sends.
+func (b *Bridge) startViews(ctx context.Context, s *sinkRun, recorder *checkpoint.Recorder) (int, error) {
+	rules, _ := b.snapshot()
+	for _, r := range rules {
+		if !slices.Contains(r.Sinks, s.cfg.Name) {
+			continue
+		}
+		stored, err := checkpoint.LoadView(ctx, b.store, s.cfg.Name, r.Name)
+		if err != nil {
+			return 0, fmt.Errorf("loading the checkpoint of sink %s, rule %s: %w", s.cfg.Name, r.Name, err)
+		}
+		s.views.Load(r.Name, stored)
+		recorder.Known(s.cfg.Name, r.Name, stored)
+	}
+	s.views.Start()
+	return b.reconcile(s, "", event.ReplayCheckpoint), nil
+}
+
+// reconcile syncs every object key of sink s's views (of one rule, or all)
+// with the caches: the objects in each rule's view and those the sink was
+// handed. replay marks what it finds (event.ReplayResync also re-sends
+// unchanged objects). It returns how many events that sends.
+func (b *Bridge) reconcile(s *sinkRun, ruleName, replay string) int {
+	rules, in := b.snapshot()
+	now := time.Now()
+	none := func() (*unstructured.Unstructured, bool) { return nil, false }
+	n := 0
+	for _, r := range rules {
+		if !slices.Contains(r.Sinks, s.cfg.Name) || (ruleName != "" && r.Name != ruleName) {
+			continue
+		}
+		t := view.Trigger{Replay: replay, Now: now}
+		seen := map[string]bool{}
+		for _, obj := range in.View(r) {
+			key := checkpoint.ObjectKey(obj.GetNamespace(), obj.GetName())
+			seen[key] = true
+			if cur := in.Current(r, key); cur != nil {
+				n += s.views.Sync(r, key, cur, t)
+			}
+		}
+		for _, key := range s.views.Keys(r.Name) {
+			if seen[key] {
+				continue
+			}
+			cur := in.Current(r, key)
+			if cur == nil {
+				cur = none // no informer of the rule covers it any more
+			}
+			n += s.views.Sync(r, key, cur, t)
+		}
+	}
+	return n
+}
+
+// notify syncs each target sink's view of a notified key; it runs on the
+// informer's goroutines and never blocks.
+func (b *Bridge) notify(n informer.Notification) {
+	set := b.active.Load()
+	if set == nil {
+		return // not delivering: the reconciliation when it starts covers this
+	}
+	t := view.Trigger{Gone: n.Gone, Now: time.Now()}
+	if n.Resync {
+		t.Replay = event.ReplayResync
+	}
+	for r, names := range n.Targets {
+		sent := 0
+		for _, name := range names {
+			if s := set.byName[name]; s != nil {
+				sent += s.views.Sync(r, n.Key, n.Current, t)
+			}
+		}
+		r.Count(sent > 0)
+	}
 }
 
 // stopDelivering stops the deliveries at once (the lease is lost): queued
 // events are dropped, and the checkpoint is not written again, since the
 // next leader owns it now.
 func (b *Bridge) stopDelivering() {
-	b.mode.Store(modeDrop)
+	b.active.Store(nil)
 	if b.cancelDelivery != nil {
 		b.cancelDelivery()
 	}
@@ -336,15 +430,17 @@ func (b *Bridge) stopDelivering() {
 	}
 }
 
-// openCheckpoint opens the checkpoint store the config names.
+// openCheckpoint opens the checkpoint store the config names. A NATS KV
+// store gets a connection of the bridge's own, so that a reload of the
+// sink it names does not close it.
 func (b *Bridge) openCheckpoint(ctx context.Context, built map[string]sinks.Sink) error {
 	cp := b.opts.Config.Checkpoint
 	if kv := cp.NATSKV; kv != nil && b.opts.CheckpointFile == "" {
-		ns, ok := built[kv.Sink].(*natssink.Sink)
-		if !ok {
-			return fmt.Errorf("checkpoint.natsKV.sink %q is not a nats sink", kv.Sink)
+		nc, err := b.natsConn(ctx, kv.Sink, built)
+		if err != nil {
+			return fmt.Errorf("checkpoint.natsKV: %w", err)
 		}
-		store, err := checkpoint.OpenKV(ctx, ns.Conn(), kv.Bucket)
+		store, err := checkpoint.OpenKV(ctx, nc, kv.Bucket)
 		if err != nil {
 			return err
 		}
@@ -364,115 +460,80 @@ func (b *Bridge) openCheckpoint(ctx context.Context, built map[string]sinks.Sink
 	return nil
 }
 
-// reconcile diffs each sink's delivered view, per rule, against the
-// current one and queues the difference with kbreplay "checkpoint": objects
-// new or changed since as added/updated, vanished ones as deleted.
-func (b *Bridge) reconcile(ctx context.Context) (int, error) {
-	now := time.Now()
-	n := 0
-	for _, r := range b.rules {
-		view := b.informers.View(r)
-		for _, sinkName := range r.Sinks {
-			d := b.deliveryOf(sinkName)
-			seen, err := b.store.Load(ctx, sinkName, r.Name)
-			if err != nil {
-				return n, fmt.Errorf("loading the checkpoint of sink %s, rule %s: %w", sinkName, r.Name, err)
-			}
-			keys := make([]string, 0, len(seen))
-			for k := range seen {
-				keys = append(keys, k)
-			}
-			if rec := b.recorder.Load(); rec != nil {
-				rec.Known(sinkName, r.Name, keys)
-			}
-			for _, obj := range view {
-				key := checkpoint.ObjectKey(obj.GetNamespace(), obj.GetName())
-				entry, known := seen[key]
-				delete(seen, key)
-				switch {
-				case !known || entry.UID != string(obj.GetUID()) || entry.ResourceVersion == "":
-					if r.Delivers(event.Added) {
-						d.Offer(event.New(r.Event, event.Added, obj, nil, now).WithReplay(event.ReplayCheckpoint))
-						n++
-					}
-				case entry.ResourceVersion != obj.GetResourceVersion():
-					if r.Delivers(event.Updated) {
-						d.Offer(event.New(r.Event, event.Updated, obj, nil, now).WithReplay(event.ReplayCheckpoint))
-						n++
-					}
-				}
-			}
-			for _, entry := range seen { // delivered, no longer in the view
-				if r.Delivers(event.Deleted) {
-					d.Offer(event.New(r.Event, event.Deleted, lastKnown(entry), nil, now).WithReplay(event.ReplayCheckpoint))
-					n++
-				}
-			}
+// natsConn returns a NATS connection to the server of the nats sink named
+// sinkName, owned by the bridge (shared by the KV checkpoint and the
+// dead-letters that name the same sink settings, closed at shutdown). An
+// embedded server lives inside its sink: its connection is borrowed.
+func (b *Bridge) natsConn(ctx context.Context, sinkName string, built map[string]sinks.Sink) (*natsgo.Conn, error) {
+	var sc *config.Sink
+	for i := range b.opts.Config.Sinks {
+		if b.opts.Config.Sinks[i].Name == sinkName {
+			sc = &b.opts.Config.Sinks[i]
 		}
 	}
-	return n, nil
-}
-
-// lastKnown rebuilds the metadata of an object that is gone, from its checkpoint entry.
-func lastKnown(e checkpoint.Entry) *unstructured.Unstructured {
-	u := &unstructured.Unstructured{Object: map[string]any{}}
-	u.SetNamespace(e.Namespace)
-	u.SetName(e.Name)
-	u.SetUID(types.UID(e.UID))
-	u.SetResourceVersion(e.ResourceVersion)
-	if len(e.Labels) > 0 {
-		u.SetLabels(e.Labels)
+	if sc == nil || sc.NATS == nil {
+		return nil, fmt.Errorf("sink %q is not a nats sink", sinkName)
 	}
-	return u
+	if sc.NATS.Embedded {
+		ns, ok := built[sinkName].(*natssink.Sink)
+		if !ok {
+			return nil, fmt.Errorf("sink %q is not running", sinkName)
+		}
+		return ns.Conn(), nil
+	}
+	c := *sc.NATS
+	c.Stream = nil // only the sink manages its stream
+	key, _ := json.Marshal(c)
+	if s := b.conns[string(key)]; s != nil {
+		return s.Conn(), nil
+	}
+	s, err := natssink.Connect(ctx, sinkName+"-bridge", &c, b.logger.With("connection", sinkName))
+	if err != nil {
+		return nil, err
+	}
+	b.conns[string(key)] = s
+	b.closers = append(b.closers, s.Close)
+	return s.Conn(), nil
 }
 
-// releaseGate queues the live events held during reconciliation, in order,
-// and lets later ones through directly.
-func (b *Bridge) releaseGate() {
-	b.gateMu.Lock()
-	defer b.gateMu.Unlock()
-	for _, h := range b.held {
-		for _, name := range h.sinks {
-			if d := b.deliveries[name]; d != nil { // gateMu is held
-				d.Offer(h.ev)
+// deadLetter builds the dead-letter of sink s, if it has one.
+func (b *Bridge) deadLetter(ctx context.Context, s *sinkRun) (sinks.DeadLetter, error) {
+	switch dl := s.cfg.DeadLetter; {
+	case dl == nil:
+		return nil, nil
+	case dl.File != "":
+		f, err := sinks.OpenFileDeadLetter(dl.File)
+		if err != nil {
+			return nil, err
+		}
+		s.closers = append(s.closers, func(context.Context) error { return f.Close() })
+		return f, nil
+	default:
+		built := map[string]sinks.Sink{}
+		if set := b.currentSet(); set != nil {
+			for name, r := range set.byName {
+				built[name] = r.sink
 			}
 		}
-	}
-	b.held = nil
-	b.mode.Store(modeLive)
-}
-
-// emit hands an event to each of its sinks' queues; it never blocks.
-func (b *Bridge) emit(ev *event.Event, sinkNames []string) {
-	if b.mode.Load() != modeLive {
-		b.gateMu.Lock()
-		switch b.mode.Load() {
-		case modeDrop:
-			b.gateMu.Unlock()
-			return // a follower: the reconciliation on takeover covers it
-		case modeHold:
-			b.held = append(b.held, heldEvent{ev, sinkNames})
-			b.gateMu.Unlock()
-			return
+		nc, err := b.natsConn(ctx, dl.NATS.Sink, built)
+		if err != nil {
+			return nil, err
 		}
-		b.gateMu.Unlock()
-	}
-	b.offer(ev, sinkNames)
-}
-
-func (b *Bridge) offer(ev *event.Event, sinkNames []string) {
-	for _, name := range sinkNames {
-		if d := b.deliveryOf(name); d != nil {
-			d.Offer(ev)
-		}
+		return &natssink.DeadLetter{NC: nc, Subject: dl.NATS.Subject}, nil
 	}
 }
 
 // snapshot returns the current rules and informers (a reload replaces them).
 func (b *Bridge) snapshot() ([]*filters.Rule, *informer.Informers) {
-	b.gateMu.Lock()
-	defer b.gateMu.Unlock()
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	return b.rules, b.informers
+}
+
+func (b *Bridge) currentSet() *sinkSet {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.set
 }
 
 // Ready reports whether the caches have synced.
@@ -481,34 +542,40 @@ func (b *Bridge) Ready() bool {
 	return in != nil && in.Synced()
 }
 
-// deliveryOf returns a sink's delivery, nil while this replica does not deliver.
-func (b *Bridge) deliveryOf(name string) *sinks.Delivery {
-	if b.mode.Load() == modeLive {
-		return b.deliveries[name] // published before the mode went live
+// sinkOf returns a running sink, nil while this replica does not deliver.
+func (b *Bridge) sinkOf(name string) *sinkRun {
+	if set := b.active.Load(); set != nil {
+		return set.byName[name]
 	}
-	b.gateMu.Lock()
-	defer b.gateMu.Unlock()
-	return b.deliveries[name]
+	return nil
 }
 
 // Deliveries returns the per-sink deliveries, in config order (none while
 // this replica is not the leader).
 func (b *Bridge) Deliveries() []*sinks.Delivery {
-	b.gateMu.Lock()
-	defer b.gateMu.Unlock()
-	return b.order
+	set := b.currentSet()
+	if set == nil {
+		return nil
+	}
+	out := make([]*sinks.Delivery, 0, len(set.order))
+	for _, s := range set.order {
+		if s.delivery != nil {
+			out = append(out, s.delivery)
+		}
+	}
+	return out
 }
 
 // Shutdown stops the informers, drains every queue into its sink until ctx
 // ends, then stops the workers and closes the sinks. Events still queued
-// when ctx ends are not delivered (a restart replays them from the
-// cluster's state once checkpoints exist). It is idempotent.
+// when ctx ends are not delivered (the next start reconciles them from the
+// checkpoint). It is idempotent.
 func (b *Bridge) Shutdown(ctx context.Context) error {
 	b.shutdownOnce.Do(func() {
 		b.reloadMu.Lock() // no reload from now on
 		defer b.reloadMu.Unlock()
-		if b.informers != nil {
-			b.informers.Stop()
+		if _, in := b.snapshot(); in != nil {
+			in.Stop()
 		}
 		order := b.Deliveries()
 		for _, d := range order {
@@ -537,30 +604,15 @@ func (b *Bridge) Shutdown(ctx context.Context) error {
 	return b.shutdownErr
 }
 
-// deadLetter builds the dead-letter of sink sc, if it has one.
-func (b *Bridge) deadLetter(sc config.Sink, built map[string]sinks.Sink) (sinks.DeadLetter, error) {
-	switch dl := sc.DeadLetter; {
-	case dl == nil:
-		return nil, nil
-	case dl.File != "":
-		f, err := sinks.OpenFileDeadLetter(dl.File)
-		if err != nil {
-			return nil, err
-		}
-		b.closers = append(b.closers, func(context.Context) error { return f.Close() })
-		return f, nil
-	default:
-		ns, ok := built[dl.NATS.Sink].(*natssink.Sink)
-		if !ok {
-			return nil, fmt.Errorf("sink %q is not a nats sink", dl.NATS.Sink)
-		}
-		return &natssink.DeadLetter{NC: ns.Conn(), Subject: dl.NATS.Subject}, nil
-	}
-}
-
-// closeAll closes sinks and dead-letters, after the workers stopped.
+// closeAll closes sinks, dead-letters and the bridge's connections, after
+// the workers stopped.
 func (b *Bridge) closeAll(ctx context.Context) error {
 	var errs []error
+	if set := b.currentSet(); set != nil {
+		for _, s := range set.order {
+			errs = append(errs, s.close(ctx))
+		}
+	}
 	for _, c := range b.closers {
 		errs = append(errs, c(ctx))
 	}
@@ -568,12 +620,27 @@ func (b *Bridge) closeAll(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// close closes the sink and its dead-letter (once its delivery stopped).
+func (s *sinkRun) close(ctx context.Context) error {
+	var errs []error
+	if s.sink != nil {
+		errs = append(errs, s.sink.Close(ctx))
+		s.sink = nil
+	}
+	for _, c := range s.closers {
+		errs = append(errs, c(ctx))
+	}
+	s.closers = nil
+	return errors.Join(errs...)
+}
+
 // stopAll stops informers and delivery workers, then writes the last
 // acknowledged events to the checkpoint, and waits for all of it.
 func (b *Bridge) stopAll() {
-	if b.informers != nil {
-		b.informers.Stop()
+	if _, in := b.snapshot(); in != nil {
+		in.Stop()
 	}
+	b.active.Store(nil)
 	if b.cancelDelivery != nil {
 		b.cancelDelivery()
 	}

@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"time"
 
 	"github.com/kubebridge/kubebridge/pkg/config"
+	"github.com/kubebridge/kubebridge/pkg/event"
+	"github.com/kubebridge/kubebridge/pkg/filters"
 	"github.com/kubebridge/kubebridge/pkg/sinks"
 )
 
@@ -18,10 +21,12 @@ const reloadDrain = 30 * time.Second
 // (against the cluster too); a config with problems is refused and the
 // running one stays, untouched. Otherwise: sinks whose settings did not
 // change keep their queues and workers; new (or changed) sinks start;
-// removed ones stop taking events, drain for up to 30s and close. The
-// informers are rebuilt for the new rules, and each sink is reconciled with
-// its checkpoint, so changes made during the swap are delivered and new
-// rules deliver their current view.
+// changed and removed ones stop taking events, drain for up to 30s and
+// close before their replacement starts from the checkpoint. The informers
+// are rebuilt for the new rules, and each sink's view is reconciled, so
+// changes made during the swap are delivered, new rules deliver their
+// current view, and objects that a changed rule no longer selects are
+// deleted (kbreason "unmatched").
 //
 // The cluster name and the checkpoint cannot change without a restart.
 func (b *Bridge) Reload(ctx context.Context, cfg *config.Config) error {
@@ -45,14 +50,11 @@ func (b *Bridge) Reload(ctx context.Context, cfg *config.Config) error {
 		return &ConfigError{Problems: problems}
 	}
 
-	oldSinks := map[string]config.Sink{}
-	for _, sc := range old.Sinks {
-		oldSinks[sc.Name] = sc
-	}
-	var added []config.Sink
+	prev := b.currentSet()
 	keep := map[string]bool{}
+	var added []config.Sink
 	for _, sc := range cfg.Sinks {
-		if prev, ok := oldSinks[sc.Name]; ok && reflect.DeepEqual(prev, sc) {
+		if s := prev.byName[sc.Name]; s != nil && reflect.DeepEqual(s.cfg, sc) {
 			keep[sc.Name] = true
 			continue
 		}
@@ -72,54 +74,57 @@ func (b *Bridge) Reload(ctx context.Context, cfg *config.Config) error {
 		fresh[sc.Name] = s
 	}
 
-	// Swap: hold live events, stop the old informers.
-	b.mode.Store(modeHold)
-	b.informers.Stop()
+	// Swap. No notification arrives while the informers are stopped.
+	_, oldInformers := b.snapshot()
+	oldInformers.Stop()
 	recorder := b.recorder.Load()
-	built := map[string]sinks.Sink{}
-	deliveries := map[string]*sinks.Delivery{}
-	var order, removed []*sinks.Delivery
-	for _, d := range b.Deliveries() {
-		if keep[d.Name] {
-			deliveries[d.Name] = d
-			built[d.Name] = b.built[d.Name]
-		} else {
-			removed = append(removed, d)
+	// A changed or removed sink's delivery stops before anything replaces
+	// it: the old and the new one never run side by side, and what the old
+	// one had acknowledged is written before the new one loads its view.
+	removed := 0
+	for _, s := range prev.order {
+		if keep[s.cfg.Name] {
+			continue
+		}
+		removed++
+		s.views.Stop()
+		s.delivery.Close()
+		select {
+		case <-s.delivery.Done():
+		case <-time.After(reloadDrain):
+			b.logger.Warn("sink did not drain in time; its queue is dropped (the next reconciliation resends it)", "sink", s.cfg.Name, "pending", s.delivery.Pending())
+		}
+		s.cancel()
+		<-s.delivery.Done()
+		if err := s.close(ctx); err != nil {
+			b.logger.Warn("closing a replaced sink", "sink", s.cfg.Name, "error", err)
 		}
 	}
-	for name, s := range fresh {
-		built[name] = s
+	if err := recorder.Flush(ctx); err != nil {
+		b.logger.Warn("checkpoint write before the reload failed; replaced sinks may receive events again", "error", err)
 	}
+
+	b.opts.Config = cfg
+	next := &sinkSet{byName: map[string]*sinkRun{}}
 	for _, sc := range cfg.Sinks {
-		d := deliveries[sc.Name]
-		if d == nil {
-			if d, err = b.startDelivery(sc, built, recorder); err != nil {
+		s := prev.byName[sc.Name]
+		if !keep[sc.Name] {
+			s = &sinkRun{cfg: sc, sink: fresh[sc.Name]}
+		}
+		next.byName[sc.Name], next.order = s, append(next.order, s)
+	}
+	b.mu.Lock()
+	b.set = next
+	b.mu.Unlock()
+	for _, s := range next.order {
+		if s.delivery == nil {
+			if err := b.startDelivery(ctx, s, recorder); err != nil {
 				b.fail(fmt.Errorf("reload: %w", err))
 				return err
 			}
-			deliveries[sc.Name] = d
-			s := fresh[sc.Name]
-			b.closers = append(b.closers, func(ctx context.Context) error { return s.Close(ctx) })
 		}
-		order = append(order, d)
 	}
-	for _, d := range removed {
-		d.Close() // drains, then Run returns
-		s := b.built[d.Name]
-		b.wg.Add(1)
-		go func() {
-			defer b.wg.Done()
-			select {
-			case <-d.Done():
-			case <-time.After(reloadDrain):
-				b.logger.Warn("removed sink did not drain in time", "sink", d.Name, "pending", d.Pending())
-			}
-			_ = s.Close(context.Background())
-		}()
-	}
-	b.gateMu.Lock()
-	b.deliveries, b.order, b.built = deliveries, order, built
-	b.gateMu.Unlock()
+	b.active.Store(next)
 
 	if err := b.buildInformers(cfg, info); err != nil {
 		b.fail(fmt.Errorf("reload: %w", err))
@@ -131,14 +136,24 @@ func (b *Bridge) Reload(ctx context.Context, cfg *config.Config) error {
 		b.fail(fmt.Errorf("reload: %w", err))
 		return err
 	}
-	replayed, err := b.reconcile(ctx)
-	if err != nil {
-		b.fail(fmt.Errorf("reload: %w", err))
-		return err
+	rules, _ := b.snapshot()
+	replayed := 0
+	for _, s := range next.order {
+		if !keep[s.cfg.Name] {
+			n, err := b.startViews(ctx, s, recorder)
+			if err != nil {
+				b.fail(fmt.Errorf("reload: %w", err))
+				return err
+			}
+			replayed += n
+			continue
+		}
+		s.views.Forget(func(rule string) bool {
+			return slices.ContainsFunc(rules, func(r *filters.Rule) bool { return r.Name == rule && slices.Contains(r.Sinks, s.cfg.Name) })
+		})
+		replayed += b.reconcile(s, "", event.ReplayCheckpoint)
 	}
-	b.releaseGate()
-	b.opts.Config = cfg
-	b.logger.Info("config reloaded", "sinksKept", len(keep), "sinksStarted", len(added), "sinksRemoved", len(removed),
+	b.logger.Info("config reloaded", "sinksKept", len(keep), "sinksStarted", len(added), "sinksStopped", removed,
 		"rules", len(cfg.Rules), "replayedFromCheckpoint", replayed)
 	return nil
 }

@@ -20,7 +20,9 @@ type ReplayStatus struct {
 // Replay sends one sink the full view of its rules (or of one rule) without
 // a running bridge: it watches until the caches sync, queues every object
 // as updated with kbreplay "resync", waits until the sink acknowledged all
-// of them, and stops. It writes no checkpoint (a running bridge owns it).
+// of them, and stops. It writes no checkpoint (a running bridge owns it),
+// and does not know when objects entered the view: its ids differ from the
+// running bridge's.
 // progress is called about twice a second and at the end.
 func Replay(ctx context.Context, opts Options, sinkName, ruleName string, progress func(ReplayStatus)) (ReplayStatus, error) {
 	b := New(opts)
@@ -53,13 +55,13 @@ func Replay(ctx context.Context, opts Options, sinkName, ruleName string, progre
 	if err != nil {
 		return ReplayStatus{}, fmt.Errorf("sink %q: %w", sinkName, err)
 	}
-	b.closers = append(b.closers, func(ctx context.Context) error { return sink.Close(ctx) })
 	d := sinks.NewDelivery(*sc, sink, nil, b.logger)
 	deliveryCtx, cancel := context.WithCancel(ctx)
 	b.cancelDelivery = cancel
-	b.gateMu.Lock()
-	b.order = []*sinks.Delivery{d}
-	b.gateMu.Unlock()
+	run := &sinkRun{cfg: *sc, sink: sink, delivery: d}
+	b.mu.Lock()
+	b.set = &sinkSet{byName: map[string]*sinkRun{sinkName: run}, order: []*sinkRun{run}}
+	b.mu.Unlock()
 	b.wg.Add(1)
 	go func() {
 		defer b.wg.Done()
@@ -73,7 +75,7 @@ func Replay(ctx context.Context, opts Options, sinkName, ruleName string, progre
 			continue
 		}
 		for _, obj := range b.informers.View(r) {
-			d.Offer(event.New(r.Event, event.Updated, obj, nil, now).WithReplay(event.ReplayResync))
+			d.Offer(event.Build(r.Event, event.Transition{Change: event.Updated, Object: obj, Time: now, Replay: event.ReplayResync}))
 			st.Queued++
 		}
 	}

@@ -1,15 +1,18 @@
-// Package checkpoint keeps, per sink and rule, the view each sink has been
-// delivered: object key -> (uid, resourceVersion, namespace, name, labels),
-// written after the sink acknowledged, in batches.
+// Package checkpoint keeps, per sink and rule, the view each sink has
+// acknowledged: object key -> (uid, resourceVersion, entry time, namespace,
+// name, labels), for every rule whatever its events, written after the sink
+// acknowledged, in batches. Beside it, under PendingKey, the incarnations a
+// sink may hold without having acknowledged them yet (intents: written
+// durably before their first send).
 //
-// On restart the bridge diffs each rule's current view against it, so
-// changes made while the bridge was down (or events it had queued but not
-// delivered) reach the sink: new or changed objects as added/updated,
-// vanished ones as deleted, all with kbreplay "checkpoint".
+// On restart (and leader take-over, reload) pkg/view diffs each rule's
+// current view against it, so changes made while the bridge was down (or
+// events it had queued but not delivered) reach the sink, with kbreplay
+// "checkpoint".
 //
-// What the store holds may lag what the sinks have: a crash loses at most
-// the last unflushed batch, whose events are then delivered again (at least
-// once). It never runs ahead: entries are written only after acknowledgement.
+// What the store holds may lag what the sinks have, by the unflushed
+// acknowledgements (then delivered again: at least once), but never by an
+// incarnation a sink may hold: those are intents first.
 package checkpoint
 
 import (
@@ -20,10 +23,59 @@ import (
 // Entry is what a sink last received of one object under one rule.
 type Entry struct {
 	UID             string            `json:"uid"`
-	ResourceVersion string            `json:"rv"`
+	ResourceVersion string            `json:"rv"` // "": an intent (not acknowledged)
 	Namespace       string            `json:"ns,omitempty"`
 	Name            string            `json:"name"`
 	Labels          map[string]string `json:"labels,omitempty"`
+	// Entered is when this incarnation entered the rule's view (unix nanos;
+	// event.Entered): replays of its transitions keep their ids.
+	Entered int64 `json:"entered,omitempty"`
+	// Pending lists, in an intent record (PendingKey), the incarnations a
+	// sink may hold unacknowledged.
+	Pending []Entry `json:"pending,omitempty"`
+}
+
+// PendingKey is the store key of the intent record of an object key.
+// Object keys never start with a NUL byte.
+func PendingKey(key string) string { return "\x00" + key }
+
+// Slot is what a store holds of one object key of a sink's rule.
+type Slot struct {
+	Acked   *Entry  // nil: not acknowledged in the view
+	Pending []Entry // incarnations sent (or about to be) but not acknowledged
+}
+
+// LoadView reads the acknowledged view of a sink's rule with its intents.
+// An acknowledged entry without resourceVersion (written by an older
+// version as an intent) counts as pending.
+func LoadView(ctx context.Context, s Store, sink, rule string) (map[string]*Slot, error) {
+	raw, err := s.Load(ctx, sink, rule)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]*Slot, len(raw))
+	slot := func(k string) *Slot {
+		if sl := out[k]; sl != nil {
+			return sl
+		}
+		sl := &Slot{}
+		out[k] = sl
+		return sl
+	}
+	for k, e := range raw {
+		switch {
+		case len(k) > 0 && k[0] == 0:
+			sl := slot(k[1:])
+			sl.Pending = append(sl.Pending, e.Pending...)
+		case e.ResourceVersion == "":
+			sl := slot(k)
+			sl.Pending = append(sl.Pending, e)
+		default:
+			e := e
+			slot(k).Acked = &e
+		}
+	}
+	return out, nil
 }
 
 // Change is one update of a view: Entry nil deletes the key.

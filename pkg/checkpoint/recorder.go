@@ -2,23 +2,25 @@ package checkpoint
 
 import (
 	"context"
+	"hash/maphash"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/kubebridge/kubebridge/pkg/event"
 )
 
-// Recorder batches acknowledged events into a Store: it keeps the latest
-// change per (sink, rule, key) and flushes every interval, so checkpoint
+// Recorder writes what sinks acknowledged into a Store, in batches: it keeps
+// the latest change per store key and flushes every interval, so checkpoint
 // lag is bounded by the interval.
 //
-// Before an object the checkpoint does not know is first sent to a sink,
-// Intend writes it durably with an empty resourceVersion ("may have been
-// delivered"): should the bridge die before its acknowledgement reaches the
-// checkpoint, and the object be deleted meanwhile, the restart still knows
-// to deliver the deletion; an entry without resourceVersion is replayed as
-// added if the object still exists.
+// Before an incarnation of an object (uid, entry time) that the store does
+// not hold durably is first sent to a sink, Intend writes it durably as
+// pending: should the bridge die before the acknowledgement reaches the
+// store, and the object be deleted or replaced meanwhile, the restart still
+// knows the sink may hold it and delivers its deletion. An incarnation
+// counts as durable only once the write that holds it succeeded.
 type Recorder struct {
 	store    Store
 	interval time.Duration
@@ -26,9 +28,10 @@ type Recorder struct {
 
 	flushMu sync.Mutex // one flush at a time, so that newer changes land last
 	mu      sync.Mutex
-	pending map[changeKey]*Entry
+	changes map[changeKey]*Entry // unwritten: the latest value per store key (nil deletes)
 	order   []changeKey
-	known   map[changeKey]bool // keys the store holds (or will, once flushed)
+	durable map[changeKey]uint64  // object key -> incarnation acknowledged in the store
+	maybe   map[changeKey][]Entry // object key -> pending incarnations (as written or being written)
 
 	stop chan struct{}
 	done chan struct{}
@@ -36,73 +39,139 @@ type Recorder struct {
 
 type changeKey struct{ sink, rule, key string }
 
+var incSeed = maphash.MakeSeed()
+
+func incarnation(uid string, entered int64) uint64 {
+	var h maphash.Hash
+	h.SetSeed(incSeed)
+	h.WriteString(uid)
+	var b [8]byte
+	for i := range b {
+		b[i] = byte(entered >> (8 * i))
+	}
+	h.Write(b[:])
+	return h.Sum64() | 1 // never 0: 0 means none
+}
+
 // NewRecorder returns a recorder flushing into store every interval; Run starts it.
 func NewRecorder(store Store, interval time.Duration, logger *slog.Logger) *Recorder {
-	return &Recorder{store: store, interval: interval, logger: logger, pending: map[changeKey]*Entry{}, known: map[changeKey]bool{},
+	return &Recorder{store: store, interval: interval, logger: logger,
+		changes: map[changeKey]*Entry{}, durable: map[changeKey]uint64{}, maybe: map[changeKey][]Entry{},
 		stop: make(chan struct{}), done: make(chan struct{})}
 }
 
-// Known marks keys the store already holds (from the reconciliation).
-func (r *Recorder) Known(sink, rule string, keys []string) {
+// Known tells the recorder what the store holds of a sink's rule (as
+// LoadView read it).
+func (r *Recorder) Known(sink, rule string, view map[string]*Slot) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, k := range keys {
-		r.known[changeKey{sink, rule, k}] = true
+	for k, sl := range view {
+		ck := changeKey{sink, rule, k}
+		if sl.Acked != nil {
+			r.durable[ck] = incarnation(sl.Acked.UID, sl.Acked.Entered)
+		}
+		if len(sl.Pending) > 0 {
+			r.maybe[ck] = slices.Clone(sl.Pending)
+		}
 	}
 }
 
-// Intend durably records, before a batch is sent, the objects in it the
-// checkpoint does not know yet. An error means the batch must not be sent.
+// Intend durably records, before a batch is sent, the incarnations in it
+// the store does not hold yet. An error means the batch must not be sent.
 func (r *Recorder) Intend(ctx context.Context, sink string, events []*event.Event) error {
 	r.mu.Lock()
-	added := false
+	var grown map[changeKey][]Entry
 	for _, e := range events {
-		if e.Change == event.Deleted {
+		if e.Quiet || e.Change == event.Deleted {
 			continue
 		}
 		k := changeKey{sink, e.Rule, ObjectKey(e.Namespace, e.Name)}
-		if r.known[k] {
+		inc := incarnation(e.UID, e.Entered)
+		if r.durable[k] == inc {
 			continue
 		}
-		if _, ok := r.pending[k]; !ok {
-			r.order = append(r.order, k)
+		list, ok := grown[k]
+		if !ok {
+			list = r.maybe[k]
 		}
-		r.pending[k] = &Entry{UID: e.UID, Namespace: e.Namespace, Name: e.Name, Labels: e.Object().GetLabels()}
-		r.known[k] = true
-		added = true
+		if slices.ContainsFunc(list, func(p Entry) bool { return incarnation(p.UID, p.Entered) == inc }) {
+			continue
+		}
+		if grown == nil {
+			grown = map[changeKey][]Entry{}
+		}
+		grown[k] = append(slices.Clip(list), Entry{UID: e.UID, Namespace: e.Namespace, Name: e.Name, Entered: e.Entered, Labels: e.Object().GetLabels()})
+	}
+	for k, list := range grown {
+		r.put(changeKey{k.sink, k.rule, PendingKey(k.key)}, &Entry{Pending: list})
 	}
 	r.mu.Unlock()
-	if !added {
+	if len(grown) == 0 {
 		return nil
 	}
-	return r.Flush(ctx)
+	if err := r.Flush(ctx); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	for k, list := range grown {
+		r.maybe[k] = list
+	}
+	r.mu.Unlock()
+	return nil
 }
 
-// Acked records events a sink acknowledged. Safe for concurrent use.
+// Acked records events a sink acknowledged (or that were handled without
+// being sent: quiet transitions, dead-lettered events), in order. Safe for
+// concurrent use.
 func (r *Recorder) Acked(sink string, events []*event.Event) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	var resolved map[changeKey][]uint64
 	for _, e := range events {
 		k := changeKey{sink, e.Rule, ObjectKey(e.Namespace, e.Name)}
-		if _, ok := r.pending[k]; !ok {
-			r.order = append(r.order, k)
-		}
 		if e.Change == event.Deleted {
-			r.pending[k] = nil
-			delete(r.known, k)
+			r.put(k, nil)
+		} else {
+			o := e.Object()
+			r.put(k, &Entry{UID: e.UID, ResourceVersion: o.GetResourceVersion(), Namespace: e.Namespace, Name: e.Name, Labels: o.GetLabels(), Entered: e.Entered})
+		}
+		if len(r.maybe[k]) > 0 {
+			if resolved == nil {
+				resolved = map[changeKey][]uint64{}
+			}
+			resolved[k] = append(resolved[k], incarnation(e.UID, e.Entered))
+		}
+	}
+	// Pending incarnations this batch delivered (or deleted) are settled.
+	for k, incs := range resolved {
+		list := slices.DeleteFunc(slices.Clone(r.maybe[k]), func(p Entry) bool { return slices.Contains(incs, incarnation(p.UID, p.Entered)) })
+		if len(list) == len(r.maybe[k]) {
 			continue
 		}
-		r.known[k] = true
-		o := e.Object()
-		r.pending[k] = &Entry{UID: e.UID, ResourceVersion: o.GetResourceVersion(), Namespace: e.Namespace, Name: e.Name, Labels: o.GetLabels()}
+		pk := changeKey{k.sink, k.rule, PendingKey(k.key)}
+		if len(list) == 0 {
+			delete(r.maybe, k)
+			r.put(pk, nil)
+		} else {
+			r.maybe[k] = list
+			r.put(pk, &Entry{Pending: list})
+		}
 	}
+}
+
+// put queues a write; the caller holds mu.
+func (r *Recorder) put(k changeKey, e *Entry) {
+	if _, ok := r.changes[k]; !ok {
+		r.order = append(r.order, k)
+	}
+	r.changes[k] = e
 }
 
 // Lag is how many acknowledged changes wait to be written.
 func (r *Recorder) Lag() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return len(r.pending)
+	return len(r.changes)
 }
 
 // ObjectKey is the key of an object in a view.
@@ -141,11 +210,12 @@ func (r *Recorder) Abandon() {
 	close(r.stop)
 	<-r.done
 	r.mu.Lock()
-	r.pending, r.order = map[changeKey]*Entry{}, nil
+	r.changes, r.order = map[changeKey]*Entry{}, nil
 	r.mu.Unlock()
 }
 
-// Flush writes pending changes. On failure they stay pending for the next flush.
+// Flush writes pending changes, in order, in one Apply. On failure they stay
+// pending for the next flush.
 func (r *Recorder) Flush(ctx context.Context) error {
 	r.flushMu.Lock()
 	defer r.flushMu.Unlock()
@@ -156,22 +226,37 @@ func (r *Recorder) Flush(ctx context.Context) error {
 	}
 	changes := make([]Change, 0, len(r.order))
 	for _, k := range r.order {
-		changes = append(changes, Change{Sink: k.sink, Rule: k.rule, Key: k.key, Entry: r.pending[k]})
+		changes = append(changes, Change{Sink: k.sink, Rule: k.rule, Key: k.key, Entry: r.changes[k]})
 	}
-	r.pending, r.order = map[changeKey]*Entry{}, nil
+	r.changes, r.order = map[changeKey]*Entry{}, nil
 	r.mu.Unlock()
 	if err := r.store.Apply(ctx, changes); err != nil {
 		r.logger.Error("writing the checkpoint failed; will retry", "changes", len(changes), "error", err)
 		r.mu.Lock()
+		var newer []changeKey
 		for _, c := range changes { // keep newer changes that arrived meanwhile
 			k := changeKey{c.Sink, c.Rule, c.Key}
-			if _, newer := r.pending[k]; !newer {
-				r.pending[k] = c.Entry
-				r.order = append(r.order, k)
+			if _, ok := r.changes[k]; !ok {
+				r.changes[k] = c.Entry
+				newer = append(newer, k)
 			}
 		}
+		r.order = append(newer, slices.DeleteFunc(r.order, func(k changeKey) bool { return slices.Contains(newer, k) })...)
 		r.mu.Unlock()
 		return err
 	}
+	r.mu.Lock()
+	for _, c := range changes {
+		if len(c.Key) > 0 && c.Key[0] == 0 {
+			continue
+		}
+		k := changeKey{c.Sink, c.Rule, c.Key}
+		if c.Entry == nil {
+			delete(r.durable, k)
+		} else {
+			r.durable[k] = incarnation(c.Entry.UID, c.Entry.Entered)
+		}
+	}
+	r.mu.Unlock()
 	return nil
 }

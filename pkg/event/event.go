@@ -1,15 +1,22 @@
 // Package event defines the CloudEvents 1.0 envelope kubebridge delivers
 // and how it is built from an informer notification.
 //
-// Ids are stable: <uid>.<resourceVersion>.<type>, so a replay of the same
-// state carries the same id and consumers (and JetStream) can dedupe. An
-// Event is immutable once built and shared by every sink it goes to; its
+// Ids are unique per transition and stable across replays of it:
+// <uid>.<tag>.<resourceVersion>.<type>, where tag is a hash of the rule and
+// the moment the object (this incarnation) entered the rule's view (see
+// docs/guarantees.md). So two rules, a re-entry into the view with the
+// object unchanged and a re-created object all get distinct ids, while the
+// same transition sent again (a retry, a replay after a restart: the entry
+// time is in the checkpoint) keeps its id and consumers (and JetStream) can
+// dedupe. An Event is immutable once built and shared by every sink it goes to; its
 // data (object, oldObject, RFC 6902 patch) is rendered lazily, on the sink's
 // worker, never on the informer's goroutine.
 package event
 
 import (
 	"encoding/json"
+	"hash/fnv"
+	"strconv"
 	"sync"
 	"time"
 
@@ -72,8 +79,18 @@ type Event struct {
 	Name      string
 	UID       string
 	// Key identifies the object within its rule: <rule>/<namespace>/<name>.
-	// Queues coalesce and order by it.
+	// Queues keep order per Key, and a sink never has two events of one Key
+	// in flight.
 	Key string
+	// Entered is when this incarnation of the object (UID) entered the
+	// rule's view, in unix nanoseconds: part of the id, and recorded in the
+	// checkpoint so that a replay of the transition gets the same id.
+	Entered int64
+	// Quiet marks a transition the rule does not deliver (its events,
+	// changed or where leave it out): it goes through the sink's queue in
+	// order and is recorded in the checkpoint as acknowledged, but is never
+	// sent. The view a sink is recorded to hold includes it either way.
+	Quiet bool
 
 	rule      *Rule
 	object    *unstructured.Unstructured
@@ -88,10 +105,29 @@ type Event struct {
 	encErr  error
 }
 
+// Transition is one change of an object in a rule's view, as one sink is
+// to receive it.
+type Transition struct {
+	Change      Type
+	Object, Old *unstructured.Unstructured // Old: the state the sink saw before, for updates
+	Time        time.Time                  // when the bridge observed the change
+	Entered     int64                      // see Event.Entered
+	Replay      string                     // kbreplay
+	Reason      string                     // kbreason
+	Quiet       bool                       // see Event.Quiet
+}
+
 // New builds the event for a change of obj (old is the previous state, for
-// updates) under rule r, observed at now. obj must not be modified afterwards:
-// informer cache objects never are.
+// updates) under rule r, observed at now, for an object that entered the
+// view at now.
 func New(r *Rule, change Type, obj, old *unstructured.Unstructured, now time.Time) *Event {
+	return Build(r, Transition{Change: change, Object: obj, Old: old, Time: now, Entered: now.UnixNano()})
+}
+
+// Build builds the event of transition t under rule r. t.Object must not be
+// modified afterwards: informer cache objects never are.
+func Build(r *Rule, t Transition) *Event {
+	obj := t.Object
 	ns, name := obj.GetNamespace(), obj.GetName()
 	subject := name
 	if ns != "" {
@@ -101,32 +137,68 @@ func New(r *Rule, change Type, obj, old *unstructured.Unstructured, now time.Tim
 	if group == "" {
 		group = "core"
 	}
-	e := &Event{
-		ID:        string(obj.GetUID()) + "." + obj.GetResourceVersion() + "." + string(change),
+	uid, rv := string(obj.GetUID()), obj.GetResourceVersion()
+	return &Event{
+		ID:        ID(r.Name, uid, rv, t.Change, t.Entered),
 		Source:    "kubebridge/" + r.Cluster,
-		Type:      "io.kubebridge." + r.GVR.Resource + "." + group + "." + string(change),
+		Type:      "io.kubebridge." + r.GVR.Resource + "." + group + "." + string(t.Change),
 		Subject:   subject,
-		Time:      now.UTC(),
+		Time:      t.Time.UTC(),
 		Rule:      r.Name,
 		Cluster:   r.Cluster,
-		Change:    change,
+		Replay:    t.Replay,
+		Reason:    t.Reason,
+		Change:    t.Change,
 		GVR:       r.GVR,
 		Kind:      obj.GetKind(),
 		Namespace: ns,
 		Name:      name,
-		UID:       string(obj.GetUID()),
+		UID:       uid,
 		Key:       r.Name + "/" + subject,
+		Entered:   t.Entered,
+		Quiet:     t.Quiet,
 		rule:      r,
 		object:    obj,
-		oldObject: old,
+		oldObject: t.Old,
 	}
-	return e
+}
+
+// ID is the id of a transition: <uid>.<tag>.<resourceVersion>.<type>, tag
+// being 12 hex digits of FNV-1a over the rule name and the entry time. The
+// uid, resourceVersion and type stay readable for people and for
+// consumers that parse them; the tag separates rules and incarnations.
+func ID(rule, uid, rv string, change Type, entered int64) string {
+	h := fnv.New64a()
+	h.Write([]byte(rule))
+	h.Write([]byte{0})
+	h.Write(strconv.AppendInt(nil, entered, 10))
+	var tag [16]byte
+	hex := strconv.AppendUint(tag[:0], h.Sum64()&(1<<48-1), 16)
+	b := make([]byte, 0, len(uid)+len(rv)+len(change)+16)
+	b = append(b, uid...)
+	b = append(b, '.')
+	for range 12 - len(hex) {
+		b = append(b, '0')
+	}
+	b = append(b, hex...)
+	b = append(b, '.')
+	b = append(b, rv...)
+	b = append(b, '.')
+	b = append(b, change...)
+	return string(b)
 }
 
 // WithReplay returns a copy of e marked as a replay (kbreplay).
 func (e *Event) WithReplay(replay string) *Event {
 	c := e.clone()
 	c.Replay = replay
+	return c
+}
+
+// WithQuiet returns a copy of e with Quiet set to quiet.
+func (e *Event) WithQuiet(quiet bool) *Event {
+	c := e.clone()
+	c.Quiet = quiet
 	return c
 }
 
@@ -142,9 +214,12 @@ func (e *Event) clone() *Event {
 		ID: e.ID, Source: e.Source, Type: e.Type, Subject: e.Subject, Time: e.Time,
 		Rule: e.Rule, Cluster: e.Cluster, Replay: e.Replay, Reason: e.Reason,
 		Change: e.Change, GVR: e.GVR, Kind: e.Kind, Namespace: e.Namespace, Name: e.Name, UID: e.UID, Key: e.Key,
-		rule: e.rule, object: e.object, oldObject: e.oldObject,
+		Entered: e.Entered, Quiet: e.Quiet, rule: e.rule, object: e.object, oldObject: e.oldObject,
 	}
 }
+
+// OldObject returns the state the sink saw before an update (nil if unknown).
+func (e *Event) OldObject() *unstructured.Unstructured { return e.oldObject }
 
 // RuleInfo returns the rule the event was built for.
 func (e *Event) RuleInfo() *Rule { return e.rule }

@@ -1,5 +1,6 @@
-// Package filters decides, for each informer notification and rule, which
-// event (if any) the rule's sinks receive.
+// Package filters compiles rules into the predicates that decide which
+// objects are in a rule's view and which of its transitions are sent
+// (pkg/view computes the transitions).
 //
 // A rule is a view: the set of objects that currently match its namespaces,
 // namespace selector, label and field selectors, index terms and (when it
@@ -264,74 +265,32 @@ func (r *Rule) IndexLookup() (index string, values []string, ok bool) {
 func (r *Rule) Delivers(t event.Type) bool { return r.events[t] }
 
 // Counts returns how many notifications the rule evaluated and how many
-// events it produced (the difference was filtered out).
+// of them produced an event to send (the difference was filtered out).
 func (r *Rule) Counts() (received, matched uint64) { return r.received.Load(), r.matched.Load() }
 
-// count records one evaluated notification and whether it produced ev.
-func (r *Rule) count(ev *event.Event) *event.Event {
+// Count records one evaluated notification and whether it produced an
+// event to send.
+func (r *Rule) Count(matched bool) {
 	r.received.Add(1)
-	if ev != nil {
+	if matched {
 		r.matched.Add(1)
 	}
-	return ev
 }
 
 // EvalErrors counts where evaluations that failed.
 func (r *Rule) EvalErrors() uint64 { return r.evalErrors.Load() }
 
-// OnAdd returns the event for an object that appeared, or nil.
-func (r *Rule) OnAdd(obj *unstructured.Unstructured, now time.Time) *event.Event {
-	return r.count(r.onAdd(obj, now))
-}
+// Changed reports whether an update from old to obj is one the rule's
+// changed paths let through (always, without changed paths).
+func (r *Rule) Changed(old, obj *unstructured.Unstructured) bool { return r.anyChanged(old, obj) }
 
-func (r *Rule) onAdd(obj *unstructured.Unstructured, now time.Time) *event.Event {
-	if !r.events[event.Added] || !r.InView(obj) || !r.passesEventWhere(obj, nil, event.Added) {
-		return nil
-	}
-	return event.New(r.Event, event.Added, obj, nil, now)
-}
-
-// OnUpdate returns the event for a changed object, or nil. A notification
-// whose resourceVersion did not change (an informer resync) is not an update.
-func (r *Rule) OnUpdate(old, obj *unstructured.Unstructured, now time.Time) *event.Event {
-	return r.count(r.onUpdate(old, obj, now))
-}
-
-func (r *Rule) onUpdate(old, obj *unstructured.Unstructured, now time.Time) *event.Event {
-	if old.GetResourceVersion() == obj.GetResourceVersion() {
-		return nil
-	}
-	was, is := r.InView(old), r.InView(obj)
-	switch {
-	case !was && is:
-		if r.events[event.Added] && r.passesEventWhere(obj, old, event.Added) {
-			return event.New(r.Event, event.Added, obj, nil, now)
-		}
-	case was && !is:
-		if r.events[event.Deleted] && r.passesEventWhere(obj, old, event.Deleted) {
-			return event.New(r.Event, event.Deleted, obj, old, now).WithReason(event.ReasonUnmatched)
-		}
-	case was && is:
-		if r.events[event.Updated] && r.anyChanged(old, obj) && r.passesEventWhere(obj, old, event.Updated) {
-			return event.New(r.Event, event.Updated, obj, old, now)
-		}
-	}
-	return nil
-}
-
-// OnDelete returns the event for a deleted object, or nil. obj may be a
-// cache.DeletedFinalStateUnknown tombstone (a deletion missed while the
-// watch was down): its last known state is used.
-func (r *Rule) OnDelete(obj any, now time.Time) *event.Event {
-	return r.count(r.onDelete(obj, now))
-}
-
-func (r *Rule) onDelete(obj any, now time.Time) *event.Event {
-	u := AsUnstructured(obj)
-	if u == nil || !r.events[event.Deleted] || !r.InView(u) || !r.passesEventWhere(u, nil, event.Deleted) {
-		return nil
-	}
-	return event.New(r.Event, event.Deleted, u, nil, now)
+// PassesEventFilter reports whether a transition of type t passes the
+// rule's where when where is an event filter (it reads oldObject or type);
+// a where that is a view predicate is part of InView instead. old may be
+// nil (added, deleted, and updates whose previous state is unknown, e.g.
+// found in a checkpoint).
+func (r *Rule) PassesEventFilter(obj, old *unstructured.Unstructured, t event.Type) bool {
+	return r.passesEventWhere(obj, old, t)
 }
 
 // AsUnstructured unwraps tombstones; it returns nil for anything else.
@@ -341,15 +300,6 @@ func AsUnstructured(obj any) *unstructured.Unstructured {
 	}
 	u, _ := obj.(*unstructured.Unstructured)
 	return u
-}
-
-// Departed returns the event for an object that left the view because its
-// namespace stopped matching the namespaceSelector, or nil.
-func (r *Rule) Departed(obj *unstructured.Unstructured, now time.Time) *event.Event {
-	if !r.events[event.Deleted] || !r.inView(obj, false) || !r.passesEventWhere(obj, nil, event.Deleted) {
-		return nil
-	}
-	return event.New(r.Event, event.Deleted, obj, nil, now).WithReason(event.ReasonUnmatched)
 }
 
 // InView reports whether obj is in the rule's view.

@@ -9,10 +9,12 @@
 // the cache without managedFields. Each rule's index keys are registered as
 // Indexers, beside the namespace index every informer has.
 //
-// The handler never blocks: it evaluates the rules and hands events to
-// Emit, which must only enqueue. Deletions missed while a watch was down
-// arrive as tombstones (cache.DeletedFinalStateUnknown) after the relist and
-// are delivered as deletions of the last known state.
+// The handler never blocks: it hands each notification's object key to
+// Notify (pkg/view then compares the cache's current state with what each
+// sink was handed, and only enqueues). Deletions missed while a watch was
+// down arrive as tombstones (cache.DeletedFinalStateUnknown) after the
+// relist; a uid replaced while it was down arrives as an update, which the
+// view turns into deleted + added.
 package informer
 
 import (
@@ -159,9 +161,20 @@ func universalFields(selector string) bool {
 	return true
 }
 
-// Emit receives each event a rule produced and the sinks it goes to. It is
-// called on the informer's goroutine and must not block.
-type Emit func(ev *event.Event, sinks []string)
+// Notification says that an object key may have changed. The receiver
+// reads the key's current state (Current, the informer's cache) and syncs
+// each target sink's view of each rule; it is called on the informer's
+// goroutine and must not block.
+type Notification struct {
+	Key     string                     // namespace/name, or name
+	Targets map[*filters.Rule][]string // rules to evaluate and the sinks to sync for each
+	Current func() (*unstructured.Unstructured, bool)
+	Gone    *unstructured.Unstructured // the last state, for a delete notification
+	Resync  bool                       // an informer resync: a replay to the registration's sinks
+}
+
+// Notify receives notifications; see Notification.
+type Notify func(n Notification)
 
 // Informers runs a set of planned informers.
 type Informers struct {
@@ -170,8 +183,7 @@ type Informers struct {
 	SkipInitialList bool
 
 	logger  *slog.Logger
-	emit    Emit
-	now     func() time.Time
+	notify  Notify
 	running []*running
 	ns      cache.SharedIndexInformer // namespaces, when a rule selects them by label
 	nsRules []*filters.Rule
@@ -202,8 +214,8 @@ func (r *running) synced() bool {
 // informer that feeds it, with that resync period (client-go's per-handler
 // resync), carrying its live events too, so that replays and live events
 // reach it in order. The other sinks share one registration without resync.
-func New(client dynamic.Interface, plan []Planned, emit Emit, replayEvery map[string]time.Duration, logger *slog.Logger) (*Informers, error) {
-	in := &Informers{logger: logger, emit: emit, now: time.Now}
+func New(client dynamic.Interface, plan []Planned, notify Notify, replayEvery map[string]time.Duration, logger *slog.Logger) (*Informers, error) {
+	in := &Informers{logger: logger, notify: notify}
 	for _, p := range plan {
 		for _, r := range p.Rules {
 			if r.HasNamespaceSelector() && !slices.Contains(in.nsRules, r) {
@@ -265,7 +277,7 @@ func New(client dynamic.Interface, plan []Planned, emit Emit, replayEvery map[st
 				}
 			}
 		}
-		reg, err := inf.AddEventHandlerWithResyncPeriod(run.handler(in, common, ""), 0)
+		reg, err := inf.AddEventHandlerWithResyncPeriod(run.handler(in, common, false), 0)
 		if err != nil {
 			return nil, err
 		}
@@ -277,7 +289,7 @@ func New(client dynamic.Interface, plan []Planned, emit Emit, replayEvery map[st
 					targets[r] = []string{sink}
 				}
 			}
-			reg, err := inf.AddEventHandlerWithResyncPeriod(run.handler(in, targets, sink), replayEvery[sink])
+			reg, err := inf.AddEventHandlerWithResyncPeriod(run.handler(in, targets, true), replayEvery[sink])
 			if err != nil {
 				return nil, err
 			}
@@ -413,24 +425,47 @@ func (in *Informers) Specs() []string {
 	return out
 }
 
-// handler evaluates the rules in targets and emits each event to the rule's
-// target sinks. With replaySink set it also turns the informer's resyncs
-// (updates with an unchanged resourceVersion) into replays for that sink.
-func (run *running) handler(in *Informers, targets map[*filters.Rule][]string, replaySink string) cache.ResourceEventHandler {
+// Current returns the lookup of key's current state in the cache of the
+// informer that holds key for rule r (nil if no informer of r covers it).
+func (in *Informers) Current(r *filters.Rule, key string) func() (*unstructured.Unstructured, bool) {
+	ns, _, _ := cache.SplitMetaNamespaceKey(key)
+	for _, run := range in.running {
+		if slices.Contains(run.Rules, r) && (run.Spec.Namespace == "" || run.Spec.Namespace == ns) {
+			return run.current(key)
+		}
+	}
+	return nil
+}
+
+func (run *running) current(key string) func() (*unstructured.Unstructured, bool) {
+	return func() (*unstructured.Unstructured, bool) {
+		obj, ok, err := run.informer.GetIndexer().GetByKey(key)
+		if err != nil || !ok {
+			return nil, false
+		}
+		u, ok := obj.(*unstructured.Unstructured)
+		return u, ok
+	}
+}
+
+// handler notifies the key of every notification to the rules in targets.
+// With replays set (a sink's own registration, with its resync period), an
+// informer resync (an update with an unchanged resourceVersion) is a
+// replay; other registrations never see resyncs.
+func (run *running) handler(in *Informers, targets map[*filters.Rule][]string, replays bool) cache.ResourceEventHandler {
+	notify := func(obj any, gone *unstructured.Unstructured, resync bool) {
+		key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+		if err != nil {
+			return
+		}
+		in.notify(Notification{Key: key, Targets: targets, Current: run.current(key), Gone: gone, Resync: resync})
+	}
 	return cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc: func(obj any, initialList bool) {
-			u, ok := obj.(*unstructured.Unstructured)
-			if !ok || (initialList && in.SkipInitialList) {
+			if initialList && in.SkipInitialList {
 				return
 			}
-			now := in.now()
-			for _, r := range run.Rules {
-				if sinks := targets[r]; len(sinks) > 0 {
-					if ev := r.OnAdd(u, now); ev != nil {
-						in.emit(ev, sinks)
-					}
-				}
-			}
+			notify(obj, nil, false)
 		},
 		UpdateFunc: func(oldObj, obj any) {
 			old, ok1 := oldObj.(*unstructured.Unstructured)
@@ -438,42 +473,31 @@ func (run *running) handler(in *Informers, targets map[*filters.Rule][]string, r
 			if !ok1 || !ok2 {
 				return
 			}
-			now := in.now()
 			resync := old.GetResourceVersion() == u.GetResourceVersion()
-			for _, r := range run.Rules {
-				sinks := targets[r]
-				if len(sinks) == 0 {
-					continue
-				}
-				if resync {
-					if replaySink != "" && r.Delivers(event.Updated) && r.InView(u) {
-						in.emit(event.New(r.Event, event.Updated, u, nil, now).WithReplay(event.ReplayResync), sinks)
-					}
-					continue
-				}
-				if ev := r.OnUpdate(old, u, now); ev != nil {
-					in.emit(ev, sinks)
-				}
+			if resync && !replays {
+				return
 			}
+			notify(u, nil, resync)
 		},
 		DeleteFunc: func(obj any) {
-			now := in.now()
-			for _, r := range run.Rules {
-				if sinks := targets[r]; len(sinks) > 0 {
-					if ev := r.OnDelete(obj, now); ev != nil {
-						in.emit(ev, sinks)
-					}
-				}
-			}
+			notify(obj, filters.AsUnstructured(obj), false)
 		},
 	}
 }
 
-// namespaceHandler turns namespace label changes into view transitions:
-// when a namespace starts (stops) matching a rule's namespaceSelector, the
-// rule's objects in it are delivered as added (deleted, unmatched).
+// namespaceHandler syncs the objects of a namespace for the rules that
+// select namespaces by label, when the namespace appears (objects seen
+// before their namespace enter the view now) or its labels change the
+// rule's selection.
 func (in *Informers) namespaceHandler() cache.ResourceEventHandler {
 	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if ns, ok := obj.(*unstructured.Unstructured); ok {
+				for _, r := range in.nsRules {
+					in.syncNamespace(r, ns.GetName())
+				}
+			}
+		},
 		UpdateFunc: func(oldObj, obj any) {
 			old, ok1 := oldObj.(*unstructured.Unstructured)
 			ns, ok2 := obj.(*unstructured.Unstructured)
@@ -482,17 +506,16 @@ func (in *Informers) namespaceHandler() cache.ResourceEventHandler {
 			}
 			before, after := labels.Set(old.GetLabels()), labels.Set(ns.GetLabels())
 			for _, r := range in.nsRules {
-				was, is := r.MatchesNamespace(before), r.MatchesNamespace(after)
-				if was != is {
-					in.namespaceTransition(r, ns.GetName(), is)
+				if r.MatchesNamespace(before) != r.MatchesNamespace(after) {
+					in.syncNamespace(r, ns.GetName())
 				}
 			}
 		},
 	}
 }
 
-func (in *Informers) namespaceTransition(r *filters.Rule, ns string, entered bool) {
-	now := in.now()
+func (in *Informers) syncNamespace(r *filters.Rule, ns string) {
+	targets := map[*filters.Rule][]string{r: r.Sinks}
 	for _, run := range in.running {
 		if !slices.Contains(run.Rules, r) {
 			continue
@@ -503,16 +526,11 @@ func (in *Informers) namespaceTransition(r *filters.Rule, ns string, entered boo
 			continue
 		}
 		for _, o := range objs {
-			u := o.(*unstructured.Unstructured)
-			var ev *event.Event
-			if entered {
-				ev = r.OnAdd(u, now) // the namespace now matches: InView holds
-			} else {
-				ev = r.Departed(u, now)
+			key, err := cache.MetaNamespaceKeyFunc(o)
+			if err != nil {
+				continue
 			}
-			if ev != nil {
-				in.emit(ev, r.Sinks)
-			}
+			in.notify(Notification{Key: key, Targets: targets, Current: run.current(key)})
 		}
 	}
 }

@@ -35,6 +35,13 @@ type DeadLetter interface {
 // jitter until acknowledged; permanent refusals go to the dead-letter. The
 // informer side only calls Offer, which never blocks.
 //
+// Quiet events (transitions the rule does not send) pass through the queue
+// like the others, so that OnAck reports every transition in order, but are
+// never handed to the sink. OnAck reports a batch once every event in it
+// was acknowledged or dead-lettered; events of a batch that fared
+// differently (EventErrors) are settled one by one, and only the failed
+// ones are retried.
+//
 // With several workers, each has its own queue and an object's events
 // always hash to the same one: a key is never in flight twice and order
 // per object holds. Capacity is split evenly between the workers.
@@ -95,11 +102,19 @@ func NewDelivery(cfg config.Sink, sink Sink, deadLetter DeadLetter, logger *slog
 	return d
 }
 
-// Coalesce merges a pending event with a newer one for the same object: the
-// newer state wins, but an object the consumer has not seen yet stays added.
+// Coalesce merges a pending event with a newer one for the same
+// incarnation of an object (the queue never merges two uids: a replaced
+// object's deleted and the new one's added both stay). The newer state
+// wins, but an object the consumer has not been sent yet stays added, and
+// a change that was to be sent is not made quiet by a newer one that is
+// not (e.g. an update outside the rule's changed paths).
 func Coalesce(pending, newer *event.Event) *event.Event {
-	if pending.Change == event.Added && newer.Change == event.Updated {
-		return event.New(newer.RuleInfo(), event.Added, newer.Object(), nil, newer.Time)
+	if pending.Change == event.Added && newer.Change == event.Updated && !pending.Quiet {
+		return event.Build(newer.RuleInfo(), event.Transition{Change: event.Added, Object: newer.Object(), Time: newer.Time,
+			Entered: pending.Entered, Replay: newer.Replay})
+	}
+	if pending.Change == newer.Change && newer.Quiet && !pending.Quiet {
+		return newer.WithQuiet(false)
 	}
 	return newer
 }
@@ -110,7 +125,7 @@ func (d *Delivery) Offer(ev *event.Event) {
 	if len(d.shards) > 1 {
 		s = d.shards[maphash.String(d.seed, ev.Key)%uint64(len(d.shards))]
 	}
-	s.queue.Offer(ev.Key, ev)
+	s.queue.Offer(ev.Key+"\x00"+ev.UID, ev)
 }
 
 // Close stops accepting events; Run drains what is queued, then returns.
@@ -213,16 +228,23 @@ func (d *Delivery) fill(ctx context.Context, s *shard, batch []*event.Event, buf
 	return batch
 }
 
-// deliver sends one batch until it is acknowledged, permanently refused, or
-// ctx ends (then it returns false).
+// deliver sends one batch until each of its events is acknowledged or
+// permanently refused, or ctx ends (then it returns false and nothing of
+// the batch is reported to OnAck).
 func (d *Delivery) deliver(ctx context.Context, batch []*event.Event) bool {
+	pending := make([]*event.Event, 0, len(batch))
+	for _, e := range batch {
+		if !e.Quiet {
+			pending = append(pending, e)
+		}
+	}
 	wait := d.retry.InitialInterval.D()
 	start := time.Now()
-	prepared := d.BeforeSend == nil
-	for attempt := 1; ; attempt++ {
+	prepared := d.BeforeSend == nil || len(pending) == 0
+	for attempt := 1; len(pending) > 0; attempt++ {
 		var err error
 		if !prepared {
-			if err = d.BeforeSend(ctx, batch); err == nil {
+			if err = d.BeforeSend(ctx, pending); err == nil {
 				prepared = true
 			}
 		}
@@ -230,30 +252,34 @@ func (d *Delivery) deliver(ctx context.Context, batch []*event.Event) bool {
 			err = d.Fence()
 		}
 		if prepared && err == nil {
-			err = d.safeSend(ctx, batch)
+			err = d.safeSend(ctx, pending)
 		}
 		if err == nil {
-			d.delivered.Add(uint64(len(batch)))
-			if d.OnAck != nil {
-				d.OnAck(batch)
-			}
-			return true
+			d.delivered.Add(uint64(len(pending)))
+			break
 		}
 		if ctx.Err() != nil {
 			return false
 		}
+		var each *EventErrors
+		if errors.As(err, &each) && len(each.Errs) == len(pending) {
+			pending, err = d.settle(ctx, pending, each.Errs)
+			if len(pending) == 0 {
+				break
+			}
+		}
 		if IsPermanent(err) || (d.retry.MaxElapsed > 0 && time.Since(start) > d.retry.MaxElapsed.D()) {
-			d.refuse(ctx, batch, err)
-			return true
+			d.refuse(ctx, pending, err)
+			break
 		}
 		d.retried.Add(1)
 		delay := wait/2 + rand.N(wait/2+1) // jitter: [wait/2, wait]
 		var te throttleError
 		if errors.As(err, &te) && te.delay > delay {
-			delay = te.delay
+			delay = min(te.delay, max(d.retry.MaxInterval.D(), wait)) // a Retry-After never parks the sink longer than its own backoff would
 		}
 		if attempt == 1 || attempt%10 == 0 {
-			d.logger.Warn("delivery failed; retrying", "attempt", attempt, "events", len(batch), "retryIn", delay, "error", err)
+			d.logger.Warn("delivery failed; retrying", "attempt", attempt, "events", len(pending), "retryIn", delay, "error", err)
 		}
 		select {
 		case <-ctx.Done():
@@ -262,6 +288,38 @@ func (d *Delivery) deliver(ctx context.Context, batch []*event.Event) bool {
 		}
 		wait = min(2*wait, d.retry.MaxInterval.D())
 	}
+	if d.OnAck != nil {
+		d.OnAck(batch)
+	}
+	return true
+}
+
+// settle counts the acknowledged events of a partly failed send, hands the
+// permanently refused ones to the dead-letter, and returns the ones to
+// retry (in order) with their first error.
+func (d *Delivery) settle(ctx context.Context, events []*event.Event, errs []error) ([]*event.Event, error) {
+	var retry, refused []*event.Event
+	var retryErr, refusedErr error
+	for i, e := range events {
+		switch err := errs[i]; {
+		case err == nil:
+			d.delivered.Add(1)
+		case IsPermanent(err):
+			refused = append(refused, e)
+			if refusedErr == nil {
+				refusedErr = err
+			}
+		default:
+			retry = append(retry, e)
+			if retryErr == nil {
+				retryErr = err
+			}
+		}
+	}
+	if len(refused) > 0 {
+		d.refuse(ctx, refused, refusedErr)
+	}
+	return retry, retryErr
 }
 
 // refuse hands a permanently refused batch to the dead-letter.

@@ -1,0 +1,254 @@
+// Package view owns, per sink and rule, the view the sink has been handed
+// (every object it was told is in the rule's view: uid, resourceVersion,
+// entry time, last state), and the one diff that turns (desired state,
+// handed view) into transitions. Every trigger calls it: live
+// notifications, relists, restarts and leader take-over (after Load from the
+// checkpoint), hot reload, namespace label changes and replays. So a
+// consumer applying a rule's events ends up holding exactly the rule's view,
+// whatever happened in between.
+//
+// The diff is level-based, like a Kubernetes controller's reconcile: it
+// looks only at the current desired state of one object key and what the
+// sink was handed, never at the notification that triggered it:
+//
+//   - another uid under a key: deleted(old uid), then added(new uid);
+//   - in the view, not handed: added; handed, no longer in the view:
+//     deleted (kbreason "unmatched" while the object still exists);
+//   - same uid, another resourceVersion: updated (old = the state handed).
+//
+// A rule's events, changed and where decide which transitions are sent; the
+// others still pass through the sink's queue, marked Quiet, so that what is
+// recorded as acknowledged is the whole view, in order.
+//
+// Sync holds the sink's lock while it reads the desired state and offers
+// the transitions, so concurrent triggers for one key (an informer and a
+// namespace change, a replay) serialize and never hand a sink an older
+// state after a newer one.
+package view
+
+import (
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kubebridge/kubebridge/pkg/checkpoint"
+	"github.com/kubebridge/kubebridge/pkg/event"
+	"github.com/kubebridge/kubebridge/pkg/filters"
+)
+
+// Offer hands an event to the sink's queue. It must not block.
+type Offer func(ev *event.Event)
+
+// Current returns the desired state of an object key: the informer cache's
+// current object, ok false when the cache has none.
+type Current func() (obj *unstructured.Unstructured, ok bool)
+
+// held is one incarnation of an object the sink has been handed.
+type held struct {
+	uid, rv string
+	entered int64
+	obj     *unstructured.Unstructured // the state handed; from a checkpoint, its metadata only
+	partial bool                       // obj is rebuilt from a checkpoint: no old state for updates
+}
+
+type slot struct {
+	cur    *held
+	ghosts []held // from a checkpoint: incarnations sent but not acknowledged
+}
+
+// Sink holds the views of one sink, per rule name.
+type Sink struct {
+	Name string
+
+	mu    sync.Mutex
+	ready bool
+	offer Offer
+	views map[string]map[string]*slot // rule -> object key -> slot
+}
+
+// NewSink returns the empty, not yet ready views of a sink whose events go
+// to offer.
+func NewSink(name string, offer Offer) *Sink {
+	return &Sink{Name: name, offer: offer, views: map[string]map[string]*slot{}}
+}
+
+// Load sets what the sink holds of rule from its checkpoint.
+func (s *Sink) Load(rule string, stored map[string]*checkpoint.Slot) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v := make(map[string]*slot, len(stored))
+	for k, st := range stored {
+		sl := &slot{}
+		if a := st.Acked; a != nil {
+			sl.cur = &held{uid: a.UID, rv: a.ResourceVersion, entered: a.Entered, obj: lastKnown(*a), partial: true}
+		}
+		for _, p := range st.Pending {
+			if sl.cur != nil && p.UID == sl.cur.uid {
+				continue // the consumer holds this uid either way
+			}
+			sl.ghosts = append(sl.ghosts, held{uid: p.UID, entered: p.Entered, obj: lastKnown(p), partial: true})
+		}
+		if sl.cur != nil || len(sl.ghosts) > 0 {
+			v[k] = sl
+		}
+	}
+	s.views[rule] = v
+}
+
+// Start lets Sync work; before it (and after Stop), Sync does nothing: the
+// reconciliation that follows Start covers what it skipped.
+func (s *Sink) Start() {
+	s.mu.Lock()
+	s.ready = true
+	s.mu.Unlock()
+}
+
+// Stop makes Sync do nothing from now on.
+func (s *Sink) Stop() {
+	s.mu.Lock()
+	s.ready = false
+	s.mu.Unlock()
+}
+
+// Forget drops the views of rules not in keep (removed by a reload).
+func (s *Sink) Forget(keep func(rule string) bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for r := range s.views {
+		if !keep(r) {
+			delete(s.views, r)
+		}
+	}
+}
+
+// Keys returns the object keys the sink was handed under rule.
+func (s *Sink) Keys(rule string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	keys := make([]string, 0, len(s.views[rule]))
+	for k := range s.views[rule] {
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+// Len returns how many objects the sink was handed under rule.
+func (s *Sink) Len(rule string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.views[rule])
+}
+
+// Trigger says why a key is synced.
+type Trigger struct {
+	// Replay marks the transitions found (kbreplay): "" for live changes,
+	// event.ReplayCheckpoint for a reconciliation, event.ReplayResync for
+	// a replay, which also re-sends an unchanged object as updated.
+	Replay string
+	// Gone is the last state of a deleted object, from its delete
+	// notification (nil otherwise): the data of its deleted event.
+	Gone *unstructured.Unstructured
+	// Now is when the change was observed; an object that enters the view
+	// is stamped with it (event.Entered).
+	Now time.Time
+}
+
+// Sync brings what the sink was handed of key under rule r to the desired
+// state read from current, offering the transitions. It returns how many
+// events are to be sent (not quiet).
+func (s *Sink) Sync(r *filters.Rule, key string, current Current, t Trigger) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.ready {
+		return 0
+	}
+	obj, exists := current()
+	var desired *unstructured.Unstructured
+	if exists && r.InView(obj) {
+		desired = obj
+	}
+	v := s.views[r.Name]
+	if v == nil {
+		v = map[string]*slot{}
+		s.views[r.Name] = v
+	}
+	sl := v[key]
+	sent := 0
+	emit := func(tr event.Transition) {
+		tr.Time, tr.Replay = t.Now, t.Replay
+		tr.Quiet = !r.Delivers(tr.Change) ||
+			(tr.Change == event.Updated && tr.Old != nil && !r.Changed(tr.Old, tr.Object)) ||
+			!r.PassesEventFilter(tr.Object, tr.Old, tr.Change)
+		if !tr.Quiet {
+			sent++
+		}
+		s.offer(event.Build(r.Event, tr))
+	}
+	if sl == nil {
+		sl = &slot{}
+	}
+	entered := t.Now.UnixNano()
+	for _, g := range sl.ghosts {
+		if desired != nil && g.uid == string(desired.GetUID()) && (sl.cur == nil || sl.cur.uid != g.uid) {
+			entered = g.entered // its added may have been sent: the same id again
+			continue
+		}
+		emit(event.Transition{Change: event.Deleted, Object: g.obj, Entered: g.entered})
+	}
+	cur := sl.cur
+	if cur != nil && (desired == nil || cur.uid != string(desired.GetUID())) {
+		tr := event.Transition{Change: event.Deleted, Object: cur.obj, Entered: cur.entered}
+		switch {
+		case exists && string(obj.GetUID()) == cur.uid: // still there, out of the view
+			tr.Object, tr.Reason = obj, event.ReasonUnmatched
+			if !cur.partial {
+				tr.Old = cur.obj
+			}
+		case t.Gone != nil && string(t.Gone.GetUID()) == cur.uid:
+			tr.Object = t.Gone
+		}
+		emit(tr)
+		cur = nil
+	}
+	switch {
+	case desired == nil:
+	case cur == nil:
+		emit(event.Transition{Change: event.Added, Object: desired, Entered: entered})
+		cur = &held{uid: string(desired.GetUID()), entered: entered}
+	case cur.rv != desired.GetResourceVersion() || t.Replay == event.ReplayResync:
+		tr := event.Transition{Change: event.Updated, Object: desired, Entered: cur.entered}
+		if !cur.partial && cur.rv != desired.GetResourceVersion() {
+			tr.Old = cur.obj
+		}
+		if cur.rv == desired.GetResourceVersion() && !r.Delivers(event.Updated) {
+			break // a replay of what the rule does not send: nothing to record
+		}
+		emit(tr)
+	}
+	if cur == nil {
+		delete(v, key)
+		return sent
+	}
+	cur.rv, cur.obj, cur.partial = desired.GetResourceVersion(), desired, false
+	sl.cur, sl.ghosts = cur, nil
+	v[key] = sl
+	return sent
+}
+
+// lastKnown rebuilds the metadata of an object from its checkpoint entry.
+func lastKnown(e checkpoint.Entry) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{}}
+	u.SetNamespace(e.Namespace)
+	u.SetName(e.Name)
+	u.SetUID(types.UID(e.UID))
+	if e.ResourceVersion != "" {
+		u.SetResourceVersion(e.ResourceVersion)
+	}
+	if len(e.Labels) > 0 {
+		u.SetLabels(e.Labels)
+	}
+	return u
+}
+

@@ -1,0 +1,290 @@
+package view
+
+import (
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kubebridge/kubebridge/pkg/checkpoint"
+	"github.com/kubebridge/kubebridge/pkg/config"
+	"github.com/kubebridge/kubebridge/pkg/event"
+	"github.com/kubebridge/kubebridge/pkg/filters"
+)
+
+func compile(t testing.TB, ruleYAML string, nsLabels filters.NamespaceLabels) *filters.Rule {
+	t.Helper()
+	doc := "apiVersion: kubebridge.io/v1alpha1\nkind: BridgeConfig\ncluster: c\nsinks: [{name: s, file: {path: x}}]\nrules:\n  - name: r\n    sinks: [s]\n    resource: v1/configmaps\n" + ruleYAML
+	cfg, _, err := config.Parse("t.yaml", []byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := filters.Compile(cfg, 0, nsLabels, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func cm(uid, rv string, lbls map[string]string) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap"}}
+	u.SetNamespace("a")
+	u.SetName("x")
+	u.SetUID(types.UID(uid))
+	u.SetResourceVersion(rv)
+	u.SetLabels(lbls)
+	return u
+}
+
+// world is the informer cache of one key and a sink recording what it is offered.
+type world struct {
+	t    *testing.T
+	obj  *unstructured.Unstructured
+	sink *Sink
+	got  []*event.Event
+	now  time.Time
+}
+
+func newWorld(t *testing.T) *world {
+	w := &world{t: t, now: time.Unix(1700000000, 0)}
+	w.sink = NewSink("s", func(ev *event.Event) { w.got = append(w.got, ev) })
+	w.sink.Start()
+	return w
+}
+
+func (w *world) current() (*unstructured.Unstructured, bool) { return w.obj, w.obj != nil }
+
+// set changes the cache and syncs; it returns what was offered, as
+// "change[:reason][:quiet] uid rv".
+func (w *world) set(r *filters.Rule, obj *unstructured.Unstructured, tr Trigger) []string {
+	w.obj = obj
+	w.now = w.now.Add(time.Second)
+	tr.Now = w.now
+	w.got = nil
+	w.sink.Sync(r, "a/x", w.current, tr)
+	return describe(w.got)
+}
+
+func describe(evs []*event.Event) []string {
+	var out []string
+	for _, e := range evs {
+		s := string(e.Change)
+		if e.Reason != "" {
+			s += ":" + e.Reason
+		}
+		if e.Quiet {
+			s += ":quiet"
+		}
+		out = append(out, s+" "+e.UID+" "+e.Object().GetResourceVersion())
+	}
+	return out
+}
+
+func eq(t *testing.T, step string, got []string, want ...string) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Errorf("%s: got %q, want %q", step, got, want)
+		return
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			t.Errorf("%s: got %q, want %q", step, got, want)
+			return
+		}
+	}
+}
+
+func TestTransitions(t *testing.T) {
+	r := compile(t, "    labelSelector: tier=front\n", nil)
+	w := newWorld(t)
+	front := map[string]string{"tier": "front"}
+	back := map[string]string{"tier": "back"}
+	eq(t, "add outside", w.set(r, cm("u1", "1", back), Trigger{}))
+	eq(t, "enter", w.set(r, cm("u1", "2", front), Trigger{}), "added u1 2")
+	eq(t, "update inside", w.set(r, cm("u1", "3", front), Trigger{}), "updated u1 3")
+	if old := w.got[0].OldObject(); old == nil || old.GetResourceVersion() != "2" {
+		t.Errorf("update's old object = %v, want the state handed (rv 2)", old)
+	}
+	eq(t, "same state again (a resync)", w.set(r, cm("u1", "3", front), Trigger{}))
+	eq(t, "leave", w.set(r, cm("u1", "4", back), Trigger{}), "deleted:unmatched u1 4")
+	eq(t, "update outside", w.set(r, cm("u1", "5", back), Trigger{}))
+	eq(t, "enter again, unchanged object", w.set(r, cm("u1", "5", front), Trigger{}), "added u1 5")
+	eq(t, "replaced under the same name (relist)", w.set(r, cm("u2", "9", front), Trigger{}), "deleted u1 5", "added u2 9")
+	gone := cm("u2", "10", front)
+	eq(t, "deleted (state from the delete notification)", w.set(r, nil, Trigger{Gone: gone}), "deleted u2 10")
+	eq(t, "delete of something not handed", w.set(r, nil, Trigger{}))
+	if n := w.sink.Len("r"); n != 0 {
+		t.Errorf("view holds %d objects after the delete", n)
+	}
+}
+
+func TestIDsPerTransition(t *testing.T) {
+	r := compile(t, "    labelSelector: tier=front\n", nil)
+	w := newWorld(t)
+	front, back := map[string]string{"tier": "front"}, map[string]string{"tier": "back"}
+	var ids []string
+	// The object is unchanged (same rv) while it leaves and re-enters: a
+	// namespace relabelled twice, or a reload flipping the rule.
+	for i, lbls := range []map[string]string{front, back, front, back} {
+		w.set(r, cm("u1", "7", lbls), Trigger{})
+		if len(w.got) != 1 {
+			t.Fatalf("step %d: %v", i, describe(w.got))
+		}
+		ids = append(ids, w.got[0].ID)
+	}
+	seen := map[string]bool{}
+	for _, id := range ids {
+		if seen[id] {
+			t.Fatalf("id %s used twice in %v", id, ids)
+		}
+		seen[id] = true
+	}
+}
+
+func TestEventsFilterDeliveryNotRecording(t *testing.T) {
+	r := compile(t, "    events: [deleted]\n", nil)
+	w := newWorld(t)
+	eq(t, "added is recorded, not sent", w.set(r, cm("u1", "1", nil), Trigger{}), "added:quiet u1 1")
+	eq(t, "updated likewise", w.set(r, cm("u1", "2", nil), Trigger{}), "updated:quiet u1 2")
+	eq(t, "deleted is sent", w.set(r, nil, Trigger{}), "deleted u1 2")
+
+	r = compile(t, "    changed: [data]\n", nil)
+	w = newWorld(t)
+	w.set(r, cm("u1", "1", nil), Trigger{})
+	eq(t, "an update outside changed paths is quiet", w.set(r, cm("u1", "2", map[string]string{"l": "1"}), Trigger{}), "updated:quiet u1 2")
+	o := cm("u1", "3", map[string]string{"l": "1"})
+	o.Object["data"] = map[string]any{"k": "v"}
+	eq(t, "inside them it is sent", w.set(r, o, Trigger{}), "updated u1 3")
+}
+
+func TestResyncReplay(t *testing.T) {
+	r := compile(t, "", nil)
+	w := newWorld(t)
+	w.set(r, cm("u1", "1", nil), Trigger{})
+	eq(t, "replay of an unchanged object", w.set(r, cm("u1", "1", nil), Trigger{Replay: event.ReplayResync}), "updated u1 1")
+	if w.got[0].Replay != event.ReplayResync {
+		t.Errorf("kbreplay = %q", w.got[0].Replay)
+	}
+	eq(t, "replay finds a change: sent once", w.set(r, cm("u1", "2", nil), Trigger{Replay: event.ReplayResync}), "updated u1 2")
+
+	r = compile(t, "    events: [added, deleted]\n", nil)
+	w = newWorld(t)
+	w.set(r, cm("u1", "1", nil), Trigger{})
+	eq(t, "a rule without updated replays nothing", w.set(r, cm("u1", "1", nil), Trigger{Replay: event.ReplayResync}))
+}
+
+func TestFromCheckpoint(t *testing.T) {
+	r := compile(t, "", nil)
+	entry := func(uid, rv string, entered int64) checkpoint.Entry {
+		return checkpoint.Entry{UID: uid, ResourceVersion: rv, Namespace: "a", Name: "x", Entered: entered, Labels: map[string]string{"l": "v"}}
+	}
+	for _, tc := range []struct {
+		name   string
+		stored checkpoint.Slot
+		now    *unstructured.Unstructured
+		want   []string
+	}{
+		{"unchanged", checkpoint.Slot{Acked: ptr(entry("u1", "5", 1))}, cm("u1", "5", nil), nil},
+		{"changed while down", checkpoint.Slot{Acked: ptr(entry("u1", "5", 1))}, cm("u1", "6", nil), []string{"updated u1 6"}},
+		{"deleted while down", checkpoint.Slot{Acked: ptr(entry("u1", "5", 1))}, nil, []string{"deleted u1 5"}},
+		{"re-created while down", checkpoint.Slot{Acked: ptr(entry("u1", "5", 1))}, cm("u2", "8", nil), []string{"deleted u1 5", "added u2 8"}},
+		{"sent, not acknowledged, still there", checkpoint.Slot{Pending: []checkpoint.Entry{entry("u2", "", 42)}}, cm("u2", "8", nil), []string{"added u2 8"}},
+		{"sent, not acknowledged, gone", checkpoint.Slot{Pending: []checkpoint.Entry{entry("u2", "", 42)}}, nil, []string{"deleted u2 "}},
+		{"acknowledged and a replacement in flight, both gone", checkpoint.Slot{Acked: ptr(entry("u1", "5", 1)), Pending: []checkpoint.Entry{entry("u2", "", 42)}}, cm("u3", "9", nil),
+			[]string{"deleted u2 ", "deleted u1 5", "added u3 9"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t)
+			w.sink.Load("r", map[string]*checkpoint.Slot{"a/x": &tc.stored})
+			got := w.set(r, tc.now, Trigger{Replay: event.ReplayCheckpoint})
+			eq(t, tc.name, got, tc.want...)
+			for _, e := range w.got {
+				if e.Replay != event.ReplayCheckpoint {
+					t.Errorf("%s: kbreplay %q", e.ID, e.Replay)
+				}
+				if e.Change == event.Deleted && e.Object().GetLabels()["l"] != "v" {
+					t.Errorf("deleted %s lost the last known labels", e.UID)
+				}
+				if e.Change == event.Updated && e.OldObject() != nil {
+					t.Error("an update found in a checkpoint has no old state to show")
+				}
+			}
+			if tc.name == "sent, not acknowledged, still there" {
+				if want := event.ID("r", "u2", "8", event.Added, 42); w.got[0].ID != want {
+					t.Errorf("resent added has id %s, want the original's %s", w.got[0].ID, want)
+				}
+			}
+		})
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func TestNamespaceSelector(t *testing.T) {
+	var nsLabels atomic.Pointer[labels.Set]
+	nsLabels.Store(&labels.Set{})
+	r := compile(t, "    namespaceSelector: env=prod\n", func(string) (labels.Set, bool) { return *nsLabels.Load(), true })
+	w := newWorld(t)
+	eq(t, "namespace not selected", w.set(r, cm("u1", "1", nil), Trigger{}))
+	nsLabels.Store(&labels.Set{"env": "prod"})
+	eq(t, "namespace selected", w.set(r, cm("u1", "1", nil), Trigger{}), "added u1 1")
+	nsLabels.Store(&labels.Set{})
+	eq(t, "namespace no longer selected", w.set(r, cm("u1", "1", nil), Trigger{}), "deleted:unmatched u1 1")
+}
+
+func TestNotReady(t *testing.T) {
+	r := compile(t, "", nil)
+	w := newWorld(t)
+	w.sink.Stop()
+	eq(t, "stopped", w.set(r, cm("u1", "1", nil), Trigger{}))
+	w.sink.Start()
+	eq(t, "started: the same state is synced", w.set(r, cm("u1", "1", nil), Trigger{}), "added u1 1")
+}
+
+// TestConcurrentTriggers syncs one key from several goroutines while its
+// state advances (an informer, a namespace change, a replay): every sink
+// must see the states in order and end at the last one.
+func TestConcurrentTriggers(t *testing.T) {
+	r := compile(t, "", nil)
+	var state atomic.Pointer[unstructured.Unstructured]
+	var mu sync.Mutex
+	var got []*event.Event
+	s := NewSink("s", func(ev *event.Event) { mu.Lock(); got = append(got, ev); mu.Unlock() })
+	s.Start()
+	current := func() (*unstructured.Unstructured, bool) { o := state.Load(); return o, o != nil }
+	const last = 2000
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 1; i <= last; i++ {
+				if g == 0 {
+					state.Store(cm("u1", strconv.Itoa(i), nil))
+				}
+				s.Sync(r, "a/x", current, Trigger{Now: time.Unix(0, int64(i))})
+			}
+		}()
+	}
+	wg.Wait()
+	s.Sync(r, "a/x", current, Trigger{Now: time.Now()})
+	prev := 0
+	for i, e := range got {
+		rv, _ := strconv.Atoi(e.Object().GetResourceVersion())
+		if rv <= prev {
+			t.Fatalf("event %d hands rv %d after rv %d", i, rv, prev)
+		}
+		prev = rv
+		if (i == 0) != (e.Change == event.Added) {
+			t.Fatalf("event %d is %s", i, e.Change)
+		}
+	}
+	if prev != last {
+		t.Fatalf("last state handed: rv %d, want %d", prev, last)
+	}
+}
