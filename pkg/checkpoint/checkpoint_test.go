@@ -118,20 +118,88 @@ func TestRecorder(t *testing.T) {
 	r := NewRecorder(s, time.Hour, slog.New(slog.DiscardHandler))
 	go r.Run()
 	ctx := context.Background()
-	must(t, r.Intend(ctx, "bus", []*event.Event{ev("a", "1", event.Added), ev("gone", "1", event.Deleted)}))
-	got, _ := s.Load(ctx, "bus", "r")
-	if e, ok := got["ns/a"]; !ok || e.ResourceVersion != "" || len(got) != 1 {
-		t.Fatalf("after intent: %+v, want ns/a with no resourceVersion", got)
+	added := ev("a", "1", event.Added)
+	must(t, r.Intend(ctx, "bus", []*event.Event{added, ev("gone", "1", event.Deleted), ev("q", "1", event.Added).WithQuiet(true)}))
+	view, _ := LoadView(ctx, s, "bus", "r")
+	if sl := view["ns/a"]; sl == nil || sl.Acked != nil || len(sl.Pending) != 1 || sl.Pending[0].UID != "u-a" || sl.Pending[0].Entered != added.Entered || len(view) != 1 {
+		t.Fatalf("after intent: %+v, want ns/a pending with its entry time (quiet and deleted events need none)", view)
 	}
-	r.Acked("bus", []*event.Event{ev("a", "1", event.Added), ev("b", "2", event.Added)})
-	r.Acked("bus", []*event.Event{ev("a", "3", event.Updated), ev("b", "4", event.Deleted)})
-	if got, _ := s.Load(ctx, "bus", "r"); got["ns/a"].ResourceVersion != "" {
-		t.Errorf("acks written before a flush: %+v", got)
+	r.Acked("bus", []*event.Event{added, ev("b", "2", event.Added)})
+	updated := event.Build(added.RuleInfo(), event.Transition{Change: event.Updated, Object: ev("a", "3", event.Updated).Object(), Entered: added.Entered})
+	r.Acked("bus", []*event.Event{updated, ev("b", "4", event.Deleted)})
+	if view, _ := LoadView(ctx, s, "bus", "r"); view["ns/a"].Acked != nil {
+		t.Errorf("acks written before a flush: %+v", view)
 	}
 	must(t, r.Stop(ctx))
-	got, _ = s.Load(ctx, "bus", "r")
-	if len(got) != 1 || got["ns/a"].ResourceVersion != "3" {
-		t.Errorf("after stop: %+v, want only ns/a at 3", got)
+	view, _ = LoadView(ctx, s, "bus", "r")
+	if sl := view["ns/a"]; len(view) != 1 || sl.Acked == nil || sl.Acked.ResourceVersion != "3" || sl.Acked.Entered != added.Entered || len(sl.Pending) != 0 {
+		t.Errorf("after stop: %+v, want only ns/a at 3, its intent settled", view)
+	}
+}
+
+// failing fails every Apply while down is set.
+type failing struct {
+	Store
+	down atomic.Bool
+}
+
+func (f *failing) Apply(ctx context.Context, changes []Change) error {
+	if f.down.Load() {
+		return errors.New("disk full")
+	}
+	return f.Store.Apply(ctx, changes)
+}
+
+// An intent counts only once written: a send retried after a failed intent
+// writes it again instead of going out without it.
+func TestIntentDurableBeforeItCounts(t *testing.T) {
+	bolt, err := OpenBolt(filepath.Join(t.TempDir(), "state.db"), false)
+	must(t, err)
+	defer bolt.Close()
+	s := &failing{Store: bolt}
+	r := NewRecorder(s, time.Hour, slog.New(slog.DiscardHandler))
+	ctx := context.Background()
+	batch := []*event.Event{ev("a", "1", event.Added)}
+	s.down.Store(true)
+	if err := r.Intend(ctx, "bus", batch); err == nil {
+		t.Fatal("Intend succeeded on a failing store")
+	}
+	s.down.Store(false)
+	must(t, r.Intend(ctx, "bus", batch))
+	if view, _ := LoadView(ctx, bolt, "bus", "r"); view["ns/a"] == nil || len(view["ns/a"].Pending) != 1 {
+		t.Fatalf("the retried intent was not written: %+v", view)
+	}
+}
+
+// A restart that finds an intent beside an acknowledged entry (a
+// replacement was in flight) knows the sink may hold either.
+func TestIntentBesideAcknowledged(t *testing.T) {
+	bolt, err := OpenBolt(filepath.Join(t.TempDir(), "state.db"), false)
+	must(t, err)
+	defer bolt.Close()
+	r := NewRecorder(bolt, time.Hour, slog.New(slog.DiscardHandler))
+	ctx := context.Background()
+	first := ev("a", "1", event.Added)
+	must(t, r.Intend(ctx, "bus", []*event.Event{first}))
+	r.Acked("bus", []*event.Event{first})
+	must(t, r.Flush(ctx))
+	repl := ev("a", "2", event.Added)
+	repl.UID = "u-a2"
+	must(t, r.Intend(ctx, "bus", []*event.Event{ev("a", "1", event.Deleted), repl}))
+	view, _ := LoadView(ctx, bolt, "bus", "r")
+	sl := view["ns/a"]
+	if sl == nil || sl.Acked == nil || sl.Acked.UID != "u-a" || len(sl.Pending) != 1 || sl.Pending[0].UID != "u-a2" {
+		t.Fatalf("crash point: %+v, want u-a acknowledged and u-a2 pending", sl)
+	}
+	// A fresh recorder (the restart) learns it and settles it on the ack.
+	r2 := NewRecorder(bolt, time.Hour, slog.New(slog.DiscardHandler))
+	r2.Known("bus", "r", view)
+	must(t, r2.Intend(ctx, "bus", []*event.Event{repl}))
+	r2.Acked("bus", []*event.Event{ev("a", "1", event.Deleted), repl})
+	must(t, r2.Flush(ctx))
+	view, _ = LoadView(ctx, bolt, "bus", "r")
+	if sl := view["ns/a"]; sl == nil || sl.Acked == nil || sl.Acked.UID != "u-a2" || len(sl.Pending) != 0 {
+		t.Fatalf("after the ack: %+v, want u-a2 acknowledged, nothing pending", sl)
 	}
 }
 

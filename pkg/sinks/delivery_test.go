@@ -172,8 +172,11 @@ func TestCloseDrains(t *testing.T) {
 // Coalescing keeps an unseen object added and the newest state.
 func TestCoalesce(t *testing.T) {
 	added, updated, deleted := ev("a", "1", event.Added), ev("a", "2", event.Updated), ev("a", "3", event.Deleted)
-	if c := Coalesce(added, updated); c.Change != event.Added || c.ID != "u-a.2.added" {
+	if c := Coalesce(added, updated); c.Change != event.Added || c.ID != event.ID("r", "u-a", "2", event.Added, added.Entered) {
 		t.Errorf("added+updated = %s", c.ID)
+	}
+	if c := Coalesce(updated, ev("a", "4", event.Updated).WithQuiet(true)); c.Quiet {
+		t.Error("a change to send was made quiet by a newer one outside the changed paths")
 	}
 	if c := Coalesce(updated, deleted); c != deleted {
 		t.Errorf("updated+deleted = %s", c.ID)
@@ -191,5 +194,114 @@ func TestRegistryRejectsDuplicates(t *testing.T) {
 	}
 	if _, err := r.Create(context.Background(), Settings{Config: config.Sink{Name: "n", File: &config.FileSink{}}}); err == nil || err.Error() != `sink "n": type "file" is not available in this build (have: [x])` {
 		t.Errorf("err = %v", err)
+	}
+}
+
+// scripted is a sink whose answer for each event is decided by a function;
+// it records what the destination took.
+type scripted struct {
+	mu      sync.Mutex
+	outcome func(e *event.Event, attempt int) error
+	tries   map[string]int
+	took    []string
+}
+
+func (s *scripted) Send(_ context.Context, evs []*event.Event) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	errs := make([]error, len(evs))
+	failed := false
+	for i, e := range evs {
+		s.tries[e.ID]++
+		if errs[i] = s.outcome(e, s.tries[e.ID]); errs[i] == nil {
+			s.took = append(s.took, e.Name+"@"+e.Object().GetResourceVersion())
+		} else {
+			failed = true
+		}
+	}
+	if failed {
+		return &EventErrors{Errs: errs}
+	}
+	return nil
+}
+func (s *scripted) Close(context.Context) error { return nil }
+
+type deadLetters struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (d *deadLetters) Put(_ context.Context, _ string, evs []*event.Event, _ error) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, e := range evs {
+		d.got = append(d.got, e.Name)
+	}
+	return nil
+}
+
+// One bad event never fails its neighbours: the acknowledged ones count,
+// the refused one goes to the dead-letter, the failing one alone is
+// retried; quiet events are never sent; OnAck reports the whole batch in
+// order once all of it is settled.
+func TestPerEventOutcomes(t *testing.T) {
+	s := &scripted{tries: map[string]int{}, outcome: func(e *event.Event, attempt int) error {
+		switch {
+		case e.Name == "huge":
+			return Permanent(errors.New("too large"))
+		case e.Name == "flaky" && attempt < 3:
+			return errors.New("try again")
+		}
+		return nil
+	}}
+	dl := &deadLetters{}
+	d := NewDelivery(sinkConfig(), s, dl, slog.New(slog.DiscardHandler))
+	var acked []string
+	d.OnAck = func(evs []*event.Event) {
+		for _, e := range evs {
+			acked = append(acked, e.Name)
+		}
+	}
+	d.Offer(ev("a", "1", event.Added))
+	d.Offer(ev("huge", "1", event.Added))
+	d.Offer(ev("flaky", "1", event.Added))
+	d.Offer(ev("quiet", "1", event.Added).WithQuiet(true))
+	d.Offer(ev("b", "1", event.Added))
+	d.Close()
+	d.Run(context.Background())
+	if got := fmt.Sprint(s.took); got != "[a@1 b@1 flaky@1]" {
+		t.Errorf("destination took %s", got)
+	}
+	if s.tries[ev("a", "1", event.Added).ID] > 1 {
+		t.Error("an acknowledged event was sent again")
+	}
+	if fmt.Sprint(dl.got) != "[huge]" {
+		t.Errorf("dead-letter got %v", dl.got)
+	}
+	if fmt.Sprint(acked) != "[a huge flaky quiet b]" {
+		t.Errorf("OnAck got %v, want the whole batch in order", acked)
+	}
+	if st := d.Stats(); st.Delivered != 3 || st.Failed != 1 || st.DeadLettered != 1 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+// A replaced object's deleted and the new one's added are never merged,
+// even when the queue overflows.
+func TestOverflowKeepsBothIncarnations(t *testing.T) {
+	s := &scripted{tries: map[string]int{}, outcome: func(*event.Event, int) error { return nil }}
+	cfg := sinkConfig()
+	cfg.Queue.Capacity = 1
+	d := NewDelivery(cfg, s, nil, slog.New(slog.DiscardHandler))
+	d.Offer(ev("first", "1", event.Added)) // fills the ring
+	old := ev("a", "5", event.Deleted)
+	repl := ev("a", "6", event.Added)
+	repl.UID = "u-a2"
+	d.Offer(old)
+	d.Offer(repl)
+	d.Close()
+	d.Run(context.Background())
+	if got := fmt.Sprint(s.took); got != "[first@1 a@5 a@6]" {
+		t.Errorf("took %s: the old incarnation's deletion was merged away", got)
 	}
 }

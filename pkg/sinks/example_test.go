@@ -25,7 +25,7 @@ func (printSink) Send(_ context.Context, events []*event.Event) error {
 		if e.Name == "" {
 			return sinks.Permanent(fmt.Errorf("event %s has no object name", e.ID))
 		}
-		fmt.Println(e.Type, e.Subject, e.ID)
+		fmt.Println(e.Type, e.Subject, e.UID, e.Object().GetResourceVersion())
 	}
 	return nil // acknowledged: the delivery loop moves on
 }
@@ -60,5 +60,5 @@ func Example_writeASink() {
 
 	d.Close() // no more events: Run drains the queue and returns
 	d.Run(context.Background())
-	// Output: io.kubebridge.deployments.apps.added prod/web 1234.7.added
+	// Output: io.kubebridge.deployments.apps.added prod/web 1234 7
 }
