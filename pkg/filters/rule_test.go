@@ -3,7 +3,6 @@ package filters
 import (
 	"strings"
 	"testing"
-	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
@@ -41,48 +40,21 @@ func cm(ns, name, rv string, lbls map[string]string, data map[string]any) *unstr
 	return u
 }
 
-var t0 = time.Unix(1700000000, 0)
-
-func change(ev *event.Event) string {
-	if ev == nil {
-		return "-"
+// Tombstones (deletions missed while a watch was down) are unwrapped to
+// their last known state; anything else that is not an object is nil.
+func TestAsUnstructured(t *testing.T) {
+	obj := cm("a", "x", "1", nil, nil)
+	if got := AsUnstructured(obj); got != obj {
+		t.Errorf("object: %v", got)
 	}
-	if ev.Reason != "" {
-		return string(ev.Change) + ":" + ev.Reason
+	if got := AsUnstructured(cache.DeletedFinalStateUnknown{Key: "a/x", Obj: obj}); got != obj {
+		t.Errorf("tombstone of an object: %v", got)
 	}
-	return string(ev.Change)
-}
-
-func TestViewTransitions(t *testing.T) {
-	r := compile(t, "    resource: v1/configmaps\n    labelSelector: tier=front\n", nil)
-	back := cm("a", "x", "1", map[string]string{"tier": "back"}, nil)
-	front := cm("a", "x", "2", map[string]string{"tier": "front"}, nil)
-	front2 := cm("a", "x", "3", map[string]string{"tier": "front", "v": "2"}, nil)
-	back2 := cm("a", "x", "4", map[string]string{"tier": "back"}, nil)
-	steps := []struct {
-		name string
-		ev   *event.Event
-		want string
-	}{
-		{"add outside", r.OnAdd(back, t0), "-"},
-		{"enter", r.OnUpdate(back, front, t0), "added"},
-		{"update inside", r.OnUpdate(front, front2, t0), "updated"},
-		{"resync (same resourceVersion)", r.OnUpdate(front2, front2, t0), "-"},
-		{"leave", r.OnUpdate(front2, back2, t0), "deleted:unmatched"},
-		{"update outside", r.OnUpdate(back2, cm("a", "x", "5", map[string]string{"tier": "back"}, nil), t0), "-"},
-		{"delete outside", r.OnDelete(back2, t0), "-"},
-		{"delete inside", r.OnDelete(front2, t0), "deleted"},
-		{"tombstone inside", r.OnDelete(cache.DeletedFinalStateUnknown{Key: "a/x", Obj: front2}, t0), "deleted"},
-		{"tombstone of something else", r.OnDelete(cache.DeletedFinalStateUnknown{Key: "a/x", Obj: "junk"}, t0), "-"},
+	if got := AsUnstructured(cache.DeletedFinalStateUnknown{Key: "a/x", Obj: "junk"}); got != nil {
+		t.Errorf("tombstone of something else: %v", got)
 	}
-	for _, s := range steps {
-		if got := change(s.ev); got != s.want {
-			t.Errorf("%s: %s, want %s", s.name, got, s.want)
-		}
-	}
-	ev := r.OnUpdate(back, front, t0)
-	if ev.ID != "uid-x.2.added" || ev.Key != "r/a/x" || ev.Subject != "a/x" || ev.Type != "io.kubebridge.configmaps.core.added" {
-		t.Errorf("entering event: %+v", ev)
+	if got := AsUnstructured("junk"); got != nil {
+		t.Errorf("not an object: %v", got)
 	}
 }
 
@@ -117,12 +89,12 @@ func TestFilterKinds(t *testing.T) {
 	} {
 		r := compile(t, "    resource: v1/configmaps\n    "+tc.rule+"\n", nsLabels)
 		for _, o := range tc.in {
-			if ev := r.OnAdd(o, t0); ev == nil {
+			if !r.InView(o) {
 				t.Errorf("%s: %s/%s excluded, want included", tc.rule, o.GetNamespace(), o.GetName())
 			}
 		}
 		for _, o := range tc.out {
-			if ev := r.OnAdd(o, t0); ev != nil {
+			if r.InView(o) {
 				t.Errorf("%s: %s/%s included, want excluded", tc.rule, o.GetNamespace(), o.GetName())
 			}
 		}
@@ -132,22 +104,41 @@ func TestFilterKinds(t *testing.T) {
 func TestEventsAndChanged(t *testing.T) {
 	r := compile(t, "    resource: v1/configmaps\n    events: [updated]\n    changed: [data.watch, 'metadata.annotations[\"a.b/c\"]']\n", nil)
 	base := cm("a", "x", "1", nil, map[string]any{"watch": "1", "other": "1"})
-	if r.OnAdd(base, t0) != nil || r.OnDelete(base, t0) != nil {
+	if r.Delivers(event.Added) || r.Delivers(event.Deleted) {
 		t.Error("added/deleted delivered though events: [updated]")
 	}
-	if ev := r.OnUpdate(base, cm("a", "x", "2", nil, map[string]any{"watch": "1", "other": "2"}), t0); ev != nil {
+	if !r.Delivers(event.Updated) {
+		t.Error("updated not delivered though events: [updated]")
+	}
+	if !r.InView(base) {
+		t.Error("events and changed narrowed the view")
+	}
+	if r.Changed(base, cm("a", "x", "2", nil, map[string]any{"watch": "1", "other": "2"})) {
 		t.Error("update of an unlisted path delivered")
 	}
-	if ev := r.OnUpdate(base, cm("a", "x", "2", nil, map[string]any{"watch": "2", "other": "1"}), t0); ev == nil {
+	if !r.Changed(base, cm("a", "x", "2", nil, map[string]any{"watch": "2", "other": "1"})) {
 		t.Error("update of data.watch not delivered")
 	}
-	if ev := r.OnUpdate(base, cm("a", "x", "2", nil, map[string]any{"other": "1"}), t0); ev == nil {
+	if !r.Changed(base, cm("a", "x", "2", nil, map[string]any{"other": "1"})) {
 		t.Error("removal of data.watch not delivered")
 	}
 	annotated := cm("a", "x", "2", nil, map[string]any{"watch": "1", "other": "1"})
 	annotated.SetAnnotations(map[string]string{"a.b/c": "v"})
-	if ev := r.OnUpdate(base, annotated, t0); ev == nil {
+	if !r.Changed(base, annotated) {
 		t.Error("update of a bracketed annotation path not delivered")
+	}
+	if !r.Changed(annotated, cm("a", "x", "3", nil, map[string]any{"watch": "1", "other": "1"})) {
+		t.Error("removal of a bracketed annotation not delivered")
+	}
+
+	all := compile(t, "    resource: v1/configmaps\n", nil)
+	if !all.Changed(base, cm("a", "x", "2", nil, map[string]any{"watch": "1", "other": "1"})) {
+		t.Error("without changed paths, an update is not delivered")
+	}
+	for _, typ := range []event.Type{event.Added, event.Updated, event.Deleted} {
+		if !all.Delivers(typ) {
+			t.Errorf("without events, %s is not delivered", typ)
+		}
 	}
 }
 
@@ -158,38 +149,106 @@ func TestWhereAsEventFilter(t *testing.T) {
 	a := cm("a", "x", "1", nil, map[string]any{"n": "1"})
 	b := cm("a", "x", "2", nil, map[string]any{"n": "1"})
 	c := cm("a", "x", "3", nil, map[string]any{"n": "2"})
-	if got := change(r.OnAdd(a, t0)); got != "added" {
-		t.Errorf("add: %s", got)
+	for _, o := range []*unstructured.Unstructured{a, b, c} {
+		if !r.InView(o) {
+			t.Errorf("%s: out of the view, want in (where is an event filter)", o.GetResourceVersion())
+		}
 	}
-	if got := change(r.OnUpdate(a, b, t0)); got != "-" {
-		t.Errorf("update with equal n: %s", got)
+	if !r.PassesEventFilter(a, nil, event.Added) {
+		t.Error("add filtered out")
 	}
-	if got := change(r.OnUpdate(b, c, t0)); got != "updated" {
-		t.Errorf("update with new n: %s", got)
+	if r.PassesEventFilter(b, a, event.Updated) {
+		t.Error("update with equal n passed")
+	}
+	if !r.PassesEventFilter(c, b, event.Updated) {
+		t.Error("update with new n filtered out")
+	}
+	if !r.PassesEventFilter(c, nil, event.Deleted) {
+		t.Error("delete filtered out")
+	}
+
+	// A where that reads only type is an event filter too: it never takes
+	// an object out of the view.
+	del := compile(t, "    resource: v1/configmaps\n    where: \"type == 'deleted'\"\n", nil)
+	if !del.InView(a) {
+		t.Error("type-only where: out of the view, want in")
+	}
+	if del.PassesEventFilter(a, nil, event.Added) || !del.PassesEventFilter(a, nil, event.Deleted) {
+		t.Error("type-only where: wrong transitions pass")
+	}
+
+	// A where that reads only object is part of the view, not an event filter.
+	view := compile(t, "    resource: v1/configmaps\n    where: \"object.data.n == '1'\"\n", nil)
+	if !view.InView(a) || view.InView(c) {
+		t.Error("object-only where: wrong view")
+	}
+	if !view.PassesEventFilter(c, a, event.Updated) || !view.PassesEventFilter(c, nil, event.Added) {
+		t.Error("object-only where filtered transitions: it is a view predicate")
 	}
 }
 
 // A where expression failing at run time drops the event and is counted.
 func TestWhereRuntimeErrorIsCounted(t *testing.T) {
 	r := compile(t, "    resource: v1/configmaps\n    where: \"object.data.n == '1'\"\n", nil)
-	if ev := r.OnAdd(cm("a", "x", "1", nil, nil), t0); ev != nil {
+	if r.InView(cm("a", "x", "1", nil, nil)) {
 		t.Error("delivered though where failed (no data)")
 	}
 	if r.EvalErrors() != 1 {
 		t.Errorf("EvalErrors = %d, want 1", r.EvalErrors())
 	}
-	if ev := r.OnAdd(cm("a", "x", "1", nil, map[string]any{"n": "1"}), t0); ev == nil {
+	if !r.InView(cm("a", "x", "1", nil, map[string]any{"n": "1"})) {
 		t.Error("matching object not delivered")
+	}
+	if r.EvalErrors() != 1 {
+		t.Errorf("EvalErrors = %d after a success, want 1", r.EvalErrors())
+	}
+
+	f := compile(t, "    resource: v1/configmaps\n    where: \"type == 'updated' && object.data.n != oldObject.data.n\"\n", nil)
+	if f.PassesEventFilter(cm("a", "x", "2", nil, map[string]any{"n": "1"}), cm("a", "x", "1", nil, nil), event.Updated) {
+		t.Error("event filter passed though where failed (no old data)")
+	}
+	if f.EvalErrors() != 1 {
+		t.Errorf("event filter: EvalErrors = %d, want 1", f.EvalErrors())
 	}
 }
 
+// An object leaves the view when its namespace stops matching the
+// namespaceSelector; one outside the rest of the view was never in it.
 func TestDepartedWithNamespace(t *testing.T) {
-	r := compile(t, "    resource: v1/configmaps\n    namespaceSelector: env=prod\n    labelSelector: keep=yes\n", func(string) (labels.Set, bool) { return nil, false })
-	if got := change(r.Departed(cm("a", "x", "1", map[string]string{"keep": "yes"}, nil), t0)); got != "deleted:unmatched" {
-		t.Errorf("departed: %s", got)
+	nsSet := labels.Set{"env": "prod"}
+	r := compile(t, "    resource: v1/configmaps\n    namespaceSelector: env=prod\n    labelSelector: keep=yes\n", func(ns string) (labels.Set, bool) {
+		if ns != "a" {
+			return nil, false
+		}
+		return nsSet, true
+	})
+	if !r.HasNamespaceSelector() {
+		t.Error("HasNamespaceSelector() = false")
 	}
-	if got := change(r.Departed(cm("a", "y", "1", nil, nil), t0)); got != "-" {
-		t.Errorf("departed outside the label selector: %s", got)
+	x := cm("a", "x", "1", map[string]string{"keep": "yes"}, nil)
+	y := cm("a", "y", "1", nil, nil)
+	if !r.MatchesNamespace(nsSet) || !r.InView(x) {
+		t.Error("in a matching namespace: out of the view")
+	}
+	if r.InView(y) {
+		t.Error("outside the label selector: in the view")
+	}
+	if r.InView(cm("b", "x", "1", map[string]string{"keep": "yes"}, nil)) {
+		t.Error("in an unknown namespace: in the view")
+	}
+	dev := labels.Set{"env": "dev"}
+	if r.MatchesNamespace(dev) {
+		t.Error("MatchesNamespace(env=dev) = true")
+	}
+	nsSet = dev // the namespace's labels change: it stops matching
+	if r.InView(x) {
+		t.Error("departed: still in the view")
+	}
+	if r.InView(y) {
+		t.Error("departed outside the label selector: in the view")
+	}
+	if !compile(t, "    resource: v1/configmaps\n", nil).MatchesNamespace(dev) {
+		t.Error("without a namespaceSelector, a namespace does not match")
 	}
 }
 
@@ -215,13 +274,15 @@ func BenchmarkLabelSelectorFilter(b *testing.B) {
 	}
 }
 
-func BenchmarkOnUpdate(b *testing.B) {
+// BenchmarkRuleUpdate is the rule's share of an update: both states'
+// membership and the changed paths.
+func BenchmarkRuleUpdate(b *testing.B) {
 	r := compile(b, "    resource: v1/configmaps\n    labelSelector: team=pay\n    changed: [data]\n", nil)
 	old := cm("a", "x", "1", map[string]string{"team": "pay"}, map[string]any{"k": strings.Repeat("v", 100)})
 	obj := cm("a", "x", "2", map[string]string{"team": "pay"}, map[string]any{"k": strings.Repeat("w", 100)})
 	b.ReportAllocs()
 	for b.Loop() {
-		if r.OnUpdate(old, obj, t0) == nil {
+		if !r.InView(old) || !r.InView(obj) || !r.Changed(old, obj) {
 			b.Fatal("no event")
 		}
 	}

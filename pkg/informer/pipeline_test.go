@@ -24,6 +24,7 @@ import (
 	"github.com/kubebridge/kubebridge/pkg/sinks/file"
 	natssink "github.com/kubebridge/kubebridge/pkg/sinks/nats"
 	"github.com/kubebridge/kubebridge/pkg/sinks/webhook"
+	"github.com/kubebridge/kubebridge/pkg/view"
 )
 
 // nullSink acknowledges everything; with encode it first renders each
@@ -48,11 +49,14 @@ func (s *nullSink) Send(_ context.Context, evs []*event.Event) error {
 func (s *nullSink) Close(context.Context) error { return nil }
 
 // BenchmarkPipeline drives the informer handler with updates of 1,000
-// ~1 KiB ConfigMaps under a rule with a label selector and a namespace
-// (the rule filters, builds the event, and offers it to the sink's queue),
-// and waits until the sink's worker has taken every event: the in-process
-// cost per notification, after client-go handed the object over. Run it
-// with -cpu 1 for one core.
+// ~1 KiB ConfigMaps under a rule with a label selector and a namespace:
+// the handler notifies the key, the receiver (as the bridge's: a view.Sink
+// per sink) reads the cache's current state, diffs it with what the sink
+// was handed, builds the event and offers it to the sink's queue; the
+// benchmark waits until the sink's worker has taken every event. It is the
+// in-process cost per notification, after client-go handed the object over
+// (plus the cache write client-go makes before calling the handler, which
+// is what Current reads). Run it with -cpu 1 for one core.
 func BenchmarkPipeline(b *testing.B) {
 	for _, bc := range []struct {
 		name string
@@ -110,8 +114,38 @@ rules:
 			runCtx, cancel := context.WithCancel(ctx)
 			done := make(chan struct{})
 			go func() { defer close(done); d.Run(runCtx) }()
-			in := &Informers{emit: func(ev *event.Event, _ []string) { d.Offer(ev) }, now: time.Now, logger: slog.New(slog.DiscardHandler)}
-			h := (&running{Planned: Planned{Rules: []*filters.Rule{r}}}).handler(in, map[*filters.Rule][]string{r: {"out"}}, "")
+			views := map[string]*view.Sink{"out": view.NewSink("out", d.Offer)}
+			views["out"].Start()
+
+			// The receiver: the bridge's notify, checking that Current shows
+			// the state the handler was notified of.
+			var want *unstructured.Unstructured
+			var notified, sent int
+			notify := func(n Notification) {
+				notified++
+				if u, ok := n.Current(); !ok || u != want {
+					b.Fatalf("%s: Current() = %v, %v; want the notified state", n.Key, u, ok)
+				}
+				t := view.Trigger{Gone: n.Gone, Now: time.Now()}
+				for r, names := range n.Targets {
+					s := 0
+					for _, name := range names {
+						if v := views[name]; v != nil {
+							s += v.Sync(r, n.Key, n.Current, t)
+						}
+					}
+					r.Count(s > 0)
+					sent += s
+				}
+			}
+			in, err := New(nil, []Planned{{Spec: Spec{GVR: r.GVR, Namespace: "bench", LabelSelector: "app=bench"}, Rules: []*filters.Rule{r}}},
+				notify, nil, slog.New(slog.DiscardHandler))
+			if err != nil {
+				b.Fatal(err)
+			}
+			run := in.running[0]
+			store := run.informer.GetIndexer()
+			h := run.handler(in, map[*filters.Rule][]string{r: {"out"}}, false)
 
 			const objects = 1000
 			revs := [2][]*unstructured.Unstructured{}
@@ -120,12 +154,21 @@ rules:
 					revs[rev] = append(revs[rev], benchObject(i, rev))
 				}
 			}
+			for _, o := range revs[0] {
+				if err := store.Add(o); err != nil {
+					b.Fatal(err)
+				}
+			}
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				o := i % objects
 				flip := (i / objects) % 2
-				h.OnUpdate(revs[flip][o], revs[1-flip][o])
+				want = revs[1-flip][o]
+				if err := store.Update(want); err != nil {
+					b.Fatal(err)
+				}
+				h.OnUpdate(revs[flip][o], want)
 				if i%256 == 0 { // let the sink keep up: coalescing would skip its work
 					for d.Pending() > 4096 {
 						time.Sleep(10 * time.Microsecond)
@@ -139,6 +182,12 @@ rules:
 				time.Sleep(10 * time.Microsecond)
 			}
 			b.StopTimer()
+			if notified != b.N || sent != b.N {
+				b.Fatalf("%d notifications, %d events to send; want %d of each", notified, sent, b.N)
+			}
+			if received, matched := r.Counts(); received != uint64(b.N) || matched != uint64(b.N) {
+				b.Fatalf("rule counts %d received, %d matched; want %d", received, matched, b.N)
+			}
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "notifications/s")
 			cancel()
 			<-done

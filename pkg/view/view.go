@@ -251,4 +251,3 @@ func lastKnown(e checkpoint.Entry) *unstructured.Unstructured {
 	}
 	return u
 }
-

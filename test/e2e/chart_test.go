@@ -173,3 +173,185 @@ func ruleString(rules []rbacv1.PolicyRule) string {
 	}
 	return strings.Join(parts, "; ")
 }
+
+// chartValues writes a values file and returns its path.
+func chartValues(t *testing.T, values string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "values.yaml")
+	must(t, os.WriteFile(path, []byte(values), 0o600))
+	return path
+}
+
+// renderedDoc returns the first rendered manifest of kind, or nil.
+func renderedDoc(t *testing.T, manifests, kind string) map[string]any {
+	t.Helper()
+	dec := yaml.NewDecoder(strings.NewReader(manifests))
+	for {
+		var doc map[string]any
+		if err := dec.Decode(&doc); err != nil {
+			return nil
+		}
+		if doc["kind"] == kind {
+			return doc
+		}
+	}
+}
+
+// A config with a (non-embedded) NATS sink, in chart values.
+const chartNATSConfig = `
+config:
+  cluster: e2e
+  sinks:
+    - name: bus
+      nats: {url: "nats://nats.nats.svc:4222", jetstream: true}
+  rules:
+    - {name: cms, resource: v1/configmaps, namespaces: [default], sinks: [bus]}
+`
+
+// Leader election with several replicas needs a checkpoint every replica
+// reads: the chart refuses the file checkpoint on an emptyDir or a
+// ReadWriteOnce PVC (a new leader would start from an empty checkpoint and
+// never deliver what was deleted during the handover), and the KV of an
+// embedded nats-server (one per pod), naming the values to set.
+func TestChartLeaderElectionRefusesAPerPodCheckpoint(t *testing.T) {
+	const advice = "Set config.checkpoint.natsKV (sink: <a nats sink>, bucket: kubebridge), or persistence.enabled=true with persistence.accessMode=ReadWriteMany (a volume every node mounts), or replicas=1"
+	cases := []struct {
+		name, values string
+		want         []string
+	}{
+		{"file on an emptyDir", "replicas: 2\n" + chartNATSConfig,
+			[]string{"leaderElection.enabled=true with replicas=2 needs a checkpoint every replica reads: with the file checkpoint on an emptyDir, a new leader starts from an empty checkpoint and never delivers the objects deleted during the handover as deleted.", advice}},
+		{"file written out, three replicas", "replicas: 3\n" + chartNATSConfig + "  checkpoint: {file: /var/lib/kubebridge/state.db}\n",
+			[]string{"leaderElection.enabled=true with replicas=3 needs a checkpoint every replica reads: with the file checkpoint on an emptyDir", advice}},
+		{"file on a ReadWriteOnce PVC", "replicas: 2\npersistence: {enabled: true}\n" + chartNATSConfig,
+			[]string{"with the file checkpoint on a ReadWriteOnce PVC, a new leader", advice}},
+		{"ReadWriteMany without persistence", "replicas: 2\npersistence: {accessMode: ReadWriteMany}\n" + chartNATSConfig,
+			[]string{"with the file checkpoint on an emptyDir", advice}},
+		{"natsKV on an embedded nats-server", "replicas: 2\n" + strings.Replace(chartNATSConfig, `{url: "nats://nats.nats.svc:4222", jetstream: true}`, "{embedded: true, jetstream: true}", 1) +
+			"  checkpoint: {natsKV: {sink: bus}}\n",
+			[]string{`config.checkpoint.natsKV.sink "bus" runs an embedded nats-server, whose KV bucket lives inside each pod. Point that sink at a NATS server all replicas reach (nats.url, embedded: false), or set replicas=1`}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			out, err := helm(t, "template", "kb", chartDir, "--namespace", "kb-system", "-f", chartValues(t, c.values))
+			if err == nil {
+				t.Fatalf("helm template rendered; want a failure\n%s", out)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("helm output lacks %q:\n%s", w, out)
+				}
+			}
+			if strings.Contains(out, "kind: Deployment") {
+				t.Errorf("manifests printed despite the failure:\n%s", out)
+			}
+		})
+	}
+}
+
+// A shared checkpoint lets several replicas render: natsKV on a NATS server
+// every replica reaches, or the file on a ReadWriteMany PVC. Without several
+// replicas (or without leader election) the file checkpoint renders as before.
+func TestChartLeaderElectionWithASharedCheckpointRenders(t *testing.T) {
+	cases := []struct {
+		name, values string
+		replicas     float64
+		leaderElect  bool
+		accessMode   string // of the PVC; "" = no PVC
+	}{
+		{"natsKV", "replicas: 2\n" + chartNATSConfig + "  checkpoint: {natsKV: {sink: bus, bucket: kubebridge}}\n", 2, true, ""},
+		{"natsKV with persistence", "replicas: 3\npersistence: {enabled: true}\n" + chartNATSConfig + "  checkpoint: {natsKV: {sink: bus}}\n", 3, true, "ReadWriteOnce"},
+		{"file on a ReadWriteMany PVC", "replicas: 2\npersistence: {enabled: true, accessMode: ReadWriteMany}\n" + chartNATSConfig, 2, true, "ReadWriteMany"},
+		{"one replica, file on an emptyDir", "replicas: 1\n" + chartNATSConfig, 1, true, ""},
+		{"one replica, file on a ReadWriteOnce PVC", "persistence: {enabled: true}\n" + chartNATSConfig, 1, true, "ReadWriteOnce"},
+		{"leader election off", "leaderElection: {enabled: false}\n" + chartNATSConfig, 1, false, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			out, err := helm(t, "template", "kb", chartDir, "--namespace", "kb-system", "-f", chartValues(t, c.values))
+			if err != nil {
+				t.Fatalf("helm template: %v\n%s", err, out)
+			}
+			if _, _, err := config.Parse(c.name, []byte(renderedConfig(t, out))); err != nil {
+				t.Errorf("the rendered config is invalid: %v", err)
+			}
+			dep := renderedDoc(t, out, "Deployment")
+			if dep == nil {
+				t.Fatalf("no Deployment rendered:\n%s", out)
+			}
+			if got := dep["spec"].(map[string]any)["replicas"]; got != int(c.replicas) && got != c.replicas {
+				t.Errorf("Deployment replicas = %v, want %v", got, c.replicas)
+			}
+			if got := strings.Contains(out, "- --leader-elect\n"); got != c.leaderElect {
+				t.Errorf("--leader-elect rendered = %v, want %v", got, c.leaderElect)
+			}
+			pvc := renderedDoc(t, out, "PersistentVolumeClaim")
+			switch {
+			case c.accessMode == "" && pvc != nil:
+				t.Errorf("a PVC rendered: %v", pvc)
+			case c.accessMode != "" && pvc == nil:
+				t.Errorf("no PVC rendered")
+			case c.accessMode != "":
+				modes := pvc["spec"].(map[string]any)["accessModes"]
+				if fmt.Sprint(modes) != "["+c.accessMode+"]" {
+					t.Errorf("PVC accessModes = %v, want [%s]", modes, c.accessMode)
+				}
+			}
+		})
+	}
+	// The schema knows the access modes the chart supports.
+	out, err := helm(t, "template", "kb", chartDir, "--namespace", "kb-system", "--set", "persistence.enabled=true", "--set", "persistence.accessMode=ReadWriteOncePod")
+	if err == nil || !strings.Contains(out, "accessMode") {
+		t.Errorf("persistence.accessMode=ReadWriteOncePod: err = %v, want a schema error naming it\n%s", err, out)
+	}
+}
+
+// The default values render, safely: one replica with leader election and the
+// file checkpoint (on an emptyDir). The install notes warn that this gives no
+// failover; a shared checkpoint, or no leader election, silences the warning.
+func TestChartDefaultValuesRender(t *testing.T) {
+	out, err := helm(t, "template", "kb", chartDir, "--namespace", "kb-system")
+	if err != nil {
+		t.Fatalf("helm template with the default values: %v\n%s", err, out)
+	}
+	dep := renderedDoc(t, out, "Deployment")
+	if dep == nil {
+		t.Fatalf("no Deployment rendered:\n%s", out)
+	}
+	if got := fmt.Sprint(dep["spec"].(map[string]any)["replicas"]); got != "1" {
+		t.Errorf("default replicas = %s, want 1", got)
+	}
+	if renderedDoc(t, out, "PersistentVolumeClaim") != nil {
+		t.Errorf("a PVC rendered by default")
+	}
+	if _, _, err := config.Parse("defaults", []byte(renderedConfig(t, out))); err != nil {
+		t.Errorf("the default config is invalid: %v", err)
+	}
+
+	notes := func(args ...string) string {
+		t.Helper()
+		args = append([]string{"install", "kb", chartDir, "--namespace", "kb-system", "--dry-run=client"}, args...)
+		out, err := helm(t, args...)
+		if err != nil {
+			t.Fatalf("helm %v: %v\n%s", args, err, out)
+		}
+		i := strings.Index(out, "NOTES:")
+		if i < 0 {
+			t.Fatalf("helm %v printed no NOTES:\n%s", args, out)
+		}
+		return out[i:]
+	}
+	const warning = "WARNING: leader election with one replica and the file checkpoint gives no failover"
+	if got := notes(); !strings.Contains(got, warning) || !strings.Contains(got, "The checkpoint is on an emptyDir") {
+		t.Errorf("default install notes lack the warning:\n%s", got)
+	}
+	if got := notes("--set", "persistence.enabled=true"); !strings.Contains(got, warning) || strings.Contains(got, "emptyDir") {
+		t.Errorf("notes with persistence: want the warning without the emptyDir part:\n%s", got)
+	}
+	if got := notes("-f", chartValues(t, chartNATSConfig+"  checkpoint: {natsKV: {sink: bus}}\n")); strings.Contains(got, "WARNING") {
+		t.Errorf("notes with natsKV warn:\n%s", got)
+	}
+	if got := notes("--set", "leaderElection.enabled=false"); strings.Contains(got, "WARNING") {
+		t.Errorf("notes without leader election warn:\n%s", got)
+	}
+}

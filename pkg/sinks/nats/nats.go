@@ -4,8 +4,11 @@
 //
 // Acknowledgement: with jetstream, every event's PubAck (the stream has
 // stored it; Nats-Msg-Id = event id, so the stream drops replays inside its
-// duplicate window); with core NATS, a flush after the batch (the server has
-// received it; core NATS keeps nothing for absent subscribers).
+// duplicate window, and a duplicate PubAck is a delivery too); with core
+// NATS, a flush after the batch (the server has received it; core NATS keeps
+// nothing for absent subscribers). Outcomes are per event
+// (sinks.EventErrors): an event over the server's max_payload, or one the
+// stream refuses, fails alone.
 //
 // The connection reconnects forever with the client's own buffering off:
 // the sink's queue is the buffer, so a publish while disconnected fails and
@@ -185,56 +188,164 @@ func (s *Sink) Conn() *natsgo.Conn { return s.nc }
 
 // Send publishes the batch and waits for its acknowledgement.
 func (s *Sink) Send(ctx context.Context, events []*event.Event) error {
+	if len(events) == 0 {
+		return nil
+	}
 	if s.js != nil {
 		return s.sendJetStream(ctx, events)
 	}
+	errs := make([]error, len(events))
+	published := false
 	// Core publish encodes the message at once, so one Msg serves the batch.
 	msg := natsgo.NewMsg("")
 	var sb strings.Builder
-	for _, e := range events {
-		if err := s.fill(msg, e, &sb); err != nil {
-			return err
+	for i, e := range events {
+		err := s.fill(msg, e, &sb)
+		if err == nil {
+			err = classify(s.nc.PublishMsg(msg))
 		}
-		if err := s.nc.PublishMsg(msg); err != nil {
-			return classify(err)
+		if err == nil || sinks.IsPermanent(err) {
+			errs[i] = err // too large, unencodable: this event's alone
+			published = published || err == nil
+			continue
+		}
+		// The connection is down: publish nothing more.
+		errs[i] = err
+		for j := i + 1; j < len(events); j++ {
+			errs[j] = notPublished(err)
+		}
+		break
+	}
+	if published {
+		fctx, cancel := context.WithTimeout(ctx, flushTimeout)
+		defer cancel()
+		if err := s.nc.FlushWithContext(fctx); err != nil {
+			for i := range errs {
+				if errs[i] == nil {
+					errs[i] = classify(err)
+				}
+			}
 		}
 	}
-	ctx, cancel := context.WithTimeout(ctx, flushTimeout)
-	defer cancel()
-	if err := s.nc.FlushWithContext(ctx); err != nil {
-		return classify(err)
-	}
-	return nil
+	return outcome(errs)
 }
 
+// sendJetStream publishes asynchronously, in waves: the first event of each
+// object in the batch, then once those are acknowledged the second, and so
+// on, so an object never has two events in flight and a later event is
+// never stored before an earlier one that failed. An object whose event
+// failed (retryably) has its later events reported failed, unpublished.
 func (s *Sink) sendJetStream(ctx context.Context, events []*event.Event) error {
-	futures := make([]jetstream.PubAckFuture, 0, len(events))
+	errs := make([]error, len(events))
+	var waves [][]int // waves[n]: indexes of the events that are their object's n-th in the batch
+	seen := make(map[string]int, len(events))
+	for i, e := range events {
+		n := seen[e.Key]
+		seen[e.Key] = n + 1
+		if n == len(waves) {
+			waves = append(waves, nil)
+		}
+		waves[n] = append(waves[n], i)
+	}
+	failed := map[string]error{} // object -> why its later events are held back
+	var stop error               // set when nothing more can be published
+	var expired error            // set when waiting for PubAcks is over
+	deadline := time.NewTimer(flushTimeout)
+	defer deadline.Stop()
+	type flight struct {
+		i int
+		f jetstream.PubAckFuture
+	}
 	var sb strings.Builder
-	for _, e := range events {
-		msg := natsgo.NewMsg("") // kept by the client until acknowledged
-		if err := s.fill(msg, e, &sb); err != nil {
-			return err
+	flights := make([]flight, 0, len(waves[0]))
+	for _, wave := range waves {
+		flights = flights[:0]
+		for _, i := range wave {
+			e := events[i]
+			if stop == nil && ctx.Err() != nil {
+				stop = ctx.Err()
+			}
+			if stop != nil {
+				errs[i] = notPublished(stop)
+				continue
+			}
+			if err := failed[e.Key]; err != nil {
+				errs[i] = fmt.Errorf("not published: an earlier event of the object failed: %w", err)
+				continue
+			}
+			msg := natsgo.NewMsg("") // kept by the client until acknowledged
+			msg.Header[jetstream.MsgIDHeader] = []string{e.ID}
+			err := s.fill(msg, e, &sb)
+			var f jetstream.PubAckFuture
+			if err == nil {
+				f, err = s.js.PublishMsgAsync(msg)
+				err = classify(err)
+			}
+			switch {
+			case err == nil:
+				flights = append(flights, flight{i, f})
+			case sinks.IsPermanent(err):
+				errs[i] = err
+			default: // disconnected, stalled: the connection's, not the event's
+				errs[i], stop = err, err
+			}
 		}
-		f, err := s.js.PublishMsgAsync(msg, jetstream.WithMsgID(e.ID))
-		if err != nil {
-			return classify(err)
+		for _, fl := range flights {
+			var err error
+			if expired == nil {
+				select {
+				case <-fl.f.Ok(): // a duplicate too: the stream holds this very event
+				case err = <-fl.f.Err():
+				case <-deadline.C:
+					expired = errors.New("timed out waiting for JetStream acknowledgements")
+				case <-ctx.Done():
+					expired = ctx.Err()
+				}
+			}
+			if expired != nil && err == nil { // what did arrive still counts
+				stop = expired
+				select {
+				case <-fl.f.Ok():
+				case err = <-fl.f.Err():
+				default:
+					err = expired
+				}
+			}
+			if err != nil {
+				errs[fl.i] = classify(err)
+				if !sinks.IsPermanent(errs[fl.i]) {
+					failed[events[fl.i].Key] = err
+				}
+			}
 		}
-		futures = append(futures, f)
 	}
-	timeout := time.NewTimer(flushTimeout)
-	defer timeout.Stop()
-	for _, f := range futures {
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			return classify(err)
-		case <-timeout.C:
-			return errors.New("timed out waiting for JetStream acknowledgements")
-		case <-ctx.Done():
-			return ctx.Err()
+	return outcome(errs)
+}
+
+func notPublished(cause error) error {
+	return fmt.Errorf("not published after an earlier failure: %w", cause)
+}
+
+// outcome reduces per-event errors to Send's result: nil when every event
+// was acknowledged, the first error when all are to be retried alike (or
+// there is one event), *sinks.EventErrors otherwise.
+func outcome(errs []error) error {
+	acked, permanent := 0, 0
+	for _, err := range errs {
+		switch {
+		case err == nil:
+			acked++
+		case sinks.IsPermanent(err):
+			permanent++
 		}
 	}
-	return nil
+	switch {
+	case acked == len(errs):
+		return nil
+	case len(errs) == 1 || (acked == 0 && permanent == 0):
+		return errs[0]
+	}
+	return &sinks.EventErrors{Errs: errs}
 }
 
 // fill renders an event into msg: structured JSON body, ce-* headers.
@@ -242,9 +353,6 @@ func (s *Sink) fill(msg *natsgo.Msg, e *event.Event, sb *strings.Builder) error 
 	body, err := e.Structured()
 	if err != nil {
 		return sinks.Permanent(fmt.Errorf("encoding event %s: %w", e.ID, err))
-	}
-	if max := s.nc.MaxPayload(); max > 0 && int64(len(body)) > max {
-		return sinks.Permanent(fmt.Errorf("event %s is %d bytes, over the server's max_payload %d", e.ID, len(body), max))
 	}
 	msg.Subject = s.subject.render(e, sb)
 	msg.Data = body
@@ -273,12 +381,20 @@ func (s *Sink) fill(msg *natsgo.Msg, e *event.Event, sb *strings.Builder) error 
 		set("ce-kbreason", e.Reason)
 	}
 	set("Content-Type", "application/cloudevents+json")
+	// The server's limit is on headers and body together; over it, the
+	// server would close the connection, failing the whole batch.
+	if limit := s.nc.MaxPayload(); limit > 0 {
+		if size := int64(msg.Size() - len(msg.Subject) - len(msg.Reply)); size > limit {
+			return sinks.Permanent(fmt.Errorf("event %s is %d bytes with headers, over the server's max_payload %d", e.ID, size, limit))
+		}
+	}
 	return nil
 }
 
-// classify marks what retrying cannot fix.
+// classify marks what retrying cannot fix: the event is too large for the
+// server or the stream, or its subject is invalid.
 func classify(err error) error {
-	if errors.Is(err, natsgo.ErrMaxPayload) || errors.Is(err, natsgo.ErrBadSubject) {
+	if errors.Is(err, natsgo.ErrMaxPayload) || errors.Is(err, natsgo.ErrBadSubject) || errors.Is(err, jetstream.ErrStreamMessageExceedsMaximum) {
 		return sinks.Permanent(err)
 	}
 	return err

@@ -85,8 +85,9 @@ func (r *jsRemote) Refuse(t testing.TB)  { t.Fatal("NATS cannot refuse") }
 
 func TestContractJetStream(t *testing.T) {
 	sinkstest.Run(t, sinkstest.Harness{
-		Config:  config.Sink{Name: "bus"},
-		Outages: true,
+		Config:   config.Sink{Name: "bus"},
+		Outages:  true,
+		PerEvent: true,
 		New: func(t testing.TB, cfg config.Sink) (sinks.Sink, sinkstest.Remote) {
 			srv := testenv.StartNATS(t)
 			s, err := Connect(context.Background(), "bus", sinkConfig(srv.ClientURL(), true), nil)
@@ -102,7 +103,8 @@ func TestContractJetStream(t *testing.T) {
 // both ends are up is promised; that much must hold.
 func TestContractCore(t *testing.T) {
 	sinkstest.Run(t, sinkstest.Harness{
-		Config: config.Sink{Name: "bus"},
+		Config:   config.Sink{Name: "bus"},
+		PerEvent: true,
 		New: func(t testing.TB, cfg config.Sink) (sinks.Sink, sinkstest.Remote) {
 			srv := testenv.StartNATS(t)
 			r := &coreRemote{}

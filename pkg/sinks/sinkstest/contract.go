@@ -8,8 +8,10 @@ package sinkstest
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"runtime"
 	"strconv"
 	"strings"
@@ -55,6 +57,10 @@ type Harness struct {
 	Outages bool
 	// Refusals says the remote can refuse events permanently.
 	Refusals bool
+	// PerEvent says Send reports a batch's outcome per event
+	// (sinks.EventErrors), so an event that cannot be encoded is refused
+	// alone. Every sink should; a sink not there yet leaves it false.
+	PerEvent bool
 }
 
 // Run runs the contract.
@@ -67,6 +73,9 @@ func Run(t *testing.T, h Harness) {
 	}
 	if h.Refusals {
 		t.Run("permanent refusal goes to the dead-letter", func(t *testing.T) { testRefusal(t, h) })
+	}
+	if h.PerEvent {
+		t.Run("a bad event does not fail its neighbours", func(t *testing.T) { testBadEventAlone(t, h) })
 	}
 }
 
@@ -105,6 +114,20 @@ func (s *Source) Next(i int) *event.Event {
 	e := event.New(s.rule, change, u, nil, time.Now())
 	s.last[e.Subject] = e.ID
 	return e
+}
+
+// Unencodable returns an event for object i whose data cannot be encoded
+// (a NaN), as a sink's bad event; it does not count as offered.
+func (s *Source) Unencodable(i int) *event.Event {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.rv++
+	u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "apps/v1", "kind": "Deployment", "spec": map[string]any{"replicas": math.NaN()}}}
+	u.SetNamespace("prod")
+	u.SetName("obj-" + strconv.Itoa(i))
+	u.SetUID(types.UID("uid-" + strconv.Itoa(i)))
+	u.SetResourceVersion(strconv.Itoa(s.rv))
+	return event.New(s.rule, event.Updated, u, nil, time.Now())
 }
 
 // Last returns the last id offered per subject.
@@ -319,6 +342,36 @@ func heap() uint64 {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return m.HeapAlloc
+}
+
+// testBadEventAlone: Send gets a batch whose middle event cannot be
+// encoded; that event alone is refused, permanently, and its neighbours
+// reach the remote and are reported acknowledged.
+func testBadEventAlone(t *testing.T, h Harness) {
+	cfg := suiteConfig(h, 100)
+	sink, remote := h.New(t, cfg)
+	t.Cleanup(func() { _ = sink.Close(context.Background()) })
+	src := NewSource(10)
+	batch := []*event.Event{src.Next(0), src.Unencodable(1), src.Next(2)}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := sink.Send(ctx, batch)
+	var ee *sinks.EventErrors
+	if !errors.As(err, &ee) || len(ee.Errs) != len(batch) {
+		t.Fatalf("Send returned %v, want *sinks.EventErrors for %d events", err, len(batch))
+	}
+	if ee.Errs[0] != nil || ee.Errs[2] != nil {
+		t.Errorf("neighbours of the bad event failed: %v", ee.Errs)
+	}
+	if !sinks.IsPermanent(ee.Errs[1]) {
+		t.Errorf("the unencodable event's error %v is not permanent", ee.Errs[1])
+	}
+	WaitFor(t, src, remote, 10*time.Second)
+	for _, r := range remote.Received(t) {
+		if r.ID == batch[1].ID {
+			t.Error("the unencodable event reached the remote")
+		}
+	}
 }
 
 // RecordingDeadLetter keeps what it is given.

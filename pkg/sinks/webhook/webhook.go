@@ -3,10 +3,13 @@
 // mode (the whole event as JSON) one per request, or, with batch set, in
 // batch mode (a JSON array of structured events) per request.
 //
-// A 2xx response acknowledges the request's events. 408, 429, 5xx,
-// timeouts and connection errors are retried by the delivery loop, no
-// sooner than a Retry-After says; any other status is permanent: the events
-// go to the dead-letter.
+// A 2xx response acknowledges the request's events, and nothing else does.
+// Redirects are never followed (Go would re-send a POST as a body-less GET
+// and count its 200): a 3xx is retried, as are 408, 429, 5xx, timeouts and
+// connection errors, no sooner than a Retry-After says (capped at the retry
+// maxInterval); any other status is permanent: the events go to the
+// dead-letter. An event that cannot be encoded or carried in headers is
+// refused alone: its neighbours are still sent.
 //
 // With signingSecretFile, each request carries
 //
@@ -26,10 +29,13 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/net/http/httpguts"
 
 	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
@@ -42,24 +48,37 @@ var Factory = sinks.Factory{Type: "webhook", Create: create}
 // SignatureHeader carries the HMAC signature.
 const SignatureHeader = "X-Kubebridge-Signature"
 
+// DefaultMaxRetryAfter caps the pause a Retry-After can ask for when the
+// sink has no retry maxInterval: one reply must not park a sink for hours.
+const DefaultMaxRetryAfter = 5 * time.Minute
+
 // Sink POSTs events to one URL.
 type Sink struct {
-	url     string
-	mode    string
-	batch   *config.Batch
-	headers http.Header
-	secret  []byte
-	client  *http.Client
-	now     func() time.Time
+	url      string
+	shownURL string // url without credentials or query, for messages
+	mode     string
+	batch    *config.Batch
+	headers  http.Header
+	secret   []byte
+	client   *http.Client
+	now      func() time.Time
+	maxDelay time.Duration // cap on Retry-After
 }
 
 func create(_ context.Context, s sinks.Settings) (sinks.Sink, error) {
-	return New(s.Config.Webhook, s.Logger)
+	sink, err := New(s.Config.Webhook, s.Logger)
+	if err != nil {
+		return nil, err
+	}
+	if d := s.Config.Retry.MaxInterval.D(); d > 0 {
+		sink.maxDelay = d
+	}
+	return sink, nil
 }
 
 // New builds a webhook sink from its config.
 func New(c *config.WebhookSink, logger *slog.Logger) (*Sink, error) {
-	s := &Sink{url: c.URL, mode: c.Mode, batch: c.Batch, headers: http.Header{}, now: time.Now}
+	s := &Sink{url: c.URL, shownURL: redactURL(c.URL), mode: c.Mode, batch: c.Batch, headers: http.Header{}, now: time.Now, maxDelay: DefaultMaxRetryAfter}
 	for k, v := range c.Headers {
 		s.headers.Set(k, v)
 	}
@@ -68,7 +87,11 @@ func New(c *config.WebhookSink, logger *slog.Logger) (*Sink, error) {
 		if err != nil {
 			return nil, fmt.Errorf("bearerTokenFile: %w", err)
 		}
-		s.headers.Set("Authorization", "Bearer "+strings.TrimSpace(string(tok)))
+		v := "Bearer " + strings.TrimSpace(string(tok))
+		if !httpguts.ValidHeaderFieldValue(v) {
+			return nil, fmt.Errorf("bearerTokenFile %s: the token has control characters", c.BearerTokenFile)
+		}
+		s.headers.Set("Authorization", v)
 	}
 	if c.SigningSecretFile != "" {
 		secret, err := os.ReadFile(c.SigningSecretFile)
@@ -92,7 +115,14 @@ func New(c *config.WebhookSink, logger *slog.Logger) (*Sink, error) {
 		}
 		transport.TLSClientConfig = tc
 	}
-	s.client = &http.Client{Timeout: c.Timeout.D(), Transport: transport}
+	s.client = &http.Client{
+		Timeout:   c.Timeout.D(),
+		Transport: transport,
+		// Only the configured URL may acknowledge: following a 301/302/303
+		// turns the POST into a body-less GET whose 200 would count as a
+		// delivery, and a 307/308 hands the events to another host.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
 	return s, nil
 }
 
@@ -105,17 +135,47 @@ func (s *Sink) Batching() (int, time.Duration) {
 	return s.batch.MaxEvents, s.batch.MaxWait.D()
 }
 
-// Send POSTs the events: one request per event, or one per batch.
+// Send POSTs the events: one request per event, or one per batch. Events
+// fare alone where they can (see sinks.EventErrors).
 func (s *Sink) Send(ctx context.Context, events []*event.Event) error {
 	if s.batch != nil {
 		return s.sendBatch(ctx, events)
 	}
-	for _, e := range events {
-		if err := s.sendOne(ctx, e); err != nil {
-			return err
+	errs := make([]error, len(events))
+	for i, e := range events {
+		err := s.sendOne(ctx, e)
+		if err == nil || sinks.IsPermanent(err) {
+			errs[i] = err // a refusal is this event's alone
+			continue
 		}
+		if i == 0 {
+			return err // nothing was taken
+		}
+		// The destination fails (down, busy, redirecting): stop, so no later
+		// event of an object overtakes the one that must be retried.
+		errs[i] = err
+		for j := i + 1; j < len(events); j++ {
+			errs[j] = fmt.Errorf("not sent after an earlier failure: %w", err)
+		}
+		break
 	}
-	return nil
+	return outcome(errs)
+}
+
+// outcome is nil when every event was acknowledged, the error itself for a
+// single event, and the per-event errors otherwise.
+func outcome(errs []error) error {
+	failed := false
+	for _, err := range errs {
+		failed = failed || err != nil
+	}
+	switch {
+	case !failed:
+		return nil
+	case len(errs) == 1:
+		return errs[0]
+	}
+	return &sinks.EventErrors{Errs: errs}
 }
 
 func (s *Sink) sendOne(ctx context.Context, e *event.Event) error {
@@ -142,6 +202,12 @@ func (s *Sink) sendOne(ctx context.Context, e *event.Event) error {
 		if e.Reason != "" {
 			h.Set("ce-kbreason", e.Reason)
 		}
+		// The transport would refuse such a request on every attempt.
+		for k, v := range h {
+			if !httpguts.ValidHeaderFieldValue(v[0]) {
+				return sinks.Permanent(fmt.Errorf("event %s: the value of header %s has control characters", e.ID, k))
+			}
+		}
 	}
 	if err != nil {
 		return sinks.Permanent(fmt.Errorf("encoding event %s: %w", e.ID, err))
@@ -149,29 +215,46 @@ func (s *Sink) sendOne(ctx context.Context, e *event.Event) error {
 	return s.post(ctx, h, body)
 }
 
+// sendBatch sends the batch as one request, all-or-nothing, but leaves out
+// events that cannot be encoded: those are refused alone.
 func (s *Sink) sendBatch(ctx context.Context, events []*event.Event) error {
+	errs := make([]error, len(events))
+	refused := 0
 	var buf bytes.Buffer
 	buf.WriteByte('[')
 	for i, e := range events {
-		if i > 0 {
-			buf.WriteByte(',')
-		}
 		b, err := e.Structured()
 		if err != nil {
-			return sinks.Permanent(fmt.Errorf("encoding event %s: %w", e.ID, err))
+			errs[i] = sinks.Permanent(fmt.Errorf("encoding event %s: %w", e.ID, err))
+			refused++
+			continue
+		}
+		if buf.Len() > 1 {
+			buf.WriteByte(',')
 		}
 		buf.Write(b)
 	}
 	buf.WriteByte(']')
-	h := http.Header{}
-	h.Set("Content-Type", "application/cloudevents-batch+json")
-	return s.post(ctx, h, buf.Bytes())
+	if refused < len(events) {
+		h := http.Header{}
+		h.Set("Content-Type", "application/cloudevents-batch+json")
+		err := s.post(ctx, h, buf.Bytes())
+		if refused == 0 {
+			return err
+		}
+		for i := range errs {
+			if errs[i] == nil {
+				errs[i] = err
+			}
+		}
+	}
+	return outcome(errs)
 }
 
 func (s *Sink) post(ctx context.Context, h http.Header, body []byte) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(body))
 	if err != nil {
-		return sinks.Permanent(err)
+		return sinks.Permanent(fmt.Errorf("POST %s: %w", s.shownURL, withoutURL(err)))
 	}
 	for k, v := range s.headers {
 		req.Header[k] = v
@@ -184,7 +267,7 @@ func (s *Sink) post(ctx context.Context, h http.Header, body []byte) error {
 	}
 	resp, err := s.client.Do(req)
 	if err != nil {
-		return fmt.Errorf("POST %s: %w", s.url, errors.Unwrap(err))
+		return fmt.Errorf("POST %s: %w", s.shownURL, withoutURL(err))
 	}
 	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20)) // reuse the connection
@@ -192,27 +275,82 @@ func (s *Sink) post(ctx context.Context, h http.Header, body []byte) error {
 	switch code := resp.StatusCode; {
 	case code >= 200 && code < 300:
 		return nil
+	case code >= 300 && code < 400:
+		// Not a delivery, but not the events' fault either: retried until
+		// the URL is fixed (a hot reload), so nothing is lost meanwhile.
+		loc := "no Location"
+		if l := resp.Header.Get("Location"); l != "" {
+			loc = "Location: " + s.location(l)
+		}
+		return fmt.Errorf("POST %s: %s (%s): redirects are not followed; set the sink's url to the final one", s.shownURL, resp.Status, loc)
 	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500:
-		err := fmt.Errorf("POST %s: %s: %s", s.url, resp.Status, strings.TrimSpace(string(snippet)))
-		if d, ok := retryAfter(resp.Header.Get("Retry-After"), s.now()); ok {
+		err := fmt.Errorf("POST %s: %s: %s", s.shownURL, resp.Status, strings.TrimSpace(string(snippet)))
+		if d, ok := retryAfter(resp.Header.Get("Retry-After"), s.now(), s.maxDelay); ok {
 			return sinks.Throttle(err, d)
 		}
 		return err
 	default:
-		return sinks.Permanent(fmt.Errorf("POST %s: %s: %s", s.url, resp.Status, strings.TrimSpace(string(snippet))))
+		return sinks.Permanent(fmt.Errorf("POST %s: %s: %s", s.shownURL, resp.Status, strings.TrimSpace(string(snippet))))
 	}
 }
 
-// retryAfter parses a Retry-After header: seconds or an HTTP date.
-func retryAfter(v string, now time.Time) (time.Duration, bool) {
+// location resolves a Location header against the sink's URL, redacted.
+func (s *Sink) location(l string) string {
+	base, err := url.Parse(s.url)
+	if err != nil {
+		return redactURL(l)
+	}
+	ref, err := url.Parse(l)
+	if err != nil {
+		return "(unparsable)"
+	}
+	return redactURL(base.ResolveReference(ref).String())
+}
+
+// withoutURL drops a *url.Error's wrapping: its message repeats the URL
+// unredacted.
+func withoutURL(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) && ue.Err != nil {
+		return ue.Err
+	}
+	return err
+}
+
+// redactURL hides userinfo and query (tokens live there) for messages.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	if u.User != nil {
+		u.User = url.User("redacted")
+	}
+	if u.RawQuery != "" {
+		u.RawQuery = "redacted"
+	}
+	u.Fragment, u.RawFragment = "", ""
+	return u.String()
+}
+
+// retryAfter parses a Retry-After header, delay-seconds or an HTTP date,
+// capped at limit.
+func retryAfter(v string, now time.Time, limit time.Duration) (time.Duration, bool) {
+	v = strings.TrimSpace(v)
 	if v == "" {
 		return 0, false
 	}
-	if secs, err := strconv.Atoi(v); err == nil && secs >= 0 {
-		return time.Duration(secs) * time.Second, true
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if secs < 0 {
+			return 0, false
+		}
+		if secs > int64(limit/time.Second) { // before multiplying: no overflow
+			return limit, true
+		}
+		return min(time.Duration(secs)*time.Second, limit), true
 	}
 	if t, err := http.ParseTime(v); err == nil {
-		return max(t.Sub(now), 0), true
+		return min(max(t.Sub(now), 0), limit), true
 	}
 	return 0, false
 }

@@ -13,6 +13,8 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -160,6 +162,7 @@ func harness(mode string, batch *config.Batch) sinkstest.Harness {
 		Config:   config.Sink{Name: "hook"},
 		Outages:  true,
 		Refusals: true,
+		PerEvent: true,
 		New: func(t testing.TB, cfg config.Sink) (sinks.Sink, sinkstest.Remote) {
 			r := newReceiver(t)
 			s, err := New(&config.WebhookSink{URL: r.URL(), Mode: mode, Timeout: config.Duration(5 * time.Second), Batch: batch}, nil)
@@ -229,13 +232,13 @@ func TestFlakyThenDownThenBack(t *testing.T) {
 	}
 }
 
-// Retry-After on a 503 is honoured.
+// Retry-After on a 503 is honoured (up to the retry maxInterval).
 func TestRetryAfter(t *testing.T) {
 	h := harness("binary", nil)
 	cfg := h.Config
 	cfg.Queue.Capacity = 10
 	cfg.Workers = 1
-	cfg.Retry = config.Retry{InitialInterval: config.Duration(time.Millisecond), MaxInterval: config.Duration(time.Millisecond)}
+	cfg.Retry = config.Retry{InitialInterval: config.Duration(time.Millisecond), MaxInterval: config.Duration(5 * time.Second)}
 	sink, remote := h.New(t, cfg)
 	r := remote.(*receiver)
 	r.mu.Lock()
@@ -327,5 +330,254 @@ func TestSignatureVerifiesWithTheRecipe(t *testing.T) {
 		if strings.Contains(fmt.Sprint(h), "s3cr3t") {
 			t.Error("the signing secret was sent")
 		}
+	}
+}
+
+// request is what a test server saw.
+type request struct{ method, path string }
+
+// recorder is an httptest server that records requests and answers them
+// with answer (nil: 202).
+type recorder struct {
+	*httptest.Server
+	mu   sync.Mutex
+	seen []request
+}
+
+func newRecorder(t *testing.T, answer func(w http.ResponseWriter, r *http.Request, n int) bool) *recorder {
+	rec := &recorder{}
+	rec.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		rec.mu.Lock()
+		rec.seen = append(rec.seen, request{r.Method, r.URL.Path})
+		n := len(rec.seen)
+		rec.mu.Unlock()
+		if answer == nil || !answer(w, r, n) {
+			w.WriteHeader(http.StatusAccepted)
+		}
+	}))
+	t.Cleanup(rec.Close)
+	return rec
+}
+
+func (rec *recorder) requests() []request {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	return append([]request(nil), rec.seen...)
+}
+
+func newSink(t *testing.T, url, mode string, batch *config.Batch) *Sink {
+	t.Helper()
+	s, err := New(&config.WebhookSink{URL: url, Mode: mode, Timeout: config.Duration(5 * time.Second), Batch: batch}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	return s
+}
+
+// A redirect is not a delivery: it is never followed (a 301/302/303 would
+// come back as a body-less GET whose 200 acknowledges nothing; a 307/308
+// would hand the events to another URL), and it is retried, not refused,
+// with the status and the redacted Location in the error.
+func TestRedirectIsNotADelivery(t *testing.T) {
+	for _, code := range []int{301, 302, 303, 307, 308} {
+		t.Run(strconv.Itoa(code), func(t *testing.T) {
+			rec := newRecorder(t, func(w http.ResponseWriter, r *http.Request, _ int) bool {
+				if r.URL.Path != "/events" {
+					return false // /moved takes anything
+				}
+				w.Header().Set("Location", "/moved?token=s3cret")
+				w.WriteHeader(code)
+				return true
+			})
+			u, _ := url.Parse(rec.URL)
+			s := newSink(t, "http://user:pa55@"+u.Host+"/events?key=k3y", "binary", nil)
+			err := s.Send(context.Background(), []*event.Event{sinkstest.NewSource(10).Next(0)})
+			if err == nil {
+				t.Fatalf("a %d was counted as a delivery", code)
+			}
+			if sinks.IsPermanent(err) {
+				t.Errorf("a redirect is permanent: %v", err)
+			}
+			msg := err.Error()
+			if !strings.Contains(msg, strconv.Itoa(code)) || !strings.Contains(msg, u.Host+"/moved") {
+				t.Errorf("error %q does not name the status and the Location", msg)
+			}
+			for _, secret := range []string{"pa55", "k3y", "s3cret"} {
+				if strings.Contains(msg, secret) {
+					t.Errorf("error %q leaks %q", msg, secret)
+				}
+			}
+			if got := rec.requests(); len(got) != 1 || got[0] != (request{"POST", "/events"}) {
+				t.Errorf("the server saw %v, want only the POST", got)
+			}
+		})
+	}
+}
+
+func TestRetryAfterParsing(t *testing.T) {
+	now := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+	limit := 30 * time.Second
+	for _, c := range []struct {
+		header string
+		want   time.Duration
+		ok     bool
+	}{
+		{"", 0, false},
+		{"soon", 0, false},
+		{"-1", 0, false},
+		{"0", 0, true},
+		{" 7 ", 7 * time.Second, true},
+		{"30", 30 * time.Second, true},
+		{"3600", limit, true},
+		{"99999999999999999", limit, true}, // would overflow a Duration
+		{now.Add(10 * time.Second).Format(http.TimeFormat), 10 * time.Second, true},
+		{now.Add(time.Hour).Format(http.TimeFormat), limit, true},
+		{now.Add(-time.Hour).Format(http.TimeFormat), 0, true},
+		{now.Add(time.Hour).Format(time.RFC850), limit, true},
+	} {
+		got, ok := retryAfter(c.header, now, limit)
+		if got != c.want || ok != c.ok {
+			t.Errorf("retryAfter(%q) = %s, %v; want %s, %v", c.header, got, ok, c.want, c.ok)
+		}
+	}
+}
+
+// One reply with Retry-After: 3600 must not park the sink for an hour: the
+// pause is capped at the sink's retry maxInterval (5 minutes without one).
+func TestRetryAfterCappedAtMaxInterval(t *testing.T) {
+	for _, header := range []string{"3600", time.Now().Add(time.Hour).UTC().Format(http.TimeFormat)} {
+		r := newReceiver(t)
+		r.mu.Lock()
+		r.fail503, r.retryAt = 1, header
+		r.mu.Unlock()
+		cfg := config.Sink{Name: "hook", Queue: config.Queue{Capacity: 10}, Workers: 1,
+			Webhook: &config.WebhookSink{URL: r.URL(), Mode: "binary", Timeout: config.Duration(5 * time.Second)},
+			Retry:   config.Retry{InitialInterval: config.Duration(10 * time.Millisecond), MaxInterval: config.Duration(300 * time.Millisecond)}}
+		sink, err := Factory.Create(context.Background(), sinks.Settings{Config: cfg, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := sink.(*Sink).maxDelay; got != 300*time.Millisecond {
+			t.Errorf("cap %s, want the maxInterval", got)
+		}
+		d := sinkstest.Start(t, cfg, sink, nil)
+		src := sinkstest.NewSource(10)
+		d.Offer(src.Next(0))
+		sinkstest.WaitFor(t, src, r, 10*time.Second)
+	}
+	s := newSink(t, "http://127.0.0.1:1/", "binary", nil)
+	if s.maxDelay != DefaultMaxRetryAfter || DefaultMaxRetryAfter > 5*time.Minute {
+		t.Errorf("cap without maxInterval %s", s.maxDelay)
+	}
+}
+
+// An event that cannot be encoded, or whose header values Go refuses to
+// send, is refused alone (permanently); the others of its batch are sent.
+func TestBadEventRefusedAlone(t *testing.T) {
+	badHeader := func(src *sinkstest.Source) *event.Event {
+		e := src.Next(1)
+		u := e.Object().DeepCopy()
+		u.SetName("obj-1\nX-Injected: 1")
+		return event.New(e.RuleInfo(), event.Updated, u, nil, time.Now())
+	}
+	unencodable := func(src *sinkstest.Source) *event.Event { return src.Unencodable(1) }
+	for _, c := range []struct {
+		name  string
+		mode  string
+		batch *config.Batch
+		bad   func(*sinkstest.Source) *event.Event
+		reqs  int
+	}{
+		{"binary/header", "binary", nil, badHeader, 2},
+		{"binary/encoding", "binary", nil, unencodable, 2},
+		{"structured/encoding", "structured", nil, unencodable, 2},
+		{"batch/encoding", "binary", &config.Batch{MaxEvents: 10, MaxWait: config.Duration(time.Millisecond)}, unencodable, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := newReceiver(t)
+			s := newSink(t, r.URL(), c.mode, c.batch)
+			src := sinkstest.NewSource(10)
+			batch := []*event.Event{src.Next(0), c.bad(src), src.Next(2)}
+			err := s.Send(context.Background(), batch)
+			var ee *sinks.EventErrors
+			if !errors.As(err, &ee) || len(ee.Errs) != 3 {
+				t.Fatalf("Send = %v, want per-event errors", err)
+			}
+			if ee.Errs[0] != nil || ee.Errs[2] != nil || !sinks.IsPermanent(ee.Errs[1]) {
+				t.Errorf("outcomes %v, want [nil permanent nil]", ee.Errs)
+			}
+			got := r.Received(t)
+			if len(got) != 2 || got[0].ID != batch[0].ID || got[1].ID != batch[2].ID {
+				t.Errorf("received %v, want events 0 and 2", got)
+			}
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			if len(r.bodies) != c.reqs {
+				t.Errorf("%d requests, want %d", len(r.bodies), c.reqs)
+			}
+		})
+	}
+}
+
+// Without batch, events go one request each: when the destination fails
+// midway, what it took is acknowledged and the rest is not sent (no later
+// event may overtake one to be retried).
+func TestPerEventOutcomeWhenDestinationFails(t *testing.T) {
+	rec := newRecorder(t, func(w http.ResponseWriter, _ *http.Request, n int) bool {
+		if n == 2 {
+			http.Error(w, "busy", http.StatusServiceUnavailable)
+			return true
+		}
+		return false
+	})
+	s := newSink(t, rec.URL, "binary", nil)
+	src := sinkstest.NewSource(10)
+	err := s.Send(context.Background(), []*event.Event{src.Next(0), src.Next(1), src.Next(0)})
+	var ee *sinks.EventErrors
+	if !errors.As(err, &ee) || len(ee.Errs) != 3 {
+		t.Fatalf("Send = %v, want per-event errors", err)
+	}
+	if ee.Errs[0] != nil || ee.Errs[1] == nil || ee.Errs[2] == nil || sinks.IsPermanent(ee.Errs[1]) || sinks.IsPermanent(ee.Errs[2]) {
+		t.Errorf("outcomes %v, want [nil retryable retryable]", ee.Errs)
+	}
+	if n := len(rec.requests()); n != 2 {
+		t.Errorf("%d requests, want 2 (the third event must wait for the second)", n)
+	}
+}
+
+// Only a 2xx acknowledges: every other answer, and no answer, is an error.
+func TestOnly2xxAcknowledges(t *testing.T) {
+	for _, code := range []int{200, 201, 202, 204, 299, 300, 304, 400, 404, 408, 429, 500, 503} {
+		rec := newRecorder(t, func(w http.ResponseWriter, _ *http.Request, _ int) bool {
+			w.WriteHeader(code)
+			return true
+		})
+		s := newSink(t, rec.URL, "structured", nil)
+		err := s.Send(context.Background(), []*event.Event{sinkstest.NewSource(10).Next(0)})
+		if ok := code >= 200 && code < 300; ok != (err == nil) {
+			t.Errorf("status %d: Send = %v", code, err)
+		}
+	}
+	// The connection is closed before any answer.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = c.Read(make([]byte, 512))
+			c.Close()
+		}
+	}()
+	s := newSink(t, "http://"+l.Addr().String()+"/", "binary", nil)
+	if err := s.Send(context.Background(), []*event.Event{sinkstest.NewSource(10).Next(0)}); err == nil || sinks.IsPermanent(err) {
+		t.Errorf("a closed connection: Send = %v, want a retryable error", err)
 	}
 }
