@@ -180,3 +180,26 @@ func (e *EventErrors) Unwrap() []error {
 	}
 	return out
 }
+
+// Outcome reduces the per-event errors of a batch (errs[i] for events[i])
+// to Send's result: nil when every event was acknowledged, the first error
+// when all are to be retried alike (or there is one event), *EventErrors
+// otherwise.
+func Outcome(errs []error) error {
+	acked, permanent := 0, 0
+	for _, err := range errs {
+		switch {
+		case err == nil:
+			acked++
+		case IsPermanent(err):
+			permanent++
+		}
+	}
+	switch {
+	case acked == len(errs):
+		return nil
+	case len(errs) == 1 || (acked == 0 && permanent == 0):
+		return errs[0]
+	}
+	return &EventErrors{Errs: errs}
+}

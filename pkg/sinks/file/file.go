@@ -84,13 +84,33 @@ func (s *Sink) Send(_ context.Context, events []*event.Event) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.buf.Reset()
-	for _, ev := range events {
+	var errs []error // one event that cannot be encoded is refused alone
+	for i, ev := range events {
 		b, err := ev.Structured()
 		if err != nil {
-			return sinks.Permanent(fmt.Errorf("encoding event %s: %w", ev.ID, err))
+			if errs == nil {
+				errs = make([]error, len(events))
+			}
+			errs[i] = sinks.Permanent(fmt.Errorf("encoding event %s: %w", ev.ID, err))
+			continue
 		}
 		s.buf.Write(b)
 		s.buf.WriteByte('\n')
+	}
+	if err := s.write(); err != nil {
+		return err
+	}
+	if errs != nil {
+		return sinks.Outcome(errs)
+	}
+	return nil
+}
+
+// write appends the buffer to the file (rotating first when it would
+// grow past maxSize) and fsyncs it.
+func (s *Sink) write() error {
+	if s.buf.Len() == 0 {
+		return nil
 	}
 	if s.out != nil {
 		_, err := s.out.Write(s.buf.Bytes())

@@ -78,13 +78,13 @@ func TestWritesJSONLinesAndRotates(t *testing.T) {
 	}
 	all := append(append(b2, b1...), cur...)
 	for i := 1; i < len(all); i++ { // the newest files hold a contiguous, ordered tail
-		prev, _ := strconv.Atoi(strings.Split(all[i-1], ".")[1])
-		cur, _ := strconv.Atoi(strings.Split(all[i], ".")[1])
+		prev, _ := strconv.Atoi(rvOf(all[i-1]))
+		cur, _ := strconv.Atoi(rvOf(all[i]))
 		if cur != prev+1 {
 			t.Fatalf("not contiguous across rotation: %s after %s", all[i], all[i-1])
 		}
 	}
-	if all[len(all)-1] != "uid.49.added" {
+	if last := all[len(all)-1]; rvOf(last) != "49" || !strings.HasSuffix(last, ".added") {
 		t.Errorf("last event %s", all[len(all)-1])
 	}
 	for _, p := range []string{path, path + ".1", path + ".2"} {
@@ -101,7 +101,7 @@ func TestWritesJSONLinesAndRotates(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Close(ctx)
-	if got := lines(t, path); len(got) != len(cur)+1 || got[len(got)-1] != "uid.100.added" {
+	if got := lines(t, path); len(got) != len(cur)+1 || rvOf(got[len(got)-1]) != "100" {
 		t.Errorf("after reopen: %v", got)
 	}
 }
@@ -147,7 +147,8 @@ func (fileRemote) Refuse(t testing.TB)  { t.Fatal("a file refuses nothing") }
 
 func TestContract(t *testing.T) {
 	sinkstest.Run(t, sinkstest.Harness{
-		Config: config.Sink{Name: "archive", Workers: 3},
+		Config:   config.Sink{Name: "archive", Workers: 3},
+		PerEvent: true,
 		New: func(t testing.TB, cfg config.Sink) (sinks.Sink, sinkstest.Remote) {
 			path := filepath.Join(t.TempDir(), "events.jsonl")
 			s, err := Open(path, 1<<30, 1)
@@ -157,4 +158,10 @@ func TestContract(t *testing.T) {
 			return s, fileRemote{path}
 		},
 	})
+}
+
+// rvOf reads the resourceVersion of an event id <uid>.<tag>.<rv>.<type>.
+func rvOf(id string) string {
+	parts := strings.Split(id, ".")
+	return parts[len(parts)-2]
 }

@@ -227,7 +227,7 @@ func (s *Sink) Send(ctx context.Context, events []*event.Event) error {
 			}
 		}
 	}
-	return outcome(errs)
+	return sinks.Outcome(errs)
 }
 
 // sendJetStream publishes asynchronously, in waves: the first event of each
@@ -319,33 +319,11 @@ func (s *Sink) sendJetStream(ctx context.Context, events []*event.Event) error {
 			}
 		}
 	}
-	return outcome(errs)
+	return sinks.Outcome(errs)
 }
 
 func notPublished(cause error) error {
 	return fmt.Errorf("not published after an earlier failure: %w", cause)
-}
-
-// outcome reduces per-event errors to Send's result: nil when every event
-// was acknowledged, the first error when all are to be retried alike (or
-// there is one event), *sinks.EventErrors otherwise.
-func outcome(errs []error) error {
-	acked, permanent := 0, 0
-	for _, err := range errs {
-		switch {
-		case err == nil:
-			acked++
-		case sinks.IsPermanent(err):
-			permanent++
-		}
-	}
-	switch {
-	case acked == len(errs):
-		return nil
-	case len(errs) == 1 || (acked == 0 && permanent == 0):
-		return errs[0]
-	}
-	return &sinks.EventErrors{Errs: errs}
 }
 
 // fill renders an event into msg: structured JSON body, ce-* headers.

@@ -30,7 +30,7 @@ import (
 
 // Received is one event as the remote holds it.
 type Received struct {
-	ID      string // <uid>.<resourceVersion>.<type>
+	ID      string // the event id: <uid>.<tag>.<resourceVersion>.<type>
 	Subject string // namespace/name
 }
 

@@ -159,23 +159,7 @@ func (s *Sink) Send(ctx context.Context, events []*event.Event) error {
 		}
 		break
 	}
-	return outcome(errs)
-}
-
-// outcome is nil when every event was acknowledged, the error itself for a
-// single event, and the per-event errors otherwise.
-func outcome(errs []error) error {
-	failed := false
-	for _, err := range errs {
-		failed = failed || err != nil
-	}
-	switch {
-	case !failed:
-		return nil
-	case len(errs) == 1:
-		return errs[0]
-	}
-	return &sinks.EventErrors{Errs: errs}
+	return sinks.Outcome(errs)
 }
 
 func (s *Sink) sendOne(ctx context.Context, e *event.Event) error {
@@ -248,7 +232,7 @@ func (s *Sink) sendBatch(ctx context.Context, events []*event.Event) error {
 			}
 		}
 	}
-	return outcome(errs)
+	return sinks.Outcome(errs)
 }
 
 func (s *Sink) post(ctx context.Context, h http.Header, body []byte) error {
