@@ -127,7 +127,9 @@ func TestSpine(t *testing.T) {
 			}
 		}
 		uid := string(created.UID)
-		if add.ID != uid+"."+created.ResourceVersion+".added" || upd.ID != uid+"."+updated.ResourceVersion+".updated" || !strings.HasPrefix(del.ID, uid+".") || !strings.HasSuffix(del.ID, ".deleted") {
+		// <uid>.<tag>.<rv>.<type>: one tag for the rule and this incarnation.
+		tag := strings.Split(add.ID, ".")[1]
+		if add.ID != uid+"."+tag+"."+created.ResourceVersion+".added" || upd.ID != uid+"."+tag+"."+updated.ResourceVersion+".updated" || !strings.HasPrefix(del.ID, uid+"."+tag+".") || !strings.HasSuffix(del.ID, ".deleted") {
 			t.Errorf("ids: %s %s %s", add.ID, upd.ID, del.ID)
 		}
 		if add.Type != "io.kubebridge.configmaps.core.added" || upd.Type != "io.kubebridge.configmaps.core.updated" || del.Type != "io.kubebridge.configmaps.core.deleted" {
