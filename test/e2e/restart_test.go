@@ -253,13 +253,21 @@ rules:
 		}
 		return n >= 2
 	})
+	replayID := ""
 	for _, e := range evs {
 		if e.Subject == "resync/out" {
 			t.Errorf("an object outside the view was replayed: %s", e.raw)
 		}
-		if e.Replay == "resync" && e.ID != string(in.UID)+"."+in.ResourceVersion+".updated" {
+		if e.Replay != "resync" {
+			continue
+		}
+		if !strings.HasPrefix(e.ID, string(in.UID)+".") || !strings.HasSuffix(e.ID, "."+in.ResourceVersion+".updated") {
 			t.Errorf("replay id %s does not carry the object's current state", e.ID)
 		}
+		if replayID != "" && e.ID != replayID {
+			t.Errorf("replays of one state got ids %s and %s, want one (stable across replays)", replayID, e.ID)
+		}
+		replayID = e.ID
 	}
 	for _, e := range readEvents(t, quiet) {
 		if e.Replay != "" {
