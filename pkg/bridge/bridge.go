@@ -399,7 +399,7 @@ func (b *Bridge) notify(n informer.Notification) {
 	if set == nil {
 		return // not delivering: the reconciliation when it starts covers this
 	}
-	t := view.Trigger{Gone: n.Gone, Now: time.Now()}
+	t := view.Trigger{Object: n.Object, Gone: n.Gone, Now: time.Now()}
 	if n.Resync {
 		t.Replay = event.ReplayResync
 	}

@@ -169,6 +169,7 @@ type Notification struct {
 	Key     string                     // namespace/name, or name
 	Targets map[*filters.Rule][]string // rules to evaluate and the sinks to sync for each
 	Current func() (*unstructured.Unstructured, bool)
+	Object  *unstructured.Unstructured // the state an add or update notification carries
 	Gone    *unstructured.Unstructured // the last state, for a delete notification
 	Resync  bool                       // an informer resync: a replay to the registration's sinks
 }
@@ -453,19 +454,20 @@ func (run *running) current(key string) func() (*unstructured.Unstructured, bool
 // informer resync (an update with an unchanged resourceVersion) is a
 // replay; other registrations never see resyncs.
 func (run *running) handler(in *Informers, targets map[*filters.Rule][]string, replays bool) cache.ResourceEventHandler {
-	notify := func(obj any, gone *unstructured.Unstructured, resync bool) {
+	notify := func(obj any, state, gone *unstructured.Unstructured, resync bool) {
 		key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
 		if err != nil {
 			return
 		}
-		in.notify(Notification{Key: key, Targets: targets, Current: run.current(key), Gone: gone, Resync: resync})
+		in.notify(Notification{Key: key, Targets: targets, Current: run.current(key), Object: state, Gone: gone, Resync: resync})
 	}
 	return cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc: func(obj any, initialList bool) {
-			if initialList && in.SkipInitialList {
+			u, ok := obj.(*unstructured.Unstructured)
+			if !ok || (initialList && in.SkipInitialList) {
 				return
 			}
-			notify(obj, nil, false)
+			notify(u, u, nil, false)
 		},
 		UpdateFunc: func(oldObj, obj any) {
 			old, ok1 := oldObj.(*unstructured.Unstructured)
@@ -477,10 +479,12 @@ func (run *running) handler(in *Informers, targets map[*filters.Rule][]string, r
 			if resync && !replays {
 				return
 			}
-			notify(u, nil, resync)
+			notify(u, u, nil, resync)
 		},
 		DeleteFunc: func(obj any) {
-			notify(obj, filters.AsUnstructured(obj), false)
+			if gone := filters.AsUnstructured(obj); gone != nil {
+				notify(obj, nil, gone, false)
+			}
 		},
 	}
 }

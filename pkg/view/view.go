@@ -20,10 +20,13 @@
 // others still pass through the sink's queue, marked Quiet, so that what is
 // recorded as acknowledged is the whole view, in order.
 //
-// Sync holds the sink's lock while it reads the desired state and offers
-// the transitions, so concurrent triggers for one key (an informer and a
-// namespace change, a replay) serialize and never hand a sink an older
-// state after a newer one.
+// A live notification is synced with its own object, so that a sink that
+// keeps up receives every change; other triggers read the informer cache's
+// current state. Sync holds the sink's lock while it reads the desired state
+// and offers the transitions, and skips a notification older than what the
+// sink was handed (resourceVersions are ordered within a resource:
+// apimachinery's CompareResourceVersion), so concurrent triggers for one key
+// never hand a sink an older state after a newer one.
 package view
 
 import (
@@ -32,6 +35,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
 
 	"github.com/kubebridge/kubebridge/pkg/checkpoint"
 	"github.com/kubebridge/kubebridge/pkg/event"
@@ -147,6 +151,9 @@ type Trigger struct {
 	// event.ReplayCheckpoint for a reconciliation, event.ReplayResync for
 	// a replay, which also re-sends an unchanged object as updated.
 	Replay string
+	// Object is the state a live add or update notification carries (nil
+	// for other triggers: they read Current).
+	Object *unstructured.Unstructured
 	// Gone is the last state of a deleted object, from its delete
 	// notification (nil otherwise): the data of its deleted event.
 	Gone *unstructured.Unstructured
@@ -164,17 +171,31 @@ func (s *Sink) Sync(r *filters.Rule, key string, current Current, t Trigger) int
 	if !s.ready {
 		return 0
 	}
-	obj, exists := current()
-	var desired *unstructured.Unstructured
-	if exists && r.InView(obj) {
-		desired = obj
-	}
 	v := s.views[r.Name]
 	if v == nil {
 		v = map[string]*slot{}
 		s.views[r.Name] = v
 	}
 	sl := v[key]
+	var obj *unstructured.Unstructured
+	var exists bool
+	switch {
+	case t.Gone != nil: // a deletion: of the incarnation the sink holds, or news to it
+		if sl == nil || sl.cur == nil || sl.cur.uid != string(t.Gone.GetUID()) {
+			return 0
+		}
+	case t.Object != nil:
+		if sl != nil && sl.cur != nil && older(t.Object.GetResourceVersion(), sl.cur.rv) {
+			return 0 // another trigger already handed a newer state
+		}
+		obj, exists = t.Object, true
+	default:
+		obj, exists = current()
+	}
+	var desired *unstructured.Unstructured
+	if exists && r.InView(obj) {
+		desired = obj
+	}
 	sent := 0
 	emit := func(tr event.Transition) {
 		tr.Time, tr.Replay = t.Now, t.Replay
@@ -235,6 +256,13 @@ func (s *Sink) Sync(r *filters.Rule, key string, current Current, t Trigger) int
 	sl.cur, sl.ghosts = cur, nil
 	v[key] = sl
 	return sent
+}
+
+// older reports whether resourceVersion a is before b. Versions that are
+// not the apiserver's integers (some aggregated APIs) are never older.
+func older(a, b string) bool {
+	c, err := resourceversion.CompareResourceVersion(a, b)
+	return err == nil && c < 0
 }
 
 // lastKnown rebuilds the metadata of an object from its checkpoint entry.

@@ -174,10 +174,14 @@ func ruleString(rules []rbacv1.PolicyRule) string {
 	return strings.Join(parts, "; ")
 }
 
-// chartValues writes a values file and returns its path.
+// chartValues writes a values file and returns its path (helm splits -f at
+// commas, which subtest names put into t.TempDir()).
 func chartValues(t *testing.T, values string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "values.yaml")
+	if strings.Contains(path, ",") {
+		t.Fatalf("helm would split the values path %q at its comma", path)
+	}
 	must(t, os.WriteFile(path, []byte(values), 0o600))
 	return path
 }
@@ -221,7 +225,7 @@ func TestChartLeaderElectionRefusesAPerPodCheckpoint(t *testing.T) {
 	}{
 		{"file on an emptyDir", "replicas: 2\n" + chartNATSConfig,
 			[]string{"leaderElection.enabled=true with replicas=2 needs a checkpoint every replica reads: with the file checkpoint on an emptyDir, a new leader starts from an empty checkpoint and never delivers the objects deleted during the handover as deleted.", advice}},
-		{"file written out, three replicas", "replicas: 3\n" + chartNATSConfig + "  checkpoint: {file: /var/lib/kubebridge/state.db}\n",
+		{"file written out with three replicas", "replicas: 3\n" + chartNATSConfig + "  checkpoint: {file: /var/lib/kubebridge/state.db}\n",
 			[]string{"leaderElection.enabled=true with replicas=3 needs a checkpoint every replica reads: with the file checkpoint on an emptyDir", advice}},
 		{"file on a ReadWriteOnce PVC", "replicas: 2\npersistence: {enabled: true}\n" + chartNATSConfig,
 			[]string{"with the file checkpoint on a ReadWriteOnce PVC, a new leader", advice}},
@@ -262,8 +266,8 @@ func TestChartLeaderElectionWithASharedCheckpointRenders(t *testing.T) {
 		{"natsKV", "replicas: 2\n" + chartNATSConfig + "  checkpoint: {natsKV: {sink: bus, bucket: kubebridge}}\n", 2, true, ""},
 		{"natsKV with persistence", "replicas: 3\npersistence: {enabled: true}\n" + chartNATSConfig + "  checkpoint: {natsKV: {sink: bus}}\n", 3, true, "ReadWriteOnce"},
 		{"file on a ReadWriteMany PVC", "replicas: 2\npersistence: {enabled: true, accessMode: ReadWriteMany}\n" + chartNATSConfig, 2, true, "ReadWriteMany"},
-		{"one replica, file on an emptyDir", "replicas: 1\n" + chartNATSConfig, 1, true, ""},
-		{"one replica, file on a ReadWriteOnce PVC", "persistence: {enabled: true}\n" + chartNATSConfig, 1, true, "ReadWriteOnce"},
+		{"one replica with the file on an emptyDir", "replicas: 1\n" + chartNATSConfig, 1, true, ""},
+		{"one replica with the file on a ReadWriteOnce PVC", "persistence: {enabled: true}\n" + chartNATSConfig, 1, true, "ReadWriteOnce"},
 		{"leader election off", "leaderElection: {enabled: false}\n" + chartNATSConfig, 1, false, ""},
 	}
 	for _, c := range cases {
