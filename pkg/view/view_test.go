@@ -288,3 +288,31 @@ func TestConcurrentTriggers(t *testing.T) {
 		t.Fatalf("last state handed: rv %d, want %d", prev, last)
 	}
 }
+
+// Live notifications carry their own state: while the cache has moved on
+// (created, updated and deleted before the handler ran), a sink that keeps
+// up still receives every change; a notification older than what another
+// trigger already handed is skipped.
+func TestNotificationsCarryTheirState(t *testing.T) {
+	r := compile(t, "", nil)
+	w := newWorld(t)
+	w.obj = nil // the cache: already deleted
+	tr := func(tr Trigger) []string {
+		w.got = nil
+		w.now = w.now.Add(time.Second)
+		tr.Now = w.now
+		w.sink.Sync(r, "a/x", w.current, tr)
+		return describe(w.got)
+	}
+	eq(t, "add notification", tr(Trigger{Object: cm("u1", "11", nil)}), "added u1 11")
+	eq(t, "update notification", tr(Trigger{Object: cm("u1", "12", nil)}), "updated u1 12")
+	eq(t, "delete notification", tr(Trigger{Gone: cm("u1", "13", nil)}), "deleted u1 13")
+	eq(t, "delete of an incarnation not held", tr(Trigger{Gone: cm("u0", "9", nil)}))
+
+	w.obj = cm("u2", "20", nil)
+	eq(t, "a reconcile reads the cache", tr(Trigger{Replay: event.ReplayCheckpoint}), "added u2 20")
+	eq(t, "an older notification after it", tr(Trigger{Object: cm("u2", "15", nil)}))
+	eq(t, "an older notification of a previous uid", tr(Trigger{Object: cm("u1", "14", nil)}))
+	eq(t, "the notification of the state handed", tr(Trigger{Object: cm("u2", "20", nil)}))
+	eq(t, "a newer one", tr(Trigger{Object: cm("u2", "21", nil)}), "updated u2 21")
+}
