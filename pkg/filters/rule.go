@@ -13,8 +13,10 @@
 // view predicate, and only drops notifications.
 //
 // Rules are compiled once, at load; evaluating one allocates little and
-// never blocks. A where expression that fails at run time drops the event,
-// counts the error and logs it (at most once per rule every 10 seconds).
+// never blocks. A where expression that fails at run time counts as false
+// (a view predicate: the object is not in the view; an event filter: the
+// event is not sent), counts the error and logs it (at most once per rule
+// every 10 seconds).
 package filters
 
 import (
@@ -282,7 +284,10 @@ func (r *Rule) EvalErrors() uint64 { return r.evalErrors.Load() }
 
 // Changed reports whether an update from old to obj is one the rule's
 // changed paths let through (always, without changed paths).
-func (r *Rule) Changed(old, obj *unstructured.Unstructured) bool { return r.anyChanged(old, obj) }
+// Without the previous state (nil old) every update passes.
+func (r *Rule) Changed(old, obj *unstructured.Unstructured) bool {
+	return old == nil || r.anyChanged(old, obj)
+}
 
 // PassesEventFilter reports whether a transition of type t passes the
 // rule's where when where is an event filter (it reads oldObject or type);
@@ -303,14 +308,12 @@ func AsUnstructured(obj any) *unstructured.Unstructured {
 }
 
 // InView reports whether obj is in the rule's view.
-func (r *Rule) InView(obj *unstructured.Unstructured) bool { return r.inView(obj, true) }
-
-func (r *Rule) inView(obj *unstructured.Unstructured, checkNamespaceLabels bool) bool {
+func (r *Rule) InView(obj *unstructured.Unstructured) bool {
 	ns := obj.GetNamespace()
 	if r.namespaces != nil && !r.namespaces[ns] {
 		return false
 	}
-	if r.nsSelector != nil && checkNamespaceLabels {
+	if r.nsSelector != nil {
 		set, ok := r.nsLabels(ns)
 		if !ok || !r.nsSelector.Matches(set) {
 			return false

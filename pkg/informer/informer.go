@@ -482,9 +482,9 @@ func (run *running) handler(in *Informers, targets map[*filters.Rule][]string, r
 			notify(u, u, nil, resync)
 		},
 		DeleteFunc: func(obj any) {
-			if gone := filters.AsUnstructured(obj); gone != nil {
-				notify(obj, nil, gone, false)
-			}
+			// A tombstone without a usable last state still syncs the key:
+			// the cache no longer has it, so the sink's view sends its deletion.
+			notify(obj, nil, filters.AsUnstructured(obj), false)
 		},
 	}
 }

@@ -5,16 +5,22 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"reflect"
+	"sort"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/kubebridge/kubebridge/internal/testenv"
 	"github.com/kubebridge/kubebridge/pkg/config"
@@ -50,13 +56,13 @@ func (s *nullSink) Close(context.Context) error { return nil }
 
 // BenchmarkPipeline drives the informer handler with updates of 1,000
 // ~1 KiB ConfigMaps under a rule with a label selector and a namespace:
-// the handler notifies the key, the receiver (as the bridge's: a view.Sink
-// per sink) reads the cache's current state, diffs it with what the sink
-// was handed, builds the event and offers it to the sink's queue; the
-// benchmark waits until the sink's worker has taken every event. It is the
-// in-process cost per notification, after client-go handed the object over
-// (plus the cache write client-go makes before calling the handler, which
-// is what Current reads). Run it with -cpu 1 for one core.
+// the handler notifies the key and the state, the receiver (as the
+// bridge's: a view.Sink per sink) diffs it with what the sink was handed,
+// builds the event and offers it to the sink's queue; the benchmark waits
+// until the sink's worker has taken every event. It is the in-process cost
+// per notification, after client-go handed the object over (plus the cache
+// write client-go makes before calling the handler, which is what Current
+// reads). Run it with -cpu 1 for one core.
 func BenchmarkPipeline(b *testing.B) {
 	for _, bc := range []struct {
 		name string
@@ -117,16 +123,23 @@ rules:
 			views := map[string]*view.Sink{"out": view.NewSink("out", d.Offer)}
 			views["out"].Start()
 
-			// The receiver: the bridge's notify, checking that Current shows
-			// the state the handler was notified of.
+			// The receiver: the bridge's notify, checking that the
+			// notification carries the state the handler was notified of and
+			// that Current shows it in the cache.
 			var want *unstructured.Unstructured
 			var notified, sent int
 			notify := func(n Notification) {
 				notified++
-				if u, ok := n.Current(); !ok || u != want {
-					b.Fatalf("%s: Current() = %v, %v; want the notified state", n.Key, u, ok)
+				if n.Object != want || n.Gone != nil || n.Resync {
+					b.Fatalf("%s: object %s, gone %s, resync %v; want object %s", n.Key, ref(n.Object), ref(n.Gone), n.Resync, ref(want))
 				}
-				t := view.Trigger{Gone: n.Gone, Now: time.Now()}
+				if u, ok := n.Current(); !ok || u != want {
+					b.Fatalf("%s: Current() = %s, %v; want %s, the notified state", n.Key, ref(u), ok, ref(want))
+				}
+				t := view.Trigger{Object: n.Object, Gone: n.Gone, Now: time.Now()}
+				if n.Resync {
+					t.Replay = event.ReplayResync
+				}
 				for r, names := range n.Targets {
 					s := 0
 					for _, name := range names {
@@ -147,15 +160,15 @@ rules:
 			store := run.informer.GetIndexer()
 			h := run.handler(in, map[*filters.Rule][]string{r: {"out"}}, false)
 
+			// Each pass updates every object once, to a newer resourceVersion
+			// (the view skips a state older than what the sink was handed).
+			// The revisions of a pass are built while the timer is stopped.
 			const objects = 1000
-			revs := [2][]*unstructured.Unstructured{}
-			for rev := range revs {
-				for i := range objects {
-					revs[rev] = append(revs[rev], benchObject(i, rev))
-				}
-			}
-			for _, o := range revs[0] {
-				if err := store.Add(o); err != nil {
+			payloads := [2]map[string]any{{"payload": strings.Repeat("a", 1000)}, {"payload": strings.Repeat("b", 1000)}}
+			prev, cur := make([]*unstructured.Unstructured, objects), make([]*unstructured.Unstructured, objects)
+			for i := range cur {
+				cur[i] = benchObject(i, payloads[0])
+				if err := store.Add(cur[i]); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -163,17 +176,28 @@ rules:
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				o := i % objects
-				flip := (i / objects) % 2
-				want = revs[1-flip][o]
+				if o == 0 {
+					b.StopTimer()
+					pass := i/objects + 1
+					prev, cur = cur, prev
+					for j, u := range prev {
+						cur[j] = revise(u, pass*objects+j+1, payloads[pass%2])
+					}
+					b.StartTimer()
+				}
+				want = cur[o]
 				if err := store.Update(want); err != nil {
 					b.Fatal(err)
 				}
-				h.OnUpdate(revs[flip][o], want)
+				h.OnUpdate(prev[o], want)
 				if i%256 == 0 { // let the sink keep up: coalescing would skip its work
 					for d.Pending() > 4096 {
 						time.Sleep(10 * time.Microsecond)
 					}
 				}
+			}
+			if notified != b.N || sent != b.N { // (else the wait below would not end)
+				b.Fatalf("%d notifications, %d events to send; want %d of each", notified, sent, b.N)
 			}
 			for acked.Load() < int64(b.N) {
 				if c := d.Stats().Queue.Coalesced; c > 0 {
@@ -182,9 +206,6 @@ rules:
 				time.Sleep(10 * time.Microsecond)
 			}
 			b.StopTimer()
-			if notified != b.N || sent != b.N {
-				b.Fatalf("%d notifications, %d events to send; want %d of each", notified, sent, b.N)
-			}
 			if received, matched := r.Counts(); received != uint64(b.N) || matched != uint64(b.N) {
 				b.Fatalf("rule counts %d received, %d matched; want %d", received, matched, b.N)
 			}
@@ -196,13 +217,295 @@ rules:
 	}
 }
 
-func benchObject(i, rev int) *unstructured.Unstructured {
-	u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
-		"data": map[string]any{"payload": strings.Repeat(string(rune('a'+rev)), 1000)}}}
+func benchObject(i int, data map[string]any) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "data": data}}
 	u.SetNamespace("bench")
 	u.SetName(fmt.Sprintf("cm-%04d", i))
 	u.SetUID(types.UID(fmt.Sprintf("uid-%04d", i)))
-	u.SetResourceVersion(fmt.Sprint(2*i + rev + 1))
+	u.SetResourceVersion(fmt.Sprint(i + 1))
 	u.SetLabels(map[string]string{"app": "bench", "shard": fmt.Sprint(i % 16)})
 	return u
+}
+
+// revise returns the next revision of u: resourceVersion rv, with data
+// (maps that do not change are shared; nothing modifies cached objects).
+func revise(u *unstructured.Unstructured, rv int, data map[string]any) *unstructured.Unstructured {
+	md := maps.Clone(u.Object["metadata"].(map[string]any))
+	md["resourceVersion"] = strconv.Itoa(rv)
+	return &unstructured.Unstructured{Object: map[string]any{"apiVersion": u.Object["apiVersion"], "kind": u.Object["kind"], "metadata": md, "data": data}}
+}
+
+// ref names an object's state in failure messages.
+func ref(u *unstructured.Unstructured) string {
+	if u == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("%s/%s@%s", u.GetNamespace(), u.GetName(), u.GetResourceVersion())
+}
+
+// received is a notification with the state its Current showed while the
+// receiver ran (the cache moves on afterwards).
+type received struct {
+	Notification
+	cur *unstructured.Unstructured
+	ok  bool
+}
+
+// recorder is a Notify that records what it receives.
+type recorder struct{ got []received }
+
+func (rec *recorder) notify(n Notification) {
+	cur, ok := n.Current()
+	rec.got = append(rec.got, received{Notification: n, cur: cur, ok: ok})
+}
+
+// take returns and forgets what was received, sorted by key.
+func (rec *recorder) take() []received {
+	got := rec.got
+	rec.got = nil
+	sort.Slice(got, func(i, j int) bool { return got[i].Key < got[j].Key })
+	return got
+}
+
+func compileRules(t *testing.T, rules string) []*filters.Rule {
+	t.Helper()
+	cfg, _, err := config.Parse("t.yaml", []byte(`apiVersion: kubebridge.io/v1alpha1
+kind: BridgeConfig
+cluster: c
+sinks:
+  - {name: live, file: {path: x}}
+  - {name: replayed, file: {path: y}}
+rules:
+`+rules))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nsLabels := func(string) (labels.Set, bool) { return nil, false } // the handler never evaluates rules
+	var out []*filters.Rule
+	for i := range cfg.Rules {
+		r, err := filters.Compile(cfg, i, nsLabels, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func object(ns, name, rv string, lbls map[string]string) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap"}}
+	u.SetNamespace(ns)
+	u.SetName(name)
+	u.SetUID(types.UID("uid-" + name))
+	u.SetResourceVersion(rv)
+	u.SetLabels(lbls)
+	return u
+}
+
+// The handler hands each notification's key to Notify with the targets of
+// its registration: Object carries the state of an add or update, Current
+// reads the cache, Gone carries the last state of a deletion, and resyncs
+// reach only the registrations that replay.
+func TestHandlerNotifies(t *testing.T) {
+	r := compileRules(t, "  - {name: cms, resource: v1/configmaps, sinks: [live, replayed]}\n")[0]
+	rec := &recorder{}
+	in, err := New(nil, []Planned{{Spec: Spec{GVR: r.GVR}, Rules: []*filters.Rule{r}}}, rec.notify,
+		map[string]time.Duration{"replayed": time.Minute}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(in.running) != 1 || len(in.running[0].regs) != 2 {
+		t.Fatalf("want one informer with two registrations (shared, and the replaying sink's): %d informers", len(in.running))
+	}
+	run := in.running[0]
+	store := run.informer.GetIndexer()
+	live := map[*filters.Rule][]string{r: {"live"}}
+	replayed := map[*filters.Rule][]string{r: {"replayed"}}
+	h, hr := run.handler(in, live, false), run.handler(in, replayed, true)
+
+	type want struct {
+		key     string
+		targets map[*filters.Rule][]string
+		object  *unstructured.Unstructured // the state an add or update carries
+		cur     *unstructured.Unstructured // nil: Current finds nothing
+		gone    *unstructured.Unstructured
+		resync  bool
+	}
+	check := func(step string, wants ...want) {
+		t.Helper()
+		got := rec.take()
+		if len(got) != len(wants) {
+			t.Errorf("%s: %d notifications, want %d", step, len(got), len(wants))
+			return
+		}
+		for i, w := range wants {
+			g := got[i]
+			if g.Key != w.key || !reflect.DeepEqual(g.Targets, w.targets) || g.Object != w.object || g.cur != w.cur || g.ok != (w.cur != nil) ||
+				g.Gone != w.gone || g.Resync != w.resync {
+				t.Errorf("%s: got key %q targets %v object %s current %s/%v gone %s resync %v; want key %q targets %v object %s current %s gone %s resync %v",
+					step, g.Key, g.Targets, ref(g.Object), ref(g.cur), g.ok, ref(g.Gone), g.Resync,
+					w.key, w.targets, ref(w.object), ref(w.cur), ref(w.gone), w.resync)
+			}
+		}
+	}
+
+	x1, x2 := object("a", "x", "1", nil), object("a", "x", "2", nil)
+	y := object("a", "y", "1", nil)
+	n := object("", "n", "1", nil)
+	for _, o := range []*unstructured.Unstructured{x1, y, n} {
+		if err := store.Add(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.OnAdd(x1, false)
+	check("add", want{key: "a/x", targets: live, object: x1, cur: x1})
+	h.OnAdd(n, false)
+	check("add of a cluster-scoped object", want{key: "n", targets: live, object: n, cur: n})
+	h.OnAdd("junk", false)
+	check("add of something else")
+
+	h.OnAdd(y, true)
+	check("add of the initial list", want{key: "a/y", targets: live, object: y, cur: y})
+	in.SkipInitialList = true
+	h.OnAdd(y, true)
+	check("add of the initial list, skipped")
+	h.OnAdd(y, false)
+	check("add after the initial list", want{key: "a/y", targets: live, object: y, cur: y})
+	in.SkipInitialList = false
+
+	if err := store.Update(x2); err != nil {
+		t.Fatal(err)
+	}
+	h.OnUpdate(x1, x2)
+	check("update", want{key: "a/x", targets: live, object: x2, cur: x2})
+	hr.OnUpdate(x1, x2)
+	check("update, replaying registration", want{key: "a/x", targets: replayed, object: x2, cur: x2})
+	h.OnUpdate(x2, x2)
+	check("resync")
+	hr.OnUpdate(x2, x2)
+	check("resync, replaying registration", want{key: "a/x", targets: replayed, object: x2, cur: x2, resync: true})
+	h.OnUpdate("junk", x2)
+	check("update of something else")
+
+	if err := store.Delete(x2); err != nil {
+		t.Fatal(err)
+	}
+	h.OnDelete(x2)
+	check("delete", want{key: "a/x", targets: live, gone: x2})
+	if err := store.Delete(y); err != nil {
+		t.Fatal(err)
+	}
+	hr.OnDelete(cache.DeletedFinalStateUnknown{Key: "a/y", Obj: y})
+	check("tombstone", want{key: "a/y", targets: replayed, gone: y})
+	h.OnDelete(cache.DeletedFinalStateUnknown{Key: "a/z", Obj: "junk"})
+	check("tombstone of something else")
+}
+
+// A namespace that appears, or whose labels change a rule's selection,
+// notifies every object key in it to the rules that select namespaces.
+func TestNamespaceHandlerNotifies(t *testing.T) {
+	rules := compileRules(t, `  - {name: sel, resource: v1/configmaps, namespaceSelector: env=prod, sinks: [live, replayed]}
+  - {name: all, resource: v1/configmaps, sinks: [live]}
+`)
+	sel := rules[0] // rules[1] (all) has no namespaceSelector: never notified
+	rec := &recorder{}
+	in, err := New(nil, []Planned{{Spec: Spec{GVR: sel.GVR}, Rules: rules}}, rec.notify, nil, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.ns == nil || !reflect.DeepEqual(in.nsRules, []*filters.Rule{sel}) {
+		t.Fatalf("namespace informer %v, rules %v: want one, for the rule with a namespaceSelector", in.ns, in.nsRules)
+	}
+	store := in.running[0].informer.GetIndexer()
+	x, y, z := object("a", "x", "1", nil), object("a", "y", "1", nil), object("b", "z", "1", nil)
+	for _, o := range []*unstructured.Unstructured{x, y, z} {
+		if err := store.Add(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ns := func(name string, lbls map[string]string) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace"}}
+		u.SetName(name)
+		u.SetLabels(lbls)
+		return u
+	}
+	check := func(step string, want ...*unstructured.Unstructured) {
+		t.Helper()
+		got := rec.take()
+		if len(got) != len(want) {
+			t.Errorf("%s: %d notifications, want %d", step, len(got), len(want))
+			return
+		}
+		for i, w := range want {
+			g := got[i]
+			key := w.GetNamespace() + "/" + w.GetName()
+			if g.Key != key || !reflect.DeepEqual(g.Targets, map[*filters.Rule][]string{sel: sel.Sinks}) || g.Object != nil || g.cur != w || !g.ok || g.Gone != nil || g.Resync {
+				t.Errorf("%s: got key %q targets %v object %s current %s/%v gone %s resync %v; want %s for rule sel, read from the cache",
+					step, g.Key, g.Targets, ref(g.Object), ref(g.cur), g.ok, ref(g.Gone), g.Resync, key)
+			}
+		}
+	}
+	h := in.namespaceHandler()
+	dev, prod := ns("a", map[string]string{"env": "dev"}), ns("a", map[string]string{"env": "prod"})
+	h.OnUpdate(dev, prod)
+	check("namespace starts matching", x, y)
+	h.OnUpdate(prod, ns("a", map[string]string{"env": "prod", "team": "pay"}))
+	check("label change that keeps the selection")
+	h.OnUpdate(prod, dev)
+	check("namespace stops matching", x, y)
+	h.OnUpdate(dev, ns("a", nil))
+	check("label change that keeps it out")
+	h.OnAdd(ns("b", nil), false)
+	check("namespace appears", z)
+	h.OnAdd(ns("empty", nil), false)
+	check("empty namespace appears")
+
+	if _, ok := in.NamespaceLabels("a"); ok {
+		t.Error("NamespaceLabels of a namespace not in the cache: ok")
+	}
+	if err := in.ns.GetStore().Add(prod); err != nil {
+		t.Fatal(err)
+	}
+	if set, ok := in.NamespaceLabels("a"); !ok || set.Get("env") != "prod" {
+		t.Errorf("NamespaceLabels(a) = %v, %v", set, ok)
+	}
+}
+
+// Current finds a key in the cache of the informer that holds it for the
+// rule: per-namespace informers by the key's namespace.
+func TestCurrent(t *testing.T) {
+	rules := compileRules(t, `  - {name: two, resource: v1/configmaps, namespaces: [a, b], sinks: [live]}
+  - {name: other, resource: v1/secrets, sinks: [live]}
+`)
+	two, other := rules[0], rules[1]
+	in, err := New(nil, []Planned{
+		{Spec: Spec{GVR: two.GVR, Namespace: "a"}, Rules: []*filters.Rule{two}},
+		{Spec: Spec{GVR: two.GVR, Namespace: "b"}, Rules: []*filters.Rule{two}},
+		{Spec: Spec{GVR: other.GVR}, Rules: []*filters.Rule{other}},
+	}, func(Notification) {}, nil, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bx := object("b", "x", "1", nil)
+	if err := in.running[1].informer.GetIndexer().Add(bx); err != nil {
+		t.Fatal(err)
+	}
+	if cur := in.Current(two, "b/x"); cur == nil {
+		t.Error("Current(two, b/x) = nil")
+	} else if u, ok := cur(); !ok || u != bx {
+		t.Errorf("Current(two, b/x)() = %s, %v", ref(u), ok)
+	}
+	if cur := in.Current(two, "a/x"); cur == nil {
+		t.Error("Current(two, a/x) = nil")
+	} else if u, ok := cur(); ok {
+		t.Errorf("Current(two, a/x)() = %s, found in namespace a's cache", ref(u))
+	}
+	if in.Current(two, "c/x") != nil {
+		t.Error("Current(two, c/x): no informer of the rule covers namespace c")
+	}
+	if cur := in.Current(other, "b/x"); cur == nil {
+		t.Error("Current(other, b/x) = nil: its informer covers every namespace")
+	} else if _, ok := cur(); ok {
+		t.Error("Current(other, b/x)() found the other resource's object")
+	}
 }
