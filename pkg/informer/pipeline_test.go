@@ -398,7 +398,7 @@ func TestHandlerNotifies(t *testing.T) {
 	hr.OnDelete(cache.DeletedFinalStateUnknown{Key: "a/y", Obj: y})
 	check("tombstone", want{key: "a/y", targets: replayed, gone: y})
 	h.OnDelete(cache.DeletedFinalStateUnknown{Key: "a/z", Obj: "junk"})
-	check("tombstone of something else")
+	check("tombstone without a usable state: the key is synced from the cache", want{key: "a/z", targets: live})
 }
 
 // A namespace that appears, or whose labels change a rule's selection,
