@@ -12,11 +12,11 @@ import (
 	"time"
 
 	natsgo "github.com/nats-io/nats.go"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/kubebridge/kubebridge/pkg/checkpoint"
 	"github.com/kubebridge/kubebridge/pkg/config"
@@ -363,7 +363,6 @@ func (b *Bridge) startViews(ctx context.Context, s *sinkRun, recorder *checkpoin
 func (b *Bridge) reconcile(s *sinkRun, ruleName, replay string) int {
 	rules, in := b.snapshot()
 	now := time.Now()
-	none := func() (*unstructured.Unstructured, bool) { return nil, false }
 	n := 0
 	for _, r := range rules {
 		if !slices.Contains(r.Sinks, s.cfg.Name) || (ruleName != "" && r.Name != ruleName) {
@@ -374,23 +373,28 @@ func (b *Bridge) reconcile(s *sinkRun, ruleName, replay string) int {
 		for _, obj := range in.View(r) {
 			key := checkpoint.ObjectKey(obj.GetNamespace(), obj.GetName())
 			seen[key] = true
-			if cur := in.Current(r, key); cur != nil {
-				n += s.views.Sync(r, key, cur, t)
+			if c := in.Cache(r, key); c != nil {
+				n += s.views.Sync(r, key, c, t)
 			}
 		}
 		for _, key := range s.views.Keys(r.Name) {
 			if seen[key] {
 				continue
 			}
-			cur := in.Current(r, key)
-			if cur == nil {
-				cur = none // no informer of the rule covers it any more
-			}
-			n += s.views.Sync(r, key, cur, t)
+			var c cache.KeyGetter = none{}
+			if got := in.Cache(r, key); got != nil {
+				c = got
+			} // else no informer of the rule covers the key any more
+			n += s.views.Sync(r, key, c, t)
 		}
 	}
 	return n
 }
+
+// none is an empty cache.
+type none struct{}
+
+func (none) GetByKey(string) (any, bool, error) { return nil, false, nil }
 
 // notify syncs each target sink's view of a notified key; it runs on the
 // informer's goroutines and never blocks.
@@ -407,7 +411,7 @@ func (b *Bridge) notify(n informer.Notification) {
 		sent := 0
 		for _, name := range names {
 			if s := set.byName[name]; s != nil {
-				sent += s.views.Sync(r, n.Key, n.Current, t)
+				sent += s.views.Sync(r, n.Key, n.Cache, t)
 			}
 		}
 		r.Count(sent > 0)

@@ -184,7 +184,9 @@ func TestIntentBesideAcknowledged(t *testing.T) {
 	r.Acked("bus", []*event.Event{first})
 	must(t, r.Flush(ctx))
 	repl := ev("a", "2", event.Added)
-	repl.UID = "u-a2"
+	o := repl.Object().DeepCopy()
+	o.SetUID("u-a2")
+	repl = event.Build(repl.RuleInfo(), event.Transition{Change: event.Added, Object: o, Time: time.Now(), Entered: 2})
 	must(t, r.Intend(ctx, "bus", []*event.Event{ev("a", "1", event.Deleted), repl}))
 	view, _ := LoadView(ctx, bolt, "bus", "r")
 	sl := view["ns/a"]

@@ -15,10 +15,10 @@ package event
 
 import (
 	"encoding/json"
-	"hash/fnv"
 	"strconv"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/wI2L/jsondiff"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -82,6 +82,9 @@ type Event struct {
 	// Queues keep order per Key, and a sink never has two events of one Key
 	// in flight.
 	Key string
+	// QueueKey is Key and UID: queues coalesce by it, so that a replaced
+	// object's deletion is never merged into its successor's addition.
+	QueueKey string
 	// Entered is when this incarnation of the object (UID) entered the
 	// rule's view, in unix nanoseconds: part of the id, and recorded in the
 	// checkpoint so that a replay of the transition gets the same id.
@@ -138,6 +141,7 @@ func Build(r *Rule, t Transition) *Event {
 		group = "core"
 	}
 	uid, rv := string(obj.GetUID()), obj.GetResourceVersion()
+	queueKey := r.Name + "/" + subject + "\x00" + uid // Key, then the uid: one allocation for both
 	return &Event{
 		ID:        ID(r.Name, uid, rv, t.Change, t.Entered),
 		Source:    "kubebridge/" + r.Cluster,
@@ -154,7 +158,8 @@ func Build(r *Rule, t Transition) *Event {
 		Namespace: ns,
 		Name:      name,
 		UID:       uid,
-		Key:       r.Name + "/" + subject,
+		Key:       queueKey[:len(queueKey)-len(uid)-1],
+		QueueKey:  queueKey,
 		Entered:   t.Entered,
 		Quiet:     t.Quiet,
 		rule:      r,
@@ -168,24 +173,28 @@ func Build(r *Rule, t Transition) *Event {
 // uid, resourceVersion and type stay readable for people and for
 // consumers that parse them; the tag separates rules and incarnations.
 func ID(rule, uid, rv string, change Type, entered int64) string {
-	h := fnv.New64a()
-	h.Write([]byte(rule))
-	h.Write([]byte{0})
-	h.Write(strconv.AppendInt(nil, entered, 10))
-	var tag [16]byte
-	hex := strconv.AppendUint(tag[:0], h.Sum64()&(1<<48-1), 16)
-	b := make([]byte, 0, len(uid)+len(rv)+len(change)+16)
+	const offset64, prime64 = 14695981039346656037, 1099511628211
+	h := uint64(offset64)
+	for i := 0; i < len(rule); i++ {
+		h = (h ^ uint64(rule[i])) * prime64
+	}
+	h *= prime64 // the 0 separator
+	var num [20]byte
+	for _, c := range strconv.AppendInt(num[:0], entered, 10) {
+		h = (h ^ uint64(c)) * prime64
+	}
+	b := make([]byte, 0, len(uid)+len(rv)+len(change)+15)
 	b = append(b, uid...)
 	b = append(b, '.')
-	for range 12 - len(hex) {
-		b = append(b, '0')
+	const hex = "0123456789abcdef"
+	for shift := 44; shift >= 0; shift -= 4 {
+		b = append(b, hex[(h>>shift)&15])
 	}
-	b = append(b, hex...)
 	b = append(b, '.')
 	b = append(b, rv...)
 	b = append(b, '.')
 	b = append(b, change...)
-	return string(b)
+	return unsafe.String(unsafe.SliceData(b), len(b))
 }
 
 // WithReplay returns a copy of e marked as a replay (kbreplay).
@@ -214,7 +223,7 @@ func (e *Event) clone() *Event {
 		ID: e.ID, Source: e.Source, Type: e.Type, Subject: e.Subject, Time: e.Time,
 		Rule: e.Rule, Cluster: e.Cluster, Replay: e.Replay, Reason: e.Reason,
 		Change: e.Change, GVR: e.GVR, Kind: e.Kind, Namespace: e.Namespace, Name: e.Name, UID: e.UID, Key: e.Key,
-		Entered: e.Entered, Quiet: e.Quiet, rule: e.rule, object: e.object, oldObject: e.oldObject,
+		QueueKey: e.QueueKey, Entered: e.Entered, Quiet: e.Quiet, rule: e.rule, object: e.object, oldObject: e.oldObject,
 	}
 }
 

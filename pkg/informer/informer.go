@@ -162,13 +162,13 @@ func universalFields(selector string) bool {
 }
 
 // Notification says that an object key may have changed. The receiver
-// reads the key's current state (Current, the informer's cache) and syncs
-// each target sink's view of each rule; it is called on the informer's
+// syncs each target sink's view of each rule with the state it carries, or
+// reads the key's current state from Cache; it is called on the informer's
 // goroutine and must not block.
 type Notification struct {
 	Key     string                     // namespace/name, or name
 	Targets map[*filters.Rule][]string // rules to evaluate and the sinks to sync for each
-	Current func() (*unstructured.Unstructured, bool)
+	Cache   cache.KeyGetter            // the informer's cache
 	Object  *unstructured.Unstructured // the state an add or update notification carries
 	Gone    *unstructured.Unstructured // the last state, for a delete notification
 	Resync  bool                       // an informer resync: a replay to the registration's sinks
@@ -426,27 +426,16 @@ func (in *Informers) Specs() []string {
 	return out
 }
 
-// Current returns the lookup of key's current state in the cache of the
-// informer that holds key for rule r (nil if no informer of r covers it).
-func (in *Informers) Current(r *filters.Rule, key string) func() (*unstructured.Unstructured, bool) {
+// Cache returns the cache of the informer that holds key for rule r (nil if
+// no informer of r covers it).
+func (in *Informers) Cache(r *filters.Rule, key string) cache.KeyGetter {
 	ns, _, _ := cache.SplitMetaNamespaceKey(key)
 	for _, run := range in.running {
 		if slices.Contains(run.Rules, r) && (run.Spec.Namespace == "" || run.Spec.Namespace == ns) {
-			return run.current(key)
+			return run.informer.GetIndexer()
 		}
 	}
 	return nil
-}
-
-func (run *running) current(key string) func() (*unstructured.Unstructured, bool) {
-	return func() (*unstructured.Unstructured, bool) {
-		obj, ok, err := run.informer.GetIndexer().GetByKey(key)
-		if err != nil || !ok {
-			return nil, false
-		}
-		u, ok := obj.(*unstructured.Unstructured)
-		return u, ok
-	}
 }
 
 // handler notifies the key of every notification to the rules in targets.
@@ -459,7 +448,7 @@ func (run *running) handler(in *Informers, targets map[*filters.Rule][]string, r
 		if err != nil {
 			return
 		}
-		in.notify(Notification{Key: key, Targets: targets, Current: run.current(key), Object: state, Gone: gone, Resync: resync})
+		in.notify(Notification{Key: key, Targets: targets, Cache: run.informer.GetIndexer(), Object: state, Gone: gone, Resync: resync})
 	}
 	return cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc: func(obj any, initialList bool) {
@@ -534,7 +523,7 @@ func (in *Informers) syncNamespace(r *filters.Rule, ns string) {
 			if err != nil {
 				continue
 			}
-			in.notify(Notification{Key: key, Targets: targets, Current: run.current(key)})
+			in.notify(Notification{Key: key, Targets: targets, Cache: run.informer.GetIndexer()})
 		}
 	}
 }

@@ -133,7 +133,7 @@ rules:
 				if n.Object != want || n.Gone != nil || n.Resync {
 					b.Fatalf("%s: object %s, gone %s, resync %v; want object %s", n.Key, ref(n.Object), ref(n.Gone), n.Resync, ref(want))
 				}
-				if u, ok := n.Current(); !ok || u != want {
+				if u, ok := current(n); !ok || u != want {
 					b.Fatalf("%s: Current() = %s, %v; want %s, the notified state", n.Key, ref(u), ok, ref(want))
 				}
 				t := view.Trigger{Object: n.Object, Gone: n.Gone, Now: time.Now()}
@@ -144,7 +144,7 @@ rules:
 					s := 0
 					for _, name := range names {
 						if v := views[name]; v != nil {
-							s += v.Sync(r, n.Key, n.Current, t)
+							s += v.Sync(r, n.Key, n.Cache, t)
 						}
 					}
 					r.Count(s > 0)
@@ -255,7 +255,7 @@ type received struct {
 type recorder struct{ got []received }
 
 func (rec *recorder) notify(n Notification) {
-	cur, ok := n.Current()
+	cur, ok := current(n)
 	rec.got = append(rec.got, received{Notification: n, cur: cur, ok: ok})
 }
 
@@ -473,7 +473,7 @@ func TestNamespaceHandlerNotifies(t *testing.T) {
 
 // Current finds a key in the cache of the informer that holds it for the
 // rule: per-namespace informers by the key's namespace.
-func TestCurrent(t *testing.T) {
+func TestCache(t *testing.T) {
 	rules := compileRules(t, `  - {name: two, resource: v1/configmaps, namespaces: [a, b], sinks: [live]}
   - {name: other, resource: v1/secrets, sinks: [live]}
 `)
@@ -490,22 +490,32 @@ func TestCurrent(t *testing.T) {
 	if err := in.running[1].informer.GetIndexer().Add(bx); err != nil {
 		t.Fatal(err)
 	}
-	if cur := in.Current(two, "b/x"); cur == nil {
-		t.Error("Current(two, b/x) = nil")
-	} else if u, ok := cur(); !ok || u != bx {
-		t.Errorf("Current(two, b/x)() = %s, %v", ref(u), ok)
+	if cur := in.Cache(two, "b/x"); cur == nil {
+		t.Error("Cache(two, b/x) = nil")
+	} else if u, ok := current(Notification{Key: "b/x", Cache: cur}); !ok || u != bx {
+		t.Errorf("Cache(two, b/x)() = %s, %v", ref(u), ok)
 	}
-	if cur := in.Current(two, "a/x"); cur == nil {
-		t.Error("Current(two, a/x) = nil")
-	} else if u, ok := cur(); ok {
-		t.Errorf("Current(two, a/x)() = %s, found in namespace a's cache", ref(u))
+	if cur := in.Cache(two, "a/x"); cur == nil {
+		t.Error("Cache(two, a/x) = nil")
+	} else if u, ok := current(Notification{Key: "a/x", Cache: cur}); ok {
+		t.Errorf("Cache(two, a/x)() = %s, found in namespace a's cache", ref(u))
 	}
-	if in.Current(two, "c/x") != nil {
-		t.Error("Current(two, c/x): no informer of the rule covers namespace c")
+	if in.Cache(two, "c/x") != nil {
+		t.Error("Cache(two, c/x): no informer of the rule covers namespace c")
 	}
-	if cur := in.Current(other, "b/x"); cur == nil {
-		t.Error("Current(other, b/x) = nil: its informer covers every namespace")
-	} else if _, ok := cur(); ok {
-		t.Error("Current(other, b/x)() found the other resource's object")
+	if cur := in.Cache(other, "b/x"); cur == nil {
+		t.Error("Cache(other, b/x) = nil: its informer covers every namespace")
+	} else if _, ok := current(Notification{Key: "b/x", Cache: cur}); ok {
+		t.Error("Cache(other, b/x)() found the other resource's object")
 	}
+}
+
+// current reads a notification's key from its cache.
+func current(n Notification) (*unstructured.Unstructured, bool) {
+	item, ok, err := n.Cache.GetByKey(n.Key)
+	if err != nil || !ok {
+		return nil, false
+	}
+	u, ok := item.(*unstructured.Unstructured)
+	return u, ok
 }

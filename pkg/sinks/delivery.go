@@ -125,7 +125,7 @@ func (d *Delivery) Offer(ev *event.Event) {
 	if len(d.shards) > 1 {
 		s = d.shards[maphash.String(d.seed, ev.Key)%uint64(len(d.shards))]
 	}
-	s.queue.Offer(ev.Key+"\x00"+ev.UID, ev)
+	s.queue.Offer(ev.QueueKey, ev)
 }
 
 // Close stops accepting events; Run drains what is queued, then returns.

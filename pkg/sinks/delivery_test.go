@@ -296,7 +296,9 @@ func TestOverflowKeepsBothIncarnations(t *testing.T) {
 	d.Offer(ev("first", "1", event.Added)) // fills the ring
 	old := ev("a", "5", event.Deleted)
 	repl := ev("a", "6", event.Added)
-	repl.UID = "u-a2"
+	o := repl.Object().DeepCopy()
+	o.SetUID("u-a2")
+	repl = event.Build(repl.RuleInfo(), event.Transition{Change: event.Added, Object: o, Time: time.Now(), Entered: 2})
 	d.Offer(old)
 	d.Offer(repl)
 	d.Close()

@@ -45,9 +45,11 @@ import (
 // Offer hands an event to the sink's queue. It must not block.
 type Offer func(ev *event.Event)
 
-// Current returns the desired state of an object key: the informer cache's
-// current object, ok false when the cache has none.
-type Current func() (obj *unstructured.Unstructured, ok bool)
+// Lookup reads the desired state of object keys: the informer's cache
+// (a cache.Indexer is one).
+type Lookup interface {
+	GetByKey(key string) (item any, exists bool, err error)
+}
 
 // held is one incarnation of an object the sink has been handed.
 type held struct {
@@ -152,7 +154,7 @@ type Trigger struct {
 	// a replay, which also re-sends an unchanged object as updated.
 	Replay string
 	// Object is the state a live add or update notification carries (nil
-	// for other triggers: they read Current).
+	// for other triggers: they read the cache).
 	Object *unstructured.Unstructured
 	// Gone is the last state of a deleted object, from its delete
 	// notification (nil otherwise): the data of its deleted event.
@@ -163,9 +165,9 @@ type Trigger struct {
 }
 
 // Sync brings what the sink was handed of key under rule r to the desired
-// state read from current, offering the transitions. It returns how many
-// events are to be sent (not quiet).
-func (s *Sink) Sync(r *filters.Rule, key string, current Current, t Trigger) int {
+// state (the trigger's object, or else read from cache), offering the
+// transitions. It returns how many events are to be sent (not quiet).
+func (s *Sink) Sync(r *filters.Rule, key string, cache Lookup, t Trigger) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.ready {
@@ -190,7 +192,9 @@ func (s *Sink) Sync(r *filters.Rule, key string, current Current, t Trigger) int
 		}
 		obj, exists = t.Object, true
 	default:
-		obj, exists = current()
+		if item, ok, err := cache.GetByKey(key); err == nil && ok {
+			obj, exists = item.(*unstructured.Unstructured)
+		}
 	}
 	var desired *unstructured.Unstructured
 	if exists && r.InView(obj) {

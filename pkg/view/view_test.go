@@ -57,7 +57,17 @@ func newWorld(t *testing.T) *world {
 	return w
 }
 
-func (w *world) current() (*unstructured.Unstructured, bool) { return w.obj, w.obj != nil }
+// lookup is a one-key cache.
+type lookup func() *unstructured.Unstructured
+
+func (l lookup) GetByKey(string) (any, bool, error) {
+	if o := l(); o != nil {
+		return o, true, nil
+	}
+	return nil, false, nil
+}
+
+func (w *world) current() *unstructured.Unstructured { return w.obj }
 
 // set changes the cache and syncs; it returns what was offered, as
 // "change[:reason][:quiet] uid rv".
@@ -66,7 +76,7 @@ func (w *world) set(r *filters.Rule, obj *unstructured.Unstructured, tr Trigger)
 	w.now = w.now.Add(time.Second)
 	tr.Now = w.now
 	w.got = nil
-	w.sink.Sync(r, "a/x", w.current, tr)
+	w.sink.Sync(r, "a/x", lookup(w.current), tr)
 	return describe(w.got)
 }
 
@@ -256,7 +266,7 @@ func TestConcurrentTriggers(t *testing.T) {
 	var got []*event.Event
 	s := NewSink("s", func(ev *event.Event) { mu.Lock(); got = append(got, ev); mu.Unlock() })
 	s.Start()
-	current := func() (*unstructured.Unstructured, bool) { o := state.Load(); return o, o != nil }
+	current := lookup(state.Load)
 	const last = 2000
 	var wg sync.WaitGroup
 	for g := range 4 {
@@ -301,7 +311,7 @@ func TestNotificationsCarryTheirState(t *testing.T) {
 		w.got = nil
 		w.now = w.now.Add(time.Second)
 		tr.Now = w.now
-		w.sink.Sync(r, "a/x", w.current, tr)
+		w.sink.Sync(r, "a/x", lookup(w.current), tr)
 		return describe(w.got)
 	}
 	eq(t, "add notification", tr(Trigger{Object: cm("u1", "11", nil)}), "added u1 11")
