@@ -201,11 +201,14 @@ func (s *Sink) Sync(r *filters.Rule, key string, cache Lookup, t Trigger) int {
 		desired = obj
 	}
 	sent := 0
-	emit := func(tr event.Transition) {
+	// emit offers a transition; partial says its object is only the
+	// metadata a checkpoint kept, which an event-filter where cannot judge:
+	// such a deletion is sent rather than lost.
+	emit := func(tr event.Transition, partial bool) {
 		tr.Time, tr.Replay = t.Now, t.Replay
 		tr.Quiet = !r.Delivers(tr.Change) ||
 			(tr.Change == event.Updated && tr.Old != nil && !r.Changed(tr.Old, tr.Object)) ||
-			!r.PassesEventFilter(tr.Object, tr.Old, tr.Change)
+			(!partial && !r.PassesEventFilter(tr.Object, tr.Old, tr.Change))
 		if !tr.Quiet {
 			sent++
 		}
@@ -220,27 +223,28 @@ func (s *Sink) Sync(r *filters.Rule, key string, cache Lookup, t Trigger) int {
 			entered = g.entered // its added may have been sent: the same id again
 			continue
 		}
-		emit(event.Transition{Change: event.Deleted, Object: g.obj, Entered: g.entered})
+		emit(event.Transition{Change: event.Deleted, Object: g.obj, Entered: g.entered}, true)
 	}
 	cur := sl.cur
 	if cur != nil && (desired == nil || cur.uid != string(desired.GetUID())) {
 		tr := event.Transition{Change: event.Deleted, Object: cur.obj, Entered: cur.entered}
+		partial := cur.partial
 		switch {
 		case exists && string(obj.GetUID()) == cur.uid: // still there, out of the view
-			tr.Object, tr.Reason = obj, event.ReasonUnmatched
+			tr.Object, tr.Reason, partial = obj, event.ReasonUnmatched, false
 			if !cur.partial {
 				tr.Old = cur.obj
 			}
 		case t.Gone != nil && string(t.Gone.GetUID()) == cur.uid:
-			tr.Object = t.Gone
+			tr.Object, partial = t.Gone, false
 		}
-		emit(tr)
+		emit(tr, partial)
 		cur = nil
 	}
 	switch {
 	case desired == nil:
 	case cur == nil:
-		emit(event.Transition{Change: event.Added, Object: desired, Entered: entered})
+		emit(event.Transition{Change: event.Added, Object: desired, Entered: entered}, false)
 		cur = &held{uid: string(desired.GetUID()), entered: entered}
 	case cur.rv != desired.GetResourceVersion() || t.Replay == event.ReplayResync:
 		tr := event.Transition{Change: event.Updated, Object: desired, Entered: cur.entered}
@@ -250,7 +254,7 @@ func (s *Sink) Sync(r *filters.Rule, key string, cache Lookup, t Trigger) int {
 		if cur.rv == desired.GetResourceVersion() && !r.Delivers(event.Updated) {
 			break // a replay of what the rule does not send: nothing to record
 		}
-		emit(tr)
+		emit(tr, false)
 	}
 	if cur == nil {
 		delete(v, key)

@@ -326,3 +326,19 @@ func TestNotificationsCarryTheirState(t *testing.T) {
 	eq(t, "the notification of the state handed", tr(Trigger{Object: cm("u2", "20", nil)}))
 	eq(t, "a newer one", tr(Trigger{Object: cm("u2", "21", nil)}), "updated u2 21")
 }
+
+// A deletion found on restart carries only the metadata the checkpoint
+// kept: an event-filter where that reads the body cannot judge it, and it
+// is sent rather than lost.
+func TestCheckpointDeletionPassesEventFilter(t *testing.T) {
+	r := compile(t, "    where: \"type == 'deleted' && object.data.keep == 'yes'\"\n", nil)
+	w := newWorld(t)
+	w.sink.Load("r", map[string]*checkpoint.Slot{"a/x": {Acked: &checkpoint.Entry{UID: "u1", ResourceVersion: "5", Namespace: "a", Name: "x"}}})
+	eq(t, "deleted while down", w.set(r, nil, Trigger{Replay: event.ReplayCheckpoint}), "deleted u1 5")
+
+	w = newWorld(t)
+	o := cm("u1", "1", nil)
+	o.Object["data"] = map[string]any{"keep": "no"}
+	eq(t, "live: the filter applies", w.set(r, o, Trigger{}), "added:quiet u1 1")
+	eq(t, "live deletion outside the filter", w.set(r, nil, Trigger{Gone: o}), "deleted:quiet u1 1")
+}
