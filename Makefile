@@ -29,9 +29,12 @@ lint: ## gofmt, go vet, and no tracked file over 1 MB (build outputs belong in .
 validate-examples: build ## every example in config/ must validate
 	@for f in config/*.yaml; do ./$(BIN)/bridge validate --config $$f || exit 1; done
 
-chaos: tools ## the fault-injection tests, longer: 20 SIGKILLs, a 60 s webhook outage, failover, apiserver and NATS restarts
-	KUBEBRIDGE_CHAOS_KILLS=20 KUBEBRIDGE_TEST_OUTAGE=60s $(GO) test -race -count=1 -v -timeout 30m \
-	  -run 'SIGKILL|Failover|NATSKV|DeleteWhileWatchBroken|WebhookOutage|NATSRestartUnderLoad|APIServerRestartUnderLoad|FlakyThenDownThenBack|RestartMidStream|Contract' \
+MODEL_OPS  ?= 250
+MODEL_RUNS ?= 3
+chaos: tools ## the fault-injection tests, longer: 20 SIGKILLs, a 60 s webhook outage, failover, apiserver and NATS restarts, the model test ($(MODEL_RUNS) seeds x $(MODEL_OPS) ops; KUBEBRIDGE_MODEL_SEED fixes the first)
+	KUBEBRIDGE_CHAOS_KILLS=20 KUBEBRIDGE_TEST_OUTAGE=60s KUBEBRIDGE_MODEL_OPS=$(MODEL_OPS) KUBEBRIDGE_MODEL_RUNS=$(MODEL_RUNS) \
+	  $(GO) test -race -count=1 -v -timeout 45m \
+	  -run 'SIGKILL|Failover|NATSKV|DeleteWhileWatchBroken|WebhookOutage|NATSRestartUnderLoad|APIServerRestartUnderLoad|FlakyThenDownThenBack|RestartMidStream|Contract|Model' \
 	  ./test/e2e ./pkg/sinks/...
 
 BENCH_ARGS ?=

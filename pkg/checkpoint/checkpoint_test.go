@@ -121,10 +121,10 @@ func TestRecorder(t *testing.T) {
 	added := ev("a", "1", event.Added)
 	must(t, r.Intend(ctx, "bus", []*event.Event{added, ev("gone", "1", event.Deleted), ev("q", "1", event.Added).WithQuiet(true)}))
 	view, _ := LoadView(ctx, s, "bus", "r")
-	if sl := view["ns/a"]; sl == nil || sl.Acked != nil || len(sl.Pending) != 1 || sl.Pending[0].UID != "u-a" || sl.Pending[0].Entered != added.Entered || len(view) != 1 {
-		t.Fatalf("after intent: %+v, want ns/a pending with its entry time (quiet and deleted events need none)", view)
+	if sl := view["ns/a"]; sl == nil || sl.Acked != nil || len(sl.Pending) != 1 || sl.Pending[0].UID != "u-a" || sl.Pending[0].Entered != added.Entered || len(view) != 2 || view["ns/q"] == nil {
+		t.Fatalf("after intent: %+v, want ns/a and ns/q (quiet: its rule may send only the deletion) pending with their entry time, deletions need none", view)
 	}
-	r.Acked("bus", []*event.Event{added, ev("b", "2", event.Added)})
+	r.Acked("bus", []*event.Event{added, ev("b", "2", event.Added), ev("q", "1", event.Deleted)})
 	updated := event.Build(added.RuleInfo(), event.Transition{Change: event.Updated, Object: ev("a", "3", event.Updated).Object(), Entered: added.Entered})
 	r.Acked("bus", []*event.Event{updated, ev("b", "4", event.Deleted)})
 	if view, _ := LoadView(ctx, s, "bus", "r"); view["ns/a"].Acked != nil {

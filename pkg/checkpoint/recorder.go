@@ -82,9 +82,11 @@ func (r *Recorder) Intend(ctx context.Context, sink string, events []*event.Even
 	r.mu.Lock()
 	var grown map[changeKey][]Entry
 	for _, e := range events {
-		if e.Quiet || e.Change == event.Deleted {
+		if e.Change == event.Deleted {
 			continue
 		}
+		// Quiet ones too: a rule that sends only deletions must still learn,
+		// after a crash, of an object it was about to record.
 		k := changeKey{sink, e.Rule, ObjectKey(e.Namespace, e.Name)}
 		inc := incarnation(e.UID, e.Entered)
 		if r.durable[k] == inc {
@@ -126,7 +128,7 @@ func (r *Recorder) Intend(ctx context.Context, sink string, events []*event.Even
 func (r *Recorder) Acked(sink string, events []*event.Event) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var resolved map[changeKey][]uint64
+	var resolved map[changeKey][]string // uids this batch settled, per key
 	for _, e := range events {
 		k := changeKey{sink, e.Rule, ObjectKey(e.Namespace, e.Name)}
 		if e.Change == event.Deleted {
@@ -137,14 +139,15 @@ func (r *Recorder) Acked(sink string, events []*event.Event) {
 		}
 		if len(r.maybe[k]) > 0 {
 			if resolved == nil {
-				resolved = map[changeKey][]uint64{}
+				resolved = map[changeKey][]string{}
 			}
-			resolved[k] = append(resolved[k], incarnation(e.UID, e.Entered))
+			resolved[k] = append(resolved[k], e.UID)
 		}
 	}
-	// Pending incarnations this batch delivered (or deleted) are settled.
-	for k, incs := range resolved {
-		list := slices.DeleteFunc(slices.Clone(r.maybe[k]), func(p Entry) bool { return slices.Contains(incs, incarnation(p.UID, p.Entered)) })
+	// Pending incarnations of the uids this batch delivered or deleted are
+	// settled: consumers key by uid, and the batch told them its last state.
+	for k, uids := range resolved {
+		list := slices.DeleteFunc(slices.Clone(r.maybe[k]), func(p Entry) bool { return slices.Contains(uids, p.UID) })
 		if len(list) == len(r.maybe[k]) {
 			continue
 		}

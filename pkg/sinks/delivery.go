@@ -61,8 +61,9 @@ type Delivery struct {
 	// its events (checkpoints; latency metrics: now minus each event's Time).
 	// It runs on the worker and must be quick.
 	OnAck func(events []*event.Event)
-	// BeforeSend, when set before Run, is called once before a batch is first
-	// sent; while it fails, the batch is retried as if the sink had failed.
+	// BeforeSend, when set before Run, is called once with a whole batch
+	// (quiet events included) before it is first sent; while it fails, the
+	// batch is retried as if the sink had failed.
 	BeforeSend func(ctx context.Context, events []*event.Event) error
 	// Fence, when set before Run, is checked before every send attempt; while
 	// it fails (e.g. this replica may not be the leader), nothing is sent.
@@ -240,12 +241,15 @@ func (d *Delivery) deliver(ctx context.Context, batch []*event.Event) bool {
 	}
 	wait := d.retry.InitialInterval.D()
 	start := time.Now()
-	prepared := d.BeforeSend == nil || len(pending) == 0
-	for attempt := 1; len(pending) > 0; attempt++ {
+	prepared := d.BeforeSend == nil
+	for attempt := 1; !prepared || len(pending) > 0; attempt++ {
 		var err error
 		if !prepared {
-			if err = d.BeforeSend(ctx, pending); err == nil {
+			if err = d.BeforeSend(ctx, batch); err == nil {
 				prepared = true
+				if len(pending) == 0 {
+					break
+				}
 			}
 		}
 		if prepared && d.Fence != nil {

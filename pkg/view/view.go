@@ -223,7 +223,11 @@ func (s *Sink) Sync(r *filters.Rule, key string, cache Lookup, t Trigger) int {
 			entered = g.entered // its added may have been sent: the same id again
 			continue
 		}
-		emit(event.Transition{Change: event.Deleted, Object: g.obj, Entered: g.entered}, true)
+		tr, partial := event.Transition{Change: event.Deleted, Object: g.obj, Entered: g.entered}, true
+		if exists && string(obj.GetUID()) == g.uid { // still there, out of the view
+			tr.Object, tr.Reason, partial = obj, event.ReasonUnmatched, false
+		}
+		emit(tr, partial)
 	}
 	cur := sl.cur
 	if cur != nil && (desired == nil || cur.uid != string(desired.GetUID())) {

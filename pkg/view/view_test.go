@@ -189,7 +189,7 @@ func TestResyncReplay(t *testing.T) {
 }
 
 func TestFromCheckpoint(t *testing.T) {
-	r := compile(t, "", nil)
+	r := compile(t, "    labelSelector: '!out'\n", nil)
 	entry := func(uid, rv string, entered int64) checkpoint.Entry {
 		return checkpoint.Entry{UID: uid, ResourceVersion: rv, Namespace: "a", Name: "x", Entered: entered, Labels: map[string]string{"l": "v"}}
 	}
@@ -205,6 +205,7 @@ func TestFromCheckpoint(t *testing.T) {
 		{"re-created while down", checkpoint.Slot{Acked: ptr(entry("u1", "5", 1))}, cm("u2", "8", nil), []string{"deleted u1 5", "added u2 8"}},
 		{"sent, not acknowledged, still there", checkpoint.Slot{Pending: []checkpoint.Entry{entry("u2", "", 42)}}, cm("u2", "8", nil), []string{"added u2 8"}},
 		{"sent, not acknowledged, gone", checkpoint.Slot{Pending: []checkpoint.Entry{entry("u2", "", 42)}}, nil, []string{"deleted u2 "}},
+		{"sent, not acknowledged, out of the view", checkpoint.Slot{Pending: []checkpoint.Entry{entry("u2", "", 42)}}, cm("u2", "8", map[string]string{"out": "yes"}), []string{"deleted:unmatched u2 8"}},
 		{"acknowledged and a replacement in flight, both gone", checkpoint.Slot{Acked: ptr(entry("u1", "5", 1)), Pending: []checkpoint.Entry{entry("u2", "", 42)}}, cm("u3", "9", nil),
 			[]string{"deleted u2 ", "deleted u1 5", "added u3 9"}},
 	} {

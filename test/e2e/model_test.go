@@ -1,0 +1,1230 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/kubebridge/kubebridge/internal/testenv"
+)
+
+// TestModel is a seeded randomized model test of the delivery contract
+// (DESIGN.md sections 3 to 5). A random schedule of object changes (create,
+// update, delete, delete+recreate under the same name, label changes that
+// move objects in and out of views, namespace label flips under a
+// namespaceSelector) is interleaved with faults (bridge SIGKILL and SIGTERM
+// restarts, webhook outages, hot reloads that change selectors, apiserver
+// restarts with changes made while it is down, NATS restarts). The bridge
+// runs as a subprocess with a file checkpoint and three sinks: a file, a
+// JetStream stream and a webhook. After quiescence a checker compares what
+// each sink received with the apiserver's truth:
+//
+//   - rules with events [added, updated, deleted]: a consumer that applies
+//     the events in arrival order, keyed by uid (added/updated hold the uid
+//     at that resourceVersion, deleted drops it), holds exactly the rule's
+//     view computed from the apiserver (each object at its final
+//     resourceVersion, no other uid);
+//   - rules with events [deleted] or [updated, deleted]: every uid that the
+//     full rule with the same selectors saw on the same sink and that is
+//     not in the final view has a last event that is a deletion;
+//   - no event of a type the rule does not deliver;
+//   - a deletion of an object that still exists says kbreason: unmatched;
+//   - one id never names two different transitions (rule, type, uid,
+//     resourceVersion, kbreason, and for full rules which entry of the uid
+//     into the view it belongs to); duplicates are allowed and counted.
+//
+// Environment:
+//
+//	KUBEBRIDGE_MODEL_SEED    first seed (default: time-based); each run logs its seed
+//	KUBEBRIDGE_MODEL_OPS     operations per run (default 60)
+//	KUBEBRIDGE_MODEL_RUNS    runs, with seeds SEED, SEED+1, ... (default 1)
+//	KUBEBRIDGE_MODEL_FAULTS  comma list of kill,term,hook,reload,apiserver,nats; "none"; default all
+//	KUBEBRIDGE_MODEL_RULES   comma list of rule names to configure (default all: a-all,a-del,b-all,b-upd,c-all,c-del)
+//	KUBEBRIDGE_MODEL_KEEP    a directory: on failure, the bridge log and what each sink received are copied there
+//
+// The seed fixes the schedule (operations, their targets, fault kinds and
+// durations), not the timing relative to the bridge, so a rerun with the
+// same seed explores the same scenario but may interleave differently.
+func TestModel(t *testing.T) {
+	seed := time.Now().UnixNano() % 1_000_000_000
+	if s, err := strconv.ParseInt(os.Getenv("KUBEBRIDGE_MODEL_SEED"), 10, 64); err == nil {
+		seed = s
+	}
+	ops := modelEnvInt("KUBEBRIDGE_MODEL_OPS", 60)
+	runs := modelEnvInt("KUBEBRIDGE_MODEL_RUNS", 1)
+	faults := map[string]bool{}
+	for _, f := range modelFaultKinds {
+		faults[f] = true
+	}
+	if v := os.Getenv("KUBEBRIDGE_MODEL_FAULTS"); v != "" {
+		faults = map[string]bool{}
+		for _, f := range strings.Split(v, ",") {
+			if f = strings.TrimSpace(f); f != "" && f != "none" {
+				if !slices.Contains(modelFaultKinds, f) {
+					t.Fatalf("KUBEBRIDGE_MODEL_FAULTS: unknown fault %q (known: %v)", f, modelFaultKinds)
+				}
+				faults[f] = true
+			}
+		}
+	}
+	var only map[string]bool
+	if v := os.Getenv("KUBEBRIDGE_MODEL_RULES"); v != "" {
+		only = map[string]bool{}
+		for _, r := range strings.Split(v, ",") {
+			only[strings.TrimSpace(r)] = true
+		}
+	}
+	for i := range runs {
+		s := seed + int64(i)
+		t.Run(fmt.Sprintf("seed=%d", s), func(t *testing.T) {
+			m := &modelRun{t: t, seed: s, nOps: ops, faults: faults, only: only}
+			m.run()
+		})
+	}
+}
+
+func modelEnvInt(name string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
+		return n
+	}
+	return def
+}
+
+var (
+	modelFaultKinds = []string{"kill", "term", "hook", "reload", "apiserver", "nats"}
+	modelNamespaces = []string{"mdl-a", "mdl-b", "mdl-c", "mdl-d"}
+	modelNames      = []string{"o0", "o1", "o2", "o3", "o4", "o5"}
+	modelSinks      = []string{"file", "bus", "hook"}
+	modelAllEvents  = []string{"added", "updated", "deleted"}
+)
+
+// modelRule is one rule of the config; family names the selectors it
+// shares with the other rules of its family (one full rule, one partial).
+type modelRule struct {
+	name, family string
+	events       []string
+}
+
+var modelRules = []modelRule{
+	{"a-all", "a", modelAllEvents},
+	{"a-del", "a", []string{"deleted"}},
+	{"b-all", "b", modelAllEvents},
+	{"b-upd", "b", []string{"updated", "deleted"}},
+	{"c-all", "c", modelAllEvents},
+	{"c-del", "c", []string{"deleted"}},
+}
+
+func (r modelRule) full() bool { return len(r.events) == 3 }
+
+// modelSelectors are a family's selectors in a config variant (0 or 1;
+// a hot reload switches variants).
+type modelSelectors struct {
+	namespaces        []string
+	namespaceSelector string
+	labelSelector     string
+}
+
+func modelFamily(family string, variant int) modelSelectors {
+	switch family {
+	case "a":
+		if variant == 1 {
+			return modelSelectors{namespaces: []string{"mdl-a", "mdl-b"}, labelSelector: "team in (red,blue)"}
+		}
+		return modelSelectors{namespaces: []string{"mdl-a", "mdl-b"}, labelSelector: "team=red"}
+	case "b":
+		return modelSelectors{namespaceSelector: "kbmodel=on", labelSelector: "tier!=skip"}
+	default:
+		if variant == 1 {
+			return modelSelectors{namespaces: []string{"mdl-a", "mdl-c"}, labelSelector: "team!=green"}
+		}
+		return modelSelectors{namespaces: []string{"mdl-a", "mdl-c"}}
+	}
+}
+
+// matches applies the selectors to an object, as the bridge should.
+func (s modelSelectors) matches(o modelObj, nsLabels map[string]map[string]string) bool {
+	if len(s.namespaces) > 0 && !slices.Contains(s.namespaces, o.ns) {
+		return false
+	}
+	if s.namespaceSelector != "" {
+		sel, err := labels.Parse(s.namespaceSelector)
+		if err != nil || !sel.Matches(labels.Set(nsLabels[o.ns])) {
+			return false
+		}
+	}
+	if s.labelSelector != "" {
+		sel, err := labels.Parse(s.labelSelector)
+		if err != nil || !sel.Matches(labels.Set(o.labels)) {
+			return false
+		}
+	}
+	return true
+}
+
+// modelObj is an object as the apiserver holds it.
+type modelObj struct {
+	ns, name, uid, rv string
+	labels            map[string]string
+}
+
+type modelBridge struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+}
+
+// modelRun is one seeded run: its own control plane, NATS, webhook and bridge.
+type modelRun struct {
+	t      *testing.T
+	seed   int64
+	nOps   int
+	faults map[string]bool
+	only   map[string]bool
+	rng    *rand.Rand
+
+	cp   *testenv.ControlPlane
+	cs   kubernetes.Interface
+	nats *testenv.NATS
+	nc   *natsgo.Conn
+	js   jetstream.JetStream
+	hook *hookReceiver
+
+	dir, cfgPath, ckptPath, logPath, filePath string
+	bridge                                    *modelBridge
+	variant                                   int
+	hookUpAt                                  time.Time // zero while the webhook is up
+
+	start time.Time
+	opLog []string
+	live  map[string][]string // namespace -> names that exist (as far as the generator knows)
+	uids  map[string]string   // namespace/name -> uid of the last creation
+	nsOn  map[string]bool     // namespace -> kbmodel=on
+
+	notes     []string       // fault outcomes worth reporting (not failures)
+	kinds     map[string]int // operations scheduled, by kind
+	noMetrics bool
+}
+
+func (m *modelRun) rules() []modelRule {
+	var out []modelRule
+	for _, r := range modelRules {
+		if m.only == nil || m.only[r.name] {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func (m *modelRun) logOp(format string, args ...any) {
+	line := fmt.Sprintf("#%03d +%6.2fs ", len(m.opLog), time.Since(m.start).Seconds()) + fmt.Sprintf(format, args...)
+	m.opLog = append(m.opLog, line)
+}
+
+func (m *modelRun) seedLine() string {
+	return fmt.Sprintf("seed %d (rerun with KUBEBRIDGE_MODEL_SEED=%d)", m.seed, m.seed)
+}
+
+func (m *modelRun) run() {
+	t := m.t
+	t.Logf("seed %d (rerun with KUBEBRIDGE_MODEL_SEED=%d)", m.seed, m.seed)
+	m.rng = rand.New(rand.NewPCG(uint64(m.seed), 0x6b75626562726964))
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("%s\noperation log:\n  %s", m.seedLine(), strings.Join(m.opLog, "\n  "))
+		}
+	})
+
+	m.cp = testenv.StartControlPlane(t)
+	m.cs = m.cp.Clientset(t)
+	m.nats = testenv.StartNATS(t)
+	var err error
+	m.nc, err = natsgo.Connect(m.nats.ClientURL(), natsgo.MaxReconnects(-1), natsgo.ReconnectWait(100*time.Millisecond))
+	must(t, err)
+	t.Cleanup(m.nc.Close)
+	m.js, err = jetstream.New(m.nc)
+	must(t, err)
+	m.hook = &hookReceiver{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(testenv.FreePort()))}
+	m.hook.up(t)
+	t.Cleanup(func() {
+		if m.hookUpAt.IsZero() {
+			m.hook.down()
+		}
+	})
+
+	m.dir = t.TempDir()
+	m.cfgPath = filepath.Join(m.dir, "config.yaml")
+	m.ckptPath = filepath.Join(m.dir, "state.db")
+	m.logPath = filepath.Join(m.dir, "bridge.log")
+	m.filePath = filepath.Join(m.dir, "events.jsonl")
+
+	ctx := context.Background()
+	m.start = time.Now()
+	m.live = map[string][]string{}
+	m.uids = map[string]string{}
+	m.nsOn = map[string]bool{"mdl-a": true, "mdl-c": true}
+	for _, ns := range modelNamespaces {
+		nsObj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{"kbmodel": "off"}}}
+		if m.nsOn[ns] {
+			nsObj.Labels["kbmodel"] = "on"
+		}
+		_, err := m.cs.CoreV1().Namespaces().Create(ctx, nsObj, metav1.CreateOptions{})
+		must(t, err)
+	}
+	for range 4 { // objects that exist before the bridge starts (its first list)
+		m.opCreate(m.cs)
+	}
+	m.writeConfig()
+	m.startBridge()
+	t.Cleanup(m.stopBridgeAtEnd)
+
+	schedule := m.schedule()
+	m.kinds = map[string]int{}
+	for _, k := range schedule {
+		m.kinds[k]++
+	}
+	for i, kind := range schedule {
+		m.maybeHookUp(false)
+		m.checkBridgeAlive()
+		m.do(kind, i)
+		if d := m.rng.IntN(10); d < 6 {
+			time.Sleep(time.Duration(m.rng.IntN(120)) * time.Millisecond)
+		}
+	}
+	m.maybeHookUp(true)
+	m.checkBridgeAlive()
+	m.logOp("schedule done; waiting for quiescence")
+	m.verify()
+}
+
+// schedule draws the operation kinds; every enabled fault occurs at least
+// once, somewhere in the first 80% (so that changes follow it).
+func (m *modelRun) schedule() []string {
+	type w struct {
+		kind   string
+		weight int
+	}
+	weights := []w{{"create", 22}, {"update", 20}, {"delete", 9}, {"recreate", 8}, {"relabel", 14}, {"nsflip", 7},
+		{"kill", 4}, {"term", 2}, {"hook", 3}, {"reload", 4}, {"apiserver", 2}, {"nats", 2}}
+	total := 0
+	for _, x := range weights {
+		if m.isFault(x.kind) && !m.faults[x.kind] {
+			continue
+		}
+		total += x.weight
+	}
+	out := make([]string, m.nOps)
+	for i := range out {
+		r := m.rng.IntN(total)
+		for _, x := range weights {
+			if m.isFault(x.kind) && !m.faults[x.kind] {
+				continue
+			}
+			if r < x.weight {
+				out[i] = x.kind
+				break
+			}
+			r -= x.weight
+		}
+	}
+	for _, f := range modelFaultKinds {
+		if !m.faults[f] || slices.Contains(out, f) {
+			continue
+		}
+		for range 100 {
+			i := m.rng.IntN(max(1, m.nOps*8/10))
+			if !m.isFault(out[i]) {
+				out[i] = f
+				break
+			}
+		}
+	}
+	return out
+}
+
+func (m *modelRun) isFault(kind string) bool { return slices.Contains(modelFaultKinds, kind) }
+
+func (m *modelRun) do(kind string, i int) {
+	switch kind {
+	case "create":
+		m.opCreate(m.cs)
+	case "update":
+		m.opUpdate(m.cs, i)
+	case "delete":
+		m.opDelete(m.cs)
+	case "recreate":
+		m.opRecreate(m.cs)
+	case "relabel":
+		m.opRelabel(m.cs)
+	case "nsflip":
+		m.opNSFlip(m.cs)
+	case "kill", "term":
+		m.restartBridge(kind)
+	case "hook":
+		if !m.hookUpAt.IsZero() {
+			m.opUpdate(m.cs, i)
+			return
+		}
+		d := time.Duration(2000+m.rng.IntN(3000)) * time.Millisecond
+		m.hook.down()
+		m.hookUpAt = time.Now().Add(d)
+		m.logOp("webhook down for %s", d)
+	case "reload":
+		m.reload()
+	case "apiserver":
+		n := m.rng.IntN(4)
+		m.logOp("apiserver down (%d changes through a second apiserver)", n)
+		m.cp.WhileAPIServerDown(m.t, func(alt *rest.Config) {
+			cs := kubernetes.NewForConfigOrDie(alt)
+			for range n {
+				m.randomChange(cs, i)
+			}
+		})
+		m.logOp("apiserver back")
+	case "nats":
+		m.nats.Restart(m.t)
+		m.logOp("NATS restarted")
+	}
+}
+
+// randomChange is one object or namespace change (while something is down).
+func (m *modelRun) randomChange(cs kubernetes.Interface, i int) {
+	switch m.rng.IntN(6) {
+	case 0:
+		m.opCreate(cs)
+	case 1:
+		m.opUpdate(cs, i)
+	case 2:
+		m.opDelete(cs)
+	case 3:
+		m.opRecreate(cs)
+	case 4:
+		m.opRelabel(cs)
+	default:
+		m.opNSFlip(cs)
+	}
+}
+
+func (m *modelRun) randomLabels() map[string]string {
+	l := map[string]string{}
+	if team := []string{"red", "blue", "green", ""}[m.rng.IntN(4)]; team != "" {
+		l["team"] = team
+	}
+	if m.rng.IntN(4) == 0 {
+		l["tier"] = "skip"
+	}
+	return l
+}
+
+// pickLive returns an existing object, or false when there is none.
+func (m *modelRun) pickLive() (string, string, bool) {
+	var all [][2]string
+	for _, ns := range modelNamespaces {
+		for _, n := range m.live[ns] {
+			all = append(all, [2]string{ns, n})
+		}
+	}
+	if len(all) == 0 {
+		return "", "", false
+	}
+	p := all[m.rng.IntN(len(all))]
+	return p[0], p[1], true
+}
+
+func (m *modelRun) forget(ns, name string) {
+	m.live[ns] = slices.DeleteFunc(m.live[ns], func(n string) bool { return n == name })
+}
+
+func (m *modelRun) opCreate(cs kubernetes.Interface) {
+	ns := modelNamespaces[m.rng.IntN(len(modelNamespaces))]
+	var free []string
+	for _, n := range modelNames {
+		if !slices.Contains(m.live[ns], n) {
+			free = append(free, n)
+		}
+	}
+	if len(free) == 0 {
+		m.opUpdate(cs, len(m.opLog))
+		return
+	}
+	m.create(cs, ns, free[m.rng.IntN(len(free))], "create")
+}
+
+func (m *modelRun) create(cs kubernetes.Interface, ns, name, what string) {
+	l := m.randomLabels()
+	cm, err := cs.CoreV1().ConfigMaps(ns).Create(context.Background(),
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: l}, Data: map[string]string{"v": "0"}}, metav1.CreateOptions{})
+	if err != nil {
+		m.logOp("%s %s/%s labels=%v: error %v", what, ns, name, l, err)
+		return
+	}
+	m.live[ns] = append(m.live[ns], name)
+	m.uids[ns+"/"+name] = string(cm.UID)
+	m.logOp("%s %s/%s labels=%v -> uid=%s rv=%s", what, ns, name, l, cm.UID, cm.ResourceVersion)
+}
+
+func (m *modelRun) patch(cs kubernetes.Interface, ns, name, what, p string) {
+	cm, err := cs.CoreV1().ConfigMaps(ns).Patch(context.Background(), name, types.MergePatchType, []byte(p), metav1.PatchOptions{})
+	if err != nil {
+		m.logOp("%s %s/%s %s: error %v", what, ns, name, p, err)
+		return
+	}
+	m.logOp("%s %s/%s %s -> uid=%s rv=%s labels=%v", what, ns, name, p, cm.UID, cm.ResourceVersion, cm.Labels)
+}
+
+func (m *modelRun) opUpdate(cs kubernetes.Interface, i int) {
+	ns, name, ok := m.pickLive()
+	if !ok {
+		m.opCreate(cs)
+		return
+	}
+	m.patch(cs, ns, name, "update", fmt.Sprintf(`{"data":{"v":"%d-%d"}}`, i, m.rng.IntN(1000)))
+}
+
+func (m *modelRun) opRelabel(cs kubernetes.Interface) {
+	ns, name, ok := m.pickLive()
+	if !ok {
+		m.opCreate(cs)
+		return
+	}
+	var p string
+	if m.rng.IntN(4) == 0 {
+		p = `{"metadata":{"labels":{"tier":` + []string{`"skip"`, `null`}[m.rng.IntN(2)] + `}}}`
+	} else {
+		p = `{"metadata":{"labels":{"team":` + []string{`"red"`, `"blue"`, `"green"`, `null`}[m.rng.IntN(4)] + `}}}`
+	}
+	m.patch(cs, ns, name, "relabel", p)
+}
+
+func (m *modelRun) opDelete(cs kubernetes.Interface) {
+	ns, name, ok := m.pickLive()
+	if !ok {
+		m.opCreate(cs)
+		return
+	}
+	err := cs.CoreV1().ConfigMaps(ns).Delete(context.Background(), name, metav1.DeleteOptions{})
+	m.forget(ns, name)
+	m.logOp("delete %s/%s uid=%s: %v", ns, name, m.uids[ns+"/"+name], err)
+}
+
+func (m *modelRun) opRecreate(cs kubernetes.Interface) {
+	ns, name, ok := m.pickLive()
+	if !ok {
+		m.opCreate(cs)
+		return
+	}
+	err := cs.CoreV1().ConfigMaps(ns).Delete(context.Background(), name, metav1.DeleteOptions{})
+	m.forget(ns, name)
+	m.logOp("recreate: delete %s/%s uid=%s: %v", ns, name, m.uids[ns+"/"+name], err)
+	m.create(cs, ns, name, "recreate: create")
+}
+
+func (m *modelRun) opNSFlip(cs kubernetes.Interface) {
+	ns := modelNamespaces[m.rng.IntN(len(modelNamespaces))]
+	v := "on"
+	if m.nsOn[ns] {
+		v = "off"
+	}
+	_, err := cs.CoreV1().Namespaces().Patch(context.Background(), ns, types.MergePatchType,
+		[]byte(`{"metadata":{"labels":{"kbmodel":"`+v+`"}}}`), metav1.PatchOptions{})
+	if err == nil {
+		m.nsOn[ns] = v == "on"
+	}
+	m.logOp("namespace %s kbmodel=%s: %v", ns, v, err)
+}
+
+// config renders the bridge config for the current variant.
+func (m *modelRun) config() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, `apiVersion: kubebridge.io/v1alpha1
+kind: BridgeConfig
+cluster: model
+sinks:
+  - name: file
+    file: {path: %s}
+  - name: bus
+    nats: {url: "%s", jetstream: true, stream: {name: MODEL, duplicateWindow: 10m}}
+    retry: {initialInterval: 100ms, maxInterval: 1s}
+  - name: hook
+    webhook: {url: "http://%s/", timeout: 2s, batch: {maxEvents: 50, maxWait: 20ms}}
+    retry: {initialInterval: 100ms, maxInterval: 1s}
+rules:
+`, m.filePath, m.nats.ClientURL(), m.hook.addr)
+	for _, r := range m.rules() {
+		s := modelFamily(r.family, m.variant)
+		fmt.Fprintf(&b, "  - name: %s\n    resource: v1/configmaps\n", r.name)
+		if len(s.namespaces) > 0 {
+			fmt.Fprintf(&b, "    namespaces: [%s]\n", strings.Join(s.namespaces, ", "))
+		}
+		if s.namespaceSelector != "" {
+			fmt.Fprintf(&b, "    namespaceSelector: %q\n", s.namespaceSelector)
+		}
+		if s.labelSelector != "" {
+			fmt.Fprintf(&b, "    labelSelector: %q\n", s.labelSelector)
+		}
+		fmt.Fprintf(&b, "    events: [%s]\n    sinks: [%s]\n", strings.Join(r.events, ", "), strings.Join(modelSinks, ", "))
+	}
+	return b.String()
+}
+
+func (m *modelRun) startBridge() {
+	cmd := runBridge(m.t, m.cp, m.cfgPath, m.ckptPath, m.logPath)
+	b := &modelBridge{cmd: cmd, done: make(chan struct{})}
+	go func() {
+		b.err = cmd.Wait()
+		close(b.done)
+	}()
+	m.bridge = b
+	m.logOp("bridge started (pid %d, config variant %d)", cmd.Process.Pid, m.variant)
+}
+
+// checkBridgeAlive restarts a bridge that exited by itself, and says so.
+func (m *modelRun) checkBridgeAlive() {
+	select {
+	case <-m.bridge.done:
+		m.logOp("bridge exited by itself: %v", m.bridge.err)
+		m.t.Errorf("%s: the bridge exited by itself (%v); see the operation log", m.seedLine(), m.bridge.err)
+		m.startBridge()
+	default:
+	}
+}
+
+// restartBridge stops the bridge (SIGKILL or SIGTERM), makes a few changes
+// while it is down, and starts it again.
+func (m *modelRun) restartBridge(kind string) {
+	b := m.bridge
+	if kind == "kill" {
+		_ = b.cmd.Process.Signal(syscall.SIGKILL)
+		<-b.done
+		m.logOp("bridge SIGKILLed")
+	} else {
+		t0 := time.Now()
+		_ = b.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-b.done:
+			m.logOp("bridge SIGTERMed: exit %v after %s", b.err, time.Since(t0).Round(time.Millisecond))
+			if b.err != nil {
+				m.notes = append(m.notes, fmt.Sprintf("SIGTERM at %s: exit %v (webhook down: %v)", time.Since(m.start).Round(time.Millisecond), b.err, !m.hookUpAt.IsZero()))
+			}
+		case <-time.After(40 * time.Second):
+			_ = b.cmd.Process.Kill()
+			<-b.done
+			m.logOp("bridge did not stop within 40s of SIGTERM; killed")
+			m.t.Errorf("%s: the bridge did not stop within 40s of SIGTERM", m.seedLine())
+		}
+	}
+	for range m.rng.IntN(4) {
+		m.randomChange(m.cs, len(m.opLog))
+	}
+	m.startBridge()
+}
+
+// writeConfig replaces the config file atomically (as a ConfigMap volume
+// does): the bridge polls it and must never read half a file.
+func (m *modelRun) writeConfig() {
+	tmp := m.cfgPath + ".tmp"
+	must(m.t, os.WriteFile(tmp, []byte(m.config()), 0o600))
+	must(m.t, os.Rename(tmp, m.cfgPath))
+}
+
+// reload switches the config variant and waits until the bridge applied
+// it. A refused config (the model's configs are valid) is reported, and
+// the previous variant is written back so that file and bridge agree.
+func (m *modelRun) reload() {
+	m.variant = 1 - m.variant
+	refusal := m.applyConfig()
+	if refusal == "" {
+		return
+	}
+	m.t.Errorf("%s: the bridge refused a valid config (variant %d): %s", m.seedLine(), m.variant, refusal)
+	m.variant = 1 - m.variant
+	if again := m.applyConfig(); again != "" {
+		m.t.Fatalf("%s: the bridge refused the running config too: %s", m.seedLine(), again)
+	}
+}
+
+// applyConfig writes the config of the current variant and waits until the
+// bridge reloaded it; it returns the refusal logged, if any.
+func (m *modelRun) applyConfig() string {
+	log := mustRead(m.t, m.logPath)
+	before, refusedBefore := strings.Count(log, "config reloaded"), strings.Count(log, "config change refused")
+	m.writeConfig()
+	m.logOp("config rewritten: variant %d", m.variant)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		log := mustRead(m.t, m.logPath)
+		if strings.Count(log, "config reloaded") > before {
+			m.logOp("config reloaded")
+			return ""
+		}
+		if strings.Count(log, "config change refused") > refusedBefore {
+			i := strings.LastIndex(log, "config change refused")
+			line := log[i:]
+			if j := strings.IndexByte(line, '\n'); j >= 0 {
+				line = line[:j]
+			}
+			m.logOp("config refused: %s", line)
+			return line
+		}
+		if time.Now().After(deadline) {
+			m.logOp("config not reloaded within 30s")
+			m.t.Errorf("%s: the bridge did not apply the rewritten config within 30s", m.seedLine())
+			return ""
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// maybeHookUp brings the webhook back when its outage is over (or now).
+func (m *modelRun) maybeHookUp(now bool) {
+	if m.hookUpAt.IsZero() {
+		return
+	}
+	if !now && time.Now().Before(m.hookUpAt) {
+		return
+	}
+	if wait := time.Until(m.hookUpAt); wait > 0 {
+		time.Sleep(wait)
+	}
+	m.hook.up(m.t)
+	m.hookUpAt = time.Time{}
+	m.logOp("webhook up")
+}
+
+func (m *modelRun) stopBridgeAtEnd() {
+	b := m.bridge
+	select {
+	case <-b.done:
+	default:
+		_ = b.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-b.done:
+			if b.err != nil {
+				m.t.Errorf("%s: the bridge exited with %v on the final SIGTERM (everything was delivered)", m.seedLine(), b.err)
+			}
+		case <-time.After(40 * time.Second):
+			_ = b.cmd.Process.Kill()
+			<-b.done
+			m.t.Errorf("%s: the bridge did not stop within 40s of the final SIGTERM", m.seedLine())
+		}
+	}
+	if log, err := os.ReadFile(m.logPath); err == nil && strings.Contains(string(log), "WARNING: DATA RACE") {
+		i := strings.Index(string(log), "WARNING: DATA RACE")
+		m.t.Errorf("%s: the race detector fired in the bridge:\n%s", m.seedLine(), string(log)[i:min(len(log), i+6000)])
+	}
+}
+
+// modelEvent is one received event with what the checker needs.
+type modelEvent struct {
+	ce
+	sink     string
+	seq      int // arrival order within the sink
+	uid, rv  string
+	ns, name string
+}
+
+var adminAddrRE = regexp.MustCompile(`msg="admin endpoints listening" addr=(\S+)`)
+
+// pending is the sum of the sinks' queue depths from /metrics, or -1.
+func (m *modelRun) pending() int {
+	log := mustRead(m.t, m.logPath)
+	last := log[strings.LastIndex(log, "===== start"):]
+	sm := adminAddrRE.FindStringSubmatch(last)
+	if sm == nil {
+		return -1
+	}
+	client := &http.Client{Timeout: 2 * time.Second}
+	resp, err := client.Get("http://" + sm[1] + "/metrics")
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	re := regexp.MustCompile(`(?m)^kubebridge_sink_queue_depth\{sink="[^"]+"\} (\S+)$`)
+	total, found := 0, 0
+	for _, sm := range re.FindAllStringSubmatch(string(body), -1) {
+		v, _ := strconv.ParseFloat(sm[1], 64)
+		total += int(v)
+		found++
+	}
+	if found < len(modelSinks) {
+		return -1
+	}
+	return total
+}
+
+// received reads what each sink holds, in arrival order.
+func (m *modelRun) received() (map[string][]modelEvent, []string) {
+	var bad []string
+	out := map[string][]modelEvent{}
+	add := func(sink string, e ce) {
+		me := modelEvent{ce: e, sink: sink, seq: len(out[sink])}
+		if md, ok := e.Data.Object["metadata"].(map[string]any); ok {
+			me.uid, _ = md["uid"].(string)
+			me.rv, _ = md["resourceVersion"].(string)
+			me.ns, _ = md["namespace"].(string)
+			me.name, _ = md["name"].(string)
+		}
+		out[sink] = append(out[sink], me)
+	}
+	if data, err := os.ReadFile(m.filePath); err == nil {
+		for i, line := range strings.Split(strings.TrimRight(string(data), "\n"), "\n") {
+			if line == "" {
+				continue
+			}
+			var e ce
+			if err := json.Unmarshal([]byte(line), &e); err != nil {
+				bad = append(bad, fmt.Sprintf("file line %d: %v: %.200q", i+1, err, line))
+				continue
+			}
+			e.raw = []byte(line)
+			add("file", e)
+		}
+	}
+	for _, e := range m.hook.received() {
+		add("hook", e)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if st, err := m.js.Stream(ctx, "MODEL"); err == nil {
+		if info, err := st.Info(ctx); err == nil {
+			for seq := info.State.FirstSeq; seq <= info.State.LastSeq && seq > 0; seq++ {
+				msg, err := st.GetMsg(ctx, seq)
+				if err != nil {
+					bad = append(bad, fmt.Sprintf("bus seq %d: %v", seq, err))
+					continue
+				}
+				var e ce
+				if err := json.Unmarshal(msg.Data, &e); err != nil {
+					bad = append(bad, fmt.Sprintf("bus seq %d: %v", seq, err))
+					continue
+				}
+				e.raw = msg.Data
+				add("bus", e)
+			}
+		}
+	}
+	return out, bad
+}
+
+// counts is how many events each sink holds so far (cheap, for quiescence).
+func (m *modelRun) counts() string {
+	n := 0
+	if data, err := os.ReadFile(m.filePath); err == nil {
+		n = strings.Count(string(data), "\n")
+	}
+	busN := uint64(0)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if st, err := m.js.Stream(ctx, "MODEL"); err == nil {
+		if info, err := st.Info(ctx); err == nil {
+			busN = info.State.Msgs
+		}
+	}
+	return fmt.Sprintf("file=%d bus=%d hook=%d", n, busN, len(m.hook.received()))
+}
+
+// quiesce waits until the sinks stop receiving for 3s with nothing pending.
+func (m *modelRun) quiesce(limit time.Duration) bool {
+	deadline := time.Now().Add(limit)
+	last, since := "", time.Now()
+	for time.Now().Before(deadline) {
+		c := m.counts()
+		p := m.pending()
+		if p < 0 && !m.noMetrics { // no queue depth in /metrics: go by the sinks alone
+			m.noMetrics = true
+			m.notes = append(m.notes, "kubebridge_sink_queue_depth not readable from /metrics; quiescence judged by the sinks alone")
+		}
+		if c != last || p > 0 {
+			last, since = c, time.Now()
+		} else if time.Since(since) >= 3*time.Second {
+			m.logOp("quiescent: %s", c)
+			return true
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	m.logOp("not quiescent after %s: %s, pending %d", limit, last, m.pending())
+	return false
+}
+
+// modelTruth is the apiserver's state at the end.
+type modelTruth struct {
+	objs     map[string]modelObj // uid ->
+	nsLabels map[string]map[string]string
+}
+
+func (m *modelRun) truth() modelTruth {
+	ctx := context.Background()
+	tr := modelTruth{objs: map[string]modelObj{}, nsLabels: map[string]map[string]string{}}
+	nss, err := m.cs.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+	must(m.t, err)
+	for _, ns := range nss.Items {
+		tr.nsLabels[ns.Name] = ns.Labels
+	}
+	cms, err := m.cs.CoreV1().ConfigMaps("").List(ctx, metav1.ListOptions{})
+	must(m.t, err)
+	for _, cm := range cms.Items {
+		tr.objs[string(cm.UID)] = modelObj{ns: cm.Namespace, name: cm.Name, uid: string(cm.UID), rv: cm.ResourceVersion, labels: cm.Labels}
+	}
+	return tr
+}
+
+// view is a rule's view in the truth: uid -> resourceVersion.
+func (tr modelTruth) view(sel modelSelectors) map[string]string {
+	v := map[string]string{}
+	for uid, o := range tr.objs {
+		if sel.matches(o, tr.nsLabels) {
+			v[uid] = o.rv
+		}
+	}
+	return v
+}
+
+// modelFailures collects failed checks: check name -> messages, and the
+// uids whose event sequences explain them.
+type modelFailures struct {
+	byCheck map[string][]string
+	uids    map[string]bool
+}
+
+func (f *modelFailures) add(check, uid, format string, args ...any) {
+	f.byCheck[check] = append(f.byCheck[check], fmt.Sprintf(format, args...))
+	if uid != "" {
+		f.uids[uid] = true
+	}
+}
+
+func (f *modelFailures) empty() bool { return len(f.byCheck) == 0 }
+
+// changeOf renders an event for sequences: added@rv12 (checkpoint) id=...
+func (e modelEvent) String() string {
+	s := e.change() + "@" + e.rv
+	if e.Reason != "" {
+		s += ":" + e.Reason
+	}
+	if e.Replay != "" {
+		s += " [" + e.Replay + "]"
+	}
+	return s + " id=" + e.ID
+}
+
+func replayTag(r string) string {
+	if r == "" {
+		return ""
+	}
+	return ", kbreplay " + r
+}
+
+// check compares what the sinks received with the truth.
+func (m *modelRun) check(recv map[string][]modelEvent, bad []string, tr modelTruth) (*modelFailures, []string) {
+	f := &modelFailures{byCheck: map[string][]string{}, uids: map[string]bool{}}
+	var stats []string
+	for _, b := range bad {
+		f.add("unreadable-event", "", "%s", b)
+	}
+	rules := m.rules()
+	ruleByName := map[string]modelRule{}
+	for _, r := range rules {
+		ruleByName[r.name] = r
+	}
+	for _, sink := range modelSinks {
+		evs := recv[sink]
+		byRule := map[string][]modelEvent{}
+		replays := 0
+		for _, e := range evs {
+			if _, ok := ruleByName[e.Rule]; !ok {
+				f.add("unknown-rule", e.uid, "%s: event of rule %q (not in the config): %s", sink, e.Rule, e.raw)
+				continue
+			}
+			if e.uid == "" || (e.rv == "" && e.change() != "deleted") { // a deletion may not know the last state
+				f.add("no-object-metadata", "", "%s: event without data.object.metadata uid/resourceVersion: %s", sink, e.raw)
+				continue
+			}
+			if e.Replay != "" {
+				replays++
+			}
+			byRule[e.Rule] = append(byRule[e.Rule], e)
+		}
+		sigs := map[*modelEvent]string{} // transition signature of each event
+		entries := map[*modelEvent]int{} // for full rules: which entry of the uid into the view
+		seenByFull := map[string]map[string]bool{}
+		for _, r := range rules {
+			es := byRule[r.name]
+			sel := modelFamily(r.family, m.variant)
+			view := tr.view(sel)
+			for i := range es {
+				e := &es[i]
+				if o, exists := tr.objs[e.uid]; exists && e.change() == "deleted" && e.Reason != "unmatched" {
+					// the object was never deleted: it left the view (DESIGN 4)
+					f.add("deleted-without-unmatched", e.uid, "%s/%s: %s for %s/%s uid %s, which still exists", sink, r.name, e, o.ns, o.name, e.uid)
+				}
+				if !slices.Contains(r.events, e.change()) {
+					f.add("undeclared-type", e.uid, "%s/%s (events %v) delivered %s for %s/%s uid %s", sink, r.name, r.events, e, e.ns, e.name, e.uid)
+				}
+			}
+			if r.full() {
+				held := map[string]string{}
+				entry := map[string]int{}
+				seen := map[string]bool{}
+				for i := range es {
+					e := &es[i]
+					seen[e.uid] = true
+					switch e.change() {
+					case "added", "updated":
+						if _, ok := held[e.uid]; !ok {
+							entry[e.uid]++
+							if e.change() == "updated" {
+								stats = append(stats, fmt.Sprintf("note: %s/%s: updated for uid %s that the consumer does not hold (%s/%s)", sink, r.name, e.uid, e.ns, e.name))
+							}
+						}
+						held[e.uid] = e.rv
+					case "deleted":
+						delete(held, e.uid)
+					}
+					sigs[e] = fmt.Sprintf("rule=%s type=%s uid=%s rv=%s reason=%q entry=%d", r.name, e.change(), e.uid, e.rv, e.Reason, entry[e.uid])
+					entries[e] = entry[e.uid]
+				}
+				seenByFull[r.family] = seen
+				for uid, rv := range view {
+					o := tr.objs[uid]
+					got, ok := held[uid]
+					switch {
+					case !ok:
+						f.add("view-missing", uid, "%s/%s: %s/%s uid %s rv %s is in the view, the consumer does not hold it", sink, r.name, o.ns, o.name, uid, rv)
+					case got != rv:
+						f.add("view-stale", uid, "%s/%s: %s/%s uid %s is at rv %s, the consumer holds rv %s", sink, r.name, o.ns, o.name, uid, rv, got)
+					}
+				}
+				for uid, rv := range held {
+					if _, ok := view[uid]; ok {
+						continue
+					}
+					where := "deleted"
+					if o, ok := tr.objs[uid]; ok {
+						where = fmt.Sprintf("exists as %s/%s rv %s labels %v, namespace labels %v, outside the view", o.ns, o.name, o.rv, o.labels, tr.nsLabels[o.ns])
+					}
+					f.add("view-extra", uid, "%s/%s: the consumer holds uid %s at rv %s; the object is %s", sink, r.name, uid, rv, where)
+				}
+			} else {
+				for i := range es {
+					e := &es[i]
+					sigs[e] = fmt.Sprintf("rule=%s type=%s uid=%s rv=%s reason=%q", r.name, e.change(), e.uid, e.rv, e.Reason)
+				}
+			}
+		}
+		// Partial rules: every uid that left the view ends with a deletion.
+		for _, r := range rules {
+			if r.full() {
+				continue
+			}
+			view := tr.view(modelFamily(r.family, m.variant))
+			last := map[string]modelEvent{}
+			for _, e := range byRule[r.name] {
+				last[e.uid] = e
+			}
+			uids := map[string]bool{}
+			for uid := range seenByFull[r.family] {
+				uids[uid] = true
+			}
+			for uid := range last {
+				uids[uid] = true
+			}
+			full := ""
+			for _, fr := range rules {
+				if fr.family == r.family && fr.full() {
+					full = fr.name
+				}
+			}
+			for uid := range uids {
+				if _, in := view[uid]; in {
+					continue
+				}
+				l, ok := last[uid]
+				switch {
+				case !ok && full != "":
+					f.add("deleted-missing", uid, "%s/%s: uid %s was seen by %s and left the view; %s delivered nothing for it", sink, r.name, uid, full, r.name)
+				case ok && l.change() != "deleted":
+					f.add("deleted-missing", uid, "%s/%s: uid %s left the view; its last event is %s", sink, r.name, uid, l)
+				}
+			}
+		}
+		// Ids: one id, one transition.
+		first := map[string]*modelEvent{}
+		dups := 0
+		var ordered []*modelEvent
+		for r := range byRule {
+			for i := range byRule[r] {
+				ordered = append(ordered, &byRule[r][i])
+			}
+		}
+		sort.Slice(ordered, func(i, j int) bool { return ordered[i].seq < ordered[j].seq })
+		for _, e := range ordered {
+			p, ok := first[e.ID]
+			if !ok {
+				first[e.ID] = e
+				continue
+			}
+			if sigs[p] == sigs[e] {
+				dups++
+				continue
+			}
+			f.uids[p.uid] = true
+			check := "id-reuse"
+			switch {
+			case p.Rule != e.Rule:
+				check = "id-reuse-across-rules" // distinct for two rules (DESIGN 3)
+			case p.uid != e.uid || p.change() != e.change():
+				check = "id-reuse-other"
+			case entries[p] != entries[e]:
+				check = "id-reuse-reentry" // distinct for a re-entry with the object unchanged (DESIGN 3)
+			case p.rv != e.rv || p.Reason != e.Reason:
+				check = "id-reuse-attributes" // a replay of a transition that does not carry its attributes
+			}
+			f.add(check, e.uid, "%s: id %s names two transitions: {%s} (%s/%s, #%d%s) and {%s} (%s/%s, #%d%s)", sink, e.ID,
+				sigs[p], p.ns, p.name, p.seq, replayTag(p.Replay), sigs[e], e.ns, e.name, e.seq, replayTag(e.Replay))
+		}
+		stats = append(stats, fmt.Sprintf("%s: %d events (%d replays), %d duplicates", sink, len(evs), replays, dups))
+	}
+	return f, stats
+}
+
+// verify waits for quiescence and runs the checker (again, for up to 10s
+// more, while view checks fail: a slow retry is not a loss).
+func (m *modelRun) verify() {
+	t := m.t
+	m.quiesce(90 * time.Second)
+	var f *modelFailures
+	var stats []string
+	var recv map[string][]modelEvent
+	var tr modelTruth
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var bad []string
+		recv, bad = m.received()
+		tr = m.truth()
+		f, stats = m.check(recv, bad, tr)
+		healable := false
+		for c := range f.byCheck { // (id checks never heal)
+			if strings.HasPrefix(c, "view-") || c == "deleted-missing" {
+				healable = true
+			}
+		}
+		if !healable || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(2 * time.Second)
+		m.quiesce(20 * time.Second)
+	}
+	t.Logf("%s: scheduled %v (%d log lines), config variant %d at the end, %d objects in the apiserver", m.seedLine(), m.kinds, len(m.opLog), m.variant, len(tr.objs))
+	for _, s := range stats {
+		t.Logf("  %s", s)
+	}
+	for _, n := range m.notes {
+		t.Logf("  note: %s", n)
+	}
+	if f.empty() {
+		return
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: the sinks disagree with the model\n", m.seedLine())
+	checks := make([]string, 0, len(f.byCheck))
+	for c := range f.byCheck {
+		checks = append(checks, c)
+	}
+	sort.Strings(checks)
+	for _, c := range checks {
+		msgs := f.byCheck[c]
+		bySink := map[string]int{}
+		for _, msg := range msgs {
+			bySink[strings.SplitN(strings.SplitN(msg, ":", 2)[0], "/", 2)[0]]++
+		}
+		var per []string
+		for _, sink := range modelSinks {
+			if bySink[sink] > 0 {
+				per = append(per, fmt.Sprintf("%s %d", sink, bySink[sink]))
+			}
+		}
+		fmt.Fprintf(&b, "check %s failed %d times (%s):\n", c, len(msgs), strings.Join(per, ", "))
+		sort.Strings(msgs)
+		for _, msg := range msgs[:min(len(msgs), 25)] {
+			fmt.Fprintf(&b, "  %s\n", msg)
+		}
+		if len(msgs) > 25 {
+			fmt.Fprintf(&b, "  ... %d more\n", len(msgs)-25)
+		}
+	}
+	uids := make([]string, 0, len(f.uids))
+	for u := range f.uids {
+		uids = append(uids, u)
+	}
+	sort.Strings(uids)
+	fmt.Fprintf(&b, "event sequences of %d failing uids (first 20):\n", len(uids))
+	for _, uid := range uids[:min(len(uids), 20)] {
+		if o, ok := tr.objs[uid]; ok {
+			fmt.Fprintf(&b, "uid %s: now %s/%s rv %s labels %v, namespace labels %v\n", uid, o.ns, o.name, o.rv, o.labels, tr.nsLabels[o.ns])
+		} else {
+			fmt.Fprintf(&b, "uid %s: deleted\n", uid)
+		}
+		for _, op := range m.opLog {
+			if strings.Contains(op, uid) {
+				fmt.Fprintf(&b, "    op %s\n", op)
+			}
+		}
+		for _, sink := range modelSinks {
+			byRule := map[string][]string{}
+			for _, e := range recv[sink] {
+				if e.uid == uid {
+					byRule[e.Rule] = append(byRule[e.Rule], e.String())
+				}
+			}
+			for _, r := range m.rules() {
+				if s := byRule[r.name]; len(s) > 0 {
+					fmt.Fprintf(&b, "    %s/%s: %s\n", sink, r.name, strings.Join(s, ", "))
+				}
+			}
+		}
+	}
+	if keep := os.Getenv("KUBEBRIDGE_MODEL_KEEP"); keep != "" {
+		dir := filepath.Join(keep, strconv.FormatInt(m.seed, 10))
+		if err := os.MkdirAll(dir, 0o755); err == nil {
+			copyTo := func(name string, data []byte) { _ = os.WriteFile(filepath.Join(dir, name), data, 0o644) }
+			if data, err := os.ReadFile(m.logPath); err == nil {
+				copyTo("bridge.log", data)
+			}
+			for _, sink := range modelSinks {
+				var lines []string
+				for _, e := range recv[sink] {
+					lines = append(lines, string(e.raw))
+				}
+				copyTo(sink+".jsonl", []byte(strings.Join(lines, "\n")+"\n"))
+			}
+			copyTo("oplog.txt", []byte(strings.Join(m.opLog, "\n")+"\n"))
+			copyTo("config.yaml", []byte(m.config()))
+			fmt.Fprintf(&b, "bridge log, sink contents and operation log kept in %s\n", dir)
+		}
+	}
+	t.Error(b.String())
+}
