@@ -218,7 +218,7 @@ func TestFromCheckpoint(t *testing.T) {
 				if e.Replay != event.ReplayCheckpoint {
 					t.Errorf("%s: kbreplay %q", e.ID, e.Replay)
 				}
-				if e.Change == event.Deleted && e.Object().GetLabels()["l"] != "v" {
+				if e.Change == event.Deleted && e.Reason == "" && e.Object().GetLabels()["l"] != "v" {
 					t.Errorf("deleted %s lost the last known labels", e.UID)
 				}
 				if e.Change == event.Updated && e.OldObject() != nil {
