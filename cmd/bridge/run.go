@@ -180,6 +180,10 @@ func watchConfig(ctx context.Context, file string, b *bridge.Bridge, logger *slo
 				}
 				continue
 			}
+			if errors.Is(err, bridge.ErrReloadAborted) {
+				logger.Error("config change failed while being applied; stopping (the next start reconciles from the checkpoint)", "error", err)
+				continue
+			}
 			logger.Error("config change refused: the running config stays", "error", err)
 		}
 	}

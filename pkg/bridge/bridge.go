@@ -466,7 +466,7 @@ func (b *Bridge) openCheckpoint(ctx context.Context, built map[string]sinks.Sink
 
 // natsConn returns a NATS connection to the server of the nats sink named
 // sinkName, owned by the bridge (shared by the KV checkpoint and the
-// dead-letters that name the same sink settings, closed at shutdown). An
+// dead-letters that connect alike, closed at shutdown). An
 // embedded server lives inside its sink: its connection is borrowed.
 func (b *Bridge) natsConn(ctx context.Context, sinkName string, built map[string]sinks.Sink) (*natsgo.Conn, error) {
 	var sc *config.Sink
@@ -485,8 +485,9 @@ func (b *Bridge) natsConn(ctx context.Context, sinkName string, built map[string
 		}
 		return ns.Conn(), nil
 	}
-	c := *sc.NATS
-	c.Stream = nil // only the sink manages its stream
+	// Keyed by what the connection is made of, not what the sink publishes.
+	c := config.NATSSink{URL: sc.NATS.URL, CredentialsFile: sc.NATS.CredentialsFile, NKeySeedFile: sc.NATS.NKeySeedFile,
+		TokenFile: sc.NATS.TokenFile, User: sc.NATS.User, PasswordFile: sc.NATS.PasswordFile, TLS: sc.NATS.TLS}
 	key, _ := json.Marshal(c)
 	if s := b.conns[string(key)]; s != nil {
 		return s.Conn(), nil

@@ -17,6 +17,11 @@ import (
 // reloadDrain bounds how long a removed sink may drain its queue.
 const reloadDrain = 30 * time.Second
 
+// ErrReloadAborted wraps a reload that failed after the swap began: the
+// bridge then stops (Fatal), and the next start reconciles from the
+// checkpoint.
+var ErrReloadAborted = errors.New("reload failed while being applied; the bridge stops")
+
 // Reload applies a new config to the running bridge. It is checked first
 // (against the cluster too); a config with problems is refused and the
 // running one stays, untouched. Otherwise: sinks whose settings did not
@@ -119,22 +124,19 @@ func (b *Bridge) Reload(ctx context.Context, cfg *config.Config) error {
 	for _, s := range next.order {
 		if s.delivery == nil {
 			if err := b.startDelivery(ctx, s, recorder); err != nil {
-				b.fail(fmt.Errorf("reload: %w", err))
-				return err
+				return b.abortReload(err)
 			}
 		}
 	}
 	b.active.Store(next)
 
 	if err := b.buildInformers(cfg, info); err != nil {
-		b.fail(fmt.Errorf("reload: %w", err))
-		return err
+		return b.abortReload(err)
 	}
 	syncCtx, cancel := context.WithTimeout(ctx, b.opts.SyncTimeout)
 	defer cancel()
 	if err := b.informers.Start(syncCtx); err != nil {
-		b.fail(fmt.Errorf("reload: %w", err))
-		return err
+		return b.abortReload(err)
 	}
 	rules, _ := b.snapshot()
 	replayed := 0
@@ -142,8 +144,7 @@ func (b *Bridge) Reload(ctx context.Context, cfg *config.Config) error {
 		if !keep[s.cfg.Name] {
 			n, err := b.startViews(ctx, s, recorder)
 			if err != nil {
-				b.fail(fmt.Errorf("reload: %w", err))
-				return err
+				return b.abortReload(err)
 			}
 			replayed += n
 			continue
@@ -156,4 +157,11 @@ func (b *Bridge) Reload(ctx context.Context, cfg *config.Config) error {
 	b.logger.Info("config reloaded", "sinksKept", len(keep), "sinksStarted", len(added), "sinksStopped", removed,
 		"rules", len(cfg.Rules), "replayedFromCheckpoint", replayed)
 	return nil
+}
+
+// abortReload stops the bridge after a reload failed midway.
+func (b *Bridge) abortReload(err error) error {
+	err = fmt.Errorf("%w: %w", ErrReloadAborted, err)
+	b.fail(err)
+	return err
 }
