@@ -220,8 +220,7 @@ func (s *Sink) Sync(r *filters.Rule, key string, cache Lookup, t Trigger) int {
 	entered := t.Now.UnixNano()
 	for _, g := range sl.ghosts {
 		if desired != nil && g.uid == string(desired.GetUID()) && (sl.cur == nil || sl.cur.uid != g.uid) {
-			entered = g.entered // its added may have been sent: the same id again
-			continue
+			continue // the added below puts it back, as a new incarnation (see updated)
 		}
 		tr, partial := event.Transition{Change: event.Deleted, Object: g.obj, Entered: g.entered}, true
 		if exists && string(obj.GetUID()) == g.uid { // still there, out of the view
@@ -251,6 +250,14 @@ func (s *Sink) Sync(r *filters.Rule, key string, cache Lookup, t Trigger) int {
 		emit(event.Transition{Change: event.Added, Object: desired, Entered: entered}, false)
 		cur = &held{uid: string(desired.GetUID()), entered: entered}
 	case cur.rv != desired.GetResourceVersion() || t.Replay == event.ReplayResync:
+		if cur.partial {
+			// Loaded from a checkpoint, which may lag what the consumer got (a
+			// deletion sent before the crash, its acknowledgement not yet
+			// written): reusing this incarnation's ids could repeat the id of
+			// an earlier update, which a deduplicating consumer would drop
+			// after that deletion. A new incarnation is safe either way.
+			cur.entered = entered
+		}
 		tr := event.Transition{Change: event.Updated, Object: desired, Entered: cur.entered}
 		if !cur.partial && cur.rv != desired.GetResourceVersion() {
 			tr.Old = cur.obj
