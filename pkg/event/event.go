@@ -143,7 +143,7 @@ func Build(r *Rule, t Transition) *Event {
 	uid, rv := string(obj.GetUID()), obj.GetResourceVersion()
 	queueKey := r.Name + "/" + subject + "\x00" + uid // Key, then the uid: one allocation for both
 	return &Event{
-		ID:        ID(r.Name, uid, rv, t.Change, t.Entered),
+		ID:        ID(r.Name, uid, rv, t.Change, t.Entered, t.Reason),
 		Source:    "kubebridge/" + r.Cluster,
 		Type:      "io.kubebridge." + r.GVR.Resource + "." + group + "." + string(t.Change),
 		Subject:   subject,
@@ -169,10 +169,11 @@ func Build(r *Rule, t Transition) *Event {
 }
 
 // ID is the id of a transition: <uid>.<tag>.<resourceVersion>.<type>, tag
-// being 12 hex digits of FNV-1a over the rule name and the entry time. The
+// being 12 hex digits of FNV-1a over the rule name, the entry time and the
+// kbreason (when set). The
 // uid, resourceVersion and type stay readable for people and for
 // consumers that parse them; the tag separates rules and incarnations.
-func ID(rule, uid, rv string, change Type, entered int64) string {
+func ID(rule, uid, rv string, change Type, entered int64, reason string) string {
 	const offset64, prime64 = 14695981039346656037, 1099511628211
 	h := uint64(offset64)
 	for i := 0; i < len(rule); i++ {
@@ -182,6 +183,12 @@ func ID(rule, uid, rv string, change Type, entered int64) string {
 	var num [20]byte
 	for _, c := range strconv.AppendInt(num[:0], entered, 10) {
 		h = (h ^ uint64(c)) * prime64
+	}
+	if reason != "" {
+		h *= prime64
+		for i := 0; i < len(reason); i++ {
+			h = (h ^ uint64(reason[i])) * prime64
+		}
 	}
 	b := make([]byte, 0, len(uid)+len(rv)+len(change)+15)
 	b = append(b, uid...)

@@ -28,19 +28,20 @@ var secrets = schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
 // TestIDs pins the id scheme: unique per transition (rule, incarnation,
 // resourceVersion, type), stable when the same transition is built again.
 func TestIDs(t *testing.T) {
-	if got := ID("r", "u1", "42", Updated, 7); got != "u1.0119615ec608.42.updated" {
+	if got := ID("r", "u1", "42", Updated, 7, ""); got != "u1.0119615ec608.42.updated" {
 		t.Errorf("ID = %s", got)
 	}
-	base := ID("r", "u1", "42", Added, 1000)
-	if ID("r", "u1", "42", Added, 1000) != base {
+	base := ID("r", "u1", "42", Added, 1000, "")
+	if ID("r", "u1", "42", Added, 1000, "") != base {
 		t.Error("the same transition got another id")
 	}
 	for name, other := range map[string]string{
-		"another rule":           ID("r2", "u1", "42", Added, 1000),
-		"a re-entry (unchanged)": ID("r", "u1", "42", Added, 2000),
-		"a re-created object":    ID("r", "u2", "42", Added, 1000),
-		"another type":           ID("r", "u1", "42", Deleted, 1000),
-		"another version":        ID("r", "u1", "43", Added, 1000),
+		"another rule":           ID("r2", "u1", "42", Added, 1000, ""),
+		"a re-entry (unchanged)": ID("r", "u1", "42", Added, 2000, ""),
+		"a re-created object":    ID("r", "u2", "42", Added, 1000, ""),
+		"another type":           ID("r", "u1", "42", Deleted, 1000, ""),
+		"another version":        ID("r", "u1", "43", Added, 1000, ""),
+		"another reason":         ID("r", "u1", "42", Added, 1000, ReasonUnmatched),
 	} {
 		if other == base {
 			t.Errorf("%s shares the id %s", name, base)
@@ -60,7 +61,7 @@ func TestEnvelope(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]any{
-		"specversion": "1.0", "id": ID("r", "u1", "42", Updated, ev.Entered), "source": "kubebridge/prod", "type": "io.kubebridge.deployments.apps.updated",
+		"specversion": "1.0", "id": ID("r", "u1", "42", Updated, ev.Entered, ""), "source": "kubebridge/prod", "type": "io.kubebridge.deployments.apps.updated",
 		"subject": "ns/web", "time": "2026-01-02T02:04:05.000000006Z", "datacontenttype": "application/json", "kbrule": "r", "kbcluster": "prod",
 	}
 	for k, v := range want {

@@ -172,7 +172,7 @@ func TestCloseDrains(t *testing.T) {
 // Coalescing keeps an unseen object added and the newest state.
 func TestCoalesce(t *testing.T) {
 	added, updated, deleted := ev("a", "1", event.Added), ev("a", "2", event.Updated), ev("a", "3", event.Deleted)
-	if c := Coalesce(added, updated); c.Change != event.Added || c.ID != event.ID("r", "u-a", "2", event.Added, added.Entered) {
+	if c := Coalesce(added, updated); c.Change != event.Added || c.ID != event.ID("r", "u-a", "2", event.Added, added.Entered, "") {
 		t.Errorf("added+updated = %s", c.ID)
 	}
 	if c := Coalesce(updated, ev("a", "4", event.Updated).WithQuiet(true)); c.Quiet {
