@@ -78,9 +78,10 @@ func (e *ConfigError) Error() string {
 // Bridge is a running kubebridge: informers feeding rules feeding, per sink,
 // a view (pkg/view) and a delivery (queue + worker + sink).
 //
-// Lifecycle: Start builds and starts everything, sinks and their workers
-// first, informers last, and returns once the caches have synced and every
-// sink's view was reconciled with its checkpoint. Shutdown stops the
+// Lifecycle: Start checks the config, runs the informers until their caches
+// synced (delivering nothing), then, as the leader or alone, starts the
+// sinks and their workers and reconciles each sink's view with its
+// checkpoint, and returns. Shutdown stops the
 // informers first, then lets each queue drain into its sink until its
 // context ends, then stops the workers and closes the sinks.
 type Bridge struct {
@@ -279,6 +280,7 @@ func (b *Bridge) lead(ctx context.Context) error {
 		return err
 	}
 	recorder := checkpoint.NewRecorder(b.store, b.opts.CheckpointInterval, b.logger)
+	recorder.Fence = b.fence // a replica past its lease writes no checkpoint either
 	b.recorder.Store(recorder)
 	b.wg.Add(1)
 	go func() {

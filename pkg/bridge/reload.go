@@ -139,6 +139,9 @@ func (b *Bridge) Reload(ctx context.Context, cfg *config.Config) error {
 		return b.abortReload(err)
 	}
 	rules, _ := b.snapshot()
+	recorder.Forget(func(sink, rule string) bool {
+		return slices.ContainsFunc(rules, func(r *filters.Rule) bool { return r.Name == rule && slices.Contains(r.Sinks, sink) })
+	})
 	replayed := 0
 	for _, s := range next.order {
 		if !keep[s.cfg.Name] {

@@ -97,6 +97,12 @@ func (b *Bolt) Apply(_ context.Context, changes []Change) error {
 				return err
 			}
 			if c.Entry == nil {
+				if c.IfUID != "" {
+					var held Entry
+					if v := rb.Get([]byte(c.Key)); v == nil || (json.Unmarshal(v, &held) == nil && held.UID != c.IfUID) {
+						continue
+					}
+				}
 				if err := rb.Delete([]byte(c.Key)); err != nil {
 					return err
 				}

@@ -23,7 +23,7 @@ import (
 // Entry is what a sink last received of one object under one rule.
 type Entry struct {
 	UID             string            `json:"uid"`
-	ResourceVersion string            `json:"rv"` // "": an intent (not acknowledged)
+	ResourceVersion string            `json:"rv"` // "" in intents (and in acknowledged entries of old versions: read as intents)
 	Namespace       string            `json:"ns,omitempty"`
 	Name            string            `json:"name"`
 	Labels          map[string]string `json:"labels,omitempty"`
@@ -33,6 +33,10 @@ type Entry struct {
 	// Pending lists, in an intent record (PendingKey), the incarnations a
 	// sink may hold unacknowledged.
 	Pending []Entry `json:"pending,omitempty"`
+	// Leaving marks, in Pending, an incarnation whose deletion (the object
+	// left the view but exists) may have been sent unacknowledged: the sink
+	// may no longer hold it.
+	Leaving bool `json:"leaving,omitempty"`
 }
 
 // PendingKey is the store key of the intent record of an object key.
@@ -78,10 +82,13 @@ func LoadView(ctx context.Context, s Store, sink, rule string) (map[string]*Slot
 	return out, nil
 }
 
-// Change is one update of a view: Entry nil deletes the key.
+// Change is one update of a view: Entry nil deletes the key, only while
+// it holds IfUID when that is set (a deletion of one incarnation must not
+// erase another one's entry).
 type Change struct {
 	Sink, Rule, Key string
 	Entry           *Entry
+	IfUID           string
 }
 
 // Store persists delivered views.
@@ -89,7 +96,8 @@ type Store interface {
 	// Load returns the delivered view of a sink's rule, keyed by object key
 	// (namespace/name, or name for cluster-scoped objects).
 	Load(ctx context.Context, sink, rule string) (map[string]Entry, error)
-	// Apply records changes atomically, in order.
+	// Apply records changes in order (the file store in one transaction;
+	// NATS KV key by key, so a crash may leave a prefix applied).
 	Apply(ctx context.Context, changes []Change) error
 	// Close releases the store.
 	Close() error

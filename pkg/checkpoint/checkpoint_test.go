@@ -33,8 +33,12 @@ func contract(t *testing.T, s Store) {
 	ctx := context.Background()
 	a := &Entry{UID: "u1", ResourceVersion: "5", Namespace: "ns", Name: "a.b", Labels: map[string]string{"x": "y"}}
 	b := &Entry{UID: "u2", ResourceVersion: "7", Name: "cluster-scoped"}
-	must(t, s.Apply(ctx, []Change{{"bus", "r1", "ns/a.b", a}, {"bus", "r1", "cluster-scoped", b}, {"bus", "r2", "ns/a.b", a}, {"hook", "r1", "ns/a.b", a}}))
-	must(t, s.Apply(ctx, []Change{{"bus", "r1", "cluster-scoped", nil}, {"bus", "r1", "ns/a.b", &Entry{UID: "u1", ResourceVersion: "6", Namespace: "ns", Name: "a.b"}}}))
+	must(t, s.Apply(ctx, []Change{{Sink: "bus", Rule: "r1", Key: "ns/a.b", Entry: a}, {Sink: "bus", Rule: "r1", Key: "cluster-scoped", Entry: b},
+		{Sink: "bus", Rule: "r2", Key: "ns/a.b", Entry: a}, {Sink: "hook", Rule: "r1", Key: "ns/a.b", Entry: a}}))
+	must(t, s.Apply(ctx, []Change{{Sink: "bus", Rule: "r1", Key: "cluster-scoped"},
+		{Sink: "bus", Rule: "r1", Key: "ns/a.b", Entry: &Entry{UID: "u1", ResourceVersion: "6", Namespace: "ns", Name: "a.b"}},
+		// a deletion of another incarnation leaves the entry alone
+		{Sink: "bus", Rule: "r2", Key: "ns/a.b", IfUID: "u-other"}, {Sink: "hook", Rule: "r1", Key: "ns/a.b", IfUID: "u1"}}))
 	got, err := s.Load(ctx, "bus", "r1")
 	must(t, err)
 	want := map[string]Entry{"ns/a.b": {UID: "u1", ResourceVersion: "6", Namespace: "ns", Name: "a.b"}}
@@ -43,6 +47,9 @@ func contract(t *testing.T, s Store) {
 	}
 	if got, _ := s.Load(ctx, "bus", "r2"); !reflect.DeepEqual(got["ns/a.b"], *a) || len(got) != 1 {
 		t.Errorf("bus/r2 = %+v", got)
+	}
+	if got, _ := s.Load(ctx, "hook", "r1"); len(got) != 0 {
+		t.Errorf("hook/r1 = %+v: the deletion of its uid was not applied", got)
 	}
 	if got, _ := s.Load(ctx, "nobody", "r1"); len(got) != 0 {
 		t.Errorf("unknown sink = %+v", got)
@@ -250,5 +257,34 @@ func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A sent deletion of an object that still exists is an intent (it may come
+// back unchanged); the acknowledgement of a ghost's deletion never erases
+// the entry of the incarnation the key holds.
+func TestLeavingIntentsAndConditionalDeletes(t *testing.T) {
+	bolt, err := OpenBolt(filepath.Join(t.TempDir(), "state.db"), false)
+	must(t, err)
+	defer bolt.Close()
+	r := NewRecorder(bolt, time.Hour, slog.New(slog.DiscardHandler))
+	ctx := context.Background()
+	in := ev("a", "1", event.Added)
+	must(t, r.Intend(ctx, "bus", []*event.Event{in}))
+	r.Acked("bus", []*event.Event{in})
+	must(t, r.Flush(ctx))
+	left := event.Build(in.RuleInfo(), event.Transition{Change: event.Deleted, Object: in.Object(), Entered: in.Entered, Reason: event.ReasonUnmatched})
+	must(t, r.Intend(ctx, "bus", []*event.Event{left, ev("gone", "1", event.Deleted)}))
+	view, _ := LoadView(ctx, bolt, "bus", "r")
+	if sl := view["ns/a"]; sl == nil || sl.Acked == nil || len(sl.Pending) != 1 || !sl.Pending[0].Leaving || len(view) != 1 {
+		t.Fatalf("before sending an unmatched deletion: %+v, want ns/a acked with a leaving intent (plain deletions need none)", view)
+	}
+	ghost := ev("a", "1", event.Deleted)
+	o := ghost.Object().DeepCopy()
+	o.SetUID("u-ghost")
+	r.Acked("bus", []*event.Event{event.Build(ghost.RuleInfo(), event.Transition{Change: event.Deleted, Object: o, Entered: 7})})
+	must(t, r.Flush(ctx))
+	if view, _ := LoadView(ctx, bolt, "bus", "r"); view["ns/a"] == nil || view["ns/a"].Acked == nil || view["ns/a"].Acked.UID != "u-a" {
+		t.Fatalf("a ghost's deletion erased the entry of u-a: %+v", view["ns/a"])
 	}
 }

@@ -75,6 +75,19 @@ func (k *KV) Apply(ctx context.Context, changes []Change) error {
 	for _, c := range changes {
 		key := kvKey(c.Sink, c.Rule, c.Key)
 		if c.Entry == nil {
+			if c.IfUID != "" {
+				e, err := k.kv.Get(ctx, key)
+				if errors.Is(err, jetstream.ErrKeyNotFound) {
+					continue
+				}
+				if err != nil {
+					return err
+				}
+				var held Entry
+				if json.Unmarshal(e.Value(), &held) == nil && held.UID != c.IfUID {
+					continue
+				}
+			}
 			if err := k.kv.Delete(ctx, key); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 				return err
 			}
@@ -91,5 +104,5 @@ func (k *KV) Apply(ctx context.Context, changes []Change) error {
 	return nil
 }
 
-// Close does nothing: the connection belongs to the sink.
+// Close does nothing: the connection belongs to the bridge.
 func (k *KV) Close() error { return nil }

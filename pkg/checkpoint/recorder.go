@@ -25,10 +25,12 @@ type Recorder struct {
 	store    Store
 	interval time.Duration
 	logger   *slog.Logger
+	// Fence: see the comment on change. Set before Run.
+	Fence func() error
 
 	flushMu sync.Mutex // one flush at a time, so that newer changes land last
 	mu      sync.Mutex
-	changes map[changeKey]*Entry // unwritten: the latest value per store key (nil deletes)
+	changes map[changeKey]change // unwritten: the latest value per store key
 	order   []changeKey
 	durable map[changeKey]uint64  // object key -> incarnation acknowledged in the store
 	maybe   map[changeKey][]Entry // object key -> pending incarnations (as written or being written)
@@ -38,6 +40,18 @@ type Recorder struct {
 }
 
 type changeKey struct{ sink, rule, key string }
+
+// change is an unwritten value: entry nil deletes (only a key holding
+// ifUID, when set).
+type change struct {
+	entry *Entry
+	ifUID string
+}
+
+// Fence, when set, is checked before every write: while it fails (this
+// replica may no longer be the leader) nothing is written, so a replica
+// that was paused past its lease never overwrites its successor's
+// checkpoint.
 
 var incSeed = maphash.MakeSeed()
 
@@ -56,7 +70,7 @@ func incarnation(uid string, entered int64) uint64 {
 // NewRecorder returns a recorder flushing into store every interval; Run starts it.
 func NewRecorder(store Store, interval time.Duration, logger *slog.Logger) *Recorder {
 	return &Recorder{store: store, interval: interval, logger: logger,
-		changes: map[changeKey]*Entry{}, durable: map[changeKey]uint64{}, maybe: map[changeKey][]Entry{},
+		changes: map[changeKey]change{}, durable: map[changeKey]uint64{}, maybe: map[changeKey][]Entry{},
 		stop: make(chan struct{}), done: make(chan struct{})}
 }
 
@@ -82,30 +96,33 @@ func (r *Recorder) Intend(ctx context.Context, sink string, events []*event.Even
 	r.mu.Lock()
 	var grown map[changeKey][]Entry
 	for _, e := range events {
-		if e.Change == event.Deleted {
+		// Entries, quiet ones too (a rule that sends only deletions must
+		// still learn, after a crash, of an object it was about to record),
+		// and sent deletions of objects that still exist (they may come back
+		// unchanged: the restart must not take them for still held).
+		leaving := e.Change == event.Deleted
+		if leaving && (e.Quiet || e.Reason != event.ReasonUnmatched) {
 			continue
 		}
-		// Quiet ones too: a rule that sends only deletions must still learn,
-		// after a crash, of an object it was about to record.
 		k := changeKey{sink, e.Rule, ObjectKey(e.Namespace, e.Name)}
 		inc := incarnation(e.UID, e.Entered)
-		if r.durable[k] == inc {
+		if !leaving && r.durable[k] == inc {
 			continue
 		}
 		list, ok := grown[k]
 		if !ok {
 			list = r.maybe[k]
 		}
-		if slices.ContainsFunc(list, func(p Entry) bool { return incarnation(p.UID, p.Entered) == inc }) {
+		if slices.ContainsFunc(list, func(p Entry) bool { return p.Leaving == leaving && incarnation(p.UID, p.Entered) == inc }) {
 			continue
 		}
 		if grown == nil {
 			grown = map[changeKey][]Entry{}
 		}
-		grown[k] = append(slices.Clip(list), Entry{UID: e.UID, Namespace: e.Namespace, Name: e.Name, Entered: e.Entered, Labels: e.Object().GetLabels()})
+		grown[k] = append(slices.Clip(list), Entry{UID: e.UID, Namespace: e.Namespace, Name: e.Name, Entered: e.Entered, Labels: e.Object().GetLabels(), Leaving: leaving})
 	}
 	for k, list := range grown {
-		r.put(changeKey{k.sink, k.rule, PendingKey(k.key)}, &Entry{Pending: list})
+		r.put(changeKey{k.sink, k.rule, PendingKey(k.key)}, change{entry: &Entry{Pending: list}})
 	}
 	r.mu.Unlock()
 	if len(grown) == 0 {
@@ -132,10 +149,10 @@ func (r *Recorder) Acked(sink string, events []*event.Event) {
 	for _, e := range events {
 		k := changeKey{sink, e.Rule, ObjectKey(e.Namespace, e.Name)}
 		if e.Change == event.Deleted {
-			r.put(k, nil)
+			r.put(k, change{ifUID: e.UID})
 		} else {
 			o := e.Object()
-			r.put(k, &Entry{UID: e.UID, ResourceVersion: o.GetResourceVersion(), Namespace: e.Namespace, Name: e.Name, Labels: o.GetLabels(), Entered: e.Entered})
+			r.put(k, change{entry: &Entry{UID: e.UID, ResourceVersion: o.GetResourceVersion(), Namespace: e.Namespace, Name: e.Name, Labels: o.GetLabels(), Entered: e.Entered}})
 		}
 		if len(r.maybe[k]) > 0 {
 			if resolved == nil {
@@ -154,20 +171,20 @@ func (r *Recorder) Acked(sink string, events []*event.Event) {
 		pk := changeKey{k.sink, k.rule, PendingKey(k.key)}
 		if len(list) == 0 {
 			delete(r.maybe, k)
-			r.put(pk, nil)
+			r.put(pk, change{})
 		} else {
 			r.maybe[k] = list
-			r.put(pk, &Entry{Pending: list})
+			r.put(pk, change{entry: &Entry{Pending: list}})
 		}
 	}
 }
 
 // put queues a write; the caller holds mu.
-func (r *Recorder) put(k changeKey, e *Entry) {
+func (r *Recorder) put(k changeKey, c change) {
 	if _, ok := r.changes[k]; !ok {
 		r.order = append(r.order, k)
 	}
-	r.changes[k] = e
+	r.changes[k] = c
 }
 
 // Lag is how many acknowledged changes wait to be written.
@@ -213,7 +230,7 @@ func (r *Recorder) Abandon() {
 	close(r.stop)
 	<-r.done
 	r.mu.Lock()
-	r.changes, r.order = map[changeKey]*Entry{}, nil
+	r.changes, r.order = map[changeKey]change{}, nil
 	r.mu.Unlock()
 }
 
@@ -229,22 +246,30 @@ func (r *Recorder) Flush(ctx context.Context) error {
 	}
 	changes := make([]Change, 0, len(r.order))
 	for _, k := range r.order {
-		changes = append(changes, Change{Sink: k.sink, Rule: k.rule, Key: k.key, Entry: r.changes[k]})
+		c := r.changes[k]
+		changes = append(changes, Change{Sink: k.sink, Rule: k.rule, Key: k.key, Entry: c.entry, IfUID: c.ifUID})
 	}
-	r.changes, r.order = map[changeKey]*Entry{}, nil
+	r.changes, r.order = map[changeKey]change{}, nil
 	r.mu.Unlock()
-	if err := r.store.Apply(ctx, changes); err != nil {
+	err := error(nil)
+	if r.Fence != nil {
+		err = r.Fence()
+	}
+	if err == nil {
+		err = r.store.Apply(ctx, changes)
+	}
+	if err != nil {
 		r.logger.Error("writing the checkpoint failed; will retry", "changes", len(changes), "error", err)
 		r.mu.Lock()
 		var newer []changeKey
 		for _, c := range changes { // keep newer changes that arrived meanwhile
 			k := changeKey{c.Sink, c.Rule, c.Key}
 			if _, ok := r.changes[k]; !ok {
-				r.changes[k] = c.Entry
+				r.changes[k] = change{entry: c.Entry, ifUID: c.IfUID}
 				newer = append(newer, k)
 			}
 		}
-		r.order = append(newer, slices.DeleteFunc(r.order, func(k changeKey) bool { return slices.Contains(newer, k) })...)
+		r.order = append(newer, r.order...) // the failed ones keep their place before newer ones
 		r.mu.Unlock()
 		return err
 	}
@@ -255,11 +280,29 @@ func (r *Recorder) Flush(ctx context.Context) error {
 		}
 		k := changeKey{c.Sink, c.Rule, c.Key}
 		if c.Entry == nil {
-			delete(r.durable, k)
+			delete(r.durable, k) // conditional or not: at worst an intent more
 		} else {
 			r.durable[k] = incarnation(c.Entry.UID, c.Entry.Entered)
 		}
 	}
 	r.mu.Unlock()
 	return nil
+}
+
+// Forget drops what the recorder knows of the (sink, rule) pairs keep
+// rejects (a reload removed them), so its memory stays bounded by the
+// objects of the configured rules. Their store entries stay.
+func (r *Recorder) Forget(keep func(sink, rule string) bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for k := range r.durable {
+		if !keep(k.sink, k.rule) {
+			delete(r.durable, k)
+		}
+	}
+	for k := range r.maybe {
+		if !keep(k.sink, k.rule) {
+			delete(r.maybe, k)
+		}
+	}
 }

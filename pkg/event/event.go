@@ -57,7 +57,7 @@ type Rule struct {
 	AllowSecretData bool
 }
 
-// Event is one CloudEvent. Build it with New.
+// Event is one CloudEvent. Build it with Build (or New).
 type Event struct {
 	ID      string
 	Source  string

@@ -267,13 +267,18 @@ func (d *Delivery) deliver(ctx context.Context, batch []*event.Event) bool {
 		}
 		var each *EventErrors
 		if errors.As(err, &each) && len(each.Errs) == len(pending) {
-			pending, err = d.settle(ctx, pending, each.Errs)
+			var ok bool
+			if pending, err, ok = d.settle(ctx, pending, each.Errs); !ok {
+				return false
+			}
 			if len(pending) == 0 {
 				break
 			}
 		}
 		if IsPermanent(err) || (d.retry.MaxElapsed > 0 && time.Since(start) > d.retry.MaxElapsed.D()) {
-			d.refuse(ctx, pending, err)
+			if !d.refuse(ctx, pending, err) {
+				return false
+			}
 			break
 		}
 		d.retried.Add(1)
@@ -300,9 +305,9 @@ func (d *Delivery) deliver(ctx context.Context, batch []*event.Event) bool {
 
 // settle counts the acknowledged events of a partly failed send, hands the
 // permanently refused ones to the dead-letter, and returns the ones to
-// retry (in order) with their first error.
-func (d *Delivery) settle(ctx context.Context, events []*event.Event, errs []error) ([]*event.Event, error) {
-	var retry, refused []*event.Event
+// retry (in order) with their first error; ok is false when ctx ended.
+func (d *Delivery) settle(ctx context.Context, events []*event.Event, errs []error) (retry []*event.Event, _ error, ok bool) {
+	var refused []*event.Event
 	var retryErr, refusedErr error
 	for i, e := range events {
 		switch err := errs[i]; {
@@ -320,25 +325,40 @@ func (d *Delivery) settle(ctx context.Context, events []*event.Event, errs []err
 			}
 		}
 	}
-	if len(refused) > 0 {
-		d.refuse(ctx, refused, refusedErr)
+	if len(refused) > 0 && !d.refuse(ctx, refused, refusedErr) {
+		return nil, nil, false
 	}
-	return retry, retryErr
+	return retry, retryErr, true
 }
 
-// refuse hands a permanently refused batch to the dead-letter.
-func (d *Delivery) refuse(ctx context.Context, batch []*event.Event, cause error) {
+// refuse hands permanently refused events to the dead-letter. A dead-letter
+// that cannot take them is retried with backoff (they count as handled only
+// once it has them); it returns false only when ctx ends first.
+func (d *Delivery) refuse(ctx context.Context, batch []*event.Event, cause error) bool {
 	d.failed.Add(uint64(len(batch)))
 	if d.deadLetter == nil {
 		d.logger.Error("events refused permanently and dropped (no deadLetter configured)", "events", len(batch), "first", batch[0].ID, "error", cause)
-		return
+		return true
 	}
-	if err := d.deadLetter.Put(ctx, d.Name, batch, cause); err != nil {
-		d.logger.Error("events refused permanently; writing them to the dead-letter failed", "events", len(batch), "first", batch[0].ID, "error", cause, "deadLetterError", err)
-		return
+	wait := d.retry.InitialInterval.D()
+	for attempt := 1; ; attempt++ {
+		err := d.deadLetter.Put(ctx, d.Name, batch, cause)
+		if err == nil {
+			break
+		}
+		if attempt == 1 || attempt%10 == 0 {
+			d.logger.Error("events refused permanently; writing them to the dead-letter failed, retrying", "events", len(batch), "first", batch[0].ID, "error", cause, "deadLetterError", err, "attempt", attempt)
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(wait/2 + rand.N(wait/2+1)):
+		}
+		wait = min(2*wait, d.retry.MaxInterval.D())
 	}
 	d.deadLettered.Add(uint64(len(batch)))
 	d.logger.Warn("events refused permanently; sent to the dead-letter", "events", len(batch), "first", batch[0].ID, "error", cause)
+	return true
 }
 
 // safeSend turns a panicking sink into an error, so one bad sink cannot

@@ -307,3 +307,47 @@ func TestOverflowKeepsBothIncarnations(t *testing.T) {
 		t.Errorf("took %s: the old incarnation's deletion was merged away", got)
 	}
 }
+
+type flakyDeadLetter struct {
+	deadLetters
+	failures int
+}
+
+func (f *flakyDeadLetter) Put(ctx context.Context, sink string, evs []*event.Event, cause error) error {
+	f.mu.Lock()
+	if f.failures > 0 {
+		f.failures--
+		f.mu.Unlock()
+		return errors.New("dead-letter unreachable")
+	}
+	f.mu.Unlock()
+	return f.deadLetters.Put(ctx, sink, evs, cause)
+}
+
+// A refused event counts as handled only once the dead-letter has it.
+func TestDeadLetterRetriedUntilItTakes(t *testing.T) {
+	s := &scripted{tries: map[string]int{}, outcome: func(*event.Event, int) error { return Permanent(errors.New("no")) }}
+	dl := &flakyDeadLetter{failures: 3}
+	d := NewDelivery(sinkConfig(), s, dl, slog.New(slog.DiscardHandler))
+	acked := 0
+	d.OnAck = func(evs []*event.Event) { acked += len(evs) }
+	d.Offer(ev("bad", "1", event.Added))
+	d.Close()
+	d.Run(context.Background())
+	if fmt.Sprint(dl.got) != "[bad]" || acked != 1 || d.Stats().DeadLettered != 1 {
+		t.Errorf("dead-letter %v, acked %d, stats %+v", dl.got, acked, d.Stats())
+	}
+
+	// Cut short while the dead-letter is down: not acknowledged.
+	dl = &flakyDeadLetter{failures: 1 << 30}
+	d = NewDelivery(sinkConfig(), s, dl, slog.New(slog.DiscardHandler))
+	acked = 0
+	d.OnAck = func(evs []*event.Event) { acked += len(evs) }
+	d.Offer(ev("bad", "1", event.Added))
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	d.Run(ctx)
+	if acked != 0 {
+		t.Error("an event the dead-letter never took was recorded as handled")
+	}
+}

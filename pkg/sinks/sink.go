@@ -24,8 +24,9 @@ import (
 // go through the same worker), so it must be safe for concurrent use. It
 // returns nil only when the destination has acknowledged every event of the
 // batch (durably, as far as the destination promises: a flush, a PubAck, a
-// 2xx, an fsync). On error the whole batch is sent again, so a sink may
-// deliver an event twice, never zero times. Sinks classify errors and never
+// 2xx, an fsync). On error the batch is sent again (only its failed events
+// when Send reports per event with EventErrors), so a sink may deliver an
+// event twice, never zero times. Sinks classify errors and never
 // retry themselves: wrap with Permanent what retrying cannot fix.
 //
 // Close releases the sink's resources; no Send follows it.

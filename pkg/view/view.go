@@ -8,8 +8,9 @@
 // whatever happened in between.
 //
 // The diff is level-based, like a Kubernetes controller's reconcile: it
-// looks only at the current desired state of one object key and what the
-// sink was handed, never at the notification that triggered it:
+// compares the desired state of one object key (the state a live
+// notification carries, else the cache's) with what the sink was handed,
+// whatever the trigger:
 //
 //   - another uid under a key: deleted(old uid), then added(new uid);
 //   - in the view, not handed: added; handed, no longer in the view:
@@ -57,11 +58,20 @@ type held struct {
 	entered int64
 	obj     *unstructured.Unstructured // the state handed; from a checkpoint, its metadata only
 	partial bool                       // obj is rebuilt from a checkpoint: no old state for updates
+	// mayBeGone: from a checkpoint with an intent of the same uid (its
+	// deletion, or a re-entry, was sent unacknowledged): the sink may not
+	// hold it, so if it is in the view it is sent as added again.
+	mayBeGone bool
 }
 
 type slot struct {
 	cur    *held
 	ghosts []held // from a checkpoint: incarnations sent but not acknowledged
+	// floor is the resourceVersion of an object handed as deleted
+	// (unmatched) while it still exists: a lagging notification older than
+	// it must not bring the older state back. Kept until the object is
+	// deleted or re-enters; bounded by the objects in the cache.
+	floorUID, floor string
 }
 
 // Sink holds the views of one sink, per rule name.
@@ -92,7 +102,9 @@ func (s *Sink) Load(rule string, stored map[string]*checkpoint.Slot) {
 		}
 		for _, p := range st.Pending {
 			if sl.cur != nil && p.UID == sl.cur.uid {
-				continue // the consumer holds this uid either way
+				sl.cur.mayBeGone = true
+				sl.cur.entered = max(sl.cur.entered, p.Entered) // ids of the newest incarnation: never one sent before it
+				continue
 			}
 			sl.ghosts = append(sl.ghosts, held{uid: p.UID, entered: p.Entered, obj: lastKnown(p), partial: true})
 		}
@@ -140,11 +152,17 @@ func (s *Sink) Keys(rule string) []string {
 	return keys
 }
 
-// Len returns how many objects the sink was handed under rule.
+// Len returns how many objects the sink holds under rule.
 func (s *Sink) Len(rule string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.views[rule])
+	n := 0
+	for _, sl := range s.views[rule] {
+		if sl.cur != nil {
+			n++
+		}
+	}
+	return n
 }
 
 // Trigger says why a key is synced.
@@ -183,12 +201,18 @@ func (s *Sink) Sync(r *filters.Rule, key string, cache Lookup, t Trigger) int {
 	var exists bool
 	switch {
 	case t.Gone != nil: // a deletion: of the incarnation the sink holds, or news to it
+		if sl != nil && sl.cur == nil && len(sl.ghosts) == 0 {
+			delete(v, key) // only a floor: the object is gone
+		}
 		if sl == nil || sl.cur == nil || sl.cur.uid != string(t.Gone.GetUID()) {
 			return 0
 		}
 	case t.Object != nil:
 		if sl != nil && sl.cur != nil && older(t.Object.GetResourceVersion(), sl.cur.rv) {
 			return 0 // another trigger already handed a newer state
+		}
+		if sl != nil && sl.floorUID == string(t.Object.GetUID()) && older(t.Object.GetResourceVersion(), sl.floor) {
+			return 0 // older than a deletion another trigger handed
 		}
 		obj, exists = t.Object, true
 	default:
@@ -229,6 +253,7 @@ func (s *Sink) Sync(r *filters.Rule, key string, cache Lookup, t Trigger) int {
 		emit(tr, partial)
 	}
 	cur := sl.cur
+	floorUID, floor := sl.floorUID, sl.floor
 	if cur != nil && (desired == nil || cur.uid != string(desired.GetUID())) {
 		tr := event.Transition{Change: event.Deleted, Object: cur.obj, Entered: cur.entered}
 		partial := cur.partial
@@ -238,6 +263,7 @@ func (s *Sink) Sync(r *filters.Rule, key string, cache Lookup, t Trigger) int {
 			if !cur.partial {
 				tr.Old = cur.obj
 			}
+			floorUID, floor = cur.uid, obj.GetResourceVersion()
 		case t.Gone != nil && string(t.Gone.GetUID()) == cur.uid:
 			tr.Object, partial = t.Gone, false
 		}
@@ -249,7 +275,14 @@ func (s *Sink) Sync(r *filters.Rule, key string, cache Lookup, t Trigger) int {
 	case cur == nil:
 		emit(event.Transition{Change: event.Added, Object: desired, Entered: entered}, false)
 		cur = &held{uid: string(desired.GetUID()), entered: entered}
+	case cur.mayBeGone:
+		// Its deletion may have reached the sink: send it again as added.
+		cur.entered = entered
+		emit(event.Transition{Change: event.Added, Object: desired, Entered: entered}, false)
 	case cur.rv != desired.GetResourceVersion() || t.Replay == event.ReplayResync:
+		if cur.rv == desired.GetResourceVersion() && !r.Delivers(event.Updated) {
+			break // a replay of what the rule does not send: nothing to record
+		}
 		if cur.partial {
 			// Loaded from a checkpoint, which may lag what the consumer got (a
 			// deletion sent before the crash, its acknowledgement not yet
@@ -262,17 +295,18 @@ func (s *Sink) Sync(r *filters.Rule, key string, cache Lookup, t Trigger) int {
 		if !cur.partial && cur.rv != desired.GetResourceVersion() {
 			tr.Old = cur.obj
 		}
-		if cur.rv == desired.GetResourceVersion() && !r.Delivers(event.Updated) {
-			break // a replay of what the rule does not send: nothing to record
-		}
 		emit(tr, false)
 	}
 	if cur == nil {
-		delete(v, key)
+		if floor != "" && exists && string(obj.GetUID()) == floorUID {
+			v[key] = &slot{floorUID: floorUID, floor: floor}
+		} else {
+			delete(v, key)
+		}
 		return sent
 	}
-	cur.rv, cur.obj, cur.partial = desired.GetResourceVersion(), desired, false
-	sl.cur, sl.ghosts = cur, nil
+	cur.rv, cur.obj, cur.partial, cur.mayBeGone = desired.GetResourceVersion(), desired, false, false
+	sl.cur, sl.ghosts, sl.floorUID, sl.floor = cur, nil, "", ""
 	v[key] = sl
 	return sent
 }
