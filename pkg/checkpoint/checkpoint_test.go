@@ -288,3 +288,27 @@ func TestLeavingIntentsAndConditionalDeletes(t *testing.T) {
 		t.Fatalf("a ghost's deletion erased the entry of u-a: %+v", view["ns/a"])
 	}
 }
+
+// An update right after an acknowledged create (before the next checkpoint
+// write) needs no intent of its own: the store still holds the create's.
+func TestNoSecondIntentForAnAcknowledgedIncarnation(t *testing.T) {
+	bolt, err := OpenBolt(filepath.Join(t.TempDir(), "state.db"), false)
+	must(t, err)
+	defer bolt.Close()
+	s := &slowStore{Store: bolt}
+	r := NewRecorder(s, time.Hour, slog.New(slog.DiscardHandler))
+	ctx := context.Background()
+	added := ev("a", "1", event.Added)
+	must(t, r.Intend(ctx, "bus", []*event.Event{added}))
+	r.Acked("bus", []*event.Event{added})
+	updated := event.Build(added.RuleInfo(), event.Transition{Change: event.Updated, Object: ev("a", "2", event.Updated).Object(), Entered: added.Entered})
+	before := s.applies.Load()
+	must(t, r.Intend(ctx, "bus", []*event.Event{updated}))
+	if s.applies.Load() != before {
+		t.Error("an update of an incarnation whose intent the store holds wrote another intent")
+	}
+	must(t, r.Flush(ctx))
+	if view, _ := LoadView(ctx, bolt, "bus", "r"); view["ns/a"] == nil || view["ns/a"].Acked == nil || len(view["ns/a"].Pending) != 0 {
+		t.Errorf("after the write: %+v", view["ns/a"])
+	}
+}

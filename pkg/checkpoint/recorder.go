@@ -168,6 +168,14 @@ func (r *Recorder) Acked(sink string, events []*event.Event) {
 		if len(list) == len(r.maybe[k]) {
 			continue
 		}
+		// The incarnation the key now holds stays durable without a new
+		// intent: the store keeps its intent until the write that replaces it
+		// with the acknowledged entry (queued before the intent's removal).
+		if c := r.changes[k]; c.entry != nil && slices.ContainsFunc(r.maybe[k], func(p Entry) bool {
+			return !p.Leaving && incarnation(p.UID, p.Entered) == incarnation(c.entry.UID, c.entry.Entered)
+		}) {
+			r.durable[k] = incarnation(c.entry.UID, c.entry.Entered)
+		}
 		pk := changeKey{k.sink, k.rule, PendingKey(k.key)}
 		if len(list) == 0 {
 			delete(r.maybe, k)
