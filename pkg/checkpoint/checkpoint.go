@@ -16,8 +16,10 @@
 package checkpoint
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"slices"
 )
 
 // Entry is what a sink last received of one object under one rule.
@@ -37,6 +39,9 @@ type Entry struct {
 	// left the view but exists) may have been sent unacknowledged: the sink
 	// may no longer hold it.
 	Leaving bool `json:"leaving,omitempty"`
+	// Inline marks, in the recorder's memory only, an intent written as the
+	// key's own entry (it had none), not in a PendingKey record.
+	Inline bool `json:"-"`
 }
 
 // PendingKey is the store key of the intent record of an object key.
@@ -78,6 +83,11 @@ func LoadView(ctx context.Context, s Store, sink, rule string) (map[string]*Slot
 			e := e
 			slot(k).Acked = &e
 		}
+	}
+	for _, sl := range out { // an inline intent may also be listed in the pending record
+		sl.Pending = slices.CompactFunc(slices.SortedStableFunc(slices.Values(sl.Pending), func(a, b Entry) int {
+			return cmp.Or(cmp.Compare(a.UID, b.UID), cmp.Compare(a.Entered, b.Entered))
+		}), func(a, b Entry) bool { return a.UID == b.UID && a.Entered == b.Entered && a.Leaving == b.Leaving })
 	}
 	return out, nil
 }

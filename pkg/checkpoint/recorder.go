@@ -122,6 +122,19 @@ func (r *Recorder) Intend(ctx context.Context, sink string, events []*event.Even
 		grown[k] = append(slices.Clip(list), Entry{UID: e.UID, Namespace: e.Namespace, Name: e.Name, Entered: e.Entered, Labels: e.Object().GetLabels(), Leaving: leaving})
 	}
 	for k, list := range grown {
+		// A key that holds nothing takes its one intent inline (an entry
+		// without resourceVersion): the acknowledgement then overwrites one
+		// key instead of writing one and deleting another.
+		if r.durable[k] == 0 && len(r.maybe[k]) == 0 && len(list) == 1 && !list[0].Leaving {
+			c, queued := r.changes[k]
+			again := queued && c.entry != nil && c.entry.ResourceVersion == "" && // this intent, queued again after a failed write
+				incarnation(c.entry.UID, c.entry.Entered) == incarnation(list[0].UID, list[0].Entered)
+			if !queued || again {
+				list[0].Inline = true
+				r.put(k, change{entry: &Entry{UID: list[0].UID, Namespace: list[0].Namespace, Name: list[0].Name, Labels: list[0].Labels, Entered: list[0].Entered}})
+				continue
+			}
+		}
 		r.put(changeKey{k.sink, k.rule, PendingKey(k.key)}, change{entry: &Entry{Pending: list}})
 	}
 	r.mu.Unlock()
@@ -177,10 +190,13 @@ func (r *Recorder) Acked(sink string, events []*event.Event) {
 			r.durable[k] = incarnation(c.entry.UID, c.entry.Entered)
 		}
 		pk := changeKey{k.sink, k.rule, PendingKey(k.key)}
-		if len(list) == 0 {
+		switch {
+		case len(list) == 0 && len(r.maybe[k]) == 1 && r.maybe[k][0].Inline:
+			delete(r.maybe, k) // the key's own write replaced it
+		case len(list) == 0:
 			delete(r.maybe, k)
 			r.put(pk, change{})
-		} else {
+		default:
 			r.maybe[k] = list
 			r.put(pk, change{entry: &Entry{Pending: list}})
 		}
