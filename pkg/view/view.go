@@ -52,26 +52,50 @@ type Lookup interface {
 	GetByKey(key string) (item any, exists bool, err error)
 }
 
-// held is one incarnation of an object the sink has been handed.
+// held is one incarnation of an object the sink has been handed. Its uid
+// and resourceVersion are read from obj: the informer's cached object, shared
+// rather than copied (an entry costs a few words per object and sink).
 type held struct {
-	uid, rv string
-	entered int64
 	obj     *unstructured.Unstructured // the state handed; from a checkpoint, its metadata only
-	partial bool                       // obj is rebuilt from a checkpoint: no old state for updates
+	entered int64
+	partial bool // obj is rebuilt from a checkpoint: no old state for updates
 	// mayBeGone: from a checkpoint with an intent of the same uid (its
 	// deletion, or a re-entry, was sent unacknowledged): the sink may not
 	// hold it, so if it is in the view it is sent as added again.
 	mayBeGone bool
 }
 
+func (h *held) uid() string { return string(h.obj.GetUID()) }
+func (h *held) rv() string  { return h.obj.GetResourceVersion() }
+
+// slot is what a sink was handed of one object key, stored by value.
 type slot struct {
-	cur    *held
+	cur   *held  // nil: nothing handed
+	extra *extra // rarely set
+}
+
+// extra holds what few slots need.
+type extra struct {
 	ghosts []held // from a checkpoint: incarnations sent but not acknowledged
 	// floor is the resourceVersion of an object handed as deleted
 	// (unmatched) while it still exists: a lagging notification older than
 	// it must not bring the older state back. Kept until the object is
 	// deleted or re-enters; bounded by the objects in the cache.
 	floorUID, floor string
+}
+
+func (sl slot) ghosts() []held {
+	if sl.extra == nil {
+		return nil
+	}
+	return sl.extra.ghosts
+}
+
+func (sl slot) floor() (uid, rv string) {
+	if sl.extra == nil {
+		return "", ""
+	}
+	return sl.extra.floorUID, sl.extra.floor
 }
 
 // Sink holds the views of one sink, per rule name.
@@ -81,34 +105,38 @@ type Sink struct {
 	mu    sync.Mutex
 	ready bool
 	offer Offer
-	views map[string]map[string]*slot // rule -> object key -> slot
+	views map[string]map[string]slot // rule -> object key -> slot
 }
 
 // NewSink returns the empty, not yet ready views of a sink whose events go
 // to offer.
 func NewSink(name string, offer Offer) *Sink {
-	return &Sink{Name: name, offer: offer, views: map[string]map[string]*slot{}}
+	return &Sink{Name: name, offer: offer, views: map[string]map[string]slot{}}
 }
 
 // Load sets what the sink holds of rule from its checkpoint.
 func (s *Sink) Load(rule string, stored map[string]*checkpoint.Slot) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	v := make(map[string]*slot, len(stored))
+	v := make(map[string]slot, len(stored))
 	for k, st := range stored {
-		sl := &slot{}
+		var sl slot
 		if a := st.Acked; a != nil {
-			sl.cur = &held{uid: a.UID, rv: a.ResourceVersion, entered: a.Entered, obj: lastKnown(*a), partial: true}
+			sl.cur = &held{obj: lastKnown(*a), entered: a.Entered, partial: true}
 		}
+		var ghosts []held
 		for _, p := range st.Pending {
-			if sl.cur != nil && p.UID == sl.cur.uid {
+			if sl.cur != nil && p.UID == sl.cur.uid() {
 				sl.cur.mayBeGone = true
 				sl.cur.entered = max(sl.cur.entered, p.Entered) // ids of the newest incarnation: never one sent before it
 				continue
 			}
-			sl.ghosts = append(sl.ghosts, held{uid: p.UID, entered: p.Entered, obj: lastKnown(p), partial: true})
+			ghosts = append(ghosts, held{obj: lastKnown(p), entered: p.Entered, partial: true})
 		}
-		if sl.cur != nil || len(sl.ghosts) > 0 {
+		if len(ghosts) > 0 {
+			sl.extra = &extra{ghosts: ghosts}
+		}
+		if sl.cur != nil || sl.extra != nil {
 			v[k] = sl
 		}
 	}
@@ -193,25 +221,26 @@ func (s *Sink) Sync(r *filters.Rule, key string, cache Lookup, t Trigger) int {
 	}
 	v := s.views[r.Name]
 	if v == nil {
-		v = map[string]*slot{}
+		v = map[string]slot{}
 		s.views[r.Name] = v
 	}
 	sl := v[key]
+	floorUID, floor := sl.floor()
 	var obj *unstructured.Unstructured
 	var exists bool
 	switch {
 	case t.Gone != nil: // a deletion: of the incarnation the sink holds, or news to it
-		if sl != nil && sl.cur == nil && len(sl.ghosts) == 0 {
-			delete(v, key) // only a floor: the object is gone
+		if sl.cur == nil && len(sl.ghosts()) == 0 {
+			delete(v, key) // at most a floor: the object is gone
 		}
-		if sl == nil || sl.cur == nil || sl.cur.uid != string(t.Gone.GetUID()) {
+		if sl.cur == nil || sl.cur.uid() != string(t.Gone.GetUID()) {
 			return 0
 		}
 	case t.Object != nil:
-		if sl != nil && sl.cur != nil && older(t.Object.GetResourceVersion(), sl.cur.rv) {
+		if sl.cur != nil && older(t.Object.GetResourceVersion(), sl.cur.rv()) {
 			return 0 // another trigger already handed a newer state
 		}
-		if sl != nil && sl.floorUID == string(t.Object.GetUID()) && older(t.Object.GetResourceVersion(), sl.floor) {
+		if floorUID == string(t.Object.GetUID()) && older(t.Object.GetResourceVersion(), floor) {
 			return 0 // older than a deletion another trigger handed
 		}
 		obj, exists = t.Object, true
@@ -238,33 +267,29 @@ func (s *Sink) Sync(r *filters.Rule, key string, cache Lookup, t Trigger) int {
 		}
 		s.offer(event.Build(r.Event, tr))
 	}
-	if sl == nil {
-		sl = &slot{}
-	}
 	entered := t.Now.UnixNano()
-	for _, g := range sl.ghosts {
-		if desired != nil && g.uid == string(desired.GetUID()) && (sl.cur == nil || sl.cur.uid != g.uid) {
+	cur := sl.cur
+	for _, g := range sl.ghosts() {
+		if desired != nil && g.uid() == string(desired.GetUID()) && (cur == nil || cur.uid() != g.uid()) {
 			continue // the added below puts it back, as a new incarnation (see updated)
 		}
 		tr, partial := event.Transition{Change: event.Deleted, Object: g.obj, Entered: g.entered}, true
-		if exists && string(obj.GetUID()) == g.uid { // still there, out of the view
+		if exists && string(obj.GetUID()) == g.uid() { // still there, out of the view
 			tr.Object, tr.Reason, partial = obj, event.ReasonUnmatched, false
 		}
 		emit(tr, partial)
 	}
-	cur := sl.cur
-	floorUID, floor := sl.floorUID, sl.floor
-	if cur != nil && (desired == nil || cur.uid != string(desired.GetUID())) {
+	if cur != nil && (desired == nil || cur.uid() != string(desired.GetUID())) {
 		tr := event.Transition{Change: event.Deleted, Object: cur.obj, Entered: cur.entered}
 		partial := cur.partial
 		switch {
-		case exists && string(obj.GetUID()) == cur.uid: // still there, out of the view
+		case exists && string(obj.GetUID()) == cur.uid(): // still there, out of the view
 			tr.Object, tr.Reason, partial = obj, event.ReasonUnmatched, false
 			if !cur.partial {
 				tr.Old = cur.obj
 			}
-			floorUID, floor = cur.uid, obj.GetResourceVersion()
-		case t.Gone != nil && string(t.Gone.GetUID()) == cur.uid:
+			floorUID, floor = cur.uid(), obj.GetResourceVersion()
+		case t.Gone != nil && string(t.Gone.GetUID()) == cur.uid():
 			tr.Object, partial = t.Gone, false
 		}
 		emit(tr, partial)
@@ -274,13 +299,13 @@ func (s *Sink) Sync(r *filters.Rule, key string, cache Lookup, t Trigger) int {
 	case desired == nil:
 	case cur == nil:
 		emit(event.Transition{Change: event.Added, Object: desired, Entered: entered}, false)
-		cur = &held{uid: string(desired.GetUID()), entered: entered}
+		cur = &held{entered: entered}
 	case cur.mayBeGone:
 		// Its deletion may have reached the sink: send it again as added.
 		cur.entered = entered
 		emit(event.Transition{Change: event.Added, Object: desired, Entered: entered}, false)
-	case cur.rv != desired.GetResourceVersion() || t.Replay == event.ReplayResync:
-		if cur.rv == desired.GetResourceVersion() && !r.Delivers(event.Updated) {
+	case cur.rv() != desired.GetResourceVersion() || t.Replay == event.ReplayResync:
+		if cur.rv() == desired.GetResourceVersion() && !r.Delivers(event.Updated) {
 			break // a replay of what the rule does not send: nothing to record
 		}
 		if cur.partial {
@@ -292,22 +317,21 @@ func (s *Sink) Sync(r *filters.Rule, key string, cache Lookup, t Trigger) int {
 			cur.entered = entered
 		}
 		tr := event.Transition{Change: event.Updated, Object: desired, Entered: cur.entered}
-		if !cur.partial && cur.rv != desired.GetResourceVersion() {
+		if !cur.partial && cur.rv() != desired.GetResourceVersion() {
 			tr.Old = cur.obj
 		}
 		emit(tr, false)
 	}
 	if cur == nil {
 		if floor != "" && exists && string(obj.GetUID()) == floorUID {
-			v[key] = &slot{floorUID: floorUID, floor: floor}
+			v[key] = slot{extra: &extra{floorUID: floorUID, floor: floor}}
 		} else {
 			delete(v, key)
 		}
 		return sent
 	}
-	cur.rv, cur.obj, cur.partial, cur.mayBeGone = desired.GetResourceVersion(), desired, false, false
-	sl.cur, sl.ghosts, sl.floorUID, sl.floor = cur, nil, "", ""
-	v[key] = sl
+	cur.obj, cur.partial, cur.mayBeGone = desired, false, false
+	v[key] = slot{cur: cur}
 	return sent
 }
 
