@@ -160,9 +160,7 @@ func (f *failing) Apply(ctx context.Context, changes []Change) error {
 // An intent counts only once written: a send retried after a failed intent
 // writes it again instead of going out without it.
 func TestIntentDurableBeforeItCounts(t *testing.T) {
-	bolt, err := OpenBolt(filepath.Join(t.TempDir(), "state.db"), false)
-	must(t, err)
-	defer bolt.Close()
+	bolt := openBolt(t)
 	s := &failing{Store: bolt}
 	r := NewRecorder(s, time.Hour, slog.New(slog.DiscardHandler))
 	ctx := context.Background()
@@ -181,9 +179,7 @@ func TestIntentDurableBeforeItCounts(t *testing.T) {
 // A restart that finds an intent beside an acknowledged entry (a
 // replacement was in flight) knows the sink may hold either.
 func TestIntentBesideAcknowledged(t *testing.T) {
-	bolt, err := OpenBolt(filepath.Join(t.TempDir(), "state.db"), false)
-	must(t, err)
-	defer bolt.Close()
+	bolt := openBolt(t)
 	r := NewRecorder(bolt, time.Hour, slog.New(slog.DiscardHandler))
 	ctx := context.Background()
 	first := ev("a", "1", event.Added)
@@ -227,9 +223,7 @@ func (s *slowStore) Apply(ctx context.Context, changes []Change) error {
 // Intents of several sinks sent at once share writes (group commit), and
 // each caller returns only once its own intents are durable.
 func TestRecorderIntentsGroupCommit(t *testing.T) {
-	bolt, err := OpenBolt(filepath.Join(t.TempDir(), "state.db"), false)
-	must(t, err)
-	defer bolt.Close()
+	bolt := openBolt(t)
 	s := &slowStore{Store: bolt}
 	r := NewRecorder(s, time.Hour, slog.New(slog.DiscardHandler))
 	ctx := context.Background()
@@ -264,9 +258,7 @@ func must(t testing.TB, err error) {
 // back unchanged); the acknowledgement of a ghost's deletion never erases
 // the entry of the incarnation the key holds.
 func TestLeavingIntentsAndConditionalDeletes(t *testing.T) {
-	bolt, err := OpenBolt(filepath.Join(t.TempDir(), "state.db"), false)
-	must(t, err)
-	defer bolt.Close()
+	bolt := openBolt(t)
 	r := NewRecorder(bolt, time.Hour, slog.New(slog.DiscardHandler))
 	ctx := context.Background()
 	in := ev("a", "1", event.Added)
@@ -292,9 +284,7 @@ func TestLeavingIntentsAndConditionalDeletes(t *testing.T) {
 // An update right after an acknowledged create (before the next checkpoint
 // write) needs no intent of its own: the store still holds the create's.
 func TestNoSecondIntentForAnAcknowledgedIncarnation(t *testing.T) {
-	bolt, err := OpenBolt(filepath.Join(t.TempDir(), "state.db"), false)
-	must(t, err)
-	defer bolt.Close()
+	bolt := openBolt(t)
 	s := &slowStore{Store: bolt}
 	r := NewRecorder(s, time.Hour, slog.New(slog.DiscardHandler))
 	ctx := context.Background()
@@ -311,4 +301,13 @@ func TestNoSecondIntentForAnAcknowledgedIncarnation(t *testing.T) {
 	if view, _ := LoadView(ctx, bolt, "bus", "r"); view["ns/a"] == nil || view["ns/a"].Acked == nil || len(view["ns/a"].Pending) != 0 {
 		t.Errorf("after the write: %+v", view["ns/a"])
 	}
+}
+
+// openBolt opens a fresh file store, closed when the test ends.
+func openBolt(t *testing.T) *Bolt {
+	t.Helper()
+	b, err := OpenBolt(filepath.Join(t.TempDir(), "state.db"), false)
+	must(t, err)
+	t.Cleanup(func() { b.Close() })
+	return b
 }
