@@ -487,13 +487,15 @@ func (b *Bridge) natsConn(ctx context.Context, sinkName string, built map[string
 		}
 		return ns.Conn(), nil
 	}
-	// Keyed by what the connection is made of, not what the sink publishes.
+	// Keyed by what the connection is made of, not what the sink publishes
+	// (the subject is only checked by Connect; streams stay the sink's).
 	c := config.NATSSink{URL: sc.NATS.URL, CredentialsFile: sc.NATS.CredentialsFile, NKeySeedFile: sc.NATS.NKeySeedFile,
 		TokenFile: sc.NATS.TokenFile, User: sc.NATS.User, PasswordFile: sc.NATS.PasswordFile, TLS: sc.NATS.TLS}
 	key, _ := json.Marshal(c)
 	if s := b.conns[string(key)]; s != nil {
 		return s.Conn(), nil
 	}
+	c.Subject = sc.NATS.Subject
 	s, err := natssink.Connect(ctx, sinkName+"-bridge", &c, b.logger.With("connection", sinkName))
 	if err != nil {
 		return nil, err
