@@ -991,7 +991,13 @@ func (m *modelRun) check(recv map[string][]modelEvent, bad []string, tr modelTru
 				seen := map[string]bool{}
 				for i := range es {
 					e := &es[i]
-					seen[e.uid] = true
+					// Seen means held: a consumer told only a conservative
+					// deletion (after a crash, of an incarnation that may
+					// have been sent) never held the object; see "Not
+					// promised" in docs/guarantees.md.
+					if c := e.change(); c == "added" || c == "updated" {
+						seen[e.uid] = true
+					}
 					switch e.change() {
 					case "added", "updated":
 						if _, ok := held[e.uid]; !ok {
@@ -1065,7 +1071,7 @@ func (m *modelRun) check(recv map[string][]modelEvent, bad []string, tr modelTru
 				l, ok := last[uid]
 				switch {
 				case !ok && full != "":
-					f.add("deleted-missing", uid, "%s/%s: uid %s was seen by %s and left the view; %s delivered nothing for it", sink, r.name, uid, full, r.name)
+					f.add("deleted-missing", uid, "%s/%s: uid %s was held by %s's consumer and left the view; %s delivered nothing for it", sink, r.name, uid, full, r.name)
 				case ok && l.change() != "deleted":
 					f.add("deleted-missing", uid, "%s/%s: uid %s left the view; its last event is %s", sink, r.name, uid, l)
 				}
