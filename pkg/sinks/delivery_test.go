@@ -106,15 +106,19 @@ func TestRetriesUntilAcknowledgedInOrder(t *testing.T) {
 	if s := d.Stats(); s.Delivered != 20 || s.Retried != 3 || s.Failed != 0 {
 		t.Errorf("stats %+v", s)
 	}
-	n := 0
-	acked.Range(func(_, v any) bool {
-		n++
-		if v.(time.Duration) <= 0 {
-			t.Errorf("latency %v", v)
-		}
-		return true
-	})
-	if n != 20 {
+	count := func() int { // OnAck runs once Send has returned: after the sink recorded the batch
+		n := 0
+		acked.Range(func(_, v any) bool {
+			n++
+			if v.(time.Duration) <= 0 {
+				t.Errorf("latency %v", v)
+			}
+			return true
+		})
+		return n
+	}
+	waitFor(t, func() bool { return count() >= 20 })
+	if n := count(); n != 20 {
 		t.Errorf("OnAck saw %d events, want 20", n)
 	}
 }
