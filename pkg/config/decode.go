@@ -14,10 +14,10 @@ import (
 // expand exponentially ("billion laughs") end in an error, not in an OOM.
 const maxNodes = 200_000
 
-// defaulter is implemented by config structs that have defaults. The decoder
-// calls setDefaults when it creates a struct, before it decodes the YAML into
+// Defaulter is implemented by config structs that have defaults. The decoder
+// calls SetDefaults when it creates a struct, before it decodes the YAML into
 // it, so that what the file sets wins and what it omits keeps the default.
-type defaulter interface{ setDefaults() }
+type Defaulter interface{ SetDefaults() }
 
 // scalarParser is implemented by types written as one YAML scalar (Duration).
 type scalarParser interface{ parseScalar(string) error }
@@ -63,8 +63,8 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 	if v.Kind() == reflect.Pointer {
 		if v.IsNil() {
 			v.Set(reflect.New(v.Type().Elem()))
-			if df, ok := v.Interface().(defaulter); ok {
-				df.setDefaults()
+			if df, ok := v.Interface().(Defaulter); ok {
+				df.SetDefaults()
 			}
 		}
 		v = v.Elem()
@@ -91,8 +91,8 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 		s := reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content))
 		for i, item := range n.Content {
 			e := s.Index(i)
-			if df, ok := e.Addr().Interface().(defaulter); ok {
-				df.setDefaults()
+			if df, ok := e.Addr().Interface().(Defaulter); ok {
+				df.SetDefaults()
 			}
 			d.decode(item, e, fmt.Sprintf("%s[%d]", path, i))
 		}
@@ -105,7 +105,7 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 		m := reflect.MakeMapWithSize(v.Type(), len(n.Content)/2)
 		d.eachPair(n, path, func(key string, keyNode, val *yaml.Node) {
 			e := reflect.New(v.Type().Elem()).Elem()
-			d.decode(val, e, joinKey(path, key))
+			d.decode(val, e, JoinKey(path, key))
 			m.SetMapIndex(reflect.ValueOf(key), e)
 		})
 		v.Set(m)
@@ -143,10 +143,10 @@ func (d *decoder) decodeStruct(n *yaml.Node, v reflect.Value, path string) {
 	d.eachPair(n, path, func(key string, keyNode, val *yaml.Node) {
 		i, ok := fields[key]
 		if !ok {
-			d.errorf(joinKey(path, key), keyNode.Line, "unknown field%s", suggest(key, fields))
+			d.errorf(JoinKey(path, key), keyNode.Line, "unknown field%s", suggest(key, fields))
 			return
 		}
-		d.decode(val, v.Field(i), joinKey(path, key))
+		d.decode(val, v.Field(i), JoinKey(path, key))
 	})
 }
 
@@ -168,11 +168,11 @@ func (d *decoder) eachPair(n *yaml.Node, path string, f func(key string, keyNode
 			continue
 		}
 		if first, dup := seen[k.Value]; dup {
-			d.errorf(joinKey(path, k.Value), k.Line, "duplicate key (first at line %d)", first)
+			d.errorf(JoinKey(path, k.Value), k.Line, "duplicate key (first at line %d)", first)
 			continue
 		}
 		seen[k.Value] = k.Line
-		d.lines[joinKey(path, k.Value)] = k.Line
+		d.lines[JoinKey(path, k.Value)] = k.Line
 		f(k.Value, k, val)
 	}
 }
@@ -284,8 +284,8 @@ func describeNode(n *yaml.Node) string {
 	return "nothing"
 }
 
-// joinKey appends a mapping key to a path: a.b for plain keys, a["b.c/d"] for others.
-func joinKey(path, key string) string {
+// JoinKey appends a mapping key to a path: a.b for plain keys, a["b.c/d"] for others.
+func JoinKey(path, key string) string {
 	if !plainKey(key) {
 		return path + "[" + strconv.Quote(key) + "]"
 	}

@@ -24,7 +24,7 @@ var (
 	IncludeFields = []string{"object", "oldObject", "patch", "metadata"}
 )
 
-func (c *Config) setDefaults() {}
+func (c *Config) SetDefaults() {}
 
 // applyLateDefaults sets defaults that depend on what the file set.
 func (c *Config) applyLateDefaults() {
@@ -33,38 +33,38 @@ func (c *Config) applyLateDefaults() {
 	}
 }
 
-func (k *NATSKVCheckpoint) setDefaults() { k.Bucket = DefaultKVBucket }
+func (k *NATSKVCheckpoint) SetDefaults() { k.Bucket = DefaultKVBucket }
 
-func (st *Stream) setDefaults() {
+func (st *Stream) SetDefaults() {
 	st.Storage = "file"
 	st.DuplicateWindow = Duration(2 * time.Minute)
 }
 
-func (s *Sink) setDefaults() {
+func (s *Sink) SetDefaults() {
 	s.Workers = 1
 	s.Queue.Capacity = DefaultQueueCapacity
 	s.Retry.InitialInterval = Duration(DefaultInitialInterval)
 	s.Retry.MaxInterval = Duration(DefaultMaxInterval)
 }
 
-func (n *NATSSink) setDefaults() { n.Subject = DefaultSubject }
+func (n *NATSSink) SetDefaults() { n.Subject = DefaultSubject }
 
-func (w *WebhookSink) setDefaults() {
+func (w *WebhookSink) SetDefaults() {
 	w.Mode = DefaultWebhookMode
 	w.Timeout = Duration(DefaultWebhookTimeout)
 }
 
-func (b *Batch) setDefaults() {
+func (b *Batch) SetDefaults() {
 	b.MaxEvents = DefaultBatchMaxEvents
 	b.MaxWait = Duration(DefaultBatchMaxWait)
 }
 
-func (f *FileSink) setDefaults() {
+func (f *FileSink) SetDefaults() {
 	f.MaxSizeMB = DefaultFileMaxSizeMB
 	f.MaxBackups = DefaultFileMaxBackups
 }
 
-func (r *Rule) setDefaults() {
+func (r *Rule) SetDefaults() {
 	r.Events = append([]string(nil), EventTypes...)
 	r.Include = []string{"object"}
 }

@@ -75,7 +75,7 @@ func Parse(name string, data []byte) (*Config, []Problem, error) {
 	d := newDecoder()
 	d.lines[""] = root.Line
 	cfg := &Config{}
-	cfg.setDefaults()
+	cfg.SetDefaults()
 	d.decode(root, reflect.ValueOf(cfg).Elem(), "")
 	cfg.applyLateDefaults()
 

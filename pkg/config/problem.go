@@ -64,13 +64,13 @@ type fieldError struct {
 
 func (e *fieldError) Error() string { return e.path + ": " + e.msg }
 
-// errorAt returns a validation error for the field at path (relative).
-func errorAt(path, format string, args ...any) error {
+// ErrorAt returns a validation error for the field at path (relative).
+func ErrorAt(path, format string, args ...any) error {
 	return &fieldError{path: path, msg: fmt.Sprintf(format, args...)}
 }
 
-// warningAt is errorAt for a doubtful setting that does not stop loading.
-func warningAt(path, format string, args ...any) error {
+// WarningAt is ErrorAt for a doubtful setting that does not stop loading.
+func WarningAt(path, format string, args ...any) error {
 	return &fieldError{path: path, msg: fmt.Sprintf(format, args...), warning: true}
 }
 
@@ -100,7 +100,7 @@ func validateTree(v reflect.Value, path string, out *[]Problem) {
 		t := v.Type()
 		for i := 0; i < t.NumField(); i++ {
 			if name := yamlName(t.Field(i)); name != "" {
-				validateTree(v.Field(i), joinKey(path, name), out)
+				validateTree(v.Field(i), JoinKey(path, name), out)
 			}
 		}
 	case reflect.Slice:

@@ -123,8 +123,8 @@ var mdEscape = strings.NewReplacer("|", `\|`, "<", "&lt;", ">", "&gt;")
 // withDefaults returns a new t as the decoder would create it.
 func withDefaults(t reflect.Type) reflect.Value {
 	p := reflect.New(t)
-	if d, ok := p.Interface().(defaulter); ok {
-		d.setDefaults()
+	if d, ok := p.Interface().(Defaulter); ok {
+		d.SetDefaults()
 	}
 	return p.Elem()
 }

@@ -31,22 +31,22 @@ var kvBucketName = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)
 func (c *Config) Validate() error {
 	var errs []error
 	if c.APIVersion != APIVersion {
-		errs = append(errs, errorAt("apiVersion", "must be %q, got %q", APIVersion, c.APIVersion))
+		errs = append(errs, ErrorAt("apiVersion", "must be %q, got %q", APIVersion, c.APIVersion))
 	}
 	if c.Kind != Kind {
-		errs = append(errs, errorAt("kind", "must be %q, got %q", Kind, c.Kind))
+		errs = append(errs, ErrorAt("kind", "must be %q, got %q", Kind, c.Kind))
 	}
 	switch {
 	case c.Cluster == "":
-		errs = append(errs, errorAt("cluster", "required: the name stamped on every event (e.g. prod-eu-1)"))
+		errs = append(errs, ErrorAt("cluster", "required: the name stamped on every event (e.g. prod-eu-1)"))
 	default:
 		errs = append(errs, dns1123Label("cluster", c.Cluster))
 	}
 	if len(c.Sinks) == 0 {
-		errs = append(errs, errorAt("sinks", "at least one sink is required"))
+		errs = append(errs, ErrorAt("sinks", "at least one sink is required"))
 	}
 	if len(c.Rules) == 0 {
-		errs = append(errs, errorAt("rules", "at least one rule is required"))
+		errs = append(errs, ErrorAt("rules", "at least one rule is required"))
 	}
 
 	sinkIndex := map[string]int{}
@@ -56,7 +56,7 @@ func (c *Config) Validate() error {
 			continue
 		}
 		if first, dup := sinkIndex[s.Name]; dup {
-			errs = append(errs, errorAt(fmt.Sprintf("sinks[%d].name", i), "duplicate sink name %q (first at sinks[%d])", s.Name, first))
+			errs = append(errs, ErrorAt(fmt.Sprintf("sinks[%d].name", i), "duplicate sink name %q (first at sinks[%d])", s.Name, first))
 			continue
 		}
 		sinkIndex[s.Name] = i
@@ -72,7 +72,7 @@ func (c *Config) Validate() error {
 	for i, r := range c.Rules {
 		if r.Name != "" {
 			if first, dup := ruleIndex[r.Name]; dup {
-				errs = append(errs, errorAt(fmt.Sprintf("rules[%d].name", i), "duplicate rule name %q (first at rules[%d])", r.Name, first))
+				errs = append(errs, ErrorAt(fmt.Sprintf("rules[%d].name", i), "duplicate rule name %q (first at rules[%d])", r.Name, first))
 			} else {
 				ruleIndex[r.Name] = i
 			}
@@ -82,14 +82,14 @@ func (c *Config) Validate() error {
 				continue // reported by Rule.Validate
 			}
 			if _, ok := sinkIndex[name]; !ok {
-				errs = append(errs, errorAt(fmt.Sprintf("rules[%d].sinks[%d]", i, j), "unknown sink %q (%s)", name, have))
+				errs = append(errs, ErrorAt(fmt.Sprintf("rules[%d].sinks[%d]", i, j), "unknown sink %q (%s)", name, have))
 			}
 			used[name] = true
 		}
 	}
 	for name, i := range sinkIndex {
 		if !used[name] {
-			errs = append(errs, warningAt(fmt.Sprintf("sinks[%d]", i), "sink %q is not used by any rule", name))
+			errs = append(errs, WarningAt(fmt.Sprintf("sinks[%d]", i), "sink %q is not used by any rule", name))
 		}
 	}
 
@@ -99,20 +99,20 @@ func (c *Config) Validate() error {
 		}
 		p := fmt.Sprintf("sinks[%d].deadLetter.nats.sink", i)
 		if j, ok := sinkIndex[s.DeadLetter.NATS.Sink]; !ok {
-			errs = append(errs, errorAt(p, "unknown sink %q (%s)", s.DeadLetter.NATS.Sink, have))
+			errs = append(errs, ErrorAt(p, "unknown sink %q (%s)", s.DeadLetter.NATS.Sink, have))
 		} else if c.Sinks[j].NATS == nil {
-			errs = append(errs, errorAt(p, "sink %q is not a nats sink", s.DeadLetter.NATS.Sink))
+			errs = append(errs, ErrorAt(p, "sink %q is not a nats sink", s.DeadLetter.NATS.Sink))
 		}
 	}
 	if kv := c.Checkpoint.NATSKV; kv != nil && kv.Sink != "" {
 		i, ok := sinkIndex[kv.Sink]
 		switch {
 		case !ok:
-			errs = append(errs, errorAt("checkpoint.natsKV.sink", "unknown sink %q (%s)", kv.Sink, have))
+			errs = append(errs, ErrorAt("checkpoint.natsKV.sink", "unknown sink %q (%s)", kv.Sink, have))
 		case c.Sinks[i].NATS == nil:
-			errs = append(errs, errorAt("checkpoint.natsKV.sink", "sink %q is not a nats sink", kv.Sink))
+			errs = append(errs, ErrorAt("checkpoint.natsKV.sink", "sink %q is not a nats sink", kv.Sink))
 		case !c.Sinks[i].NATS.JetStream && !c.Sinks[i].NATS.Embedded:
-			errs = append(errs, errorAt("checkpoint.natsKV.sink", "sink %q must have jetstream: true (KV is a JetStream feature)", kv.Sink))
+			errs = append(errs, ErrorAt("checkpoint.natsKV.sink", "sink %q must have jetstream: true (KV is a JetStream feature)", kv.Sink))
 		}
 	}
 	return errors.Join(errs...)
@@ -121,7 +121,7 @@ func (c *Config) Validate() error {
 // Validate checks that at most one store is chosen.
 func (c *Checkpoint) Validate() error {
 	if c.File != "" && c.NATSKV != nil {
-		return errorAt("", "set either file or natsKV, not both")
+		return ErrorAt("", "set either file or natsKV, not both")
 	}
 	return nil
 }
@@ -130,10 +130,10 @@ func (c *Checkpoint) Validate() error {
 func (k *NATSKVCheckpoint) Validate() error {
 	var errs []error
 	if k.Sink == "" {
-		errs = append(errs, errorAt("sink", "required: the nats sink whose connection holds the bucket"))
+		errs = append(errs, ErrorAt("sink", "required: the nats sink whose connection holds the bucket"))
 	}
 	if !kvBucketName.MatchString(k.Bucket) {
-		errs = append(errs, errorAt("bucket", "%q is not a valid bucket name (letters, digits, _ and -)", k.Bucket))
+		errs = append(errs, ErrorAt("bucket", "%q is not a valid bucket name (letters, digits, _ and -)", k.Bucket))
 	}
 	return errors.Join(errs...)
 }
@@ -142,7 +142,7 @@ func (k *NATSKVCheckpoint) Validate() error {
 func (s *Sink) Validate() error {
 	var errs []error
 	if s.Name == "" {
-		errs = append(errs, errorAt("name", "required"))
+		errs = append(errs, ErrorAt("name", "required"))
 	} else {
 		errs = append(errs, dns1123Label("name", s.Name))
 	}
@@ -158,16 +158,16 @@ func (s *Sink) Validate() error {
 	}
 	switch len(kinds) {
 	case 0:
-		errs = append(errs, errorAt("", "needs one of nats, webhook or file"))
+		errs = append(errs, ErrorAt("", "needs one of nats, webhook or file"))
 	case 1:
 	default:
-		errs = append(errs, errorAt("", "sets %s; a sink has exactly one of nats, webhook or file", strings.Join(kinds, " and ")))
+		errs = append(errs, ErrorAt("", "sets %s; a sink has exactly one of nats, webhook or file", strings.Join(kinds, " and ")))
 	}
 	if s.Workers < 1 || s.Workers > maxWorkers {
-		errs = append(errs, errorAt("workers", "must be between 1 and %d, got %d", maxWorkers, s.Workers))
+		errs = append(errs, ErrorAt("workers", "must be between 1 and %d, got %d", maxWorkers, s.Workers))
 	}
 	if s.ReplayEvery < 0 || (s.ReplayEvery > 0 && s.ReplayEvery.D() < minReplayEvery) {
-		errs = append(errs, errorAt("replayEvery", "must be 0 (never) or at least %s, got %s", minReplayEvery, s.ReplayEvery))
+		errs = append(errs, ErrorAt("replayEvery", "must be 0 (never) or at least %s, got %s", minReplayEvery, s.ReplayEvery))
 	}
 	return errors.Join(errs...)
 }
@@ -175,7 +175,7 @@ func (s *Sink) Validate() error {
 // Validate checks that exactly one destination is set.
 func (d *DeadLetter) Validate() error {
 	if (d.File == "") == (d.NATS == nil) {
-		return errorAt("", "set exactly one of file and nats")
+		return ErrorAt("", "set exactly one of file and nats")
 	}
 	return nil
 }
@@ -184,12 +184,12 @@ func (d *DeadLetter) Validate() error {
 func (d *DeadLetterNATS) Validate() error {
 	var errs []error
 	if d.Sink == "" {
-		errs = append(errs, errorAt("sink", "required: the nats sink whose connection is used"))
+		errs = append(errs, ErrorAt("sink", "required: the nats sink whose connection is used"))
 	}
 	if d.Subject == "" {
-		errs = append(errs, errorAt("subject", "required"))
+		errs = append(errs, ErrorAt("subject", "required"))
 	} else if strings.ContainsAny(d.Subject, "*> \t") || strings.Contains(d.Subject, "..") || strings.HasPrefix(d.Subject, ".") || strings.HasSuffix(d.Subject, ".") {
-		errs = append(errs, errorAt("subject", "%q is not a valid subject to publish to (no wildcards, spaces or empty tokens)", d.Subject))
+		errs = append(errs, ErrorAt("subject", "%q is not a valid subject to publish to (no wildcards, spaces or empty tokens)", d.Subject))
 	}
 	return errors.Join(errs...)
 }
@@ -198,16 +198,16 @@ func (d *DeadLetterNATS) Validate() error {
 func (st *Stream) Validate() error {
 	var errs []error
 	if !kvBucketName.MatchString(st.Name) {
-		errs = append(errs, errorAt("name", "%q is not a valid stream name (letters, digits, _ and -)", st.Name))
+		errs = append(errs, ErrorAt("name", "%q is not a valid stream name (letters, digits, _ and -)", st.Name))
 	}
 	if st.Storage != "file" && st.Storage != "memory" {
-		errs = append(errs, errorAt("storage", "must be file or memory, got %q", st.Storage))
+		errs = append(errs, ErrorAt("storage", "must be file or memory, got %q", st.Storage))
 	}
 	if st.MaxAge < 0 {
-		errs = append(errs, errorAt("maxAge", "must not be negative, got %s", st.MaxAge))
+		errs = append(errs, ErrorAt("maxAge", "must not be negative, got %s", st.MaxAge))
 	}
 	if st.DuplicateWindow < 0 {
-		errs = append(errs, errorAt("duplicateWindow", "must not be negative, got %s", st.DuplicateWindow))
+		errs = append(errs, ErrorAt("duplicateWindow", "must not be negative, got %s", st.DuplicateWindow))
 	}
 	return errors.Join(errs...)
 }
@@ -215,7 +215,7 @@ func (st *Stream) Validate() error {
 // Validate checks the queue bound.
 func (q *Queue) Validate() error {
 	if q.Capacity < 1 || q.Capacity > maxQueueCapacity {
-		return errorAt("capacity", "must be between 1 and %d, got %d", maxQueueCapacity, q.Capacity)
+		return ErrorAt("capacity", "must be between 1 and %d, got %d", maxQueueCapacity, q.Capacity)
 	}
 	return nil
 }
@@ -224,13 +224,13 @@ func (q *Queue) Validate() error {
 func (r *Retry) Validate() error {
 	var errs []error
 	if r.InitialInterval <= 0 {
-		errs = append(errs, errorAt("initialInterval", "must be positive, got %s", r.InitialInterval))
+		errs = append(errs, ErrorAt("initialInterval", "must be positive, got %s", r.InitialInterval))
 	}
 	if r.MaxInterval < r.InitialInterval {
-		errs = append(errs, errorAt("maxInterval", "must be at least initialInterval (%s), got %s", r.InitialInterval, r.MaxInterval))
+		errs = append(errs, ErrorAt("maxInterval", "must be at least initialInterval (%s), got %s", r.InitialInterval, r.MaxInterval))
 	}
 	if r.MaxElapsed < 0 {
-		errs = append(errs, errorAt("maxElapsed", "must be 0 (retry until acknowledged) or positive, got %s", r.MaxElapsed))
+		errs = append(errs, ErrorAt("maxElapsed", "must be 0 (retry until acknowledged) or positive, got %s", r.MaxElapsed))
 	}
 	return errors.Join(errs...)
 }
@@ -242,19 +242,19 @@ func (n *NATSSink) Validate() error {
 	var errs []error
 	switch {
 	case n.URL == "" && !n.Embedded:
-		errs = append(errs, errorAt("url", "required unless embedded: true"))
+		errs = append(errs, ErrorAt("url", "required unless embedded: true"))
 	case n.URL != "":
 		for _, raw := range strings.Split(n.URL, ",") {
 			u, err := url.Parse(strings.TrimSpace(raw))
 			switch {
 			case err != nil:
-				errs = append(errs, errorAt("url", "invalid URL %q: %v", redactURL(raw), errors.Unwrap(err)))
+				errs = append(errs, ErrorAt("url", "invalid URL %q: %v", RedactURL(raw), errors.Unwrap(err)))
 			case !slices.Contains(natsSchemes, u.Scheme):
-				errs = append(errs, errorAt("url", "URL %q: scheme must be nats, tls, ws or wss", redactURL(raw)))
+				errs = append(errs, ErrorAt("url", "URL %q: scheme must be nats, tls, ws or wss", RedactURL(raw)))
 			case u.Host == "":
-				errs = append(errs, errorAt("url", "URL %q has no host", redactURL(raw)))
+				errs = append(errs, ErrorAt("url", "URL %q has no host", RedactURL(raw)))
 			case u.User != nil:
-				errs = append(errs, warningAt("url", "URL %q carries credentials; use user/passwordFile, tokenFile or credentialsFile so they stay out of the config", redactURL(raw)))
+				errs = append(errs, WarningAt("url", "URL %q carries credentials; use user/passwordFile, tokenFile or credentialsFile so they stay out of the config", RedactURL(raw)))
 			}
 		}
 	}
@@ -266,25 +266,25 @@ func (n *NATSSink) Validate() error {
 	}
 	slices.Sort(auth)
 	if len(auth) > 1 {
-		errs = append(errs, errorAt("", "sets %s; choose one auth method", strings.Join(auth, " and ")))
+		errs = append(errs, ErrorAt("", "sets %s; choose one auth method", strings.Join(auth, " and ")))
 	}
 	if n.User != "" && n.PasswordFile == "" {
-		errs = append(errs, errorAt("passwordFile", "required with user"))
+		errs = append(errs, ErrorAt("passwordFile", "required with user"))
 	}
 	if n.PasswordFile != "" && n.User == "" {
-		errs = append(errs, errorAt("user", "required with passwordFile"))
+		errs = append(errs, ErrorAt("user", "required with passwordFile"))
 	}
 	if err := ParseSubject(n.Subject); err != nil {
-		errs = append(errs, errorAt("subject", "%v", err))
+		errs = append(errs, ErrorAt("subject", "%v", err))
 	}
 	if n.Stream != nil && !n.JetStream {
-		errs = append(errs, errorAt("stream", "needs jetstream: true"))
+		errs = append(errs, ErrorAt("stream", "needs jetstream: true"))
 	}
 	return errors.Join(errs...)
 }
 
-// redactURL hides a password in a URL for messages.
-func redactURL(raw string) string {
+// RedactURL hides a password in a URL for messages.
+func RedactURL(raw string) string {
 	raw = strings.TrimSpace(raw)
 	if u, err := url.Parse(raw); err == nil && u.User != nil {
 		return u.Redacted()
@@ -299,16 +299,16 @@ var reservedHeaders = []string{"content-type", "content-length", "authorization"
 func (w *WebhookSink) Validate() error {
 	var errs []error
 	if w.URL == "" {
-		errs = append(errs, errorAt("url", "required"))
+		errs = append(errs, ErrorAt("url", "required"))
 	} else if u, err := url.Parse(w.URL); err != nil {
-		errs = append(errs, errorAt("url", "invalid URL %q: %v", redactURL(w.URL), errors.Unwrap(err)))
+		errs = append(errs, ErrorAt("url", "invalid URL %q: %v", RedactURL(w.URL), errors.Unwrap(err)))
 	} else if u.Scheme != "http" && u.Scheme != "https" {
-		errs = append(errs, errorAt("url", "URL %q: scheme must be http or https", redactURL(w.URL)))
+		errs = append(errs, ErrorAt("url", "URL %q: scheme must be http or https", RedactURL(w.URL)))
 	} else if u.Host == "" {
-		errs = append(errs, errorAt("url", "URL %q has no host", redactURL(w.URL)))
+		errs = append(errs, ErrorAt("url", "URL %q has no host", RedactURL(w.URL)))
 	}
 	if w.Mode != "binary" && w.Mode != "structured" {
-		errs = append(errs, errorAt("mode", "must be binary or structured, got %q", w.Mode))
+		errs = append(errs, ErrorAt("mode", "must be binary or structured, got %q", w.Mode))
 	}
 	names := make([]string, 0, len(w.Headers))
 	for name := range w.Headers {
@@ -319,15 +319,15 @@ func (w *WebhookSink) Validate() error {
 		lower := strings.ToLower(name)
 		switch {
 		case !httpguts.ValidHeaderFieldName(name):
-			errs = append(errs, errorAt(joinKey("headers", name), "invalid header name"))
+			errs = append(errs, ErrorAt(JoinKey("headers", name), "invalid header name"))
 		case !httpguts.ValidHeaderFieldValue(w.Headers[name]):
-			errs = append(errs, errorAt(joinKey("headers", name), "invalid header value"))
+			errs = append(errs, ErrorAt(JoinKey("headers", name), "invalid header value"))
 		case strings.HasPrefix(lower, "ce-") || slices.Contains(reservedHeaders, lower):
-			errs = append(errs, errorAt(joinKey("headers", name), "is set by kubebridge and cannot be overridden"))
+			errs = append(errs, ErrorAt(JoinKey("headers", name), "is set by kubebridge and cannot be overridden"))
 		}
 	}
 	if w.Timeout <= 0 {
-		errs = append(errs, errorAt("timeout", "must be positive, got %s", w.Timeout))
+		errs = append(errs, ErrorAt("timeout", "must be positive, got %s", w.Timeout))
 	}
 	return errors.Join(errs...)
 }
@@ -336,10 +336,10 @@ func (w *WebhookSink) Validate() error {
 func (b *Batch) Validate() error {
 	var errs []error
 	if b.MaxEvents < 1 || b.MaxEvents > maxBatchEvents {
-		errs = append(errs, errorAt("maxEvents", "must be between 1 and %d, got %d", maxBatchEvents, b.MaxEvents))
+		errs = append(errs, ErrorAt("maxEvents", "must be between 1 and %d, got %d", maxBatchEvents, b.MaxEvents))
 	}
 	if b.MaxWait < 0 {
-		errs = append(errs, errorAt("maxWait", "must not be negative, got %s", b.MaxWait))
+		errs = append(errs, ErrorAt("maxWait", "must not be negative, got %s", b.MaxWait))
 	}
 	return errors.Join(errs...)
 }
@@ -348,10 +348,10 @@ func (b *Batch) Validate() error {
 func (t *TLS) Validate() error {
 	var errs []error
 	if (t.CertFile == "") != (t.KeyFile == "") {
-		errs = append(errs, errorAt("", "certFile and keyFile go together"))
+		errs = append(errs, ErrorAt("", "certFile and keyFile go together"))
 	}
 	if t.InsecureSkipVerify {
-		errs = append(errs, warningAt("insecureSkipVerify", "server certificates are not verified; anyone on the path can read and alter events"))
+		errs = append(errs, WarningAt("insecureSkipVerify", "server certificates are not verified; anyone on the path can read and alter events"))
 	}
 	return errors.Join(errs...)
 }
@@ -360,13 +360,13 @@ func (t *TLS) Validate() error {
 func (f *FileSink) Validate() error {
 	var errs []error
 	if f.Path == "" {
-		errs = append(errs, errorAt("path", `required (a file path, or "-" for stdout)`))
+		errs = append(errs, ErrorAt("path", `required (a file path, or "-" for stdout)`))
 	}
 	if f.MaxSizeMB < 1 {
-		errs = append(errs, errorAt("maxSizeMB", "must be at least 1, got %d", f.MaxSizeMB))
+		errs = append(errs, ErrorAt("maxSizeMB", "must be at least 1, got %d", f.MaxSizeMB))
 	}
 	if f.MaxBackups < 0 {
-		errs = append(errs, errorAt("maxBackups", "must not be negative, got %d", f.MaxBackups))
+		errs = append(errs, ErrorAt("maxBackups", "must not be negative, got %d", f.MaxBackups))
 	}
 	return errors.Join(errs...)
 }
@@ -376,15 +376,15 @@ func (f *FileSink) Validate() error {
 func (r *Rule) Validate() error {
 	var errs []error
 	if r.Name == "" {
-		errs = append(errs, errorAt("name", "required"))
+		errs = append(errs, ErrorAt("name", "required"))
 	} else {
 		errs = append(errs, dns1123Label("name", r.Name))
 	}
 	var gvrResource string
 	if r.Resource == "" {
-		errs = append(errs, errorAt("resource", "required (group/version/resource, e.g. apps/v1/deployments, or v1/configmaps for the core group)"))
+		errs = append(errs, ErrorAt("resource", "required (group/version/resource, e.g. apps/v1/deployments, or v1/configmaps for the core group)"))
 	} else if gvr, err := ParseResource(r.Resource); err != nil {
-		errs = append(errs, errorAt("resource", "%v", err))
+		errs = append(errs, ErrorAt("resource", "%v", err))
 	} else {
 		gvrResource = FormatResource(gvr)
 	}
@@ -393,7 +393,7 @@ func (r *Rule) Validate() error {
 	for i, ns := range r.Namespaces {
 		p := fmt.Sprintf("namespaces[%d]", i)
 		if first, dup := seenNS[ns]; dup {
-			errs = append(errs, errorAt(p, "duplicate namespace %q (first at namespaces[%d])", ns, first))
+			errs = append(errs, ErrorAt(p, "duplicate namespace %q (first at namespaces[%d])", ns, first))
 			continue
 		}
 		seenNS[ns] = i
@@ -401,26 +401,26 @@ func (r *Rule) Validate() error {
 	}
 	if r.NamespaceSelector != "" {
 		if len(r.Namespaces) > 0 {
-			errs = append(errs, errorAt("namespaceSelector", "set either namespaces or namespaceSelector, not both"))
+			errs = append(errs, ErrorAt("namespaceSelector", "set either namespaces or namespaceSelector, not both"))
 		}
 		if _, err := labels.Parse(r.NamespaceSelector); err != nil {
-			errs = append(errs, errorAt("namespaceSelector", "%v", err))
+			errs = append(errs, ErrorAt("namespaceSelector", "%v", err))
 		}
 	}
 	if r.LabelSelector != "" {
 		if _, err := labels.Parse(r.LabelSelector); err != nil {
-			errs = append(errs, errorAt("labelSelector", "%v", err))
+			errs = append(errs, ErrorAt("labelSelector", "%v", err))
 		}
 	}
 	if r.FieldSelector != "" {
 		if _, err := fields.ParseSelector(r.FieldSelector); err != nil {
-			errs = append(errs, errorAt("fieldSelector", "%v", err))
+			errs = append(errs, ErrorAt("fieldSelector", "%v", err))
 		}
 	}
 	errs = append(errs, oneOfEach("events", r.Events, EventTypes)...)
 	errs = append(errs, oneOfEach("include", r.Include, IncludeFields)...)
 	if slices.Contains(r.Include, "metadata") && len(r.Include) > 1 {
-		errs = append(errs, errorAt("include", "metadata stands alone: it is the object without spec, status or data"))
+		errs = append(errs, ErrorAt("include", "metadata stands alone: it is the object without spec, status or data"))
 	}
 
 	keys := make([]string, 0, len(r.Index))
@@ -429,14 +429,14 @@ func (r *Rule) Validate() error {
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
-		p := joinKey("index", k)
+		p := JoinKey("index", k)
 		key, err := ParseIndexKey(k)
 		if err != nil {
-			errs = append(errs, errorAt(p, "%v", err))
+			errs = append(errs, ErrorAt(p, "%v", err))
 			continue
 		}
 		if len(r.Index[k]) == 0 {
-			errs = append(errs, errorAt(p, "needs at least one value"))
+			errs = append(errs, ErrorAt(p, "needs at least one value"))
 		}
 		for i, v := range r.Index[k] {
 			vp := fmt.Sprintf("%s[%d]", p, i)
@@ -445,11 +445,11 @@ func (r *Rule) Validate() error {
 				errs = append(errs, dns1123Label(vp, v))
 			case IndexLabel:
 				if msgs := validation.IsValidLabelValue(v); len(msgs) > 0 {
-					errs = append(errs, errorAt(vp, "invalid label value %q: %s", v, msgs[0]))
+					errs = append(errs, ErrorAt(vp, "invalid label value %q: %s", v, msgs[0]))
 				}
 			case IndexOwner:
 				if v == "" {
-					errs = append(errs, errorAt(vp, "empty owner name"))
+					errs = append(errs, ErrorAt(vp, "empty owner name"))
 				}
 			}
 		}
@@ -457,10 +457,10 @@ func (r *Rule) Validate() error {
 
 	if r.Where != "" {
 		if len(r.Where) > maxWhereExprBytes {
-			errs = append(errs, errorAt("where", "expression is %d bytes, more than %d", len(r.Where), maxWhereExprBytes))
+			errs = append(errs, ErrorAt("where", "expression is %d bytes, more than %d", len(r.Where), maxWhereExprBytes))
 		} else if _, cerrs := CompileWhere(r.Where); len(cerrs) > 0 {
 			for _, e := range cerrs {
-				errs = append(errs, errorAt("where", "%v", e))
+				errs = append(errs, ErrorAt("where", "%v", e))
 			}
 		}
 	}
@@ -469,35 +469,35 @@ func (r *Rule) Validate() error {
 	for i, p := range r.Changed {
 		path := fmt.Sprintf("changed[%d]", i)
 		if first, dup := seenPath[p]; dup {
-			errs = append(errs, errorAt(path, "duplicate path %q (first at changed[%d])", p, first))
+			errs = append(errs, ErrorAt(path, "duplicate path %q (first at changed[%d])", p, first))
 			continue
 		}
 		seenPath[p] = i
 		if _, err := ParseFieldPath(p); err != nil {
-			errs = append(errs, errorAt(path, "%v", err))
+			errs = append(errs, ErrorAt(path, "%v", err))
 		}
 	}
 	if len(r.Changed) > 0 && !slices.Contains(r.Events, "updated") {
-		errs = append(errs, warningAt("changed", "has no effect: events does not include updated"))
+		errs = append(errs, WarningAt("changed", "has no effect: events does not include updated"))
 	}
 
 	if len(r.Sinks) == 0 {
-		errs = append(errs, errorAt("sinks", "at least one sink is required"))
+		errs = append(errs, ErrorAt("sinks", "at least one sink is required"))
 	}
 	seenSink := map[string]int{}
 	for i, s := range r.Sinks {
 		p := fmt.Sprintf("sinks[%d]", i)
 		if s == "" {
-			errs = append(errs, errorAt(p, "empty sink name"))
+			errs = append(errs, ErrorAt(p, "empty sink name"))
 			continue
 		}
 		if first, dup := seenSink[s]; dup {
-			errs = append(errs, errorAt(p, "sink %q listed twice (first at sinks[%d])", s, first))
+			errs = append(errs, ErrorAt(p, "sink %q listed twice (first at sinks[%d])", s, first))
 		}
 		seenSink[s] = i
 	}
 	if r.AllowSecretData && gvrResource != "" && gvrResource != "v1/secrets" {
-		errs = append(errs, warningAt("allowSecretData", "has no effect on %s (only v1/secrets is redacted)", gvrResource))
+		errs = append(errs, WarningAt("allowSecretData", "has no effect on %s (only v1/secrets is redacted)", gvrResource))
 	}
 	return errors.Join(errs...)
 }
@@ -505,19 +505,19 @@ func (r *Rule) Validate() error {
 // oneOfEach checks a non-empty list whose items come from allowed, without duplicates.
 func oneOfEach(field string, got, allowed []string) []error {
 	if len(got) == 0 {
-		return []error{errorAt(field, "must list at least one of %s", strings.Join(allowed, ", "))}
+		return []error{ErrorAt(field, "must list at least one of %s", strings.Join(allowed, ", "))}
 	}
 	var errs []error
 	seen := map[string]int{}
 	for i, v := range got {
 		p := fmt.Sprintf("%s[%d]", field, i)
 		if first, dup := seen[v]; dup {
-			errs = append(errs, errorAt(p, "%q listed twice (first at %s[%d])", v, field, first))
+			errs = append(errs, ErrorAt(p, "%q listed twice (first at %s[%d])", v, field, first))
 			continue
 		}
 		seen[v] = i
 		if !slices.Contains(allowed, v) {
-			errs = append(errs, errorAt(p, "unknown value %q (want one of %s)", v, strings.Join(allowed, ", ")))
+			errs = append(errs, ErrorAt(p, "unknown value %q (want one of %s)", v, strings.Join(allowed, ", ")))
 		}
 	}
 	return errs
@@ -525,7 +525,7 @@ func oneOfEach(field string, got, allowed []string) []error {
 
 func dns1123Label(path, v string) error {
 	if msgs := validation.IsDNS1123Label(v); len(msgs) > 0 {
-		return errorAt(path, "invalid name %q: %s", v, msgs[0])
+		return ErrorAt(path, "invalid name %q: %s", v, msgs[0])
 	}
 	return nil
 }
