@@ -53,6 +53,10 @@ type NATSKVCheckpoint struct {
 type Sink struct {
 	// Name identifies the sink in rules, metrics and logs. Required, unique, a DNS-1123 label.
 	Name string `yaml:"name"`
+	// Type is the sink type: the key of its type block (nats, webhook, file, exec, ...). Set by the loader.
+	Type string `yaml:"-"`
+	// Spec is the type block decoded into that type's config (a pointer from its factory's NewConfig). Set by the loader.
+	Spec any `yaml:"-"`
 	// NATS publishes events to NATS subjects.
 	NATS *NATSSink `yaml:"nats"`
 	// Webhook POSTs events to an HTTP endpoint.

@@ -41,10 +41,18 @@ type Settings struct {
 	Logger *slog.Logger
 }
 
-// Factory builds sinks of one type (the config block that selects it:
-// nats, webhook, file).
+// Factory is a sink type as a component: the config key that selects it,
+// its config (defaults in NewConfig, checks in the config's Validate
+// methods, which the loader calls with paths and lines) and its constructor.
+// A new sink type is one package exporting a Factory plus one line in the
+// list of components (pkg/bridge/components.go).
 type Factory struct {
-	Type   string
+	// Type is the key of the sink's type block in the config (nats:, exec:).
+	Type string
+	// NewConfig returns a pointer to a fresh config struct with its
+	// defaults set; the loader decodes the type block into it strictly.
+	NewConfig func() any
+	// Create builds a sink; s.Config.Spec is the decoded NewConfig value.
 	Create func(ctx context.Context, s Settings) (Sink, error)
 }
 
