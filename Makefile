@@ -48,8 +48,9 @@ FUZZTIME ?= 30s
 fuzz: ## run the config fuzzers for FUZZTIME each
 	$(GO) test ./pkg/config -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./pkg/config -run '^$$' -fuzz '^FuzzFieldPath$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./pkg/sinks/nats -run '^$$' -fuzz '^FuzzSubject$$' -fuzztime $(FUZZTIME)
 
-docs: ## regenerate the config reference in README.md from pkg/config
+docs: ## regenerate the config reference in README.md from pkg/config and the sink components
 	$(GO) test ./pkg/config -run TestConfigReference -update
 
 DEMO_ARGS ?=

@@ -19,6 +19,7 @@ import (
 
 	"github.com/kubebridge/kubebridge/internal/version"
 	"github.com/kubebridge/kubebridge/pkg/bridge"
+	"github.com/kubebridge/kubebridge/pkg/components"
 	"github.com/kubebridge/kubebridge/pkg/config"
 )
 
@@ -167,7 +168,7 @@ func watchConfig(ctx context.Context, file string, b *bridge.Bridge, logger *slo
 			continue
 		}
 		last = data
-		cfg, _, err := config.Parse(file, data)
+		cfg, _, err := config.Parse(file, data, components.SinkRegistry())
 		if err != nil {
 			logger.Error("config change refused: the running config stays", "errors", err.Error())
 			continue
@@ -192,7 +193,7 @@ func watchConfig(ctx context.Context, file string, b *bridge.Bridge, logger *slo
 // loadForCluster loads the config (printing its errors: exit 2) and the
 // client config for the cluster (exit 1 when that fails).
 func loadForCluster(cmd *cobra.Command, file, kubeconfig, kubeContext string, warn func(config.Problem)) (*config.Config, *rest.Config, error) {
-	cfg, warnings, err := config.Load(file)
+	cfg, warnings, err := config.Load(file, components.SinkRegistry())
 	for _, w := range warnings {
 		warn(w)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kubebridge/kubebridge/pkg/bridge"
+	"github.com/kubebridge/kubebridge/pkg/components"
 	"github.com/kubebridge/kubebridge/pkg/config"
 )
 
@@ -37,7 +38,7 @@ Exit status: 0 valid, 2 invalid, 1 when the cluster could not be asked.`,
 				return &exitError{exitInvalid, errors.New("validate: --config is required")}
 			}
 			out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
-			cfg, warnings, err := config.Load(file)
+			cfg, warnings, err := config.Load(file, components.SinkRegistry())
 			for _, w := range warnings {
 				fmt.Fprintln(errOut, w.Format(file))
 			}

@@ -19,26 +19,15 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kubebridge/kubebridge/pkg/checkpoint"
+	"github.com/kubebridge/kubebridge/pkg/components"
 	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
 	"github.com/kubebridge/kubebridge/pkg/filters"
 	"github.com/kubebridge/kubebridge/pkg/informer"
 	"github.com/kubebridge/kubebridge/pkg/sinks"
-	"github.com/kubebridge/kubebridge/pkg/sinks/file"
 	natssink "github.com/kubebridge/kubebridge/pkg/sinks/nats"
-	"github.com/kubebridge/kubebridge/pkg/sinks/webhook"
 	"github.com/kubebridge/kubebridge/pkg/view"
 )
-
-// BuiltinSinks is the one place where the sink types of this build are
-// registered.
-func BuiltinSinks() *sinks.Registry {
-	r, err := sinks.NewRegistry(file.Factory, natssink.Factory, webhook.Factory)
-	if err != nil {
-		panic(err) // duplicate built-in types: a programming error caught by every test
-	}
-	return r
-}
 
 // Options configure a Bridge.
 type Options struct {
@@ -46,7 +35,8 @@ type Options struct {
 	REST   *rest.Config
 	// Logger receives structured logs; nil discards them.
 	Logger *slog.Logger
-	// Sinks builds the sinks; nil means BuiltinSinks.
+	// Sinks builds the sinks; nil means components.SinkRegistry(). It must
+	// be the registry the config was loaded with.
 	Sinks *sinks.Registry
 	// SyncTimeout bounds the wait for the informers' first sync. Default 2m.
 	SyncTimeout time.Duration
@@ -140,7 +130,7 @@ func New(opts Options) *Bridge {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	if opts.Sinks == nil {
-		opts.Sinks = BuiltinSinks()
+		opts.Sinks = components.SinkRegistry()
 	}
 	if opts.SyncTimeout == 0 {
 		opts.SyncTimeout = 2 * time.Minute
@@ -477,10 +467,14 @@ func (b *Bridge) natsConn(ctx context.Context, sinkName string, built map[string
 			sc = &b.opts.Config.Sinks[i]
 		}
 	}
-	if sc == nil || sc.NATS == nil {
+	nc, ok := (*natssink.Config)(nil), false
+	if sc != nil {
+		nc, ok = sc.Spec.(*natssink.Config)
+	}
+	if !ok {
 		return nil, fmt.Errorf("sink %q is not a nats sink", sinkName)
 	}
-	if sc.NATS.Embedded {
+	if nc.Embedded {
 		ns, ok := built[sinkName].(*natssink.Sink)
 		if !ok {
 			return nil, fmt.Errorf("sink %q is not running", sinkName)
@@ -489,13 +483,12 @@ func (b *Bridge) natsConn(ctx context.Context, sinkName string, built map[string
 	}
 	// Keyed by what the connection is made of, not what the sink publishes
 	// (the subject is only checked by Connect; streams stay the sink's).
-	c := config.NATSSink{URL: sc.NATS.URL, CredentialsFile: sc.NATS.CredentialsFile, NKeySeedFile: sc.NATS.NKeySeedFile,
-		TokenFile: sc.NATS.TokenFile, User: sc.NATS.User, PasswordFile: sc.NATS.PasswordFile, TLS: sc.NATS.TLS}
+	c := nc.Connection()
 	key, _ := json.Marshal(c)
 	if s := b.conns[string(key)]; s != nil {
 		return s.Conn(), nil
 	}
-	c.Subject = sc.NATS.Subject
+	c.Subject = nc.Subject
 	s, err := natssink.Connect(ctx, sinkName+"-bridge", &c, b.logger.With("connection", sinkName))
 	if err != nil {
 		return nil, err

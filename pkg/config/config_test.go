@@ -1,13 +1,24 @@
-package config
+package config_test
 
 import (
+	"context"
 	"errors"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kubebridge/kubebridge/pkg/components"
+	. "github.com/kubebridge/kubebridge/pkg/config"
+	"github.com/kubebridge/kubebridge/pkg/sinks"
+	"github.com/kubebridge/kubebridge/pkg/sinks/file"
+	"github.com/kubebridge/kubebridge/pkg/sinks/nats"
+	"github.com/kubebridge/kubebridge/pkg/sinks/webhook"
 )
+
+// types are the sink types of this build, as bridge run and validate load them.
+var types = components.SinkRegistry()
 
 // base is a valid config; each invalid case below changes one spot of it.
 // Line numbers in the expectations refer to this text after the change.
@@ -36,7 +47,7 @@ rules:
 `
 
 func TestBaseIsValidWithDefaults(t *testing.T) {
-	cfg, warnings, err := Parse("config.yaml", []byte(base))
+	cfg, warnings, err := Parse("config.yaml", []byte(base), types)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,13 +59,13 @@ func TestBaseIsValidWithDefaults(t *testing.T) {
 		bus.Retry.MaxInterval.D() != 30*time.Second || bus.Retry.MaxElapsed != 0 || bus.ReplayEvery != 0 {
 		t.Errorf("sink defaults: queue %+v retry %+v replayEvery %s", bus.Queue, bus.Retry, bus.ReplayEvery)
 	}
-	if bus.NATS.Subject != DefaultSubject {
-		t.Errorf("subject default = %q", bus.NATS.Subject)
+	if bus.Spec.(*nats.Config).Subject != nats.DefaultSubject {
+		t.Errorf("subject default = %q", bus.Spec.(*nats.Config).Subject)
 	}
-	if w := cfg.Sinks[1].Webhook; w.Mode != "binary" || w.Timeout.D() != 5*time.Second || w.Batch != nil {
+	if w := cfg.Sinks[1].Spec.(*webhook.Config); w.Mode != "binary" || w.Timeout.D() != 5*time.Second || w.Batch != nil {
 		t.Errorf("webhook defaults: %+v", w)
 	}
-	if f := cfg.Sinks[2].File; f.MaxSizeMB != 100 || f.MaxBackups != 5 {
+	if f := cfg.Sinks[2].Spec.(*file.Config); f.MaxSizeMB != 100 || f.MaxBackups != 5 {
 		t.Errorf("file defaults: %+v", f)
 	}
 	r := cfg.Rules[0]
@@ -76,11 +87,11 @@ func TestExplicitValuesOverrideDefaults(t *testing.T) {
 	if bus.Queue.Capacity != 7 || bus.Retry.MaxInterval.D() != time.Minute || bus.Retry.InitialInterval.D() != DefaultInitialInterval || bus.ReplayEvery.D() != time.Hour {
 		t.Errorf("got queue %+v retry %+v replay %s", bus.Queue, bus.Retry, bus.ReplayEvery)
 	}
-	if bus.NATS.Subject != "events.{name}" {
-		t.Errorf("subject = %q", bus.NATS.Subject)
+	if got := bus.Spec.(*nats.Config).Subject; got != "events.{name}" {
+		t.Errorf("subject = %q", got)
 	}
 	cfg = mustParse(t, mutate(t, base, "      url: https://hooks.example.com/k8s\n", "      url: https://hooks.example.com/k8s\n      batch: {maxEvents: 10}\n"))
-	if b := cfg.Sinks[1].Webhook.Batch; b == nil || b.MaxEvents != 10 || b.MaxWait.D() != DefaultBatchMaxWait {
+	if b := cfg.Sinks[1].Spec.(*webhook.Config).Batch; b == nil || b.MaxEvents != 10 || b.MaxWait.D() != webhook.DefaultBatchMaxWait {
 		t.Errorf("batch = %+v", b)
 	}
 	cfg = mustParse(t, mutate(t, base, "cluster: prod-eu-1\n", "cluster: prod-eu-1\ncheckpoint: {natsKV: {sink: bus}}\n"))
@@ -128,9 +139,11 @@ func TestInvalidConfigs(t *testing.T) {
 		{"replayEvery too short", "      jetstream: true\n", "      jetstream: true\n    replayEvery: 10ms\n",
 			[]string{`config.yaml:9: sinks[0].replayEvery: must be 0 (never) or at least 1s, got 10ms`}},
 		{"sink without a kind", "    file: {path: /tmp/events.jsonl}", "    queue: {capacity: 5}",
-			[]string{`config.yaml:12: sinks[2]: needs one of nats, webhook or file`}},
+			[]string{`config.yaml:12: sinks[2]: needs a type block, one of: file, nats, webhook`}},
+		{"unknown sink type", "    file: {path: /tmp/events.jsonl}", "    fiel: {path: /tmp/events.jsonl}",
+			[]string{`config.yaml:13: sinks[2].fiel: unknown field or sink type (did you mean "file"?)`, `config.yaml:12: sinks[2]: needs a type block, one of: file, nats, webhook`}},
 		{"sink with two kinds", "      url: https://hooks.example.com/k8s\n", "      url: https://hooks.example.com/k8s\n    file: {path: /tmp/x}\n",
-			[]string{`config.yaml:9: sinks[1]: sets webhook and file; a sink has exactly one of nats, webhook or file`}},
+			[]string{`config.yaml:12: sinks[1]: sets webhook and file; a sink has exactly one type (file, nats, webhook)`}},
 		{"duplicate sink name", "  - name: archive", "  - name: bus",
 			[]string{`config.yaml:12: sinks[2].name: duplicate sink name "bus" (first at sinks[0])`, `config.yaml:18: rules[0].sinks[1]: unknown sink "archive" (have: bus, hook)`}},
 		{"invalid sink name", "  - name: hook", "  - name: Hook_1",
@@ -211,7 +224,7 @@ func TestInvalidConfigs(t *testing.T) {
 		{"where syntax", `where: "object.metadata.name != 'x'"`, `where: "object.metadata.name != "`,
 			[]string{`config.yaml:21: rules[1].where: Syntax error: mismatched input '<EOF>' expecting …`}},
 		{"where not a bool", `where: "object.metadata.name != 'x'"`, `where: "'a' + 'b'"`,
-			[]string{`config.yaml:21: rules[1].where: must evaluate to a bool, not string`}},
+			[]string{`config.yaml:21: rules[1].where: must be a boolean expression, got string`}},
 		{"changed path", "    namespaces: [prod]\n", "    namespaces: [prod]\n    changed: [spec, \"metadata..labels\"]\n",
 			[]string{`config.yaml:18: rules[0].changed[1]: path "metadata..labels": empty key`}},
 		{"changed path with a dotted key unquoted", "    namespaces: [prod]\n", "    namespaces: [prod]\n    changed: [\"metadata.annotations.app/x\"]\n",
@@ -247,7 +260,7 @@ func TestInvalidConfigs(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			doc := mutate(t, base, tc.old, tc.new)
-			cfg, warnings, err := Parse("config.yaml", []byte(doc))
+			cfg, warnings, err := Parse("config.yaml", []byte(doc), types)
 			var got []string
 			var cerr *Error
 			if errors.As(err, &cerr) {
@@ -277,7 +290,7 @@ func TestDocumentShapes(t *testing.T) {
 		{"- a\n- b\n", "c.yaml:1: expected a mapping (apiVersion, kind, cluster, sinks, rules), got a list"},
 		{"hello", `c.yaml:1: expected a mapping (apiVersion, kind, cluster, sinks, rules), got "hello"`},
 	} {
-		_, _, err := Parse("c.yaml", []byte(tc.doc))
+		_, _, err := Parse("c.yaml", []byte(tc.doc), types)
 		if err == nil || err.Error() != tc.want {
 			t.Errorf("Parse(%q) = %v, want %q", tc.doc, err, tc.want)
 		}
@@ -292,7 +305,7 @@ func TestAllErrorsAtOnce(t *testing.T) {
 		"resource: apps/v1/deployments", "resource: deployments",
 		"sinks: [hook]", "sinks: [hok]",
 	).Replace(base)
-	_, _, err := Parse("c.yaml", []byte(doc))
+	_, _, err := Parse("c.yaml", []byte(doc), types)
 	var cerr *Error
 	if !errors.As(err, &cerr) {
 		t.Fatalf("err = %v", err)
@@ -312,7 +325,7 @@ func TestAllErrorsAtOnce(t *testing.T) {
 func TestWarningsDoNotStopLoading(t *testing.T) {
 	doc := mutate(t, base, "      url: https://hooks.example.com/k8s\n", "      url: https://hooks.example.com/k8s\n      tls: {insecureSkipVerify: true}\n")
 	doc = mutate(t, doc, "    sinks: [hook]\n", "    sinks: [hook]\n    allowSecretData: true\n    events: [added]\n    changed: [data]\n")
-	cfg, warnings, err := Parse("c.yaml", []byte(doc))
+	cfg, warnings, err := Parse("c.yaml", []byte(doc), types)
 	if err != nil || cfg == nil {
 		t.Fatalf("err = %v", err)
 	}
@@ -347,7 +360,7 @@ func TestAliasBombIsBounded(t *testing.T) {
 	doc := base + "\n" + strings.Replace(b.String(), "a8: &a8", "sinks2: &a8", 1)
 	doc = strings.Replace(doc, "rules:\n", "x: *a8\nrules:\n", 1)
 	start := time.Now()
-	_, _, err := Parse("c.yaml", []byte(doc))
+	_, _, err := Parse("c.yaml", []byte(doc), types)
 	if err == nil {
 		t.Fatal("accepted")
 	}
@@ -363,7 +376,7 @@ func TestExamplesAreValid(t *testing.T) {
 		t.Fatalf("examples: %v %v", files, err)
 	}
 	for _, f := range files {
-		_, warnings, err := Load(f)
+		_, warnings, err := Load(f, types)
 		if err != nil {
 			t.Errorf("%v", err)
 		}
@@ -374,7 +387,7 @@ func TestExamplesAreValid(t *testing.T) {
 }
 
 func TestLoadMissingFile(t *testing.T) {
-	_, _, err := Load(filepath.Join(t.TempDir(), "nope.yaml"))
+	_, _, err := Load(filepath.Join(t.TempDir(), "nope.yaml"), types)
 	if err == nil || !strings.HasSuffix(err.Error(), "nope.yaml: cannot read config: no such file or directory") {
 		t.Errorf("err = %v", err)
 	}
@@ -390,7 +403,7 @@ func mutate(t *testing.T, doc, old, new string) string {
 
 func mustParse(t *testing.T, doc string) *Config {
 	t.Helper()
-	cfg, _, err := Parse("config.yaml", []byte(doc))
+	cfg, _, err := Parse("config.yaml", []byte(doc), types)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -416,4 +429,55 @@ outer:
 		return false
 	}
 	return true
+}
+
+// pingConfig is a sink type's config as a component defines it.
+type pingConfig struct {
+	Target string   `yaml:"target"`
+	Every  Duration `yaml:"every"`
+}
+
+func (c *pingConfig) SetDefaults() { c.Every = Duration(time.Second) }
+
+func (c *pingConfig) Validate() error {
+	if c.Target == "" {
+		return ErrorAt("target", "required")
+	}
+	return nil
+}
+
+// A sink type added as a component owns its config: the loader decodes its
+// block strictly with its defaults, and its Validate reports with the
+// block's paths and lines, like the built-in types.
+func TestSinkTypeOwnsItsConfig(t *testing.T) {
+	reg, err := sinks.NewRegistry(append(components.Sinks(), sinks.Factory{
+		Type:      "ping",
+		NewConfig: func() any { c := &pingConfig{}; c.SetDefaults(); return c },
+		Create:    func(context.Context, sinks.Settings) (sinks.Sink, error) { return nil, errors.New("not in this test") },
+	})...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := mutate(t, base, "    file: {path: /tmp/events.jsonl}", "    ping:\n      target: db\n")
+	cfg, _, err := Parse("c.yaml", []byte(doc), reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := cfg.Sinks[2]; s.Type != "ping" || s.Spec.(*pingConfig).Target != "db" || s.Spec.(*pingConfig).Every.D() != time.Second {
+		t.Errorf("sink = %+v spec %+v", s, s.Spec)
+	}
+	for _, tc := range []struct{ block, want string }{
+		{"    ping:\n      every: 2s\n", "c.yaml:13: sinks[2].ping.target: required"},
+		{"    ping:\n      target: db\n      evry: 2s\n", `c.yaml:15: sinks[2].ping.evry: unknown field (did you mean "every"?)`},
+		{"    ping: {target: db, every: soon}\n", `c.yaml:13: sinks[2].ping.every: invalid duration "soon" (want e.g. 200ms, 5s, 1h)`},
+	} {
+		_, _, err := Parse("c.yaml", []byte(mutate(t, base, "    file: {path: /tmp/events.jsonl}", tc.block)), reg)
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("%q: err = %v, want %s", tc.block, err, tc.want)
+		}
+	}
+	// Without the component, the same config names the types there are.
+	if _, _, err := Parse("c.yaml", []byte(doc), types); err == nil || !strings.Contains(err.Error(), `sinks[2].ping: unknown field or sink type (known: `) {
+		t.Errorf("err = %v", err)
+	}
 }

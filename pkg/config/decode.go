@@ -29,9 +29,10 @@ type decoder struct {
 	lines    map[string]int // key path -> line, for validation messages
 	problems []Problem
 	nodes    int
+	types    SinkTypes
 }
 
-func newDecoder() *decoder { return &decoder{lines: map[string]int{}} }
+func newDecoder(types SinkTypes) *decoder { return &decoder{lines: map[string]int{}, types: types} }
 
 func (d *decoder) errorf(path string, line int, format string, args ...any) {
 	d.problems = append(d.problems, Problem{Path: path, Line: line, Message: fmt.Sprintf(format, args...)})
@@ -82,6 +83,10 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 
 	switch v.Kind() {
 	case reflect.Struct:
+		if v.Type() == reflect.TypeFor[Sink]() {
+			d.decodeSink(n, v, path)
+			return
+		}
 		d.decodeStruct(n, v, path)
 	case reflect.Slice:
 		if n.Kind != yaml.SequenceNode {

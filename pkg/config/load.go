@@ -28,12 +28,12 @@ import (
 const maxFileSize = 4 << 20
 
 // Load reads and parses the config file at path. See Parse.
-func Load(path string) (*Config, []Problem, error) {
+func Load(path string, types SinkTypes) (*Config, []Problem, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, nil, &Error{File: path, Problems: []Problem{{Message: fmt.Sprintf("cannot read config: %v", unwrapPathError(err))}}}
 	}
-	return Parse(path, data)
+	return Parse(path, data, types)
 }
 
 func unwrapPathError(err error) error {
@@ -44,9 +44,10 @@ func unwrapPathError(err error) error {
 }
 
 // Parse decodes, defaults and validates a config document. name is the file
-// name used in messages. It returns the config and its warnings, or, when
-// anything is wrong, a nil config and an *Error listing every problem.
-func Parse(name string, data []byte) (*Config, []Problem, error) {
+// name used in messages; types are the sink types a sink may use. It
+// returns the config and its warnings, or, when anything is wrong, a nil
+// config and an *Error listing every problem.
+func Parse(name string, data []byte, types SinkTypes) (*Config, []Problem, error) {
 	fail := func(ps ...Problem) (*Config, []Problem, error) {
 		return nil, nil, &Error{File: name, Problems: ps}
 	}
@@ -72,7 +73,7 @@ func Parse(name string, data []byte) (*Config, []Problem, error) {
 		return fail(Problem{Line: root.Line, Message: fmt.Sprintf("expected a mapping (apiVersion, kind, cluster, sinks, rules), got %s", describeNode(root))})
 	}
 
-	d := newDecoder()
+	d := newDecoder(types)
 	d.lines[""] = root.Line
 	cfg := &Config{}
 	cfg.SetDefaults()

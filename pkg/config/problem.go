@@ -97,6 +97,9 @@ func validateTree(v reflect.Value, path string, out *[]Problem) {
 	}
 	switch v.Kind() {
 	case reflect.Struct:
+		if s, ok := v.Addr().Interface().(*Sink); ok {
+			validateSpec(s, path, out)
+		}
 		t := v.Type()
 		for i := 0; i < t.NumField(); i++ {
 			if name := yamlName(t.Field(i)); name != "" {

@@ -49,7 +49,9 @@ type NATSKVCheckpoint struct {
 	Bucket string `yaml:"bucket"`
 }
 
-// Sink is one destination. Exactly one of nats, webhook and file is set.
+// Sink is one destination: the settings every sink has, and one type block
+// (nats:, webhook:, file:, exec:, ...) whose key selects the sink type and
+// whose content is that type's own config (see SinkTypes).
 type Sink struct {
 	// Name identifies the sink in rules, metrics and logs. Required, unique, a DNS-1123 label.
 	Name string `yaml:"name"`
@@ -57,12 +59,6 @@ type Sink struct {
 	Type string `yaml:"-"`
 	// Spec is the type block decoded into that type's config (a pointer from its factory's NewConfig). Set by the loader.
 	Spec any `yaml:"-"`
-	// NATS publishes events to NATS subjects.
-	NATS *NATSSink `yaml:"nats"`
-	// Webhook POSTs events to an HTTP endpoint.
-	Webhook *WebhookSink `yaml:"webhook"`
-	// File appends events as JSON lines to a file.
-	File *FileSink `yaml:"file"`
 	// Queue bounds the sink's pending events.
 	Queue Queue `yaml:"queue"`
 	// Retry sets the backoff between delivery attempts.
@@ -107,74 +103,6 @@ type Retry struct {
 	MaxElapsed Duration `yaml:"maxElapsed"`
 }
 
-// NATSSink publishes each event to a subject built from a template.
-type NATSSink struct {
-	// URL is one server URL or a comma-separated list (nats://, tls://, ws://, wss://). Required unless embedded.
-	URL string `yaml:"url"`
-	// Embedded runs a nats-server inside the bridge (dev and single-node setups); url is then optional.
-	Embedded bool `yaml:"embedded"`
-	// CredentialsFile is a NATS .creds file (JWT and nkey seed).
-	CredentialsFile string `yaml:"credentialsFile"`
-	// NKeySeedFile is a file holding an nkey seed.
-	NKeySeedFile string `yaml:"nkeySeedFile"`
-	// TokenFile is a file holding an auth token.
-	TokenFile string `yaml:"tokenFile"`
-	// User is the user name for user/password auth; the password comes from passwordFile.
-	User string `yaml:"user"`
-	// PasswordFile is a file holding the password for user.
-	PasswordFile string `yaml:"passwordFile"`
-	// TLS configures the client's TLS.
-	TLS *TLS `yaml:"tls"`
-	// Subject is the subject template; placeholders {cluster} {group} {version} {resource} {kind} {namespace} {name} {type} {rule}. Default k8s.{cluster}.{group}.{resource}.{namespace}.{name}.{type}.
-	Subject string `yaml:"subject"`
-	// JetStream publishes with acknowledgement and Nats-Msg-Id = event id, so the stream dedupes replays. Default false: core publish, acknowledged by flush.
-	JetStream bool `yaml:"jetstream"`
-	// Stream, when set, is created or updated at start (dev and single-node setups); in production streams are usually managed elsewhere.
-	Stream *Stream `yaml:"stream"`
-}
-
-// Stream is a JetStream stream the bridge creates or updates at start.
-type Stream struct {
-	// Name of the stream. Required.
-	Name string `yaml:"name"`
-	// Subjects the stream captures. Default: the subject template up to its first placeholder, then ">" (e.g. k8s.>).
-	Subjects []string `yaml:"subjects"`
-	// Storage is file or memory. Default file.
-	Storage string `yaml:"storage"`
-	// MaxAge drops messages older than this. Default 0: kept until other limits apply.
-	MaxAge Duration `yaml:"maxAge"`
-	// DuplicateWindow is how long JetStream remembers event ids to drop replays. Default 2m (the server's default).
-	DuplicateWindow Duration `yaml:"duplicateWindow"`
-}
-
-// WebhookSink POSTs CloudEvents to an HTTP(S) endpoint.
-type WebhookSink struct {
-	// URL is the http:// or https:// endpoint. Required.
-	URL string `yaml:"url"`
-	// Mode is binary (ce-* headers, body = data) or structured (the whole event as JSON). Default binary; batching always uses batch mode.
-	Mode string `yaml:"mode"`
-	// SigningSecretFile holds the HMAC-SHA256 key for the X-Kubebridge-Signature header. Default: no signature.
-	SigningSecretFile string `yaml:"signingSecretFile"`
-	// BearerTokenFile holds a token sent as Authorization: Bearer. Default: none.
-	BearerTokenFile string `yaml:"bearerTokenFile"`
-	// Headers are added to every request.
-	Headers map[string]string `yaml:"headers"`
-	// Timeout bounds one request. Default 5s.
-	Timeout Duration `yaml:"timeout"`
-	// Batch sends several events per request (CloudEvents batch mode). Default: one event per request.
-	Batch *Batch `yaml:"batch"`
-	// TLS configures the client's TLS.
-	TLS *TLS `yaml:"tls"`
-}
-
-// Batch bounds a batch of events sent in one request.
-type Batch struct {
-	// MaxEvents is the most events in one batch. Default 100.
-	MaxEvents int `yaml:"maxEvents"`
-	// MaxWait is how long a partial batch waits for more events. Default 50ms.
-	MaxWait Duration `yaml:"maxWait"`
-}
-
 // TLS configures a client's TLS.
 type TLS struct {
 	// CAFile is a PEM bundle of CAs to trust. Default: the system pool.
@@ -185,16 +113,6 @@ type TLS struct {
 	KeyFile string `yaml:"keyFile"`
 	// InsecureSkipVerify disables server certificate checks. Default false; never use it in production.
 	InsecureSkipVerify bool `yaml:"insecureSkipVerify"`
-}
-
-// FileSink appends events as JSON lines.
-type FileSink struct {
-	// Path of the file; "-" writes to stdout. Required.
-	Path string `yaml:"path"`
-	// MaxSizeMB rotates the file when it reaches this size. Default 100.
-	MaxSizeMB int `yaml:"maxSizeMB"`
-	// MaxBackups is how many rotated files are kept. Default 5.
-	MaxBackups int `yaml:"maxBackups"`
 }
 
 // Rule selects objects of one resource and names the sinks their changes go to.

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/net/http/httpguts"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -18,7 +17,6 @@ import (
 // Limits that keep a config from asking for something absurd.
 const (
 	maxQueueCapacity  = 10_000_000
-	maxBatchEvents    = 10_000
 	minReplayEvery    = time.Second // client-go's minimum resync period
 	maxWhereExprBytes = 10_000
 	maxWorkers        = 64
@@ -100,7 +98,7 @@ func (c *Config) Validate() error {
 		p := fmt.Sprintf("sinks[%d].deadLetter.nats.sink", i)
 		if j, ok := sinkIndex[s.DeadLetter.NATS.Sink]; !ok {
 			errs = append(errs, ErrorAt(p, "unknown sink %q (%s)", s.DeadLetter.NATS.Sink, have))
-		} else if c.Sinks[j].NATS == nil {
+		} else if c.Sinks[j].Type != "nats" {
 			errs = append(errs, ErrorAt(p, "sink %q is not a nats sink", s.DeadLetter.NATS.Sink))
 		}
 	}
@@ -109,14 +107,22 @@ func (c *Config) Validate() error {
 		switch {
 		case !ok:
 			errs = append(errs, ErrorAt("checkpoint.natsKV.sink", "unknown sink %q (%s)", kv.Sink, have))
-		case c.Sinks[i].NATS == nil:
+		case c.Sinks[i].Type != "nats":
 			errs = append(errs, ErrorAt("checkpoint.natsKV.sink", "sink %q is not a nats sink", kv.Sink))
-		case !c.Sinks[i].NATS.JetStream && !c.Sinks[i].NATS.Embedded:
-			errs = append(errs, ErrorAt("checkpoint.natsKV.sink", "sink %q must have jetstream: true (KV is a JetStream feature)", kv.Sink))
+		default:
+			if h, ok := c.Sinks[i].Spec.(kvHolder); ok {
+				if err := h.CanHoldKV(); err != nil {
+					errs = append(errs, ErrorAt("checkpoint.natsKV.sink", "sink %q %v", kv.Sink, err))
+				}
+			}
 		}
 	}
 	return errors.Join(errs...)
 }
+
+// kvHolder is implemented by the config of a sink type whose connection can
+// hold the checkpoint's KV bucket (nats).
+type kvHolder interface{ CanHoldKV() error }
 
 // Validate checks that at most one store is chosen.
 func (c *Checkpoint) Validate() error {
@@ -138,30 +144,14 @@ func (k *NATSKVCheckpoint) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Validate checks the sink's name, kind and delivery settings.
+// Validate checks the sink's name and delivery settings; its type block
+// is checked by the type's own Validate, and a missing one by the decoder.
 func (s *Sink) Validate() error {
 	var errs []error
 	if s.Name == "" {
 		errs = append(errs, ErrorAt("name", "required"))
 	} else {
 		errs = append(errs, dns1123Label("name", s.Name))
-	}
-	var kinds []string
-	if s.NATS != nil {
-		kinds = append(kinds, "nats")
-	}
-	if s.Webhook != nil {
-		kinds = append(kinds, "webhook")
-	}
-	if s.File != nil {
-		kinds = append(kinds, "file")
-	}
-	switch len(kinds) {
-	case 0:
-		errs = append(errs, ErrorAt("", "needs one of nats, webhook or file"))
-	case 1:
-	default:
-		errs = append(errs, ErrorAt("", "sets %s; a sink has exactly one of nats, webhook or file", strings.Join(kinds, " and ")))
 	}
 	if s.Workers < 1 || s.Workers > maxWorkers {
 		errs = append(errs, ErrorAt("workers", "must be between 1 and %d, got %d", maxWorkers, s.Workers))
@@ -194,24 +184,6 @@ func (d *DeadLetterNATS) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Validate checks the stream settings.
-func (st *Stream) Validate() error {
-	var errs []error
-	if !kvBucketName.MatchString(st.Name) {
-		errs = append(errs, ErrorAt("name", "%q is not a valid stream name (letters, digits, _ and -)", st.Name))
-	}
-	if st.Storage != "file" && st.Storage != "memory" {
-		errs = append(errs, ErrorAt("storage", "must be file or memory, got %q", st.Storage))
-	}
-	if st.MaxAge < 0 {
-		errs = append(errs, ErrorAt("maxAge", "must not be negative, got %s", st.MaxAge))
-	}
-	if st.DuplicateWindow < 0 {
-		errs = append(errs, ErrorAt("duplicateWindow", "must not be negative, got %s", st.DuplicateWindow))
-	}
-	return errors.Join(errs...)
-}
-
 // Validate checks the queue bound.
 func (q *Queue) Validate() error {
 	if q.Capacity < 1 || q.Capacity > maxQueueCapacity {
@@ -235,54 +207,6 @@ func (r *Retry) Validate() error {
 	return errors.Join(errs...)
 }
 
-var natsSchemes = []string{"nats", "tls", "ws", "wss"}
-
-// Validate checks the server URLs, the auth method and the subject template.
-func (n *NATSSink) Validate() error {
-	var errs []error
-	switch {
-	case n.URL == "" && !n.Embedded:
-		errs = append(errs, ErrorAt("url", "required unless embedded: true"))
-	case n.URL != "":
-		for _, raw := range strings.Split(n.URL, ",") {
-			u, err := url.Parse(strings.TrimSpace(raw))
-			switch {
-			case err != nil:
-				errs = append(errs, ErrorAt("url", "invalid URL %q: %v", RedactURL(raw), errors.Unwrap(err)))
-			case !slices.Contains(natsSchemes, u.Scheme):
-				errs = append(errs, ErrorAt("url", "URL %q: scheme must be nats, tls, ws or wss", RedactURL(raw)))
-			case u.Host == "":
-				errs = append(errs, ErrorAt("url", "URL %q has no host", RedactURL(raw)))
-			case u.User != nil:
-				errs = append(errs, WarningAt("url", "URL %q carries credentials; use user/passwordFile, tokenFile or credentialsFile so they stay out of the config", RedactURL(raw)))
-			}
-		}
-	}
-	var auth []string
-	for name, set := range map[string]bool{"credentialsFile": n.CredentialsFile != "", "nkeySeedFile": n.NKeySeedFile != "", "tokenFile": n.TokenFile != "", "user": n.User != ""} {
-		if set {
-			auth = append(auth, name)
-		}
-	}
-	slices.Sort(auth)
-	if len(auth) > 1 {
-		errs = append(errs, ErrorAt("", "sets %s; choose one auth method", strings.Join(auth, " and ")))
-	}
-	if n.User != "" && n.PasswordFile == "" {
-		errs = append(errs, ErrorAt("passwordFile", "required with user"))
-	}
-	if n.PasswordFile != "" && n.User == "" {
-		errs = append(errs, ErrorAt("user", "required with passwordFile"))
-	}
-	if err := ParseSubject(n.Subject); err != nil {
-		errs = append(errs, ErrorAt("subject", "%v", err))
-	}
-	if n.Stream != nil && !n.JetStream {
-		errs = append(errs, ErrorAt("stream", "needs jetstream: true"))
-	}
-	return errors.Join(errs...)
-}
-
 // RedactURL hides a password in a URL for messages.
 func RedactURL(raw string) string {
 	raw = strings.TrimSpace(raw)
@@ -290,58 +214,6 @@ func RedactURL(raw string) string {
 		return u.Redacted()
 	}
 	return raw
-}
-
-// reservedHeaders are set by the webhook sink itself.
-var reservedHeaders = []string{"content-type", "content-length", "authorization", "x-kubebridge-signature"}
-
-// Validate checks the endpoint, mode, headers and timeout.
-func (w *WebhookSink) Validate() error {
-	var errs []error
-	if w.URL == "" {
-		errs = append(errs, ErrorAt("url", "required"))
-	} else if u, err := url.Parse(w.URL); err != nil {
-		errs = append(errs, ErrorAt("url", "invalid URL %q: %v", RedactURL(w.URL), errors.Unwrap(err)))
-	} else if u.Scheme != "http" && u.Scheme != "https" {
-		errs = append(errs, ErrorAt("url", "URL %q: scheme must be http or https", RedactURL(w.URL)))
-	} else if u.Host == "" {
-		errs = append(errs, ErrorAt("url", "URL %q has no host", RedactURL(w.URL)))
-	}
-	if w.Mode != "binary" && w.Mode != "structured" {
-		errs = append(errs, ErrorAt("mode", "must be binary or structured, got %q", w.Mode))
-	}
-	names := make([]string, 0, len(w.Headers))
-	for name := range w.Headers {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	for _, name := range names {
-		lower := strings.ToLower(name)
-		switch {
-		case !httpguts.ValidHeaderFieldName(name):
-			errs = append(errs, ErrorAt(JoinKey("headers", name), "invalid header name"))
-		case !httpguts.ValidHeaderFieldValue(w.Headers[name]):
-			errs = append(errs, ErrorAt(JoinKey("headers", name), "invalid header value"))
-		case strings.HasPrefix(lower, "ce-") || slices.Contains(reservedHeaders, lower):
-			errs = append(errs, ErrorAt(JoinKey("headers", name), "is set by kubebridge and cannot be overridden"))
-		}
-	}
-	if w.Timeout <= 0 {
-		errs = append(errs, ErrorAt("timeout", "must be positive, got %s", w.Timeout))
-	}
-	return errors.Join(errs...)
-}
-
-// Validate checks the batch bounds.
-func (b *Batch) Validate() error {
-	var errs []error
-	if b.MaxEvents < 1 || b.MaxEvents > maxBatchEvents {
-		errs = append(errs, ErrorAt("maxEvents", "must be between 1 and %d, got %d", maxBatchEvents, b.MaxEvents))
-	}
-	if b.MaxWait < 0 {
-		errs = append(errs, ErrorAt("maxWait", "must not be negative, got %s", b.MaxWait))
-	}
-	return errors.Join(errs...)
 }
 
 // Validate checks that a client certificate comes with its key.
@@ -352,21 +224,6 @@ func (t *TLS) Validate() error {
 	}
 	if t.InsecureSkipVerify {
 		errs = append(errs, WarningAt("insecureSkipVerify", "server certificates are not verified; anyone on the path can read and alter events"))
-	}
-	return errors.Join(errs...)
-}
-
-// Validate checks the path and rotation bounds.
-func (f *FileSink) Validate() error {
-	var errs []error
-	if f.Path == "" {
-		errs = append(errs, ErrorAt("path", `required (a file path, or "-" for stdout)`))
-	}
-	if f.MaxSizeMB < 1 {
-		errs = append(errs, ErrorAt("maxSizeMB", "must be at least 1, got %d", f.MaxSizeMB))
-	}
-	if f.MaxBackups < 0 {
-		errs = append(errs, ErrorAt("maxBackups", "must not be negative, got %d", f.MaxBackups))
 	}
 	return errors.Join(errs...)
 }

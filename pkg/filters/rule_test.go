@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/kubebridge/kubebridge/pkg/components"
 	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
 )
@@ -16,7 +17,7 @@ import (
 func compile(t testing.TB, ruleYAML string, nsLabels NamespaceLabels) *Rule {
 	t.Helper()
 	doc := "apiVersion: kubebridge.io/v1alpha1\nkind: BridgeConfig\ncluster: c\nsinks: [{name: s, file: {path: x}}]\nrules:\n  - name: r\n    sinks: [s]\n" + ruleYAML
-	cfg, _, err := config.Parse("t.yaml", []byte(doc))
+	cfg, _, err := config.Parse("t.yaml", []byte(doc), components.SinkRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,7 +302,7 @@ func TestMetadataOnly(t *testing.T) {
 		{"    include: [metadata]\n    where: \"object.kind == 'ConfigMap'\"\n", true},
 		{"    include: [metadata]\n    where: \"object.data.size == 'big'\"\n", false},
 		{"    include: [metadata]\n    where: \"object.?data.orValue({}).size() > 0\"\n", false},
-		{"    include: [metadata]\n    where: \"size(object) > 3\"\n", false},
+		{"    include: [metadata]\n    where: \"size(dyn(object)) > 3\"\n", false},
 		{"    include: [metadata]\n    changed: [metadata.labels]\n", true},
 		{"    include: [metadata]\n    changed: [data]\n", false},
 		{"    include: [metadata]\n    fieldSelector: metadata.name=a\n", true},

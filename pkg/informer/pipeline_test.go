@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kubebridge/kubebridge/internal/testenv"
+	"github.com/kubebridge/kubebridge/pkg/components"
 	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
 	"github.com/kubebridge/kubebridge/pkg/filters"
@@ -99,7 +100,7 @@ rules:
     namespaces: [bench]
     labelSelector: app=bench
     sinks: [out]
-`))
+`), components.SinkRegistry())
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -276,7 +277,7 @@ sinks:
   - {name: live, file: {path: x}}
   - {name: replayed, file: {path: y}}
 rules:
-`+rules))
+`+rules), components.SinkRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}

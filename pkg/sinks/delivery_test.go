@@ -188,7 +188,7 @@ func TestCoalesce(t *testing.T) {
 }
 
 func TestRegistryRejectsDuplicates(t *testing.T) {
-	f := Factory{Type: "x", Create: func(context.Context, Settings) (Sink, error) { return &flaky{}, nil }}
+	f := Factory{Type: "x", NewConfig: func() any { return &struct{}{} }, Create: func(context.Context, Settings) (Sink, error) { return &flaky{}, nil }}
 	if _, err := NewRegistry(f, f); err == nil || err.Error() != `sinks: duplicate factory for type "x"` {
 		t.Errorf("err = %v", err)
 	}
@@ -196,7 +196,7 @@ func TestRegistryRejectsDuplicates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.Create(context.Background(), Settings{Config: config.Sink{Name: "n", File: &config.FileSink{}}}); err == nil || err.Error() != `sink "n": type "file" is not available in this build (have: [x])` {
+	if _, err := r.Create(context.Background(), Settings{Config: config.Sink{Name: "n", Type: "file"}}); err == nil || err.Error() != `sink "n": type "file" is not available in this build (have: [x])` {
 		t.Errorf("err = %v", err)
 	}
 }

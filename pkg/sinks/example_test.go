@@ -9,46 +9,84 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/kubebridge/kubebridge/pkg/components"
 	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
 	"github.com/kubebridge/kubebridge/pkg/sinks"
 )
 
-// printSink shows the whole contract of a sink: Send gets batches in
-// delivery order from one goroutine and returns nil only once every event is
-// acknowledged; it classifies failures (sinks.Permanent for what a retry
-// cannot fix) and never retries itself; Close releases resources.
-type printSink struct{}
+// printConfig is the config of the new sink type: the block under its key
+// (print:) is decoded into it strictly; SetDefaults and Validate make it
+// own its defaults and checks, reported with paths and lines by the loader.
+type printConfig struct {
+	// Prefix starts every printed line. Default ">".
+	Prefix string `yaml:"prefix"`
+}
 
-func (printSink) Send(_ context.Context, events []*event.Event) error {
+func (c *printConfig) SetDefaults() { c.Prefix = ">" }
+
+func (c *printConfig) Validate() error {
+	if c.Prefix == "" {
+		return config.ErrorAt("prefix", "must not be empty")
+	}
+	return nil
+}
+
+// printSink shows the whole contract of a sink: Send gets batches in
+// delivery order and returns nil only once every event is acknowledged; it
+// classifies failures (sinks.Permanent for what a retry cannot fix) and
+// never retries itself; Close releases resources.
+type printSink struct{ prefix string }
+
+func (p printSink) Send(_ context.Context, events []*event.Event) error {
 	for _, e := range events {
 		if e.Name == "" {
 			return sinks.Permanent(fmt.Errorf("event %s has no object name", e.ID))
 		}
-		fmt.Println(e.Type, e.Subject, e.UID, e.Object().GetResourceVersion())
+		fmt.Println(p.prefix, e.Type, e.Subject, e.UID, e.Object().GetResourceVersion())
 	}
 	return nil // acknowledged: the delivery loop moves on
 }
 
 func (printSink) Close(context.Context) error { return nil }
 
-// Example_writeASink registers a sink type and runs it behind the delivery
-// loop every sink shares (queue, batching, retry with backoff).
+// printFactory is the whole component: in a real build it is exported by
+// its own package and listed in pkg/components (one line).
+var printFactory = sinks.Factory{
+	Type:      "print",
+	NewConfig: func() any { c := &printConfig{}; c.SetDefaults(); return c },
+	Create: func(_ context.Context, s sinks.Settings) (sinks.Sink, error) {
+		return printSink{prefix: s.Config.Spec.(*printConfig).Prefix}, nil
+	},
+}
+
+// Example_writeASink adds a sink type, loads a config that uses it, and runs
+// it behind the delivery loop every sink shares (queue, batching, retry).
 func Example_writeASink() {
-	registry, err := sinks.NewRegistry(sinks.Factory{
-		Type:   "file", // the config block that selects it; here it stands in for a new one
-		Create: func(context.Context, sinks.Settings) (sinks.Sink, error) { return printSink{}, nil },
-	})
+	registry, err := sinks.NewRegistry(append(components.Sinks(), printFactory)...)
 	if err != nil {
 		panic(err)
 	}
-	cfg := config.Sink{Name: "demo", File: &config.FileSink{Path: "-"}, Queue: config.Queue{Capacity: 10},
-		Retry: config.Retry{InitialInterval: config.Duration(10 * time.Millisecond), MaxInterval: config.Duration(time.Second)}}
-	sink, err := registry.Create(context.Background(), sinks.Settings{Config: cfg})
+	cfg, _, err := config.Parse("example.yaml", []byte(`
+apiVersion: kubebridge.io/v1alpha1
+kind: BridgeConfig
+cluster: dev
+sinks:
+  - name: screen
+    print: {prefix: "event:"}
+rules:
+  - name: deployments
+    resource: apps/v1/deployments
+    sinks: [screen]
+`), registry)
 	if err != nil {
 		panic(err)
 	}
-	d := sinks.NewDelivery(cfg, sink, nil, slog.New(slog.DiscardHandler))
+	sink, err := registry.Create(context.Background(), sinks.Settings{Config: cfg.Sinks[0]})
+	if err != nil {
+		panic(err)
+	}
+	d := sinks.NewDelivery(cfg.Sinks[0], sink, nil, slog.New(slog.DiscardHandler))
 
 	obj := &unstructured.Unstructured{}
 	obj.SetNamespace("prod")
@@ -60,5 +98,5 @@ func Example_writeASink() {
 
 	d.Close() // no more events: Run drains the queue and returns
 	d.Run(context.Background())
-	// Output: io.kubebridge.deployments.apps.added prod/web 1234 7
+	// Output: event: io.kubebridge.deployments.apps.added prod/web 1234 7
 }

@@ -57,14 +57,15 @@ type Factory struct {
 }
 
 // Registry maps sink types to factories. Build one with NewRegistry; the
-// built-in sinks are assembled in one place, cmd/bridge via pkg/bridge.
+// sink types of a build are listed in one place, pkg/components. It is the
+// config loader's config.SinkTypes.
 type Registry struct{ factories map[string]Factory }
 
 // NewRegistry returns a registry of factories, rejecting duplicate types.
 func NewRegistry(factories ...Factory) (*Registry, error) {
 	r := &Registry{factories: map[string]Factory{}}
 	for _, f := range factories {
-		if f.Type == "" || f.Create == nil {
+		if f.Type == "" || f.NewConfig == nil || f.Create == nil {
 			return nil, fmt.Errorf("sinks: factory %q is incomplete", f.Type)
 		}
 		if _, dup := r.factories[f.Type]; dup {
@@ -85,25 +86,23 @@ func (r *Registry) Types() []string {
 	return out
 }
 
-// TypeOf names the type of a configured sink.
-func TypeOf(c config.Sink) string {
-	switch {
-	case c.NATS != nil:
-		return "nats"
-	case c.Webhook != nil:
-		return "webhook"
-	case c.File != nil:
-		return "file"
+// NewSinkConfig returns a fresh, defaulted config for typ (config.SinkTypes).
+func (r *Registry) NewSinkConfig(typ string) (any, bool) {
+	f, ok := r.factories[typ]
+	if !ok {
+		return nil, false
 	}
-	return ""
+	return f.NewConfig(), true
 }
 
-// Create builds the sink c configures.
+// SinkTypeNames lists the registered types (config.SinkTypes).
+func (r *Registry) SinkTypeNames() []string { return r.Types() }
+
+// Create builds the sink s.Config configures.
 func (r *Registry) Create(ctx context.Context, s Settings) (Sink, error) {
-	t := TypeOf(s.Config)
-	f, ok := r.factories[t]
+	f, ok := r.factories[s.Config.Type]
 	if !ok {
-		return nil, fmt.Errorf("sink %q: type %q is not available in this build (have: %v)", s.Config.Name, t, r.Types())
+		return nil, fmt.Errorf("sink %q: type %q is not available in this build (have: %v)", s.Config.Name, s.Config.Type, r.Types())
 	}
 	return f.Create(ctx, s)
 }

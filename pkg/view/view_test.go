@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kubebridge/kubebridge/pkg/checkpoint"
+	"github.com/kubebridge/kubebridge/pkg/components"
 	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
 	"github.com/kubebridge/kubebridge/pkg/filters"
@@ -20,7 +21,7 @@ import (
 func compile(t testing.TB, ruleYAML string, nsLabels filters.NamespaceLabels) *filters.Rule {
 	t.Helper()
 	doc := "apiVersion: kubebridge.io/v1alpha1\nkind: BridgeConfig\ncluster: c\nsinks: [{name: s, file: {path: x}}]\nrules:\n  - name: r\n    sinks: [s]\n    resource: v1/configmaps\n" + ruleYAML
-	cfg, _, err := config.Parse("t.yaml", []byte(doc))
+	cfg, _, err := config.Parse("t.yaml", []byte(doc), components.SinkRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}

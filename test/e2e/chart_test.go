@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubebridge/kubebridge/internal/testenv"
+	"github.com/kubebridge/kubebridge/pkg/components"
 	"github.com/kubebridge/kubebridge/pkg/config"
 )
 
@@ -67,7 +68,7 @@ func TestChartRendersEveryExample(t *testing.T) {
 			continue
 		}
 		rendered := renderedConfig(t, out)
-		if _, _, err := config.Parse(name, []byte(rendered)); err != nil {
+		if _, _, err := config.Parse(name, []byte(rendered), components.SinkRegistry()); err != nil {
 			t.Errorf("%s: the rendered config is invalid: %v\n%s", name, err, rendered)
 		}
 		if !strings.Contains(out, "readOnlyRootFilesystem: true") || !strings.Contains(out, "drop: [ALL]") || !strings.Contains(out, "runAsNonRoot: true") {
@@ -276,7 +277,7 @@ func TestChartLeaderElectionWithASharedCheckpointRenders(t *testing.T) {
 			if err != nil {
 				t.Fatalf("helm template: %v\n%s", err, out)
 			}
-			if _, _, err := config.Parse(c.name, []byte(renderedConfig(t, out))); err != nil {
+			if _, _, err := config.Parse(c.name, []byte(renderedConfig(t, out)), components.SinkRegistry()); err != nil {
 				t.Errorf("the rendered config is invalid: %v", err)
 			}
 			dep := renderedDoc(t, out, "Deployment")
@@ -328,7 +329,7 @@ func TestChartDefaultValuesRender(t *testing.T) {
 	if renderedDoc(t, out, "PersistentVolumeClaim") != nil {
 		t.Errorf("a PVC rendered by default")
 	}
-	if _, _, err := config.Parse("defaults", []byte(renderedConfig(t, out))); err != nil {
+	if _, _, err := config.Parse("defaults", []byte(renderedConfig(t, out)), components.SinkRegistry()); err != nil {
 		t.Errorf("the default config is invalid: %v", err)
 	}
 

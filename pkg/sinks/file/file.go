@@ -30,10 +30,14 @@ import (
 )
 
 // Factory builds file sinks.
-var Factory = sinks.Factory{Type: "file", Create: create}
+var Factory = sinks.Factory{
+	Type:      "file",
+	NewConfig: func() any { c := &Config{}; c.SetDefaults(); return c },
+	Create:    create,
+}
 
 func create(_ context.Context, s sinks.Settings) (sinks.Sink, error) {
-	c := s.Config.File
+	c := s.Config.Spec.(*Config)
 	if c.Path == "-" {
 		return &Sink{out: os.Stdout}, nil
 	}

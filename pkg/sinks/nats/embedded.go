@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
-
-	"github.com/kubebridge/kubebridge/pkg/config"
 )
 
 // DefaultEmbeddedAddr is where an embedded server listens when url is empty.
@@ -24,7 +22,7 @@ const DefaultEmbeddedAddr = "127.0.0.1:4222"
 // c.URL (default 127.0.0.1:4222) and keeps JetStream data under
 // $KUBEBRIDGE_DATA_DIR/nats/<sink> (default: the user cache dir). It
 // returns the URL to connect to.
-func startEmbedded(name string, c *config.NATSSink) (*server.Server, string, error) {
+func startEmbedded(name string, c *Config) (*server.Server, string, error) {
 	addr := DefaultEmbeddedAddr
 	if c.URL != "" {
 		u, err := url.Parse(strings.Split(c.URL, ",")[0])

@@ -28,13 +28,16 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
 	"github.com/kubebridge/kubebridge/pkg/sinks"
 )
 
 // Factory builds NATS sinks.
-var Factory = sinks.Factory{Type: "nats", Create: create}
+var Factory = sinks.Factory{
+	Type:      "nats",
+	NewConfig: func() any { c := &Config{}; c.SetDefaults(); return c },
+	Create:    create,
+}
 
 // flushTimeout bounds the wait for a core publish batch to be flushed.
 const flushTimeout = 10 * time.Second
@@ -50,7 +53,7 @@ type Sink struct {
 }
 
 func create(ctx context.Context, s sinks.Settings) (sinks.Sink, error) {
-	c := s.Config.NATS
+	c := s.Config.Spec.(*Config)
 	if !c.Embedded {
 		return Connect(ctx, s.Config.Name, c, s.Logger)
 	}
@@ -74,7 +77,7 @@ func create(ctx context.Context, s sinks.Settings) (sinks.Sink, error) {
 
 // Connect connects (retrying in the background if the server is not up
 // yet) and, when c.Stream is set, creates or updates the stream.
-func Connect(ctx context.Context, name string, c *config.NATSSink, logger *slog.Logger) (*Sink, error) {
+func Connect(ctx context.Context, name string, c *Config, logger *slog.Logger) (*Sink, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -106,7 +109,7 @@ func Connect(ctx context.Context, name string, c *config.NATSSink, logger *slog.
 	return s, nil
 }
 
-func options(name string, c *config.NATSSink, logger *slog.Logger) ([]natsgo.Option, error) {
+func options(name string, c *Config, logger *slog.Logger) ([]natsgo.Option, error) {
 	opts := []natsgo.Option{
 		natsgo.Name("kubebridge/" + name),
 		natsgo.MaxReconnects(-1),
@@ -156,7 +159,7 @@ func options(name string, c *config.NATSSink, logger *slog.Logger) ([]natsgo.Opt
 	return opts, nil
 }
 
-func (s *Sink) ensureStream(ctx context.Context, c *config.NATSSink) error {
+func (s *Sink) ensureStream(ctx context.Context, c *Config) error {
 	st := c.Stream
 	subjects := st.Subjects
 	if len(subjects) == 0 {

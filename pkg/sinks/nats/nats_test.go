@@ -20,10 +20,10 @@ import (
 	"github.com/kubebridge/kubebridge/pkg/sinks/sinkstest"
 )
 
-func sinkConfig(url string, js bool) *config.NATSSink {
-	c := &config.NATSSink{URL: url, Subject: config.DefaultSubject, JetStream: js}
+func sinkConfig(url string, js bool) *Config {
+	c := &Config{URL: url, Subject: DefaultSubject, JetStream: js}
 	if js {
-		c.Stream = &config.Stream{Name: "K8S", Storage: "file", DuplicateWindow: config.Duration(10 * time.Minute)}
+		c.Stream = &Stream{Name: "K8S", Storage: "file", DuplicateWindow: config.Duration(10 * time.Minute)}
 	}
 	return c
 }

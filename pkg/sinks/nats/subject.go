@@ -3,7 +3,6 @@ package nats
 import (
 	"strings"
 
-	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
 )
 
@@ -83,7 +82,7 @@ type part struct {
 }
 
 func parseTemplate(tmpl string) (subjectTemplate, error) {
-	if err := config.ParseSubject(tmpl); err != nil {
+	if err := ParseSubject(tmpl); err != nil {
 		return subjectTemplate{}, err
 	}
 	var t subjectTemplate

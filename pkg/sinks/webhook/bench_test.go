@@ -38,8 +38,8 @@ func benchBatch() []*event.Event {
 
 func BenchmarkSinkBatch(b *testing.B) {
 	srv := receiverServer(b)
-	s, err := New(&config.WebhookSink{URL: srv.URL, Mode: "binary", Timeout: config.Duration(5 * time.Second),
-		Batch: &config.Batch{MaxEvents: 100}}, nil)
+	s, err := New(&Config{URL: srv.URL, Mode: "binary", Timeout: config.Duration(5 * time.Second),
+		Batch: &Batch{MaxEvents: 100}}, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -37,13 +37,16 @@ import (
 
 	"golang.org/x/net/http/httpguts"
 
-	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
 	"github.com/kubebridge/kubebridge/pkg/sinks"
 )
 
 // Factory builds webhook sinks.
-var Factory = sinks.Factory{Type: "webhook", Create: create}
+var Factory = sinks.Factory{
+	Type:      "webhook",
+	NewConfig: func() any { c := &Config{}; c.SetDefaults(); return c },
+	Create:    create,
+}
 
 // SignatureHeader carries the HMAC signature.
 const SignatureHeader = "X-Kubebridge-Signature"
@@ -57,7 +60,7 @@ type Sink struct {
 	url      string
 	shownURL string // url without credentials or query, for messages
 	mode     string
-	batch    *config.Batch
+	batch    *Batch
 	headers  http.Header
 	secret   []byte
 	client   *http.Client
@@ -66,7 +69,7 @@ type Sink struct {
 }
 
 func create(_ context.Context, s sinks.Settings) (sinks.Sink, error) {
-	sink, err := New(s.Config.Webhook, s.Logger)
+	sink, err := New(s.Config.Spec.(*Config), s.Logger)
 	if err != nil {
 		return nil, err
 	}
@@ -77,7 +80,7 @@ func create(_ context.Context, s sinks.Settings) (sinks.Sink, error) {
 }
 
 // New builds a webhook sink from its config.
-func New(c *config.WebhookSink, logger *slog.Logger) (*Sink, error) {
+func New(c *Config, logger *slog.Logger) (*Sink, error) {
 	s := &Sink{url: c.URL, shownURL: redactURL(c.URL), mode: c.Mode, batch: c.Batch, headers: http.Header{}, now: time.Now, maxDelay: DefaultMaxRetryAfter}
 	for k, v := range c.Headers {
 		s.headers.Set(k, v)

@@ -157,7 +157,7 @@ func (r *receiver) Refuse(testing.TB) {
 	r.refuse = true
 }
 
-func harness(mode string, batch *config.Batch) sinkstest.Harness {
+func harness(mode string, batch *Batch) sinkstest.Harness {
 	return sinkstest.Harness{
 		Config:   config.Sink{Name: "hook"},
 		Outages:  true,
@@ -165,7 +165,7 @@ func harness(mode string, batch *config.Batch) sinkstest.Harness {
 		PerEvent: true,
 		New: func(t testing.TB, cfg config.Sink) (sinks.Sink, sinkstest.Remote) {
 			r := newReceiver(t)
-			s, err := New(&config.WebhookSink{URL: r.URL(), Mode: mode, Timeout: config.Duration(5 * time.Second), Batch: batch}, nil)
+			s, err := New(&Config{URL: r.URL(), Mode: mode, Timeout: config.Duration(5 * time.Second), Batch: batch}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -177,7 +177,7 @@ func harness(mode string, batch *config.Batch) sinkstest.Harness {
 func TestContractBinary(t *testing.T)     { sinkstest.Run(t, harness("binary", nil)) }
 func TestContractStructured(t *testing.T) { sinkstest.Run(t, harness("structured", nil)) }
 func TestContractBatch(t *testing.T) {
-	sinkstest.Run(t, harness("binary", &config.Batch{MaxEvents: 100, MaxWait: config.Duration(20 * time.Millisecond)}))
+	sinkstest.Run(t, harness("binary", &Batch{MaxEvents: 100, MaxWait: config.Duration(20 * time.Millisecond)}))
 }
 
 // The receiver fails half the requests at random, then is down for 30 s,
@@ -188,7 +188,7 @@ func TestFlakyThenDownThenBack(t *testing.T) {
 	if d, err := time.ParseDuration(os.Getenv("KUBEBRIDGE_TEST_OUTAGE")); err == nil {
 		outage = d // shorter while iterating
 	}
-	h := harness("binary", &config.Batch{MaxEvents: 50, MaxWait: config.Duration(10 * time.Millisecond)})
+	h := harness("binary", &Batch{MaxEvents: 50, MaxWait: config.Duration(10 * time.Millisecond)})
 	cfg := h.Config
 	cfg.Queue.Capacity = 10000
 	cfg.Workers = 4
@@ -296,7 +296,7 @@ func TestSignatureVerifiesWithTheRecipe(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := newReceiver(t)
-	s, err := New(&config.WebhookSink{URL: r.URL(), Mode: "binary", Timeout: config.Duration(5 * time.Second),
+	s, err := New(&Config{URL: r.URL(), Mode: "binary", Timeout: config.Duration(5 * time.Second),
 		SigningSecretFile: secretFile, BearerTokenFile: tokenFile, Headers: map[string]string{"X-Team": "platform"}}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
@@ -366,9 +366,9 @@ func (rec *recorder) requests() []request {
 	return append([]request(nil), rec.seen...)
 }
 
-func newSink(t *testing.T, url, mode string, batch *config.Batch) *Sink {
+func newSink(t *testing.T, url, mode string, batch *Batch) *Sink {
 	t.Helper()
-	s, err := New(&config.WebhookSink{URL: url, Mode: mode, Timeout: config.Duration(5 * time.Second), Batch: batch}, nil)
+	s, err := New(&Config{URL: url, Mode: mode, Timeout: config.Duration(5 * time.Second), Batch: batch}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -453,7 +453,7 @@ func TestRetryAfterCappedAtMaxInterval(t *testing.T) {
 		r.fail503, r.retryAt = 1, header
 		r.mu.Unlock()
 		cfg := config.Sink{Name: "hook", Queue: config.Queue{Capacity: 10}, Workers: 1,
-			Webhook: &config.WebhookSink{URL: r.URL(), Mode: "binary", Timeout: config.Duration(5 * time.Second)},
+			Type: "webhook", Spec: &Config{URL: r.URL(), Mode: "binary", Timeout: config.Duration(5 * time.Second)},
 			Retry:   config.Retry{InitialInterval: config.Duration(10 * time.Millisecond), MaxInterval: config.Duration(300 * time.Millisecond)}}
 		sink, err := Factory.Create(context.Background(), sinks.Settings{Config: cfg, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
@@ -486,14 +486,14 @@ func TestBadEventRefusedAlone(t *testing.T) {
 	for _, c := range []struct {
 		name  string
 		mode  string
-		batch *config.Batch
+		batch *Batch
 		bad   func(*sinkstest.Source) *event.Event
 		reqs  int
 	}{
 		{"binary/header", "binary", nil, badHeader, 2},
 		{"binary/encoding", "binary", nil, unencodable, 2},
 		{"structured/encoding", "structured", nil, unencodable, 2},
-		{"batch/encoding", "binary", &config.Batch{MaxEvents: 10, MaxWait: config.Duration(time.Millisecond)}, unencodable, 1},
+		{"batch/encoding", "binary", &Batch{MaxEvents: 10, MaxWait: config.Duration(time.Millisecond)}, unencodable, 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := newReceiver(t)

@@ -1,0 +1,44 @@
+package file
+
+import (
+	"errors"
+
+	"github.com/kubebridge/kubebridge/pkg/config"
+)
+
+// Defaults, named so that docs and code agree.
+const (
+	DefaultMaxSizeMB  = 100
+	DefaultMaxBackups = 5
+)
+
+// Config is the file sink's type block: it appends events as JSON lines.
+type Config struct {
+	// Path of the file; "-" writes to stdout. Required.
+	Path string `yaml:"path"`
+	// MaxSizeMB rotates the file when it reaches this size. Default 100.
+	MaxSizeMB int `yaml:"maxSizeMB"`
+	// MaxBackups is how many rotated files are kept. Default 5.
+	MaxBackups int `yaml:"maxBackups"`
+}
+
+// SetDefaults rotates at 100 MB and keeps 5 old files.
+func (f *Config) SetDefaults() {
+	f.MaxSizeMB = DefaultMaxSizeMB
+	f.MaxBackups = DefaultMaxBackups
+}
+
+// Validate checks the path and rotation bounds.
+func (f *Config) Validate() error {
+	var errs []error
+	if f.Path == "" {
+		errs = append(errs, config.ErrorAt("path", `required (a file path, or "-" for stdout)`))
+	}
+	if f.MaxSizeMB < 1 {
+		errs = append(errs, config.ErrorAt("maxSizeMB", "must be at least 1, got %d", f.MaxSizeMB))
+	}
+	if f.MaxBackups < 0 {
+		errs = append(errs, config.ErrorAt("maxBackups", "must not be negative, got %d", f.MaxBackups))
+	}
+	return errors.Join(errs...)
+}

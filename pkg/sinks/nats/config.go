@@ -1,0 +1,194 @@
+package nats
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/kubebridge/kubebridge/pkg/config"
+)
+
+// DefaultSubject lays subjects out so that wildcards select by cluster,
+// group, resource, namespace, name and type (DESIGN.md, subjects).
+const DefaultSubject = "k8s.{cluster}.{group}.{resource}.{namespace}.{name}.{type}"
+
+var streamName = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)
+
+// Config is the nats sink's type block: it publishes each event to a subject built from a template.
+type Config struct {
+	// URL is one server URL or a comma-separated list (nats://, tls://, ws://, wss://). Required unless embedded.
+	URL string `yaml:"url"`
+	// Embedded runs a nats-server inside the bridge (dev and single-node setups); url is then optional.
+	Embedded bool `yaml:"embedded"`
+	// CredentialsFile is a NATS .creds file (JWT and nkey seed).
+	CredentialsFile string `yaml:"credentialsFile"`
+	// NKeySeedFile is a file holding an nkey seed.
+	NKeySeedFile string `yaml:"nkeySeedFile"`
+	// TokenFile is a file holding an auth token.
+	TokenFile string `yaml:"tokenFile"`
+	// User is the user name for user/password auth; the password comes from passwordFile.
+	User string `yaml:"user"`
+	// PasswordFile is a file holding the password for user.
+	PasswordFile string `yaml:"passwordFile"`
+	// TLS configures the client's TLS.
+	TLS *config.TLS `yaml:"tls"`
+	// Subject is the subject template; placeholders {cluster} {group} {version} {resource} {kind} {namespace} {name} {type} {rule}. Default k8s.{cluster}.{group}.{resource}.{namespace}.{name}.{type}.
+	Subject string `yaml:"subject"`
+	// JetStream publishes with acknowledgement and Nats-Msg-Id = event id, so the stream dedupes replays. Default false: core publish, acknowledged by flush.
+	JetStream bool `yaml:"jetstream"`
+	// Stream, when set, is created or updated at start (dev and single-node setups); in production streams are usually managed elsewhere.
+	Stream *Stream `yaml:"stream"`
+}
+
+// Stream is a JetStream stream the bridge creates or updates at start.
+type Stream struct {
+	// Name of the stream. Required.
+	Name string `yaml:"name"`
+	// Subjects the stream captures. Default: the subject template up to its first placeholder, then ">" (e.g. k8s.>).
+	Subjects []string `yaml:"subjects"`
+	// Storage is file or memory. Default file.
+	Storage string `yaml:"storage"`
+	// MaxAge drops messages older than this. Default 0: kept until other limits apply.
+	MaxAge config.Duration `yaml:"maxAge"`
+	// DuplicateWindow is how long JetStream remembers event ids to drop replays. Default 2m (the server's default).
+	DuplicateWindow config.Duration `yaml:"duplicateWindow"`
+}
+
+// SetDefaults sets the subject layout of DESIGN.md.
+func (n *Config) SetDefaults() { n.Subject = DefaultSubject }
+
+// SetDefaults keeps stored events on disk and dedupes replays for 2 minutes.
+func (st *Stream) SetDefaults() {
+	st.Storage = "file"
+	st.DuplicateWindow = config.Duration(2 * time.Minute)
+}
+
+// CanHoldKV says whether the checkpoint's KV bucket may live behind this
+// sink's connection (KV is a JetStream feature).
+func (n *Config) CanHoldKV() error {
+	if !n.JetStream && !n.Embedded {
+		return errors.New("must have jetstream: true (KV is a JetStream feature)")
+	}
+	return nil
+}
+
+// Validate checks the stream settings.
+func (st *Stream) Validate() error {
+	var errs []error
+	if !streamName.MatchString(st.Name) {
+		errs = append(errs, config.ErrorAt("name", "%q is not a valid stream name (letters, digits, _ and -)", st.Name))
+	}
+	if st.Storage != "file" && st.Storage != "memory" {
+		errs = append(errs, config.ErrorAt("storage", "must be file or memory, got %q", st.Storage))
+	}
+	if st.MaxAge < 0 {
+		errs = append(errs, config.ErrorAt("maxAge", "must not be negative, got %s", st.MaxAge))
+	}
+	if st.DuplicateWindow < 0 {
+		errs = append(errs, config.ErrorAt("duplicateWindow", "must not be negative, got %s", st.DuplicateWindow))
+	}
+	return errors.Join(errs...)
+}
+
+var natsSchemes = []string{"nats", "tls", "ws", "wss"}
+
+// Validate checks the server URLs, the auth method and the subject template.
+func (n *Config) Validate() error {
+	var errs []error
+	switch {
+	case n.URL == "" && !n.Embedded:
+		errs = append(errs, config.ErrorAt("url", "required unless embedded: true"))
+	case n.URL != "":
+		for _, raw := range strings.Split(n.URL, ",") {
+			u, err := url.Parse(strings.TrimSpace(raw))
+			switch {
+			case err != nil:
+				errs = append(errs, config.ErrorAt("url", "invalid URL %q: %v", config.RedactURL(raw), errors.Unwrap(err)))
+			case !slices.Contains(natsSchemes, u.Scheme):
+				errs = append(errs, config.ErrorAt("url", "URL %q: scheme must be nats, tls, ws or wss", config.RedactURL(raw)))
+			case u.Host == "":
+				errs = append(errs, config.ErrorAt("url", "URL %q has no host", config.RedactURL(raw)))
+			case u.User != nil:
+				errs = append(errs, config.WarningAt("url", "URL %q carries credentials; use user/passwordFile, tokenFile or credentialsFile so they stay out of the config", config.RedactURL(raw)))
+			}
+		}
+	}
+	var auth []string
+	for name, set := range map[string]bool{"credentialsFile": n.CredentialsFile != "", "nkeySeedFile": n.NKeySeedFile != "", "tokenFile": n.TokenFile != "", "user": n.User != ""} {
+		if set {
+			auth = append(auth, name)
+		}
+	}
+	slices.Sort(auth)
+	if len(auth) > 1 {
+		errs = append(errs, config.ErrorAt("", "sets %s; choose one auth method", strings.Join(auth, " and ")))
+	}
+	if n.User != "" && n.PasswordFile == "" {
+		errs = append(errs, config.ErrorAt("passwordFile", "required with user"))
+	}
+	if n.PasswordFile != "" && n.User == "" {
+		errs = append(errs, config.ErrorAt("user", "required with passwordFile"))
+	}
+	if err := ParseSubject(n.Subject); err != nil {
+		errs = append(errs, config.ErrorAt("subject", "%v", err))
+	}
+	if n.Stream != nil && !n.JetStream {
+		errs = append(errs, config.ErrorAt("stream", "needs jetstream: true"))
+	}
+	return errors.Join(errs...)
+}
+
+// subjectPlaceholders are what a NATS subject template may contain.
+var subjectPlaceholders = map[string]bool{
+	"cluster": true, "group": true, "version": true, "resource": true, "kind": true,
+	"namespace": true, "name": true, "type": true, "rule": true,
+}
+
+// ParseSubject checks a NATS subject template: dot-separated tokens, each
+// literal text and {placeholder}s; no empty tokens, no wildcards, no spaces.
+func ParseSubject(tmpl string) error {
+	if tmpl == "" {
+		return fmt.Errorf("empty subject")
+	}
+	for i, tok := range strings.Split(tmpl, ".") {
+		if tok == "" {
+			return fmt.Errorf("token %d is empty", i+1)
+		}
+		rest := tok
+		for rest != "" {
+			open := strings.IndexByte(rest, '{')
+			lit := rest
+			if open >= 0 {
+				lit = rest[:open]
+			}
+			if j := strings.IndexAny(lit, "*> \t}"); j >= 0 {
+				return fmt.Errorf("token %q has %q; subjects take no wildcards, spaces or stray braces", tok, lit[j])
+			}
+			if open < 0 {
+				break
+			}
+			end := strings.IndexByte(rest[open:], '}')
+			if end < 0 {
+				return fmt.Errorf("token %q: unclosed {", tok)
+			}
+			name := rest[open+1 : open+end]
+			if !subjectPlaceholders[name] {
+				return fmt.Errorf("unknown placeholder {%s} (have: {cluster} {group} {version} {resource} {kind} {namespace} {name} {type} {rule})", name)
+			}
+			rest = rest[open+end+1:]
+		}
+	}
+	return nil
+}
+
+// Connection returns what a connection is made of (servers, auth, TLS),
+// without what a sink publishes: configs with equal Connections can share
+// one connection.
+func (n *Config) Connection() Config {
+	return Config{URL: n.URL, CredentialsFile: n.CredentialsFile, NKeySeedFile: n.NKeySeedFile,
+		TokenFile: n.TokenFile, User: n.User, PasswordFile: n.PasswordFile, TLS: n.TLS}
+}

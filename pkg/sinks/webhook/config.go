@@ -1,0 +1,114 @@
+package webhook
+
+import (
+	"errors"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"golang.org/x/net/http/httpguts"
+
+	"github.com/kubebridge/kubebridge/pkg/config"
+)
+
+// Defaults, named so that docs and code agree.
+const (
+	DefaultTimeout        = 5 * time.Second
+	DefaultMode           = "binary"
+	DefaultBatchMaxEvents = 100
+	DefaultBatchMaxWait   = 50 * time.Millisecond
+	maxBatchEvents        = 10_000
+)
+
+// Config is the webhook sink's type block: it POSTs CloudEvents to an HTTP(S) endpoint.
+type Config struct {
+	// URL is the http:// or https:// endpoint. Required.
+	URL string `yaml:"url"`
+	// Mode is binary (ce-* headers, body = data) or structured (the whole event as JSON). Default binary; batching always uses batch mode.
+	Mode string `yaml:"mode"`
+	// SigningSecretFile holds the HMAC-SHA256 key for the X-Kubebridge-Signature header. Default: no signature.
+	SigningSecretFile string `yaml:"signingSecretFile"`
+	// BearerTokenFile holds a token sent as Authorization: Bearer. Default: none.
+	BearerTokenFile string `yaml:"bearerTokenFile"`
+	// Headers are added to every request.
+	Headers map[string]string `yaml:"headers"`
+	// Timeout bounds one request. Default 5s.
+	Timeout config.Duration `yaml:"timeout"`
+	// Batch sends several events per request (CloudEvents batch mode). Default: one event per request.
+	Batch *Batch `yaml:"batch"`
+	// TLS configures the client's TLS.
+	TLS *config.TLS `yaml:"tls"`
+}
+
+// Batch bounds a batch of events sent in one request.
+type Batch struct {
+	// MaxEvents is the most events in one batch. Default 100.
+	MaxEvents int `yaml:"maxEvents"`
+	// MaxWait is how long a partial batch waits for more events. Default 50ms.
+	MaxWait config.Duration `yaml:"maxWait"`
+}
+
+// SetDefaults sends one event per request in binary mode, 5 s per request.
+func (w *Config) SetDefaults() {
+	w.Mode = DefaultMode
+	w.Timeout = config.Duration(DefaultTimeout)
+}
+
+// SetDefaults bounds a batch to 100 events or 50 ms.
+func (b *Batch) SetDefaults() {
+	b.MaxEvents = DefaultBatchMaxEvents
+	b.MaxWait = config.Duration(DefaultBatchMaxWait)
+}
+
+// reservedHeaders are set by the webhook sink itself.
+var reservedHeaders = []string{"content-type", "content-length", "authorization", "x-kubebridge-signature"}
+
+// Validate checks the endpoint, mode, headers and timeout.
+func (w *Config) Validate() error {
+	var errs []error
+	if w.URL == "" {
+		errs = append(errs, config.ErrorAt("url", "required"))
+	} else if u, err := url.Parse(w.URL); err != nil {
+		errs = append(errs, config.ErrorAt("url", "invalid URL %q: %v", config.RedactURL(w.URL), errors.Unwrap(err)))
+	} else if u.Scheme != "http" && u.Scheme != "https" {
+		errs = append(errs, config.ErrorAt("url", "URL %q: scheme must be http or https", config.RedactURL(w.URL)))
+	} else if u.Host == "" {
+		errs = append(errs, config.ErrorAt("url", "URL %q has no host", config.RedactURL(w.URL)))
+	}
+	if w.Mode != "binary" && w.Mode != "structured" {
+		errs = append(errs, config.ErrorAt("mode", "must be binary or structured, got %q", w.Mode))
+	}
+	names := make([]string, 0, len(w.Headers))
+	for name := range w.Headers {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		lower := strings.ToLower(name)
+		switch {
+		case !httpguts.ValidHeaderFieldName(name):
+			errs = append(errs, config.ErrorAt(config.JoinKey("headers", name), "invalid header name"))
+		case !httpguts.ValidHeaderFieldValue(w.Headers[name]):
+			errs = append(errs, config.ErrorAt(config.JoinKey("headers", name), "invalid header value"))
+		case strings.HasPrefix(lower, "ce-") || slices.Contains(reservedHeaders, lower):
+			errs = append(errs, config.ErrorAt(config.JoinKey("headers", name), "is set by kubebridge and cannot be overridden"))
+		}
+	}
+	if w.Timeout <= 0 {
+		errs = append(errs, config.ErrorAt("timeout", "must be positive, got %s", w.Timeout))
+	}
+	return errors.Join(errs...)
+}
+
+// Validate checks the batch bounds.
+func (b *Batch) Validate() error {
+	var errs []error
+	if b.MaxEvents < 1 || b.MaxEvents > maxBatchEvents {
+		errs = append(errs, config.ErrorAt("maxEvents", "must be between 1 and %d, got %d", maxBatchEvents, b.MaxEvents))
+	}
+	if b.MaxWait < 0 {
+		errs = append(errs, config.ErrorAt("maxWait", "must not be negative, got %s", b.MaxWait))
+	}
+	return errors.Join(errs...)
+}
