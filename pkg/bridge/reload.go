@@ -11,7 +11,6 @@ import (
 	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
 	"github.com/kubebridge/kubebridge/pkg/filters"
-	"github.com/kubebridge/kubebridge/pkg/sinks"
 )
 
 // reloadDrain bounds how long a removed sink may drain its queue.
@@ -55,28 +54,12 @@ func (b *Bridge) Reload(ctx context.Context, cfg *config.Config) error {
 		return &ConfigError{Problems: problems}
 	}
 
-	prev := b.currentSet()
-	keep := map[string]bool{}
-	var added []config.Sink
-	for _, sc := range cfg.Sinks {
-		if s := prev.byName[sc.Name]; s != nil && reflect.DeepEqual(s.cfg, sc) {
-			keep[sc.Name] = true
-			continue
-		}
-		added = append(added, sc)
-	}
 	// Build the new sinks before anything changes: a sink that cannot be
 	// built leaves the running config as it is.
-	fresh := map[string]sinks.Sink{}
-	for _, sc := range added {
-		s, err := b.opts.Sinks.Create(ctx, sinks.Settings{Config: sc, Logger: b.logger.With("sink", sc.Name)})
-		if err != nil {
-			for _, f := range fresh {
-				_ = f.Close(ctx)
-			}
-			return fmt.Errorf("sink %q: %w", sc.Name, err)
-		}
-		fresh[sc.Name] = s
+	prev := b.currentSet()
+	next, retired, err := buildSinkSet(ctx, b.opts.Sinks, cfg.Sinks, prev, b.logger)
+	if err != nil {
+		return err
 	}
 
 	// Swap. No notification arrives while the informers are stopped.
@@ -86,38 +69,14 @@ func (b *Bridge) Reload(ctx context.Context, cfg *config.Config) error {
 	// A changed or removed sink's delivery stops before anything replaces
 	// it: the old and the new one never run side by side, and what the old
 	// one had acknowledged is written before the new one loads its view.
-	removed := 0
-	for _, s := range prev.order {
-		if keep[s.cfg.Name] {
-			continue
-		}
-		removed++
-		s.views.Stop()
-		s.delivery.Close()
-		select {
-		case <-s.delivery.Done():
-		case <-time.After(reloadDrain):
-			b.logger.Warn("sink did not drain in time; its queue is dropped (the next reconciliation resends it)", "sink", s.cfg.Name, "pending", s.delivery.Pending())
-		}
-		s.cancel()
-		<-s.delivery.Done()
-		if err := s.close(ctx); err != nil {
-			b.logger.Warn("closing a replaced sink", "sink", s.cfg.Name, "error", err)
-		}
+	for _, s := range retired {
+		s.retire(ctx, reloadDrain, b.logger)
 	}
 	if err := recorder.Flush(ctx); err != nil {
 		b.logger.Warn("checkpoint write before the reload failed; replaced sinks may receive events again", "error", err)
 	}
 
 	b.opts.Config = cfg
-	next := &sinkSet{byName: map[string]*sinkRun{}}
-	for _, sc := range cfg.Sinks {
-		s := prev.byName[sc.Name]
-		if !keep[sc.Name] {
-			s = &sinkRun{cfg: sc, sink: fresh[sc.Name]}
-		}
-		next.byName[sc.Name], next.order = s, append(next.order, s)
-	}
 	b.mu.Lock()
 	b.set = next
 	b.mu.Unlock()
@@ -142,9 +101,10 @@ func (b *Bridge) Reload(ctx context.Context, cfg *config.Config) error {
 	recorder.Forget(func(sink, rule string) bool {
 		return slices.ContainsFunc(rules, func(r *filters.Rule) bool { return r.Name == rule && slices.Contains(r.Sinks, sink) })
 	})
-	replayed := 0
+	replayed, started := 0, 0
 	for _, s := range next.order {
-		if !keep[s.cfg.Name] {
+		if prev.byName[s.cfg.Name] != s {
+			started++
 			n, err := b.startViews(ctx, s, recorder)
 			if err != nil {
 				return b.abortReload(err)
@@ -157,7 +117,7 @@ func (b *Bridge) Reload(ctx context.Context, cfg *config.Config) error {
 		})
 		replayed += b.reconcile(s, "", event.ReplayCheckpoint)
 	}
-	b.logger.Info("config reloaded", "sinksKept", len(keep), "sinksStarted", len(added), "sinksStopped", removed,
+	b.logger.Info("config reloaded", "sinksKept", len(next.order)-started, "sinksStarted", started, "sinksStopped", len(retired),
 		"rules", len(cfg.Rules), "replayedFromCheckpoint", replayed)
 	return nil
 }

@@ -3,12 +3,12 @@ package bridge
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
 	"github.com/kubebridge/kubebridge/pkg/filters"
-	"github.com/kubebridge/kubebridge/pkg/sinks"
 )
 
 // ReplayStatus is the progress of a standalone replay.
@@ -44,29 +44,26 @@ func Replay(ctx context.Context, opts Options, sinkName, ruleName string, progre
 	}
 	var rules []*filters.Rule
 	for _, r := range b.rules {
-		if (ruleName == "" || r.Name == ruleName) && containsString(r.Sinks, sinkName) {
+		if (ruleName == "" || r.Name == ruleName) && slices.Contains(r.Sinks, sinkName) {
 			rules = append(rules, r)
 		}
 	}
 	if len(rules) == 0 {
 		return ReplayStatus{}, fmt.Errorf("no rule %q delivers to sink %q", ruleName, sinkName)
 	}
-	sink, err := b.opts.Sinks.Create(ctx, sinks.Settings{Config: *sc, Logger: b.logger.With("sink", sinkName)})
+	set, _, err := buildSinkSet(ctx, b.opts.Sinks, []config.Sink{*sc}, nil, b.logger)
 	if err != nil {
-		return ReplayStatus{}, fmt.Errorf("sink %q: %w", sinkName, err)
+		return ReplayStatus{}, err
 	}
-	d := sinks.NewDelivery(*sc, sink, nil, b.logger)
-	deliveryCtx, cancel := context.WithCancel(ctx)
-	b.cancelDelivery = cancel
-	run := &sinkRun{cfg: *sc, sink: sink, delivery: d}
 	b.mu.Lock()
-	b.set = &sinkSet{byName: map[string]*sinkRun{sinkName: run}, order: []*sinkRun{run}}
+	b.set = set
 	b.mu.Unlock()
-	b.wg.Add(1)
-	go func() {
-		defer b.wg.Done()
-		d.Run(deliveryCtx)
-	}()
+	b.deliveryCtx, b.cancelDelivery = context.WithCancel(ctx)
+	run := set.order[0]
+	if err := b.startDelivery(ctx, run, nil); err != nil { // no checkpoint: a running bridge owns it
+		return ReplayStatus{}, err
+	}
+	d := run.delivery
 
 	var st ReplayStatus
 	now := time.Now()

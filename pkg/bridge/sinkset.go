@@ -1,0 +1,127 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"time"
+
+	"github.com/kubebridge/kubebridge/pkg/config"
+	"github.com/kubebridge/kubebridge/pkg/sinks"
+	"github.com/kubebridge/kubebridge/pkg/view"
+)
+
+// sinkSet is the sinks in use, in config order, immutable once published:
+// a reload builds a new one (buildSinkSet) and retires what it replaced.
+type sinkSet struct {
+	byName map[string]*sinkRun
+	order  []*sinkRun
+}
+
+// sinkRun is one sink in use: its config, the sink, its delivery and the
+// view it was handed. delivery and views are set once it starts
+// (Bridge.startDelivery); a run kept across a reload keeps them.
+type sinkRun struct {
+	cfg      config.Sink
+	sink     sinks.Sink
+	delivery *sinks.Delivery
+	views    *view.Sink
+	cancel   context.CancelFunc // stops the delivery at once
+	closers  []func(context.Context) error
+}
+
+// buildSinkSet builds the set for cfgs. A sink whose config equals its run
+// in prev keeps that run (queue, worker and view go on); the others are
+// built by reg. retired lists prev's runs that the new set does not keep
+// (changed or removed). Nothing changes until the caller publishes next: on
+// error what was built is closed and prev is untouched.
+func buildSinkSet(ctx context.Context, reg *sinks.Registry, cfgs []config.Sink, prev *sinkSet, logger *slog.Logger) (next *sinkSet, retired []*sinkRun, err error) {
+	next = &sinkSet{byName: map[string]*sinkRun{}}
+	var built []*sinkRun
+	for _, sc := range cfgs {
+		run := prev.kept(sc)
+		if run == nil {
+			sink, err := reg.Create(ctx, sinks.Settings{Config: sc, Logger: logger.With("sink", sc.Name)})
+			if err != nil {
+				for _, b := range built {
+					_ = b.close(ctx)
+				}
+				return nil, nil, fmt.Errorf("sink %q: %w", sc.Name, err)
+			}
+			run = &sinkRun{cfg: sc, sink: sink}
+			built = append(built, run)
+		}
+		next.byName[sc.Name], next.order = run, append(next.order, run)
+	}
+	if prev != nil {
+		for _, run := range prev.order {
+			if next.byName[run.cfg.Name] != run {
+				retired = append(retired, run)
+			}
+		}
+	}
+	return next, retired, nil
+}
+
+// kept returns the run of set that a sink configured as sc can go on
+// with: same name, same settings.
+func (set *sinkSet) kept(sc config.Sink) *sinkRun {
+	if set == nil {
+		return nil
+	}
+	if run := set.byName[sc.Name]; run != nil && reflect.DeepEqual(run.cfg, sc) {
+		return run
+	}
+	return nil
+}
+
+// deliveries returns the started deliveries, in config order.
+func (set *sinkSet) deliveries() []*sinks.Delivery {
+	if set == nil {
+		return nil
+	}
+	out := make([]*sinks.Delivery, 0, len(set.order))
+	for _, s := range set.order {
+		if s.delivery != nil {
+			out = append(out, s.delivery)
+		}
+	}
+	return out
+}
+
+// retire stops a run a reload replaced: its view takes no more
+// notifications, its queue drains into the sink for up to drain (what is
+// left is dropped: the next reconciliation resends it), then the delivery
+// stops and the sink closes.
+func (s *sinkRun) retire(ctx context.Context, drain time.Duration, logger *slog.Logger) {
+	if s.delivery != nil {
+		s.views.Stop()
+		s.delivery.Close()
+		select {
+		case <-s.delivery.Done():
+		case <-time.After(drain):
+			logger.Warn("sink did not drain in time; its queue is dropped (the next reconciliation resends it)", "sink", s.cfg.Name, "pending", s.delivery.Pending())
+		}
+		s.cancel()
+		<-s.delivery.Done()
+	}
+	if err := s.close(ctx); err != nil {
+		logger.Warn("closing a replaced sink", "sink", s.cfg.Name, "error", err)
+	}
+}
+
+// close closes the sink and its dead-letter (once its delivery stopped).
+func (s *sinkRun) close(ctx context.Context) error {
+	var errs []error
+	if s.sink != nil {
+		errs = append(errs, s.sink.Close(ctx))
+		s.sink = nil
+	}
+	for _, c := range s.closers {
+		errs = append(errs, c(ctx))
+	}
+	s.closers = nil
+	return errors.Join(errs...)
+}
