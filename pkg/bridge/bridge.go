@@ -282,12 +282,7 @@ func (b *Bridge) Ready() bool {
 }
 
 // sinkOf returns a running sink, nil while this replica does not deliver.
-func (b *Bridge) sinkOf(name string) *sinkRun {
-	if set := b.active.Load(); set != nil {
-		return set.byName[name]
-	}
-	return nil
-}
+func (b *Bridge) sinkOf(name string) *sinkRun { return b.active.Load().run(name) }
 
 // Deliveries returns the per-sink deliveries, in config order (none while
 // this replica is not the leader).

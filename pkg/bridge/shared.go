@@ -67,7 +67,7 @@ func (b *Bridge) natsConn(ctx context.Context, sinkName string, set *sinkSet) (*
 	}
 	if nc.Embedded {
 		var ns *natssink.Sink
-		if run := set.byName[sinkName]; run != nil {
+		if run := set.run(sinkName); run != nil {
 			ns, _ = run.sink.(*natssink.Sink)
 		}
 		if ns == nil {

@@ -125,3 +125,11 @@ func (s *sinkRun) close(ctx context.Context) error {
 	s.closers = nil
 	return errors.Join(errs...)
 }
+
+// run returns the run of the sink named name, nil if none (or no set).
+func (set *sinkSet) run(name string) *sinkRun {
+	if set == nil {
+		return nil
+	}
+	return set.byName[name]
+}
