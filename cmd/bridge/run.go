@@ -100,8 +100,15 @@ Without --kubeconfig it uses the in-cluster service account.`,
 				}
 				return &exitError{exitFailure, fmt.Errorf("start: %w", err)}
 			}
+			watchCtx, stopWatch := context.WithCancel(ctx)
+			watching := make(chan struct{})
 			if reload && !leaderElect {
-				go watchConfig(ctx, file, b, logger) // ends with ctx
+				go func() {
+					defer close(watching)
+					watchConfig(watchCtx, file, b, logger)
+				}()
+			} else {
+				close(watching)
 			}
 			var fatal error
 			select {
@@ -109,6 +116,8 @@ Without --kubeconfig it uses the in-cluster service account.`,
 			case fatal = <-b.Fatal():
 				logger.Error("stopping", "error", fatal)
 			}
+			stopWatch()
+			<-watching // no reload starts once the shutdown does
 			stop() // a second signal now ends the process (Go's default)
 			logger.Info("stopping: draining queues", "timeout", drainTimeout)
 			drainCtx, cancel := context.WithTimeout(context.Background(), drainTimeout)

@@ -124,6 +124,12 @@ func TestRecorder(t *testing.T) {
 	defer s.Close()
 	r := NewRecorder(s, time.Hour, slog.New(slog.DiscardHandler))
 	go r.Run()
+	stopped := false
+	defer func() {
+		if !stopped { // the test failed before Stop: end Run all the same
+			r.Abandon()
+		}
+	}()
 	ctx := context.Background()
 	added := ev("a", "1", event.Added)
 	must(t, r.Intend(ctx, "bus", []*event.Event{added, ev("gone", "1", event.Deleted), ev("q", "1", event.Added).WithQuiet(true)}))
@@ -137,6 +143,7 @@ func TestRecorder(t *testing.T) {
 	if view, _ := LoadView(ctx, s, "bus", "r"); view["ns/a"].Acked != nil {
 		t.Errorf("acks written before a flush: %+v", view)
 	}
+	stopped = true // (Stop is not idempotent, and it ends Run even when it fails)
 	must(t, r.Stop(ctx))
 	view, _ = LoadView(ctx, s, "bus", "r")
 	if sl := view["ns/a"]; len(view) != 1 || sl.Acked == nil || sl.Acked.ResourceVersion != "3" || sl.Acked.Entered != added.Entered || len(sl.Pending) != 0 {

@@ -59,8 +59,13 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("reading stream %s: %w", o.Stream, err)
 		}
+		done := make(chan struct{})
+		defer close(done) // after cc.Stop (defers run last-in first-out): releases a callback blocked on msgs
 		cc, err := cons.Consume(func(m jetstream.Msg) {
-			msgs <- &natsgo.Msg{Subject: m.Subject(), Data: m.Data(), Header: m.Headers()}
+			select {
+			case msgs <- &natsgo.Msg{Subject: m.Subject(), Data: m.Data(), Header: m.Headers()}:
+			case <-done:
+			}
 		})
 		if err != nil {
 			return err

@@ -31,7 +31,12 @@ func TestRunCountsCoreMessages(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- Run(ctx, Options{URL: srv.ClientURL(), Subject: "k8s.>", Count: 2}, &out) }()
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		done <- Run(ctx, Options{URL: srv.ClientURL(), Subject: "k8s.>", Count: 2}, &out)
+	}()
+	defer func() { cancel(); <-exited }() // Run ends with ctx, also when the test fails before it returned
 	nc, err := natsgo.Connect(srv.ClientURL())
 	if err != nil {
 		t.Fatal(err)
