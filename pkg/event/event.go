@@ -296,6 +296,29 @@ func (e *Event) renderData() (json.RawMessage, error) {
 	return json.Marshal(d)
 }
 
+// Attributes calls f with each CloudEvents context attribute of e, in a
+// fixed order: specversion, id, source, type, subject, time, kbrule,
+// kbcluster, then kbreplay and kbreason when set (datacontenttype and data
+// are the encoding's). It is the one mapping from an event to its
+// attributes: the structured JSON, the webhook's ce-* headers and the NATS
+// headers all come from it.
+func (e *Event) Attributes(f func(name, value string)) {
+	f("specversion", SpecVersion)
+	f("id", e.ID)
+	f("source", e.Source)
+	f("type", e.Type)
+	f("subject", e.Subject)
+	f("time", e.Time.Format(time.RFC3339Nano))
+	f("kbrule", e.Rule)
+	f("kbcluster", e.Cluster)
+	if e.Replay != "" {
+		f("kbreplay", e.Replay)
+	}
+	if e.Reason != "" {
+		f("kbreason", e.Reason)
+	}
+}
+
 // MarshalJSON renders the event in CloudEvents structured JSON mode.
 func (e *Event) MarshalJSON() ([]byte, error) { return e.Structured() }
 
@@ -310,28 +333,14 @@ func (e *Event) Structured() ([]byte, error) {
 			return
 		}
 		b := make([]byte, 0, len(d)+400)
-		b = append(b, `{"specversion":"1.0","id":`...)
-		b = appendString(b, e.ID)
-		b = append(b, `,"source":`...)
-		b = appendString(b, e.Source)
-		b = append(b, `,"type":`...)
-		b = appendString(b, e.Type)
-		b = append(b, `,"subject":`...)
-		b = appendString(b, e.Subject)
-		b = append(b, `,"time":"`...)
-		b = e.Time.AppendFormat(b, time.RFC3339Nano)
-		b = append(b, `","datacontenttype":"application/json","kbrule":`...)
-		b = appendString(b, e.Rule)
-		b = append(b, `,"kbcluster":`...)
-		b = appendString(b, e.Cluster)
-		if e.Replay != "" {
-			b = append(b, `,"kbreplay":`...)
-			b = appendString(b, e.Replay)
-		}
-		if e.Reason != "" {
-			b = append(b, `,"kbreason":`...)
-			b = appendString(b, e.Reason)
-		}
+		b = append(b, '{')
+		e.Attributes(func(name, value string) {
+			b = appendString(b, name)
+			b = append(b, ':')
+			b = appendString(b, value)
+			b = append(b, ',')
+		})
+		b = append(b, `"datacontenttype":"application/json"`...)
 		b = append(b, `,"data":`...)
 		b = append(b, d...)
 		e.enc = append(b, '}')

@@ -345,22 +345,9 @@ func (s *Sink) fill(msg *natsgo.Msg, e *event.Event, sb *strings.Builder) error 
 			h[k] = []string{v}
 		}
 	}
-	set("ce-specversion", event.SpecVersion)
-	set("ce-id", e.ID)
-	set("ce-source", e.Source)
-	set("ce-type", e.Type)
-	set("ce-subject", e.Subject)
-	set("ce-time", e.Time.Format(time.RFC3339Nano))
-	set("ce-kbrule", e.Rule)
-	set("ce-kbcluster", e.Cluster)
-	delete(h, "ce-kbreplay")
-	if e.Replay != "" {
-		set("ce-kbreplay", e.Replay)
-	}
+	delete(h, "ce-kbreplay") // a reused header may hold the previous event's
 	delete(h, "ce-kbreason")
-	if e.Reason != "" {
-		set("ce-kbreason", e.Reason)
-	}
+	e.Attributes(func(name, value string) { set("ce-"+name, value) })
 	set("Content-Type", "application/cloudevents+json")
 	// The server's limit is on headers and body together; over it, the
 	// server would close the connection, failing the whole batch.

@@ -175,20 +175,7 @@ func (s *Sink) sendOne(ctx context.Context, e *event.Event) error {
 	} else {
 		body, err = e.Data()
 		h.Set("Content-Type", "application/json")
-		h.Set("ce-specversion", event.SpecVersion)
-		h.Set("ce-id", e.ID)
-		h.Set("ce-source", e.Source)
-		h.Set("ce-type", e.Type)
-		h.Set("ce-subject", e.Subject)
-		h.Set("ce-time", e.Time.Format(time.RFC3339Nano))
-		h.Set("ce-kbrule", e.Rule)
-		h.Set("ce-kbcluster", e.Cluster)
-		if e.Replay != "" {
-			h.Set("ce-kbreplay", e.Replay)
-		}
-		if e.Reason != "" {
-			h.Set("ce-kbreason", e.Reason)
-		}
+		e.Attributes(func(name, value string) { h.Set("ce-"+name, value) })
 		// The transport would refuse such a request on every attempt.
 		for k, v := range h {
 			if !httpguts.ValidHeaderFieldValue(v[0]) {
