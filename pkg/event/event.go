@@ -218,13 +218,6 @@ func (e *Event) WithQuiet(quiet bool) *Event {
 	return c
 }
 
-// WithReason returns a copy of e with kbreason set.
-func (e *Event) WithReason(reason string) *Event {
-	c := e.clone()
-	c.Reason = reason
-	return c
-}
-
 func (e *Event) clone() *Event {
 	return &Event{
 		ID: e.ID, Source: e.Source, Type: e.Type, Subject: e.Subject, Time: e.Time,
