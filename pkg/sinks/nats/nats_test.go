@@ -264,10 +264,10 @@ func TestWildcardConsumerAndSubjects(t *testing.T) {
 }
 
 func TestTokenRoundTrip(t *testing.T) {
-	for _, v := range []string{"", "apps", "example.io", "a*b>c", "50%", "sp ace", "_x", "%2E"} {
+	for _, v := range []string{"", "apps", "example.io", "a*b>c", "50%", "sp ace", "_x", "%2E", "new\nline", "tab\tnul\x00", "del\x7f", "esc\x1b[31m", "ünï"} {
 		tok := Token(v)
-		for _, c := range tok {
-			if c == '.' || c == '*' || c == '>' || c == ' ' {
+		for i := 0; i < len(tok); i++ {
+			if c := tok[i]; c == '.' || c == '*' || c == '>' || c < 0x21 || c == 0x7f {
 				t.Errorf("Token(%q) = %q has %q", v, tok, c)
 			}
 		}
@@ -285,8 +285,14 @@ func FuzzToken(f *testing.F) {
 		if v == "_" {
 			return // not a Kubernetes name; "_" stands for empty
 		}
-		if got := Untoken(Token(v)); got != v {
+		tok := Token(v)
+		if got := Untoken(tok); got != v {
 			t.Fatalf("Untoken(Token(%q)) = %q", v, got)
+		}
+		for i := 0; i < len(tok); i++ {
+			if c := tok[i]; c == '.' || c == '*' || c == '>' || c < 0x21 || c == 0x7f {
+				t.Fatalf("Token(%q) = %q has %q", v, tok, c)
+			}
 		}
 	})
 }

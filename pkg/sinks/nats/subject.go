@@ -7,32 +7,44 @@ import (
 )
 
 // Token maps a value to a NATS subject token, reversibly (see Untoken):
-// the characters that are special in subjects, '.', '*', '>', whitespace,
-// and '%' itself, become %XX (their hex byte value, as in URLs); an empty
-// value becomes "_" (Kubernetes names are never "_"). So the group
-// example.io is the token example%2Eio, and a consumer subscribes with
+// the characters that are special in subjects ('.', '*', '>'), every
+// control character, space and DEL (bytes below 0x21 and 0x7f: a name
+// with a newline must not split a protocol line or a subject), and '%'
+// itself become %XX (their hex byte value, as in URLs); an empty value
+// becomes "_" (Kubernetes names are never "_"). So the group example.io is
+// the token example%2Eio, and a consumer subscribes with
 // k8s.*.example%2Eio.widgets.>.
 func Token(v string) string {
 	if v == "" {
 		return "_"
 	}
-	if !strings.ContainsAny(v, ".*>% \t\r\n\f\v") {
+	i := 0
+	for i < len(v) && !escaped(v[i]) {
+		i++
+	}
+	if i == len(v) {
 		return v
 	}
 	var b strings.Builder
-	for i := 0; i < len(v); i++ {
+	b.Grow(len(v) + 8)
+	b.WriteString(v[:i])
+	for ; i < len(v); i++ {
 		c := v[i]
-		switch c {
-		case '.', '*', '>', '%', ' ', '\t', '\r', '\n', '\f', '\v':
-			const hex = "0123456789ABCDEF"
-			b.WriteByte('%')
-			b.WriteByte(hex[c>>4])
-			b.WriteByte(hex[c&15])
-		default:
+		if !escaped(c) {
 			b.WriteByte(c)
+			continue
 		}
+		const hex = "0123456789ABCDEF"
+		b.WriteByte('%')
+		b.WriteByte(hex[c>>4])
+		b.WriteByte(hex[c&15])
 	}
 	return b.String()
+}
+
+// escaped says whether Token writes c as %XX.
+func escaped(c byte) bool {
+	return c < 0x21 || c == 0x7f || c == '.' || c == '*' || c == '>' || c == '%'
 }
 
 // Untoken reverses Token.
