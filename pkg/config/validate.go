@@ -207,13 +207,25 @@ func (r *Retry) Validate() error {
 	return errors.Join(errs...)
 }
 
-// RedactURL hides a password in a URL for messages.
+// RedactURL hides what may be a secret in a URL, for messages, logs and
+// dead-letter records: the userinfo and the query (tokens live there).
 func RedactURL(raw string) string {
 	raw = strings.TrimSpace(raw)
-	if u, err := url.Parse(raw); err == nil && u.User != nil {
-		return u.Redacted()
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
 	}
-	return raw
+	if u.User == nil && u.RawQuery == "" && u.Fragment == "" {
+		return raw
+	}
+	if u.User != nil {
+		u.User = url.User("redacted")
+	}
+	if u.RawQuery != "" {
+		u.RawQuery = "redacted"
+	}
+	u.Fragment, u.RawFragment = "", ""
+	return u.String()
 }
 
 // Validate checks that a client certificate comes with its key.

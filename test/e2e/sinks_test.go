@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -49,13 +50,24 @@ func TestBridgeToNATSAndWebhook(t *testing.T) {
 			http.Error(w, "we do not take poison", http.StatusUnprocessableEntity)
 			return
 		}
-		// The documented recipe: HMAC-SHA256(secret, t + "." + body).
-		sig := r.Header.Get("X-Kubebridge-Signature")
-		ts, v1, _ := strings.Cut(strings.TrimPrefix(sig, "t="), ",v1=")
+		// The documented v2 recipe: HMAC-SHA256(secret, t + "\n" + the
+		// sorted ce-* headers as "name:value\n" + "\n" + body).
+		fields := map[string]string{}
+		for _, part := range strings.Split(r.Header.Get("X-Kubebridge-Signature"), ",") {
+			k, v, _ := strings.Cut(part, "=")
+			fields[k] = v
+		}
+		var lines []string
+		for name, values := range r.Header {
+			if name = strings.ToLower(name); strings.HasPrefix(name, "ce-") {
+				lines = append(lines, name+":"+values[0]+"\n")
+			}
+		}
+		sort.Strings(lines)
 		mac := hmac.New(sha256.New, []byte("e2e-secret"))
-		mac.Write([]byte(ts + "."))
+		mac.Write([]byte(fields["t"] + "\n" + strings.Join(lines, "") + "\n"))
 		mac.Write(body)
-		if got, _ := hex.DecodeString(v1); !hmac.Equal(got, mac.Sum(nil)) {
+		if got, _ := hex.DecodeString(fields["v2"]); !hmac.Equal(got, mac.Sum(nil)) {
 			http.Error(w, "bad signature", http.StatusUnauthorized)
 			return
 		}

@@ -107,7 +107,7 @@ func (n *Config) Validate() error {
 			u, err := url.Parse(strings.TrimSpace(raw))
 			switch {
 			case err != nil:
-				errs = append(errs, config.ErrorAt("url", "invalid URL %q: %v", config.RedactURL(raw), errors.Unwrap(err)))
+				errs = append(errs, config.ErrorAt("url", "invalid URL: %v", errors.Unwrap(err)))
 			case !slices.Contains(natsSchemes, u.Scheme):
 				errs = append(errs, config.ErrorAt("url", "URL %q: scheme must be nats, tls, ws or wss", config.RedactURL(raw)))
 			case u.Host == "":

@@ -70,11 +70,13 @@ func (w *Config) Validate() error {
 	if w.URL == "" {
 		errs = append(errs, config.ErrorAt("url", "required"))
 	} else if u, err := url.Parse(w.URL); err != nil {
-		errs = append(errs, config.ErrorAt("url", "invalid URL %q: %v", config.RedactURL(w.URL), errors.Unwrap(err)))
+		errs = append(errs, config.ErrorAt("url", "invalid URL: %v", errors.Unwrap(err)))
 	} else if u.Scheme != "http" && u.Scheme != "https" {
 		errs = append(errs, config.ErrorAt("url", "URL %q: scheme must be http or https", config.RedactURL(w.URL)))
 	} else if u.Host == "" {
 		errs = append(errs, config.ErrorAt("url", "URL %q has no host", config.RedactURL(w.URL)))
+	} else if u.User != nil {
+		errs = append(errs, config.WarningAt("url", "URL %q carries credentials; use bearerTokenFile (or headers from a mounted file) so they stay out of the config", config.RedactURL(w.URL)))
 	}
 	if w.Mode != "binary" && w.Mode != "structured" {
 		errs = append(errs, config.ErrorAt("mode", "must be binary or structured, got %q", w.Mode))

@@ -11,11 +11,13 @@
 // dead-letter. An event that cannot be encoded or carried in headers is
 // refused alone: its neighbours are still sent.
 //
-// With signingSecretFile, each request carries
+// ce-* header values are percent-encoded (the binding's rule), so any
+// object name can be carried. With signingSecretFile, each request carries
 //
-//	X-Kubebridge-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>
+//	X-Kubebridge-Signature: t=<unix seconds>,v1=<...>,v2=<...>
 //
-// (docs/webhook.md has the verification recipe).
+// where v2 signs the timestamp, the ce-* headers and the body (see Sign;
+// docs/sinks.md has the verification recipe in Go and Python).
 package webhook
 
 import (
@@ -31,12 +33,14 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"golang.org/x/net/http/httpguts"
 
+	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
 	"github.com/kubebridge/kubebridge/pkg/sinks"
 )
@@ -81,7 +85,7 @@ func create(_ context.Context, s sinks.Settings) (sinks.Sink, error) {
 
 // New builds a webhook sink from its config.
 func New(c *Config, logger *slog.Logger) (*Sink, error) {
-	s := &Sink{url: c.URL, shownURL: redactURL(c.URL), mode: c.Mode, batch: c.Batch, headers: http.Header{}, now: time.Now, maxDelay: DefaultMaxRetryAfter}
+	s := &Sink{url: c.URL, shownURL: config.RedactURL(c.URL), mode: c.Mode, batch: c.Batch, headers: http.Header{}, now: time.Now, maxDelay: DefaultMaxRetryAfter}
 	for k, v := range c.Headers {
 		s.headers.Set(k, v)
 	}
@@ -175,13 +179,9 @@ func (s *Sink) sendOne(ctx context.Context, e *event.Event) error {
 	} else {
 		body, err = e.Data()
 		h.Set("Content-Type", "application/json")
-		e.Attributes(func(name, value string) { h.Set("ce-"+name, value) })
-		// The transport would refuse such a request on every attempt.
-		for k, v := range h {
-			if !httpguts.ValidHeaderFieldValue(v[0]) {
-				return sinks.Permanent(fmt.Errorf("event %s: the value of header %s has control characters", e.ID, k))
-			}
-		}
+		// Percent-encoded as the CloudEvents HTTP binding says: a name with
+		// a control character is carried, not refused by the transport.
+		e.Attributes(func(name, value string) { h.Set("ce-"+name, PercentEncode(value)) })
 	}
 	if err != nil {
 		return sinks.Permanent(fmt.Errorf("encoding event %s: %w", e.ID, err))
@@ -237,7 +237,7 @@ func (s *Sink) post(ctx context.Context, h http.Header, body []byte) error {
 		req.Header[k] = v
 	}
 	if s.secret != nil {
-		req.Header.Set(SignatureHeader, Sign(s.secret, s.now(), body))
+		req.Header.Set(SignatureHeader, Sign(s.secret, s.now(), req.Header, body))
 	}
 	resp, err := s.client.Do(req)
 	if err != nil {
@@ -272,13 +272,13 @@ func (s *Sink) post(ctx context.Context, h http.Header, body []byte) error {
 func (s *Sink) location(l string) string {
 	base, err := url.Parse(s.url)
 	if err != nil {
-		return redactURL(l)
+		return config.RedactURL(l)
 	}
 	ref, err := url.Parse(l)
 	if err != nil {
 		return "(unparsable)"
 	}
-	return redactURL(base.ResolveReference(ref).String())
+	return config.RedactURL(base.ResolveReference(ref).String())
 }
 
 // withoutURL drops a *url.Error's wrapping: its message repeats the URL
@@ -289,22 +289,6 @@ func withoutURL(err error) error {
 		return ue.Err
 	}
 	return err
-}
-
-// redactURL hides userinfo and query (tokens live there) for messages.
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	if u.User != nil {
-		u.User = url.User("redacted")
-	}
-	if u.RawQuery != "" {
-		u.RawQuery = "redacted"
-	}
-	u.Fragment, u.RawFragment = "", ""
-	return u.String()
 }
 
 // retryAfter parses a Retry-After header, delay-seconds or an HTTP date,
@@ -329,15 +313,70 @@ func retryAfter(v string, now time.Time, limit time.Duration) (time.Duration, bo
 	return 0, false
 }
 
-// Sign returns the X-Kubebridge-Signature value for body at time t.
-func Sign(secret []byte, t time.Time, body []byte) string {
+// Sign returns the X-Kubebridge-Signature value of a request with
+// headers h and body at time t:
+//
+//	t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>,v2=<hex HMAC-SHA256(secret, SignedContent)>
+//
+// v2 also covers the ce-* headers (the event's id, type, subject... in
+// binary mode), so a captured request cannot be replayed as another event;
+// v1, the body alone, stays for receivers written before v2.
+func Sign(secret []byte, t time.Time, h http.Header, body []byte) string {
 	ts := strconv.FormatInt(t.Unix(), 10)
-	mac := hmac.New(sha256.New, secret)
-	mac.Write([]byte(ts))
-	mac.Write([]byte("."))
-	mac.Write(body)
-	return "t=" + ts + ",v1=" + hex.EncodeToString(mac.Sum(nil))
+	v1 := hmac.New(sha256.New, secret)
+	v1.Write([]byte(ts))
+	v1.Write([]byte("."))
+	v1.Write(body)
+	v2 := hmac.New(sha256.New, secret)
+	v2.Write(SignedContent(ts, h, body))
+	return "t=" + ts + ",v1=" + hex.EncodeToString(v1.Sum(nil)) + ",v2=" + hex.EncodeToString(v2.Sum(nil))
 }
+
+// SignedContent is what v2 signs: the timestamp, a newline, every ce-*
+// header as "name:value" and a newline (names lowercased, sorted; values as
+// sent, i.e. percent-encoded), a newline, then the raw body.
+func SignedContent(ts string, h http.Header, body []byte) []byte {
+	var names []string
+	for k := range h {
+		if lk := strings.ToLower(k); strings.HasPrefix(lk, "ce-") {
+			names = append(names, k)
+		}
+	}
+	slices.SortFunc(names, func(a, b string) int { return strings.Compare(strings.ToLower(a), strings.ToLower(b)) })
+	b := make([]byte, 0, len(body)+len(ts)+64*len(names)+2)
+	b = append(append(b, ts...), '\n')
+	for _, k := range names {
+		b = append(append(append(append(b, strings.ToLower(k)...), ':'), h.Get(k)...), '\n')
+	}
+	b = append(b, '\n')
+	return append(b, body...)
+}
+
+// PercentEncode encodes an attribute value for a ce-* header as the
+// CloudEvents HTTP binding requires: bytes outside printable ASCII
+// (0x21-0x7E), space, '"' and '%' become %XX; UTF-8 is encoded byte-wise.
+func PercentEncode(v string) string {
+	i := 0
+	for i < len(v) && !pctEscaped(v[i]) {
+		i++
+	}
+	if i == len(v) {
+		return v
+	}
+	const hex = "0123456789ABCDEF"
+	b := make([]byte, 0, len(v)+16)
+	b = append(b, v[:i]...)
+	for ; i < len(v); i++ {
+		if c := v[i]; pctEscaped(c) {
+			b = append(b, '%', hex[c>>4], hex[c&15])
+		} else {
+			b = append(b, c)
+		}
+	}
+	return string(b)
+}
+
+func pctEscaped(c byte) bool { return c < 0x21 || c > 0x7e || c == '"' || c == '%' }
 
 // Close releases idle connections.
 func (s *Sink) Close(context.Context) error {
