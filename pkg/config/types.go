@@ -134,7 +134,7 @@ type Rule struct {
 	Events []string `yaml:"events"`
 	// Index matches objects by informer index keys (namespace, label:<key>, annotation:<key>, owner:<Kind>) to any of the listed values; keys are ANDed.
 	Index map[string][]string `yaml:"index"`
-	// Where is a CEL expression over object, oldObject and type that must be true for the object to be in the view.
+	// Where is a CEL expression over object, oldObject and type that must be true for the object to be in the view. It must be boolean; object.metadata is typed as Kubernetes ObjectMeta (dyn(object) treats the object as a map).
 	Where string `yaml:"where"`
 	// Changed delivers updates only when one of these paths (e.g. spec, metadata.labels) changed.
 	Changed []string `yaml:"changed"`
