@@ -108,7 +108,7 @@ func TestKV(t *testing.T) {
 	}
 }
 
-func ev(name, rv string, change event.Type) *event.Event {
+func ev(name, rv string, change event.Change) *event.Event {
 	u := &unstructured.Unstructured{Object: map[string]any{}}
 	u.SetNamespace("ns")
 	u.SetName(name)

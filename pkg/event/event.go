@@ -25,14 +25,16 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
-// Type is the kind of change: what a consumer mirroring a rule's view does.
-type Type string
+// Change is the kind of change (added, updated, deleted): what a consumer
+// mirroring a rule's view does. Not to be confused with Event.Type, the
+// CloudEvents type string that ends with it.
+type Change string
 
-// The event types.
+// The changes a rule delivers (the events: list of the config).
 const (
-	Added   Type = "added"
-	Updated Type = "updated"
-	Deleted Type = "deleted"
+	Added   Change = "added"
+	Updated Change = "updated"
+	Deleted Change = "deleted"
 )
 
 // Values of the kbreplay and kbreason extensions.
@@ -72,7 +74,7 @@ type Event struct {
 	Reason  string // kbreason: "" or unmatched
 
 	// Routing facts, not attributes of their own.
-	Change    Type
+	Change    Change
 	GVR       schema.GroupVersionResource
 	Kind      string
 	Namespace string
@@ -111,7 +113,7 @@ type Event struct {
 // Transition is one change of an object in a rule's view, as one sink is
 // to receive it.
 type Transition struct {
-	Change      Type
+	Change      Change
 	Object, Old *unstructured.Unstructured // Old: the state the sink saw before, for updates
 	Time        time.Time                  // when the bridge observed the change
 	Entered     int64                      // see Event.Entered
@@ -123,7 +125,7 @@ type Transition struct {
 // New builds the event for a change of obj (old is the previous state, for
 // updates) under rule r, observed at now, for an object that entered the
 // view at now.
-func New(r *Rule, change Type, obj, old *unstructured.Unstructured, now time.Time) *Event {
+func New(r *Rule, change Change, obj, old *unstructured.Unstructured, now time.Time) *Event {
 	return Build(r, Transition{Change: change, Object: obj, Old: old, Time: now, Entered: now.UnixNano()})
 }
 
@@ -173,7 +175,7 @@ func Build(r *Rule, t Transition) *Event {
 // kbreason (when set). The
 // uid, resourceVersion and type stay readable for people and for
 // consumers that parse them; the tag separates rules and incarnations.
-func ID(rule, uid, rv string, change Type, entered int64, reason string) string {
+func ID(rule, uid, rv string, change Change, entered int64, reason string) string {
 	const offset64, prime64 = 14695981039346656037, 1099511628211
 	h := uint64(offset64)
 	for i := 0; i < len(rule); i++ {

@@ -61,7 +61,7 @@ func (t *indexTerm) matches(obj *unstructured.Unstructured) bool {
 // activation feeds a where expression its variables without building a map.
 type activation struct {
 	object, oldObject map[string]any
-	typ               event.Type
+	typ               event.Change
 }
 
 func (a *activation) ResolveName(name string) (any, bool) {

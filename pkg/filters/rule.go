@@ -61,7 +61,7 @@ type Rule struct {
 	labelSel       labels.Selector // nil: everything
 	fieldSel       fields.Selector // nil: everything
 	fieldPaths     map[string][]string
-	events         map[event.Type]bool
+	events         map[event.Change]bool
 	index          []indexTerm
 	where          cel.Program
 	whereIsView    bool
@@ -99,7 +99,7 @@ func Compile(cfg *config.Config, i int, nsLabels NamespaceLabels, logger *slog.L
 		GVR:      gvr,
 		Sinks:    rc.Sinks,
 		nsLabels: nsLabels,
-		events:   map[event.Type]bool{},
+		events:   map[event.Change]bool{},
 		logger:   logger.With("rule", rc.Name, "resource", rc.Resource),
 		now:      time.Now,
 		Event: &event.Rule{
@@ -119,7 +119,7 @@ func Compile(cfg *config.Config, i int, nsLabels NamespaceLabels, logger *slog.L
 		}
 	}
 	for _, e := range rc.Events {
-		r.events[event.Type(e)] = true
+		r.events[event.Change(e)] = true
 	}
 	if len(rc.Namespaces) > 0 {
 		r.namespaces = map[string]bool{}
@@ -264,7 +264,7 @@ func (r *Rule) IndexLookup() (index string, values []string, ok bool) {
 }
 
 // Delivers reports whether the rule delivers events of type t.
-func (r *Rule) Delivers(t event.Type) bool { return r.events[t] }
+func (r *Rule) Delivers(t event.Change) bool { return r.events[t] }
 
 // Counts returns how many notifications the rule evaluated and how many
 // of them produced an event to send (the difference was filtered out).
@@ -294,7 +294,7 @@ func (r *Rule) Changed(old, obj *unstructured.Unstructured) bool {
 // a where that is a view predicate is part of InView instead. old may be
 // nil (added, deleted, and updates whose previous state is unknown, e.g.
 // found in a checkpoint).
-func (r *Rule) PassesEventFilter(obj, old *unstructured.Unstructured, t event.Type) bool {
+func (r *Rule) PassesEventFilter(obj, old *unstructured.Unstructured, t event.Change) bool {
 	return r.passesEventWhere(obj, old, t)
 }
 
@@ -345,14 +345,14 @@ func (r *Rule) MatchesNamespace(set labels.Set) bool {
 // HasNamespaceSelector reports whether the rule selects namespaces by label.
 func (r *Rule) HasNamespaceSelector() bool { return r.nsSelector != nil }
 
-func (r *Rule) passesEventWhere(obj, old *unstructured.Unstructured, t event.Type) bool {
+func (r *Rule) passesEventWhere(obj, old *unstructured.Unstructured, t event.Change) bool {
 	if r.where == nil || r.whereIsView {
 		return true
 	}
 	return r.eval(obj, old, t)
 }
 
-func (r *Rule) eval(obj, old *unstructured.Unstructured, t event.Type) bool {
+func (r *Rule) eval(obj, old *unstructured.Unstructured, t event.Change) bool {
 	vars := &activation{object: obj.Object, typ: t}
 	if old != nil {
 		vars.oldObject = old.Object

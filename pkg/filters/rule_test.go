@@ -136,7 +136,7 @@ func TestEventsAndChanged(t *testing.T) {
 	if !all.Changed(base, cm("a", "x", "2", nil, map[string]any{"watch": "1", "other": "1"})) {
 		t.Error("without changed paths, an update is not delivered")
 	}
-	for _, typ := range []event.Type{event.Added, event.Updated, event.Deleted} {
+	for _, typ := range []event.Change{event.Added, event.Updated, event.Deleted} {
 		if !all.Delivers(typ) {
 			t.Errorf("without events, %s is not delivered", typ)
 		}

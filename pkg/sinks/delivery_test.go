@@ -55,7 +55,7 @@ func sinkConfig() config.Sink {
 		Retry: config.Retry{InitialInterval: config.Duration(time.Millisecond), MaxInterval: config.Duration(5 * time.Millisecond)}}
 }
 
-func ev(name, rv string, change event.Type) *event.Event {
+func ev(name, rv string, change event.Change) *event.Event {
 	u := &unstructured.Unstructured{Object: map[string]any{}}
 	u.SetNamespace("ns")
 	u.SetName(name)
