@@ -161,6 +161,8 @@ func TestInvalidConfigs(t *testing.T) {
 			[]string{`config.yaml:9: sinks[0].nats.subject: token 2 is empty`}},
 		{"nats two auth methods", "      jetstream: true\n", "      jetstream: true\n      tokenFile: /t\n      credentialsFile: /c\n",
 			[]string{`config.yaml:6: sinks[0].nats: sets credentialsFile and tokenFile; choose one auth method`}},
+		{"embedded nats beyond loopback without auth", "      url: nats://127.0.0.1:4222\n      jetstream: true\n", "      url: nats://0.0.0.0:4222\n      embedded: true\n",
+			[]string{`config.yaml:7: sinks[0].nats.url: the embedded server would listen on 0.0.0.0, beyond this machine: set tokenFile or user/passwordFile, which it then requires of every client`}},
 		{"nats user without password", "      jetstream: true\n", "      jetstream: true\n      user: kb\n",
 			[]string{`config.yaml:6: sinks[0].nats.passwordFile: required with user`}},
 		{"webhook url without scheme", "url: https://hooks.example.com/k8s", "url: hooks.example.com/k8s",

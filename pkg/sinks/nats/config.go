@@ -133,6 +133,16 @@ func (n *Config) Validate() error {
 	if n.PasswordFile != "" && n.User == "" {
 		errs = append(errs, config.ErrorAt("user", "required with passwordFile"))
 	}
+	if n.Embedded && n.URL != "" && n.TokenFile == "" && n.User == "" {
+		if u, err := url.Parse(strings.TrimSpace(strings.Split(n.URL, ",")[0])); err == nil {
+			if host := u.Hostname(); host != "" && !loopback(host) {
+				errs = append(errs, config.ErrorAt("url", "the embedded server would listen on %s, beyond this machine: set tokenFile or user/passwordFile, which it then requires of every client", host))
+			}
+		}
+	}
+	if n.Embedded && (n.CredentialsFile != "" || n.NKeySeedFile != "") {
+		errs = append(errs, config.ErrorAt("", "an embedded server takes tokenFile or user/passwordFile; credentialsFile and nkeySeedFile need an operator setup it does not have"))
+	}
 	if err := ParseSubject(n.Subject); err != nil {
 		errs = append(errs, config.ErrorAt("subject", "%v", err))
 	}

@@ -39,6 +39,9 @@ func startEmbedded(name string, c *Config) (*server.Server, string, error) {
 	if err != nil {
 		return nil, "", fmt.Errorf("embedded server port %q: %w", portStr, err)
 	}
+	if !loopback(host) && c.TokenFile == "" && c.User == "" {
+		return nil, "", fmt.Errorf("embedded server on %s: a non-loopback address needs tokenFile or user/passwordFile (anyone who reaches it could read and publish events)", addr)
+	}
 	dataDir := os.Getenv("KUBEBRIDGE_DATA_DIR")
 	if dataDir == "" {
 		if dataDir, err = os.UserCacheDir(); err != nil {
@@ -55,6 +58,22 @@ func startEmbedded(name string, c *Config) (*server.Server, string, error) {
 		NoSigs:     true,
 		NoLog:      true,
 	}
+	// The server takes the credentials its own clients (the sink, tail)
+	// present.
+	switch {
+	case c.TokenFile != "":
+		tok, err := os.ReadFile(c.TokenFile)
+		if err != nil {
+			return nil, "", fmt.Errorf("tokenFile: %w", err)
+		}
+		opts.Authorization = strings.TrimSpace(string(tok))
+	case c.User != "":
+		pw, err := os.ReadFile(c.PasswordFile)
+		if err != nil {
+			return nil, "", fmt.Errorf("passwordFile: %w", err)
+		}
+		opts.Username, opts.Password = c.User, strings.TrimRight(string(pw), "\r\n")
+	}
 	srv, err := server.NewServer(opts)
 	if err != nil {
 		return nil, "", fmt.Errorf("embedded nats-server: %w", err)
@@ -65,4 +84,14 @@ func startEmbedded(name string, c *Config) (*server.Server, string, error) {
 		return nil, "", errors.New("embedded nats-server: not ready within 10s (is the port taken?)")
 	}
 	return srv, srv.ClientURL(), nil
+}
+
+// loopback says whether host (a listen address) is reachable from this
+// machine only.
+func loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
