@@ -45,6 +45,11 @@ type Options struct {
 	// LeaderElection, when set, makes this replica deliver only while it
 	// holds the Lease. Default nil: deliver from the start.
 	LeaderElection *LeaderElection
+	// AllowSecretData lets rules that set allowSecretData keep Secret data
+	// in their events. It is a setting outside the config file (bridge run
+	// --allow-secret-data, a chart value) so that whoever may edit the
+	// config cannot switch redaction off alone. Default false: redacted.
+	AllowSecretData bool
 }
 
 // ConfigError is returned by Start when the config does not fit the
@@ -197,6 +202,10 @@ func (b *Bridge) buildInformers(cfg *config.Config, info *ClusterInfo) error {
 		if err != nil {
 			compileProblems = append(compileProblems, config.Problem{Path: fmt.Sprintf("rules[%d]", i), Line: cfg.LineOf(fmt.Sprintf("rules[%d]", i)), Message: err.Error()})
 			continue
+		}
+		if r.Event.AllowSecretData && !b.opts.AllowSecretData {
+			r.Event.AllowSecretData = false
+			b.logger.Warn("rule sets allowSecretData, but the bridge runs without --allow-secret-data: Secret data stays redacted", "rule", r.Name)
 		}
 		rules = append(rules, r)
 		sel[r] = informer.RuleSelectors{Namespaces: rc.Namespaces, LabelSelector: rc.LabelSelector, FieldSelector: rc.FieldSelector}

@@ -51,16 +51,22 @@ func TestChartRendersEveryExample(t *testing.T) {
 		t.Fatalf("helm lint: %v\n%s", err, out)
 	}
 	cases := map[string]string{"defaults": ""}
+	clusterWideSecrets := map[string]bool{}
 	examples, _ := filepath.Glob("../../config/*.yaml")
 	for _, f := range examples {
 		data, err := os.ReadFile(f)
 		must(t, err)
 		cases[filepath.Base(f)] = valuesFor(t, data, t.TempDir())
+		clusterWideSecrets[filepath.Base(f)] = watchesSecretsClusterWide(t, data)
 	}
 	for name, values := range cases {
 		args := []string{"template", "kb", chartDir, "--namespace", "kb-system"}
 		if values != "" {
 			args = append(args, "-f", values)
+		}
+		if clusterWideSecrets[name] {
+			// Secrets in every namespace render only on request (chart_rbac_test.go).
+			args = append(args, "--set", "rbac.allowClusterWideSecrets=true")
 		}
 		out, err := helm(t, args...)
 		if err != nil {

@@ -19,36 +19,102 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{ toYaml $cfg }}
 {{- end -}}
 
+{{/* The Lease the replicas share (--leader-elect-name). */}}
+{{- define "kubebridge.leaseName" -}}
+{{- .Values.leaderElection.leaseName | default (include "kubebridge.name" .) -}}
+{{- end -}}
+
 {{/*
-kubebridge.access: the RBAC the rules need, as JSON:
-{"cluster": {"<group>": ["<resource>", ...]}, "namespaces": {"<ns>": {"<group>": [...]}}, "namespaceList": bool}
-Every rule needs list and watch on its resource: in its namespaces when
-every rule names namespaces, cluster-wide otherwise.
+kubebridge.access: the RBAC the rules need, per resource and scope, as JSON:
+  {"cluster": {"<group>": ["<resource>", ...]},
+   "namespaces": {"<ns>": {"<group>": ["<resource>", ...]}},
+   "namespaceList": bool,
+   "clusterSecrets": [{"rule": "rules[<i>] (<name>)", "selector": "<its namespaceSelector>"}, ...],
+   "clusterScopedWithNamespaces": ["rules[<i>] (<name>): <resource>", ...]}
+A rule is cluster-wide when it names no namespaces: it watches all of them,
+and so does a namespaceSelector rule (the namespaces it selects change at run
+time; the bridge lists and watches the resource in every namespace and
+filters). A cluster-scoped resource has no namespaces either. Its resource
+goes into "cluster" (the ClusterRole). A rule that names its namespaces puts
+its resource into each of those namespaces only (a Role there): one rule's
+scope never widens another's. "namespaceList" is set when a rule selects
+namespaces by label (the bridge then lists and watches namespaces).
 */}}
 {{- define "kubebridge.access" -}}
-{{- $allNamespaced := true -}}
-{{- range .Values.config.rules -}}
-{{- if not .namespaces }}{{ $allNamespaced = false }}{{ end -}}
-{{- end -}}
 {{- $cluster := dict -}}
 {{- $namespaces := dict -}}
 {{- $nsList := false -}}
-{{- range .Values.config.rules -}}
-{{- $parts := splitList "/" .resource -}}
+{{- $clusterSecrets := list -}}
+{{- $clusterScopedWithNamespaces := list -}}
+{{- $clusterScoped := include "kubebridge.clusterScopedResources" . | fromJson -}}
+{{- range $i, $r := .Values.config.rules -}}
+{{- $parts := splitList "/" (toString $r.resource) -}}
 {{- $group := "" -}}{{- $res := last $parts -}}
 {{- if eq (len $parts) 3 }}{{ $group = first $parts }}{{ end -}}
-{{- if .namespaceSelector }}{{ $nsList = true }}{{ end -}}
-{{- if $allNamespaced -}}
-{{- range .namespaces -}}
+{{- if $r.namespaceSelector }}{{ $nsList = true }}{{ end -}}
+{{- if or (not $r.namespaces) $r.namespaceSelector -}}
+{{- $_ := set $cluster $group (append (get $cluster $group | default list) $res | uniq | sortAlpha) -}}
+{{- if and (eq $group "") (eq $res "secrets") -}}
+{{- $clusterSecrets = append $clusterSecrets (dict "rule" (printf "rules[%d] (%s)" $i (toString $r.name)) "selector" (toString ($r.namespaceSelector | default ""))) -}}
+{{- end -}}
+{{- else -}}
+{{- if has $res (get $clusterScoped $group | default list) -}}
+{{- $clusterScopedWithNamespaces = append $clusterScopedWithNamespaces (printf "rules[%d] (%s): %s" $i (toString $r.name) (toString $r.resource)) -}}
+{{- end -}}
+{{- range $r.namespaces -}}
 {{- $ns := get $namespaces . | default dict -}}
 {{- $_ := set $ns $group (append (get $ns $group | default list) $res | uniq | sortAlpha) -}}
 {{- $_ := set $namespaces . $ns -}}
 {{- end -}}
-{{- else -}}
-{{- $_ := set $cluster $group (append (get $cluster $group | default list) $res | uniq | sortAlpha) -}}
 {{- end -}}
 {{- end -}}
-{{- toJson (dict "cluster" $cluster "namespaces" $namespaces "namespaceList" $nsList) -}}
+{{- toJson (dict "cluster" $cluster "namespaces" $namespaces "namespaceList" $nsList "clusterSecrets" $clusterSecrets "clusterScopedWithNamespaces" $clusterScopedWithNamespaces) -}}
+{{- end -}}
+
+{{/*
+Built-in cluster-scoped resources, by group: a rule on one of them cannot
+name namespaces (a Role cannot grant them). CRDs are checked by the bridge
+at start (discovery).
+*/}}
+{{- define "kubebridge.clusterScopedResources" -}}
+{{- toJson (dict
+  "" (list "namespaces" "nodes" "persistentvolumes" "componentstatuses")
+  "rbac.authorization.k8s.io" (list "clusterroles" "clusterrolebindings")
+  "storage.k8s.io" (list "storageclasses" "csidrivers" "csinodes" "volumeattachments")
+  "apiextensions.k8s.io" (list "customresourcedefinitions")
+  "apiregistration.k8s.io" (list "apiservices")
+  "admissionregistration.k8s.io" (list "mutatingwebhookconfigurations" "validatingwebhookconfigurations" "validatingadmissionpolicies" "validatingadmissionpolicybindings" "mutatingadmissionpolicies" "mutatingadmissionpolicybindings")
+  "scheduling.k8s.io" (list "priorityclasses")
+  "node.k8s.io" (list "runtimeclasses")
+  "certificates.k8s.io" (list "certificatesigningrequests")
+  "flowcontrol.apiserver.k8s.io" (list "flowschemas" "prioritylevelconfigurations")
+  "networking.k8s.io" (list "ingressclasses")) -}}
+{{- end -}}
+
+{{/*
+kubebridge.checkRBAC fails the render when the rules would need more than the
+chart grants without being asked: Secrets in every namespace (list/watch on
+Secrets returns their data, so that is every Secret of the cluster) unless
+rbac.allowClusterWideSecrets=true, and namespaces on a cluster-scoped
+resource.
+*/}}
+{{- define "kubebridge.checkRBAC" -}}
+{{- $access := include "kubebridge.access" . | fromJson -}}
+{{- if and $access.clusterSecrets (not (dig "allowClusterWideSecrets" false (.Values.rbac | default dict))) -}}
+{{- $rules := list -}}{{- $selectors := list -}}
+{{- range $access.clusterSecrets -}}
+{{- $rules = append $rules .rule -}}
+{{- if .selector }}{{ $selectors = append $selectors (printf "%s has namespaceSelector %q" .rule .selector) }}{{ end -}}
+{{- end -}}
+{{- $why := "" -}}
+{{- if $selectors -}}
+{{- $why = printf " (%s: a namespaceSelector does not narrow RBAC, the bridge lists and watches Secrets in all namespaces and picks the selected ones itself)" (join ", " $selectors) -}}
+{{- end -}}
+{{- fail (printf "%s %s Secrets in every namespace: that lets kubebridge read every Secret of the cluster%s. Name the namespaces, or set rbac.allowClusterWideSecrets=true" (join " and " $rules) (ternary "watch" "watches" (gt (len $rules) 1)) $why) -}}
+{{- end -}}
+{{- if $access.clusterScopedWithNamespaces -}}
+{{- fail (printf "%s is cluster-scoped; a rule on it cannot name namespaces (remove them: the rule then watches the whole resource)" (join "; " $access.clusterScopedWithNamespaces)) -}}
+{{- end -}}
 {{- end -}}
 
 {{/*
