@@ -62,8 +62,8 @@ func (s *nullSink) Close(context.Context) error { return nil }
 // builds the event and offers it to the sink's queue; the benchmark waits
 // until the sink's worker has taken every event. It is the in-process cost
 // per notification, after client-go handed the object over (plus the cache
-// write client-go makes before calling the handler, which is what Current
-// reads). Run it with -cpu 1 for one core.
+// write client-go makes before calling the handler, which is what
+// Notification.Cache reads). Run it with -cpu 1 for one core.
 func BenchmarkPipeline(b *testing.B) {
 	for _, bc := range []struct {
 		name string
@@ -126,7 +126,7 @@ rules:
 
 			// The receiver: the bridge's notify, checking that the
 			// notification carries the state the handler was notified of and
-			// that Current shows it in the cache.
+			// that its Cache holds it.
 			var want *unstructured.Unstructured
 			var notified, sent int
 			notify := func(n Notification) {
@@ -135,7 +135,7 @@ rules:
 					b.Fatalf("%s: object %s, gone %s, resync %v; want object %s", n.Key, ref(n.Object), ref(n.Gone), n.Resync, ref(want))
 				}
 				if u, ok := current(n); !ok || u != want {
-					b.Fatalf("%s: Current() = %s, %v; want %s, the notified state", n.Key, ref(u), ok, ref(want))
+					b.Fatalf("%s: Cache holds %s, %v; want %s, the notified state", n.Key, ref(u), ok, ref(want))
 				}
 				t := view.Trigger{Object: n.Object, Gone: n.Gone, Now: time.Now()}
 				if n.Resync {
@@ -152,7 +152,7 @@ rules:
 					sent += s
 				}
 			}
-			in, err := New(nil, []Planned{{Spec: Spec{GVR: r.GVR, Namespace: "bench", LabelSelector: "app=bench"}, Rules: []*filters.Rule{r}}},
+			in, err := New(nil, []Watch{{Spec: Spec{GVR: r.GVR, Namespace: "bench", LabelSelector: "app=bench"}, Rules: []*filters.Rule{r}}},
 				notify, nil, slog.New(slog.DiscardHandler))
 			if err != nil {
 				b.Fatal(err)
@@ -244,7 +244,7 @@ func ref(u *unstructured.Unstructured) string {
 	return fmt.Sprintf("%s/%s@%s", u.GetNamespace(), u.GetName(), u.GetResourceVersion())
 }
 
-// received is a notification with the state its Current showed while the
+// received is a notification with the state its Cache held while the
 // receiver ran (the cache moves on afterwards).
 type received struct {
 	Notification
@@ -304,13 +304,13 @@ func object(ns, name, rv string, lbls map[string]string) *unstructured.Unstructu
 }
 
 // The handler hands each notification's key to Notify with the targets of
-// its registration: Object carries the state of an add or update, Current
-// reads the cache, Gone carries the last state of a deletion, and resyncs
+// its registration: Object carries the state of an add or update, Cache
+// is the informer's cache, Gone carries the last state of a deletion, and resyncs
 // reach only the registrations that replay.
 func TestHandlerNotifies(t *testing.T) {
 	r := compileRules(t, "  - {name: cms, resource: v1/configmaps, sinks: [live, replayed]}\n")[0]
 	rec := &recorder{}
-	in, err := New(nil, []Planned{{Spec: Spec{GVR: r.GVR}, Rules: []*filters.Rule{r}}}, rec.notify,
+	in, err := New(nil, []Watch{{Spec: Spec{GVR: r.GVR}, Rules: []*filters.Rule{r}}}, rec.notify,
 		map[string]time.Duration{"replayed": time.Minute}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
@@ -328,7 +328,7 @@ func TestHandlerNotifies(t *testing.T) {
 		key     string
 		targets map[*filters.Rule][]string
 		object  *unstructured.Unstructured // the state an add or update carries
-		cur     *unstructured.Unstructured // nil: Current finds nothing
+		cur     *unstructured.Unstructured // nil: the cache has nothing
 		gone    *unstructured.Unstructured
 		resync  bool
 	}
@@ -410,7 +410,7 @@ func TestNamespaceHandlerNotifies(t *testing.T) {
 `)
 	sel := rules[0] // rules[1] (all) has no namespaceSelector: never notified
 	rec := &recorder{}
-	in, err := New(nil, []Planned{{Spec: Spec{GVR: sel.GVR}, Rules: rules}}, rec.notify, nil, slog.New(slog.DiscardHandler))
+	in, err := New(nil, []Watch{{Spec: Spec{GVR: sel.GVR}, Rules: rules}}, rec.notify, nil, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -472,14 +472,14 @@ func TestNamespaceHandlerNotifies(t *testing.T) {
 	}
 }
 
-// Current finds a key in the cache of the informer that holds it for the
+// Cache finds a key in the cache of the informer that holds it for the
 // rule: per-namespace informers by the key's namespace.
 func TestCache(t *testing.T) {
 	rules := compileRules(t, `  - {name: two, resource: v1/configmaps, namespaces: [a, b], sinks: [live]}
   - {name: other, resource: v1/secrets, sinks: [live]}
 `)
 	two, other := rules[0], rules[1]
-	in, err := New(nil, []Planned{
+	in, err := New(nil, []Watch{
 		{Spec: Spec{GVR: two.GVR, Namespace: "a"}, Rules: []*filters.Rule{two}},
 		{Spec: Spec{GVR: two.GVR, Namespace: "b"}, Rules: []*filters.Rule{two}},
 		{Spec: Spec{GVR: other.GVR}, Rules: []*filters.Rule{other}},
@@ -494,12 +494,12 @@ func TestCache(t *testing.T) {
 	if cur := in.Cache(two, "b/x"); cur == nil {
 		t.Error("Cache(two, b/x) = nil")
 	} else if u, ok := current(Notification{Key: "b/x", Cache: cur}); !ok || u != bx {
-		t.Errorf("Cache(two, b/x)() = %s, %v", ref(u), ok)
+		t.Errorf("Cache(two, b/x) holds %s, %v", ref(u), ok)
 	}
 	if cur := in.Cache(two, "a/x"); cur == nil {
 		t.Error("Cache(two, a/x) = nil")
 	} else if u, ok := current(Notification{Key: "a/x", Cache: cur}); ok {
-		t.Errorf("Cache(two, a/x)() = %s, found in namespace a's cache", ref(u))
+		t.Errorf("Cache(two, a/x) holds %s; want nothing", ref(u))
 	}
 	if in.Cache(two, "c/x") != nil {
 		t.Error("Cache(two, c/x): no informer of the rule covers namespace c")
@@ -507,7 +507,7 @@ func TestCache(t *testing.T) {
 	if cur := in.Cache(other, "b/x"); cur == nil {
 		t.Error("Cache(other, b/x) = nil: its informer covers every namespace")
 	} else if _, ok := current(Notification{Key: "b/x", Cache: cur}); ok {
-		t.Error("Cache(other, b/x)() found the other resource's object")
+		t.Error("Cache(other, b/x) holds the other resource's object")
 	}
 }
 

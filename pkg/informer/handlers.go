@@ -1,0 +1,120 @@
+package informer
+
+import (
+	"slices"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/kubebridge/kubebridge/pkg/filters"
+)
+
+// Notification says that an object key may have changed. The receiver
+// syncs each target sink's view of each rule with the state it carries, or
+// reads the key's current state from Cache; it is called on the informer's
+// goroutine and must not block.
+type Notification struct {
+	Key     string                     // namespace/name, or name
+	Targets map[*filters.Rule][]string // rules to evaluate and the sinks to sync for each
+	Cache   cache.KeyGetter            // the informer's cache
+	Object  *unstructured.Unstructured // the state an add or update notification carries
+	Gone    *unstructured.Unstructured // the last state, for a delete notification
+	Resync  bool                       // an informer resync: a replay to the registration's sinks
+}
+
+// Notify receives notifications; see Notification.
+type Notify func(n Notification)
+
+// handler notifies the key of every notification to the rules in targets.
+// With replays set (a sink's own registration, with its resync period), an
+// informer resync (an update with an unchanged resourceVersion) is a
+// replay; other registrations never see resyncs.
+func (run *running) handler(in *Informers, targets map[*filters.Rule][]string, replays bool) cache.ResourceEventHandler {
+	notify := func(obj any, state, gone *unstructured.Unstructured, resync bool) {
+		key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+		if err != nil {
+			return
+		}
+		in.notify(Notification{Key: key, Targets: targets, Cache: run.informer.GetIndexer(), Object: state, Gone: gone, Resync: resync})
+	}
+	return cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: func(obj any, initialList bool) {
+			u, ok := obj.(*unstructured.Unstructured)
+			if !ok || (initialList && in.SkipInitialList) {
+				return
+			}
+			notify(u, u, nil, false)
+		},
+		UpdateFunc: func(oldObj, obj any) {
+			old, ok1 := oldObj.(*unstructured.Unstructured)
+			u, ok2 := obj.(*unstructured.Unstructured)
+			if !ok1 || !ok2 {
+				return
+			}
+			resync := old.GetResourceVersion() == u.GetResourceVersion()
+			if resync && !replays {
+				return
+			}
+			notify(u, u, nil, resync)
+		},
+		DeleteFunc: func(obj any) {
+			// A tombstone without a usable last state still syncs the key:
+			// the cache no longer has it, so the sink's view sends its deletion.
+			notify(obj, nil, filters.AsUnstructured(obj), false)
+		},
+	}
+}
+
+// namespaceHandler syncs the objects of a namespace for the rules that
+// select namespaces by label, when the namespace appears (objects seen
+// before their namespace enter the view now) or its labels change the
+// rule's selection.
+func (in *Informers) namespaceHandler() cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if ns, ok := obj.(*unstructured.Unstructured); ok {
+				for _, r := range in.nsRules {
+					in.syncNamespace(r, ns.GetName())
+				}
+			}
+		},
+		UpdateFunc: func(oldObj, obj any) {
+			old, ok1 := oldObj.(*unstructured.Unstructured)
+			ns, ok2 := obj.(*unstructured.Unstructured)
+			if !ok1 || !ok2 {
+				return
+			}
+			before, after := labels.Set(old.GetLabels()), labels.Set(ns.GetLabels())
+			for _, r := range in.nsRules {
+				if r.MatchesNamespace(before) != r.MatchesNamespace(after) {
+					in.syncNamespace(r, ns.GetName())
+				}
+			}
+		},
+	}
+}
+
+// syncNamespace notifies every key of namespace ns to rule r and all its
+// sinks, without a state: the receiver reads each from the cache and
+// re-evaluates r against the namespace as it is now.
+func (in *Informers) syncNamespace(r *filters.Rule, ns string) {
+	targets := map[*filters.Rule][]string{r: r.Sinks}
+	for _, run := range in.running {
+		if !slices.Contains(run.Rules, r) {
+			continue
+		}
+		objs, err := run.informer.GetIndexer().ByIndex(cache.NamespaceIndex, ns)
+		if err != nil {
+			in.logger.Error("namespace index lookup failed", "rule", r.Name, "namespace", ns, "error", err)
+			continue
+		}
+		for _, o := range objs {
+			key, err := cache.MetaNamespaceKeyFunc(o)
+			if err != nil {
+				continue
+			}
+			in.notify(Notification{Key: key, Targets: targets, Cache: run.informer.GetIndexer()})
+		}
+	}
+}

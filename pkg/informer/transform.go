@@ -1,0 +1,93 @@
+package informer
+
+import (
+	"unique"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/kubebridge/kubebridge/pkg/event"
+)
+
+// MetadataOnly reports whether no rule of the informer needs more of an
+// object than its apiVersion, kind and metadata: then only those are cached.
+func (w Watch) MetadataOnly() bool {
+	for _, r := range w.Rules {
+		if !r.MetadataOnly() {
+			return false
+		}
+	}
+	return len(w.Rules) > 0
+}
+
+// transform is what w's informer does to each object before caching it.
+func (w Watch) transform() cache.TransformFunc {
+	if w.MetadataOnly() {
+		return keepMetadata
+	}
+	return stripManagedFields
+}
+
+// keepMetadata reduces objects to apiVersion, kind and metadata (without
+// managedFields) before they are cached, for informers whose rules need no
+// more: a fraction of the memory for objects with large specs or data.
+func keepMetadata(obj any) (any, error) {
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		u.Object = event.MetadataOnly(u.Object)
+	}
+	return obj, nil
+}
+
+// stripManagedFields drops metadata.managedFields before objects are cached
+// (they are large and no rule needs them) and interns what repeats across
+// objects.
+func stripManagedFields(obj any) (any, error) {
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		if md, ok := u.Object["metadata"].(map[string]any); ok {
+			delete(md, "managedFields")
+		}
+		u.Object = intern(u.Object, 0)
+	}
+	return obj, nil
+}
+
+// intern rebuilds a decoded object with its map keys, and the values that
+// repeat across objects (apiVersion, kind, namespace, label values, owner
+// kinds), replaced by canonical copies: the JSON decoder allocates every
+// string anew, and the keys alone are a tenth of a small object's cache
+// footprint. Other values (names, uids, data) are unique and kept as they are.
+func intern(m map[string]any, depth int) map[string]any {
+	out := make(map[string]any, len(m))
+	for k, v := range m {
+		switch v := v.(type) {
+		case map[string]any:
+			out[unique.Make(k).Value()] = intern(v, depth+1)
+		case []any:
+			for i, e := range v {
+				if em, ok := e.(map[string]any); ok {
+					v[i] = intern(em, depth+1)
+				}
+			}
+			out[unique.Make(k).Value()] = v
+		case string:
+			if len(v) <= 63 && repeats(k, depth) { // label values are at most 63 bytes
+				v = unique.Make(v).Value()
+			}
+			out[unique.Make(k).Value()] = v
+		default:
+			out[unique.Make(k).Value()] = v
+		}
+	}
+	return out
+}
+
+// repeats says whether string values of key at depth are worth interning.
+func repeats(key string, depth int) bool {
+	switch key {
+	case "apiVersion", "kind":
+		return true
+	case "namespace":
+		return depth == 1
+	}
+	return depth == 2 // metadata.labels values (and short values of other maps two levels down)
+}
