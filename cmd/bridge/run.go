@@ -26,7 +26,7 @@ import (
 func newRunCommand() *cobra.Command {
 	var (
 		file, kubeconfig, kubeContext, logFormat, logLevel string
-		checkpointFile, adminAddr                          string
+		checkpointFile, adminAddr, profilingAddr           string
 		resetCheckpoint, leaderElect, reload, profiling    bool
 		allowSecretData                                    bool
 		le                                                 bridge.LeaderElection
@@ -76,21 +76,16 @@ Without --kubeconfig it uses the in-cluster service account.`,
 				if err != nil {
 					return &exitError{exitFailure, fmt.Errorf("--admin-addr: %w", err)}
 				}
-				handler := b.AdminHandler()
-				if profiling {
-					handler = withProfiling(handler)
-				}
-				srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
-				done := make(chan struct{})
-				go func() {
-					defer close(done)
-					_ = srv.Serve(ln)
-				}()
-				defer func() {
-					_ = srv.Close()
-					<-done
-				}()
+				defer serve(ln, b.AdminHandler())()
 				logger.Info("admin endpoints listening", "addr", ln.Addr().String(), "paths", "/healthz /readyz /metrics /replay")
+			}
+			if profiling {
+				ln, err := listenLoopback(profilingAddr)
+				if err != nil {
+					return &exitError{exitInvalid, fmt.Errorf("--profiling-addr: %w", err)}
+				}
+				defer serve(ln, profilingHandler())()
+				logger.Info("pprof listening (loopback only)", "addr", ln.Addr().String())
 			}
 			if err := b.Start(ctx); err != nil {
 				var ce *bridge.ConfigError
@@ -120,7 +115,7 @@ Without --kubeconfig it uses the in-cluster service account.`,
 			}
 			stopWatch()
 			<-watching // no reload starts once the shutdown does
-			stop() // a second signal now ends the process (Go's default)
+			stop()     // a second signal now ends the process (Go's default)
 			logger.Info("stopping: draining queues", "timeout", drainTimeout)
 			drainCtx, cancel := context.WithTimeout(context.Background(), drainTimeout)
 			defer cancel()
@@ -149,7 +144,8 @@ Without --kubeconfig it uses the in-cluster service account.`,
 	f.StringVar(&checkpointFile, "checkpoint-file", "", "checkpoint file, instead of the config's checkpoint (file or natsKV)")
 	f.DurationVar(&checkpointInterval, "checkpoint-interval", time.Second, "how often acknowledged events are written to the checkpoint (the most a crash redelivers)")
 	f.StringVar(&adminAddr, "admin-addr", ":8080", "address of /healthz, /readyz, /metrics and /replay (empty: none)")
-	f.BoolVar(&profiling, "profiling", false, "also serve Go's pprof profiles under /debug/pprof/ on the admin address")
+	f.BoolVar(&profiling, "profiling", false, "serve Go's pprof profiles under /debug/pprof/ on --profiling-addr")
+	f.StringVar(&profilingAddr, "profiling-addr", "127.0.0.1:6060", "loopback address of the pprof profiles (a profile shows internals and costs CPU: never beyond the pod; use kubectl port-forward)")
 	f.BoolVar(&reload, "reload", true, "apply changes of the config file live (checked first; a bad config is refused and the running one stays)")
 	f.BoolVar(&leaderElect, "leader-elect", false, "deliver only while holding a Lease; other replicas keep warm caches and take over")
 	f.StringVar(&le.Namespace, "leader-elect-namespace", envOr("POD_NAMESPACE", "default"), "namespace of the Lease")
@@ -242,11 +238,37 @@ func newLogger(format, level string) (*slog.Logger, error) {
 	return nil, fmt.Errorf("--log-format: want json or text, got %q", format)
 }
 
-// withProfiling adds net/http/pprof's handlers to the admin endpoints. They
-// are off by default: a profile is costly to take and shows internals.
-func withProfiling(admin http.Handler) http.Handler {
+// serve serves h on ln until the returned stop is called, which waits
+// for the server's goroutine.
+func serve(ln net.Listener, h http.Handler) (stop func()) {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(ln)
+	}()
+	return func() {
+		_ = srv.Close()
+		<-done
+	}
+}
+
+// listenLoopback listens on addr, which must be a loopback address.
+func listenLoopback(addr string) (net.Listener, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return nil, fmt.Errorf("%q is not a loopback address (127.0.0.1, ::1 or localhost): profiles must not be reachable from the network", addr)
+	}
+	return net.Listen("tcp", addr)
+}
+
+// profilingHandler serves net/http/pprof's handlers. They are off by
+// default: a profile is costly to take and shows internals.
+func profilingHandler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/", admin)
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)

@@ -403,6 +403,7 @@ stop:
 type bridgeProc struct {
 	cmd   *exec.Cmd
 	admin string
+	pprof string // with -profile
 	done  chan struct{}
 }
 
@@ -420,15 +421,16 @@ func (b *bed) startBridge(name, cfg string, profiling bool) (*bridgeProc, error)
 	admin := "127.0.0.1:" + strconv.Itoa(testenv.FreePort())
 	args := []string{"run", "--config", cfgFile, "--kubeconfig", b.kubeconfig, "--admin-addr", admin,
 		"--checkpoint-file", filepath.Join(b.dir, name+".checkpoint"), "--reload=false", "--log-level", "warn"}
+	pprofAddr := "127.0.0.1:" + strconv.Itoa(testenv.FreePort())
 	if profiling {
-		args = append(args, "--profiling")
+		args = append(args, "--profiling", "--profiling-addr", pprofAddr)
 	}
 	cmd := exec.Command(b.bridge, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	p := &bridgeProc{cmd: cmd, admin: "http://" + admin, done: make(chan struct{})}
+	p := &bridgeProc{cmd: cmd, admin: "http://" + admin, pprof: "http://" + pprofAddr, done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); close(p.done) }()
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
@@ -477,7 +479,7 @@ func (p *bridgeProc) kill() {
 
 // saveProfile takes a 10s CPU profile into path.
 func (p *bridgeProc) saveProfile(path string) error {
-	resp, err := http.Get(p.admin + "/debug/pprof/profile?seconds=10")
+	resp, err := http.Get(p.pprof + "/debug/pprof/profile?seconds=10")
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,33 @@
+package main
+
+import (
+	"io"
+	"net/http"
+	"testing"
+)
+
+// Profiles show internals and cost CPU: they are served on loopback only,
+// never on the admin address the cluster can reach.
+func TestProfilingListensOnLoopbackOnly(t *testing.T) {
+	for _, addr := range []string{"0.0.0.0:0", ":0", "10.1.2.3:0", "[::]:0", "example.com:0"} {
+		if ln, err := listenLoopback(addr); err == nil {
+			ln.Close()
+			t.Errorf("listenLoopback(%q) accepted", addr)
+		}
+	}
+	ln, err := listenLoopback("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := serve(ln, profilingHandler())
+	defer stop()
+	resp, err := http.Get("http://" + ln.Addr().String() + "/debug/pprof/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || len(body) == 0 {
+		t.Errorf("pprof: %d %q", resp.StatusCode, body)
+	}
+}
