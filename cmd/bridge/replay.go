@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"os/signal"
 	"strings"
 	"syscall"
@@ -20,7 +21,7 @@ import (
 )
 
 func newReplayCommand() *cobra.Command {
-	var admin, sink, rule, file, kubeconfig, kubeContext string
+	var admin, sink, rule, file, kubeconfig, kubeContext, tokenFile string
 	cmd := &cobra.Command{
 		Use:   "replay --sink S [--rule R] (--admin URL | --config F [--kubeconfig K])",
 		Short: "Re-send a sink the full view of its rules",
@@ -28,7 +29,10 @@ func newReplayCommand() *cobra.Command {
 one rule) to that sink, as updated events with kbreplay: resync and their
 usual ids, and prints the progress and the final count.
 
-With --admin it asks a running bridge (its admin endpoint) to queue them.
+With --admin it asks a running bridge (its admin endpoint) to queue them,
+with a bearer token (--token-file, or $KUBEBRIDGE_TOKEN, or the pod's
+service account token) whose identity may create replays.kubebridge.io
+(named after the sink) in the bridge's namespace.
 With --config it runs standalone: it watches the cluster until its caches
 sync, delivers the view to that one sink, waits for every acknowledgement
 and exits (it writes no checkpoint).`,
@@ -44,8 +48,19 @@ and exits (it writes no checkpoint).`,
 			if rule != "" {
 				q.Set("rule", rule)
 			}
+			token, err := replayToken(tokenFile)
+			if err != nil {
+				return &exitError{exitInvalid, err}
+			}
+			req, err := http.NewRequestWithContext(cmd.Context(), http.MethodPost, admin+"/replay?"+q.Encode(), nil)
+			if err != nil {
+				return &exitError{exitInvalid, fmt.Errorf("--admin: %w", err)}
+			}
+			if token != "" {
+				req.Header.Set("Authorization", "Bearer "+token)
+			}
 			client := &http.Client{Timeout: 10 * time.Minute}
-			resp, err := client.Post(admin+"/replay?"+q.Encode(), "", nil)
+			resp, err := client.Do(req)
 			if err != nil {
 				return &exitError{exitFailure, fmt.Errorf("asking the bridge at %s: %w", admin, err)}
 			}
@@ -72,12 +87,36 @@ and exits (it writes no checkpoint).`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&admin, "admin", "http://127.0.0.1:8080", "the running bridge's admin endpoint")
+	f.StringVar(&tokenFile, "token-file", "", "file holding the bearer token for --admin (default: $KUBEBRIDGE_TOKEN, else the pod's service account token)")
 	f.StringVar(&sink, "sink", "", "the sink to replay to (required)")
 	f.StringVar(&rule, "rule", "", "only this rule's view (default: every rule of the sink)")
 	f.StringVarP(&file, "config", "c", "", "replay standalone with this config, instead of through a running bridge")
 	f.StringVar(&kubeconfig, "kubeconfig", "", "with --config: kubeconfig file (default: in-cluster service account)")
 	f.StringVar(&kubeContext, "context", "", "with --config: kubeconfig context")
 	return cmd
+}
+
+// saTokenFile is where a pod's service account token is mounted.
+var saTokenFile = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+
+// replayToken finds the bearer token for /replay: the file named, else
+// $KUBEBRIDGE_TOKEN, else the pod's service account token, else none (the
+// bridge then answers 401).
+func replayToken(file string) (string, error) {
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", fmt.Errorf("--token-file: %w", err)
+		}
+		return strings.TrimSpace(string(b)), nil
+	}
+	if t := os.Getenv("KUBEBRIDGE_TOKEN"); t != "" {
+		return strings.TrimSpace(t), nil
+	}
+	if b, err := os.ReadFile(saTokenFile); err == nil {
+		return strings.TrimSpace(string(b)), nil
+	}
+	return "", nil
 }
 
 func replayStandalone(cmd *cobra.Command, file, kubeconfig, kubeContext, sink, rule string) error {

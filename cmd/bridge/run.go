@@ -25,12 +25,12 @@ import (
 
 func newRunCommand() *cobra.Command {
 	var (
-		file, kubeconfig, kubeContext, logFormat, logLevel string
-		checkpointFile, adminAddr, profilingAddr           string
-		resetCheckpoint, leaderElect, reload, profiling    bool
-		allowSecretData                                    bool
-		le                                                 bridge.LeaderElection
-		drainTimeout, syncTimeout, checkpointInterval      time.Duration
+		file, kubeconfig, kubeContext, logFormat, logLevel  string
+		checkpointFile, adminAddr, profilingAddr, namespace string
+		resetCheckpoint, leaderElect, reload, profiling     bool
+		allowSecretData                                     bool
+		le                                                  bridge.LeaderElection
+		drainTimeout, syncTimeout, checkpointInterval       time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "run --config FILE [--kubeconfig FILE]",
@@ -62,7 +62,7 @@ Without --kubeconfig it uses the in-cluster service account.`,
 			defer stop()
 			opts := bridge.Options{Config: cfg, REST: rc, Logger: logger, SyncTimeout: syncTimeout,
 				CheckpointFile: checkpointFile, ResetCheckpoint: resetCheckpoint, CheckpointInterval: checkpointInterval,
-				AllowSecretData: allowSecretData}
+				AllowSecretData: allowSecretData, Namespace: namespace}
 			if leaderElect {
 				if le.RenewDeadline >= le.LeaseDuration || le.RetryPeriod >= le.RenewDeadline {
 					return &exitError{exitInvalid, errors.New("leader election: want --leader-elect-retry-period < --leader-elect-renew-deadline < --leader-elect-lease-duration")}
@@ -144,6 +144,7 @@ Without --kubeconfig it uses the in-cluster service account.`,
 	f.StringVar(&checkpointFile, "checkpoint-file", "", "checkpoint file, instead of the config's checkpoint (file or natsKV)")
 	f.DurationVar(&checkpointInterval, "checkpoint-interval", time.Second, "how often acknowledged events are written to the checkpoint (the most a crash redelivers)")
 	f.StringVar(&adminAddr, "admin-addr", ":8080", "address of /healthz, /readyz, /metrics and /replay (empty: none)")
+	f.StringVar(&namespace, "namespace", envOr("POD_NAMESPACE", "default"), "the namespace the bridge runs in: callers of /replay need create on replays.kubebridge.io there")
 	f.BoolVar(&profiling, "profiling", false, "serve Go's pprof profiles under /debug/pprof/ on --profiling-addr")
 	f.StringVar(&profilingAddr, "profiling-addr", "127.0.0.1:6060", "loopback address of the pprof profiles (a profile shows internals and costs CPU: never beyond the pod; use kubectl port-forward)")
 	f.BoolVar(&reload, "reload", true, "apply changes of the config file live (checked first; a bad config is refused and the running one stays)")

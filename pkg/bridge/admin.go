@@ -2,11 +2,19 @@ package bridge
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/time/rate"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/kubebridge/kubebridge/pkg/event"
 	"github.com/kubebridge/kubebridge/pkg/filters"
@@ -19,7 +27,10 @@ import (
 //	/metrics  Prometheus metrics (per-sink counts, queue depth, latency, ...)
 //	/replay   POST ?sink=S[&rule=R]: queue the full view to one sink
 //
-// It can be served before Start returns (readyz then says 503).
+// /healthz, /readyz and /metrics are open (probes and scrapers). /replay
+// changes what sinks receive, so it is served to authenticated callers
+// only (see authorize), one replay at a time and rate limited. It can be
+// served before Start returns (readyz then says 503).
 func (b *Bridge) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
@@ -52,6 +63,14 @@ func (b *Bridge) serveReplay(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sink, ruleName := r.URL.Query().Get("sink"), r.URL.Query().Get("rule")
+	user, code, msg := b.authorize(r, sink)
+	if code != http.StatusOK {
+		if code == http.StatusUnauthorized {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="kubebridge"`)
+		}
+		http.Error(w, msg, code)
+		return
+	}
 	s := b.sinkOf(sink)
 	if s == nil || !b.started.Load() {
 		http.Error(w, fmt.Sprintf("no running sink %q", sink), http.StatusNotFound)
@@ -68,6 +87,17 @@ func (b *Bridge) serveReplay(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("no rule %q delivers to sink %q", ruleName, sink), http.StatusNotFound)
 		return
 	}
+	if !b.replays.limit.Allow() {
+		w.Header().Set("Retry-After", "10")
+		http.Error(w, "too many replays; try again later", http.StatusTooManyRequests)
+		return
+	}
+	if !b.replays.running.TryLock() {
+		http.Error(w, "a replay is running; try again when it is done", http.StatusTooManyRequests)
+		return
+	}
+	defer b.replays.running.Unlock()
+	b.logger.Info("replay requested", "user", user, "sink", sink, "rule", ruleName)
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	enc := json.NewEncoder(w)
 	flush := func() {
@@ -84,4 +114,71 @@ func (b *Bridge) serveReplay(w http.ResponseWriter, r *http.Request) {
 	}
 	_ = enc.Encode(ReplayProgress{Queued: total, Done: true})
 	b.logger.Info("replay queued", "sink", sink, "rule", ruleName, "events", total)
+}
+
+// ReplayResource is what a caller of /replay must be allowed to create, in
+// the bridge's namespace, named after the sink (so a Role can grant replays
+// of some sinks only): verb create on replays.kubebridge.io.
+var ReplayResource = authorizationv1.ResourceAttributes{Group: "kubebridge.io", Resource: "replays", Verb: "create"}
+
+// replayGate is the state of /replay: who may call it is the cluster's
+// RBAC; how often is this.
+type replayGate struct {
+	running sync.Mutex    // one replay at a time: each sends a sink its whole view
+	limit   *rate.Limiter // and not in a loop
+	once    sync.Once
+	client  kubernetes.Interface
+	err     error
+}
+
+// authorize checks the caller of r the way kube-rbac-proxy does: its bearer
+// token through a TokenReview, then a SubjectAccessReview of
+// ReplayResource named sink in the bridge's namespace. It returns the
+// user, or the status (401: no valid token, 403: not allowed, 503: the
+// cluster could not be asked) and why.
+func (b *Bridge) authorize(r *http.Request, sink string) (user string, code int, msg string) {
+	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || strings.TrimSpace(token) == "" {
+		return "", http.StatusUnauthorized, "a bearer token is required (bridge replay --token-file)"
+	}
+	g := &b.replays
+	g.once.Do(func() {
+		if b.opts.REST == nil {
+			g.err = errors.New("no cluster connection")
+			return
+		}
+		g.client, g.err = kubernetes.NewForConfig(b.opts.REST)
+	})
+	if g.err != nil {
+		return "", http.StatusServiceUnavailable, "cannot check the token: " + g.err.Error()
+	}
+	ctx := r.Context()
+	tr, err := g.client.AuthenticationV1().TokenReviews().Create(ctx, &authenticationv1.TokenReview{
+		Spec: authenticationv1.TokenReviewSpec{Token: strings.TrimSpace(token)}}, metav1.CreateOptions{})
+	if err != nil {
+		b.logger.Warn("TokenReview failed", "error", err)
+		return "", http.StatusServiceUnavailable, "cannot check the token"
+	}
+	if !tr.Status.Authenticated {
+		return "", http.StatusUnauthorized, "the token is not valid"
+	}
+	u := tr.Status.User
+	attrs := ReplayResource
+	attrs.Namespace, attrs.Name = b.opts.Namespace, sink
+	extra := map[string]authorizationv1.ExtraValue{}
+	for k, v := range u.Extra {
+		extra[k] = authorizationv1.ExtraValue(v)
+	}
+	sar, err := g.client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
+		Spec: authorizationv1.SubjectAccessReviewSpec{User: u.Username, UID: u.UID, Groups: u.Groups, Extra: extra, ResourceAttributes: &attrs}},
+		metav1.CreateOptions{})
+	if err != nil {
+		b.logger.Warn("SubjectAccessReview failed", "error", err)
+		return "", http.StatusServiceUnavailable, "cannot check the permission"
+	}
+	if !sar.Status.Allowed {
+		b.logger.Warn("replay refused", "user", u.Username, "sink", sink)
+		return u.Username, http.StatusForbidden, fmt.Sprintf("%s may not create replays.kubebridge.io %q in namespace %q", u.Username, sink, b.opts.Namespace)
+	}
+	return u.Username, http.StatusOK, ""
 }

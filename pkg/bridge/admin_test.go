@@ -25,7 +25,7 @@ func TestAdminEndpointsBeforeStart(t *testing.T) {
 		{"GET", "/readyz", 503, "not ready"},
 		{"GET", "/metrics", 200, "kubebridge_leader 0"},
 		{"GET", "/replay?sink=a", 405, "POST only"},
-		{"POST", "/replay?sink=a", 404, `no running sink "a"`},
+		{"POST", "/replay?sink=a", 401, "a bearer token is required"},
 	} {
 		req, _ := http.NewRequest(tc.method, srv.URL+tc.path, nil)
 		resp, err := srv.Client().Do(req)

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/time/rate"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -45,6 +46,9 @@ type Options struct {
 	// LeaderElection, when set, makes this replica deliver only while it
 	// holds the Lease. Default nil: deliver from the start.
 	LeaderElection *LeaderElection
+	// Namespace is the namespace the bridge runs in: where /replay
+	// permissions are checked. Default "default".
+	Namespace string
 	// AllowSecretData lets rules that set allowSecretData keep Secret data
 	// in their events. It is a setting outside the config file (bridge run
 	// --allow-secret-data, a chart value) so that whoever may edit the
@@ -106,6 +110,7 @@ type Bridge struct {
 	wg           sync.WaitGroup
 	shutdownOnce sync.Once
 	shutdownErr  error
+	replays      replayGate // /replay's callers and pace (admin.go)
 }
 
 // New returns a bridge for opts; Start runs it.
@@ -122,7 +127,11 @@ func New(opts Options) *Bridge {
 	if opts.CheckpointInterval == 0 {
 		opts.CheckpointInterval = time.Second
 	}
+	if opts.Namespace == "" {
+		opts.Namespace = "default"
+	}
 	b := &Bridge{opts: opts, logger: opts.Logger, fatal: make(chan error, 1), conns: map[string]*natssink.Sink{}}
+	b.replays.limit = rate.NewLimiter(rate.Every(10*time.Second), 3)
 	b.metrics = newMetrics(b)
 	return b
 }

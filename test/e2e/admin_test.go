@@ -9,9 +9,13 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubebridge/kubebridge/internal/testenv"
@@ -81,10 +85,31 @@ func TestAdminMetricsAndReplay(t *testing.T) {
 		}
 	}
 
-	cmd := exec.Command(bridgeBin, "replay", "--admin", admin, "--sink", "out")
-	outBytes, err := cmd.CombinedOutput()
-	if err != nil || !regexp.MustCompile(`(?m)^replay to sink out: 3 events queued$`).Match(outBytes) {
+	// /replay re-sends a sink its whole view: only callers the cluster
+	// allows to create replays.kubebridge.io in the bridge's namespace may.
+	replay := func(token string, sink string) (string, error) {
+		cmd := exec.Command(bridgeBin, "replay", "--admin", admin, "--sink", sink)
+		cmd.Env = append(os.Environ(), "KUBEBRIDGE_TOKEN="+token)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	if out, err := replay("", "out"); err == nil || !strings.Contains(out, "401 Unauthorized: a bearer token is required") {
+		t.Errorf("no token: %v\n%s", err, out)
+	}
+	if out, err := replay("not-a-token", "out"); err == nil || !strings.Contains(out, "401 Unauthorized: the token is not valid") {
+		t.Errorf("bad token: %v\n%s", err, out)
+	}
+	if out, err := replay(saToken(t, cp, "nobody", false), "out"); err == nil ||
+		!strings.Contains(out, `403 Forbidden: system:serviceaccount:default:nobody may not create replays.kubebridge.io "out" in namespace "default"`) {
+		t.Errorf("token without the permission: %v\n%s", err, out)
+	}
+	replayer := saToken(t, cp, "replayer", true)
+	outBytes, err := replay(replayer, "out")
+	if err != nil || !regexp.MustCompile(`(?m)^replay to sink out: 3 events queued$`).MatchString(outBytes) {
 		t.Fatalf("bridge replay: %v\n%s", err, outBytes)
+	}
+	if !strings.Contains(b.log(), "replay requested") || !strings.Contains(b.log(), "user=system:serviceaccount:default:replayer") {
+		t.Errorf("the replay and its caller are not logged:\n%s", b.log())
 	}
 	evs = waitEvents(t, out, "the replay", func(evs []ce) bool { return len(evs) == 6 })
 	for _, e := range evs[3:] {
@@ -92,9 +117,41 @@ func TestAdminMetricsAndReplay(t *testing.T) {
 			t.Errorf("replayed event %s", e.raw)
 		}
 	}
-	if r, _ := exec.Command(bridgeBin, "replay", "--admin", admin, "--sink", "nope").CombinedOutput(); !regexp.MustCompile(`404 Not Found: no running sink "nope"`).Match(r) {
+	if r, _ := replay(replayer, "nope"); !strings.Contains(r, `404 Not Found: no running sink "nope"`) {
 		t.Errorf("unknown sink: %s", r)
 	}
+}
+
+// saToken returns a token of service account name in namespace default,
+// created with a Role that lets it create replays.kubebridge.io when
+// mayReplay.
+func saToken(t *testing.T, cp *testenv.ControlPlane, name string, mayReplay bool) string {
+	t.Helper()
+	ctx := context.Background()
+	cs := cp.Clientset(t)
+	_, err := cs.CoreV1().ServiceAccounts("default").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	if mayReplay {
+		_, err := cs.RbacV1().Roles("default").Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Rules: []rbacv1.PolicyRule{{APIGroups: []string{"kubebridge.io"}, Resources: []string{"replays"}, Verbs: []string{"create"}}}}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+		_, err = cs.RbacV1().RoleBindings("default").Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
+			RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: name},
+			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: "default"}}}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+	}
+	exp := int64(600)
+	tr, err := cs.CoreV1().ServiceAccounts("default").CreateToken(ctx, name, &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &exp}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr.Status.Token
 }
 
 // Standalone `bridge replay --config` delivers the view to one sink and
