@@ -72,6 +72,9 @@ func TestBaseIsValidWithDefaults(t *testing.T) {
 	if !reflect.DeepEqual(r.Events, []string{"added", "updated", "deleted"}) || !reflect.DeepEqual(r.Include, []string{"object"}) {
 		t.Errorf("rule defaults: events %v include %v", r.Events, r.Include)
 	}
+	if got := cfg.Redaction.SecretAnnotations; len(got) != 2 || got[0] != "kubectl.kubernetes.io/last-applied-configuration" {
+		t.Errorf("redaction default = %v", got)
+	}
 	if cfg.Checkpoint.File != DefaultCheckpointFile {
 		t.Errorf("checkpoint default = %q", cfg.Checkpoint.File)
 	}
@@ -117,7 +120,7 @@ func TestInvalidConfigs(t *testing.T) {
 		{"unknown top-level field", "cluster: prod-eu-1\n", "cluster: prod-eu-1\nclustr: x\n",
 			[]string{`config.yaml:4: clustr: unknown field (did you mean "cluster"?)`}},
 		{"unknown field lists known ones", "cluster: prod-eu-1\n", "cluster: prod-eu-1\nzzzzzz: x\n",
-			[]string{`config.yaml:4: zzzzzz: unknown field (known: apiVersion, checkpoint, cluster, kind, rules, sinks)`}},
+			[]string{`config.yaml:4: zzzzzz: unknown field (known: apiVersion, checkpoint, cluster, kind, redaction, rules, sinks)`}},
 		{"misspelt sink field", "      url: nats://127.0.0.1:4222", "      urls: nats://127.0.0.1:4222",
 			[]string{`config.yaml:6: sinks[0].nats.url: required unless embedded: true`, `config.yaml:7: sinks[0].nats.urls: unknown field (did you mean "url"?)`}},
 		{"duplicate key", "      jetstream: true\n", "      jetstream: true\n      jetstream: false\n",
@@ -163,6 +166,8 @@ func TestInvalidConfigs(t *testing.T) {
 			[]string{`config.yaml:6: sinks[0].nats: sets credentialsFile and tokenFile; choose one auth method`}},
 		{"embedded nats beyond loopback without auth", "      url: nats://127.0.0.1:4222\n      jetstream: true\n", "      url: nats://0.0.0.0:4222\n      embedded: true\n",
 			[]string{`config.yaml:7: sinks[0].nats.url: the embedded server would listen on 0.0.0.0, beyond this machine: set tokenFile or user/passwordFile, which it then requires of every client`}},
+		{"redaction key", "cluster: prod-eu-1\n", "cluster: prod-eu-1\nredaction: {secretAnnotations: [\"*\", \"not a key\"]}\n",
+			[]string{`config.yaml:4: redaction.secretAnnotations[1]: "not a key" is not an annotation key (or "*" for all): …`}},
 		{"nats user without password", "      jetstream: true\n", "      jetstream: true\n      user: kb\n",
 			[]string{`config.yaml:6: sinks[0].nats.passwordFile: required with user`}},
 		{"webhook url without scheme", "url: https://hooks.example.com/k8s", "url: hooks.example.com/k8s",

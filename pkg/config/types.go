@@ -20,6 +20,8 @@ type Config struct {
 	Sinks []Sink `yaml:"sinks"`
 	// Rules select objects and name the sinks their changes go to. At least one.
 	Rules []Rule `yaml:"rules"`
+	// Redaction says what of a Secret never leaves the cluster (with its data and stringData).
+	Redaction Redaction `yaml:"redaction"`
 
 	lines map[string]int // key path -> line in the file it was loaded from
 }
@@ -31,6 +33,12 @@ func (c *Config) LineOf(path string) int {
 		return 0
 	}
 	return lineOf(c.lines, path)
+}
+
+// Redaction lists what is redacted in Secret events besides data and stringData.
+type Redaction struct {
+	// SecretAnnotations are the Secret annotations whose values are redacted; "*" redacts every annotation. Default: kubectl.kubernetes.io/last-applied-configuration and openshift.io/token-secret.value, which hold the Secret's values.
+	SecretAnnotations []string `yaml:"secretAnnotations"`
 }
 
 // Checkpoint selects the store for per-sink delivered state. Exactly one of file and natsKV; file when neither is set.

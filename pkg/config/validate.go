@@ -120,6 +120,20 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
+// Validate checks the annotation keys.
+func (r *Redaction) Validate() error {
+	var errs []error
+	for i, k := range r.SecretAnnotations {
+		if k == "*" {
+			continue
+		}
+		if msgs := validation.IsQualifiedName(k); len(msgs) > 0 {
+			errs = append(errs, ErrorAt(fmt.Sprintf("secretAnnotations[%d]", i), "%q is not an annotation key (or \"*\" for all): %s", k, msgs[0]))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // kvHolder is implemented by the config of a sink type whose connection can
 // hold the checkpoint's KV bucket (nats).
 type kvHolder interface{ CanHoldKV() error }

@@ -57,6 +57,9 @@ type Rule struct {
 	IncludePatch    bool
 	IncludeMeta     bool // the object's apiVersion, kind and metadata only
 	AllowSecretData bool
+	// SecretAnnotations are the Secret annotations redacted with the data
+	// (event.AllAnnotations: every one).
+	SecretAnnotations []string
 }
 
 // Event is one CloudEvent. Build it with Build (or New).
@@ -260,19 +263,19 @@ func (e *Event) renderData() (json.RawMessage, error) {
 	if r.IncludeMeta && e.object != nil {
 		d.Object = MetadataOnly(e.object.Object)
 		if redact {
-			d.Object = RedactSecret(d.Object)
+			d.Object = RedactSecret(d.Object, r.SecretAnnotations)
 		}
 	}
 	if r.IncludeObject && e.object != nil {
 		d.Object = e.object.Object
 		if redact {
-			d.Object = RedactSecret(d.Object)
+			d.Object = RedactSecret(d.Object, r.SecretAnnotations)
 		}
 	}
 	if r.IncludeOld && e.oldObject != nil {
 		d.OldObject = e.oldObject.Object
 		if redact {
-			d.OldObject = RedactSecret(d.OldObject)
+			d.OldObject = RedactSecret(d.OldObject, r.SecretAnnotations)
 		}
 	}
 	if r.IncludePatch && e.Change == Updated && e.oldObject != nil && e.object != nil {
@@ -281,7 +284,7 @@ func (e *Event) renderData() (json.RawMessage, error) {
 			return nil, err
 		}
 		if redact {
-			p = redactPatch(p)
+			p = redactPatch(p, r.SecretAnnotations)
 		}
 		d.Patch = p
 		if d.Patch == nil {

@@ -91,7 +91,7 @@ func TestSecretRedaction(t *testing.T) {
 	old.SetAnnotations(map[string]string{"kubectl.kubernetes.io/last-applied-configuration": `{"data":{"pw":"c2VjcmV0MQ=="}}`})
 	cur := obj("ns", "db", "2", map[string]any{"data": map[string]any{"pw": "c2VjcmV0Mg==", "user": "YWRtaW4=", "new": "bmV3"}, "stringData": map[string]any{"x": "plain"}})
 	cur.SetAnnotations(map[string]string{"kubectl.kubernetes.io/last-applied-configuration": `{"data":{"pw":"c2VjcmV0Mg=="}}`})
-	r := &Rule{Name: "r", Cluster: "c", GVR: secrets, IncludeObject: true, IncludeOld: true, IncludePatch: true}
+	r := &Rule{Name: "r", Cluster: "c", GVR: secrets, IncludeObject: true, IncludeOld: true, IncludePatch: true, SecretAnnotations: lastApplied}
 	d, err := New(r, Updated, cur, old, time.Now()).Data()
 	if err != nil {
 		t.Fatal(err)
@@ -113,6 +113,42 @@ func TestSecretRedaction(t *testing.T) {
 	d, _ = New(r, Updated, cur, old, time.Now()).Data()
 	if !strings.Contains(string(d), "c2VjcmV0Mg==") {
 		t.Errorf("allowSecretData: value missing from %s", d)
+	}
+}
+
+var lastApplied = []string{"kubectl.kubernetes.io/last-applied-configuration"}
+
+// The annotations redacted are the rule's list (from the config's
+// redaction.secretAnnotations): listed ones in the object and in patches,
+// "*" every one; the others stay readable.
+func TestSecretAnnotationsRedacted(t *testing.T) {
+	old := obj("ns", "db", "1", map[string]any{"data": map[string]any{"pw": "c2VjcmV0MQ=="}})
+	old.SetAnnotations(map[string]string{"vault.example/token": "hvs.OLD", "team": "pay"})
+	cur := obj("ns", "db", "2", map[string]any{"data": map[string]any{"pw": "c2VjcmV0MQ=="}})
+	cur.SetAnnotations(map[string]string{"vault.example/token": "hvs.NEW", "team": "pay", "added/one": "hvs.ADDED"})
+	for _, tc := range []struct {
+		list         []string
+		leaks, stays []string
+	}{
+		{[]string{"vault.example/token", "added/one"}, []string{"hvs."}, []string{`"team":"pay"`}},
+		{[]string{"*"}, []string{"hvs.", `"team":"pay"`}, []string{`"team":"\u003credacted\u003e"`}},
+		{nil, nil, []string{"hvs.NEW", "hvs.ADDED", `"team":"pay"`}},
+	} {
+		r := &Rule{Name: "r", Cluster: "c", GVR: secrets, IncludeObject: true, IncludePatch: true, SecretAnnotations: tc.list}
+		d, err := New(r, Updated, cur, old, time.Now()).Data()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, leak := range tc.leaks {
+			if strings.Contains(string(d), leak) {
+				t.Errorf("%v: %q in %s", tc.list, leak, d)
+			}
+		}
+		for _, want := range tc.stays {
+			if !strings.Contains(string(d), want) {
+				t.Errorf("%v: %q missing from %s", tc.list, want, d)
+			}
+		}
 	}
 }
 
@@ -142,7 +178,7 @@ func BenchmarkMarshalWithPatch(b *testing.B) {
 // include: [metadata] delivers apiVersion, kind and metadata only, and a
 // Secret's last-applied annotation stays redacted.
 func TestIncludeMetadata(t *testing.T) {
-	r := &Rule{Name: "r", Cluster: "c", GVR: secrets, IncludeMeta: true}
+	r := &Rule{Name: "r", Cluster: "c", GVR: secrets, IncludeMeta: true, SecretAnnotations: lastApplied}
 	o := obj("ns", "s", "1", map[string]any{"data": map[string]any{"k": "c2VjcmV0"}})
 	o.SetAnnotations(map[string]string{"kubectl.kubernetes.io/last-applied-configuration": `{"data":{"k":"c2VjcmV0"}}`, "team": "pay"})
 	o.SetLabels(map[string]string{"app": "x"})

@@ -12,10 +12,14 @@ const Redacted = "<redacted>"
 // secretFields hold a Secret's values.
 var secretFields = []string{"data", "stringData"}
 
+// AllAnnotations in a rule's SecretAnnotations redacts every annotation.
+const AllAnnotations = "*"
+
 // RedactSecret returns a shallow copy of a Secret object with every value of
-// data and stringData replaced by Redacted; keys stay, so consumers see which
-// entries exist and changed. The input is not modified.
-func RedactSecret(obj map[string]any) map[string]any {
+// data and stringData replaced by Redacted, and so are the values of the
+// annotations listed (AllAnnotations: every one); keys stay, so consumers
+// see which entries exist and changed. The input is not modified.
+func RedactSecret(obj map[string]any, annotations []string) map[string]any {
 	out := make(map[string]any, len(obj))
 	for k, v := range obj {
 		out[k] = v
@@ -29,39 +33,48 @@ func RedactSecret(obj map[string]any) map[string]any {
 			out[f] = r
 		}
 	}
-	// kubectl's last-applied annotation holds the whole Secret, values included.
-	if md, ok := obj["metadata"].(map[string]any); ok {
-		if ann, ok := md["annotations"].(map[string]any); ok {
-			if _, has := ann[lastApplied]; has {
-				md2 := make(map[string]any, len(md))
-				for k, v := range md {
-					md2[k] = v
-				}
-				ann2 := make(map[string]any, len(ann))
-				for k, v := range ann {
-					ann2[k] = v
-				}
-				ann2[lastApplied] = Redacted
-				md2["annotations"] = ann2
-				out["metadata"] = md2
+	md, _ := obj["metadata"].(map[string]any)
+	ann, _ := md["annotations"].(map[string]any)
+	var ann2 map[string]any
+	for k := range ann {
+		if !redactedAnnotation(k, annotations) {
+			continue
+		}
+		if ann2 == nil {
+			ann2 = make(map[string]any, len(ann))
+			for k, v := range ann {
+				ann2[k] = v
 			}
 		}
+		ann2[k] = Redacted
+	}
+	if ann2 != nil {
+		md2 := make(map[string]any, len(md))
+		for k, v := range md {
+			md2[k] = v
+		}
+		md2["annotations"] = ann2
+		out["metadata"] = md2
 	}
 	return out
 }
 
-const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
-
-// lastAppliedPointer is the JSON pointer of the last-applied annotation.
-var lastAppliedPointer = "/metadata/annotations/" + strings.ReplaceAll(lastApplied, "/", "~1")
+func redactedAnnotation(key string, annotations []string) bool {
+	for _, a := range annotations {
+		if a == key || a == AllAnnotations {
+			return true
+		}
+	}
+	return false
+}
 
 // redactPatch hides the values of operations that touch Secret values.
-func redactPatch(p jsondiff.Patch) jsondiff.Patch {
+func redactPatch(p jsondiff.Patch, annotations []string) jsondiff.Patch {
 	out := make(jsondiff.Patch, len(p))
 	for i, op := range p {
-		if secretPath(op.Path) {
+		if secretPath(op.Path, annotations) {
 			if op.Value != nil {
-				op.Value = redactValue(op.Path, op.Value)
+				op.Value = redactValue(op.Path, op.Value, annotations)
 			}
 			op.OldValue = nil
 		}
@@ -70,17 +83,20 @@ func redactPatch(p jsondiff.Patch) jsondiff.Patch {
 	return out
 }
 
-func secretPath(path string) bool {
+func secretPath(path string, annotations []string) bool {
 	for _, f := range secretFields {
 		if path == "/"+f || strings.HasPrefix(path, "/"+f+"/") {
 			return true
 		}
 	}
-	return path == lastAppliedPointer || path == "/metadata/annotations" || path == "/metadata"
+	if key, ok := strings.CutPrefix(path, "/metadata/annotations/"); ok {
+		return redactedAnnotation(strings.NewReplacer("~1", "/", "~0", "~").Replace(key), annotations)
+	}
+	return path == "/metadata/annotations" || path == "/metadata"
 }
 
 // redactValue redacts a value added at path: a whole data map keeps its keys.
-func redactValue(path string, v any) any {
+func redactValue(path string, v any, annotations []string) any {
 	switch path {
 	case "/metadata", "/metadata/annotations":
 		m, ok := v.(map[string]any)
@@ -88,9 +104,9 @@ func redactValue(path string, v any) any {
 			return v
 		}
 		if path == "/metadata" {
-			return RedactSecret(map[string]any{"metadata": m})["metadata"]
+			return RedactSecret(map[string]any{"metadata": m}, annotations)["metadata"]
 		}
-		return RedactSecret(map[string]any{"metadata": map[string]any{"annotations": m}})["metadata"].(map[string]any)["annotations"]
+		return RedactSecret(map[string]any{"metadata": map[string]any{"annotations": m}}, annotations)["metadata"].(map[string]any)["annotations"]
 	}
 	if m, ok := v.(map[string]any); ok {
 		r := make(map[string]any, len(m))

@@ -104,6 +104,7 @@ func Compile(cfg *config.Config, i int, nsLabels NamespaceLabels, logger *slog.L
 		now:      time.Now,
 		Event: &event.Rule{
 			Name: rc.Name, Cluster: cfg.Cluster, GVR: gvr, AllowSecretData: rc.AllowSecretData,
+			SecretAnnotations: cfg.Redaction.SecretAnnotations,
 		},
 	}
 	for _, inc := range rc.Include {
