@@ -8,14 +8,16 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/tail"
 )
 
 func newTailCommand() *cobra.Command {
 	var (
-		o       tail.Options
-		output  string
-		timeout time.Duration
+		o                      tail.Options
+		output                 string
+		timeout                time.Duration
+		tlsCA, tlsCert, tlsKey string
 	)
 	cmd := &cobra.Command{
 		Use:   "tail --nats URL [--subject 'k8s.>'] [--jetstream STREAM]",
@@ -23,9 +25,22 @@ func newTailCommand() *cobra.Command {
 		Long: `Tail subscribes to kubebridge's NATS subjects and prints each event: time,
 change, resource, object, rule, and for updates the changed paths. With
 --jetstream it reads the stream from its start; otherwise only what is
-published from now on. -o json prints each event's JSON as received.`,
+published from now on. -o json prints each event's JSON as received.
+Names and paths that hold control characters are printed quoted, with Go
+escapes, so that an object name cannot drive the terminal. It authenticates
+as a nats sink does (--creds, --nkey, --token-file, --user/--password-file,
+--tls-*).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if tlsCA != "" || tlsCert != "" || tlsKey != "" {
+				o.Connection.TLS = &config.TLS{CAFile: tlsCA, CertFile: tlsCert, KeyFile: tlsKey}
+			}
+			if err := o.Connection.TLS.Validate(); o.Connection.TLS != nil && err != nil {
+				return &exitError{exitInvalid, errFlag("--tls-cert and --tls-key go together")}
+			}
+			if (o.Connection.User == "") != (o.Connection.PasswordFile == "") {
+				return &exitError{exitInvalid, errFlag("--user and --password-file go together")}
+			}
 			switch output {
 			case "json":
 				o.JSON = true
@@ -47,7 +62,15 @@ published from now on. -o json prints each event's JSON as received.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.URL, "nats", "nats://127.0.0.1:4222", "NATS server URL")
+	f.StringVar(&o.Connection.URL, "nats", "nats://127.0.0.1:4222", "NATS server URL (a comma-separated list for a cluster)")
+	f.StringVar(&o.Connection.CredentialsFile, "creds", "", "NATS .creds file (JWT and nkey seed)")
+	f.StringVar(&o.Connection.NKeySeedFile, "nkey", "", "file holding an nkey seed")
+	f.StringVar(&o.Connection.TokenFile, "token-file", "", "file holding an auth token")
+	f.StringVar(&o.Connection.User, "user", "", "user name; the password comes from --password-file")
+	f.StringVar(&o.Connection.PasswordFile, "password-file", "", "file holding the password for --user")
+	f.StringVar(&tlsCA, "tls-ca", "", "PEM bundle of CAs to trust (default: the system pool)")
+	f.StringVar(&tlsCert, "tls-cert", "", "client certificate (PEM), with --tls-key")
+	f.StringVar(&tlsKey, "tls-key", "", "client key (PEM), with --tls-cert")
 	f.StringVar(&o.Subject, "subject", "k8s.>", "subject to read (wildcards allowed)")
 	f.StringVar(&o.Stream, "jetstream", "", "read this JetStream stream from its start")
 	f.StringVarP(&output, "output", "o", "text", "text or json")

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/kubebridge/kubebridge/internal/testenv"
+	natssink "github.com/kubebridge/kubebridge/pkg/sinks/nats"
 	"github.com/kubebridge/kubebridge/pkg/tail"
 )
 
@@ -100,7 +101,7 @@ func run(ci bool) error {
 	defer stop()
 	tailCtx, cancelTail := context.WithCancel(ctx)
 	defer cancelTail()
-	opts := tail.Options{URL: "nats://127.0.0.1:4222", Subject: "k8s.>", Stream: "K8S"}
+	opts := tail.Options{Connection: natssink.Config{URL: "nats://127.0.0.1:4222"}, Subject: "k8s.>", Stream: "K8S"}
 	if ci {
 		opts.Count = sampleEvents
 		var cancel context.CancelFunc

@@ -8,17 +8,25 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/kubebridge/kubebridge/pkg/config"
+	natssink "github.com/kubebridge/kubebridge/pkg/sinks/nats"
 )
 
 // Options say what to read and how to print it.
 type Options struct {
-	URL     string
-	Subject string // may hold wildcards; default k8s.>
+	// Connection is the server (URL) and how to authenticate (credentials
+	// file, nkey seed, token, user/password, TLS), as a nats sink's.
+	Connection natssink.Config
+	Subject    string // may hold wildcards; default k8s.>
 	// Stream, when set, reads the JetStream stream from its first message
 	// (an ordered consumer) instead of only what is published from now on.
 	Stream string
@@ -31,9 +39,13 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 	if o.Subject == "" {
 		o.Subject = "k8s.>"
 	}
-	nc, err := natsgo.Connect(o.URL, natsgo.MaxReconnects(-1), natsgo.RetryOnFailedConnect(true), natsgo.Name("kubebridge-tail"))
+	opts, err := natssink.Options("tail", &o.Connection, nil)
 	if err != nil {
-		return fmt.Errorf("connecting to %s: %w", o.URL, err)
+		return err
+	}
+	nc, err := natsgo.Connect(o.Connection.URL, opts...)
+	if err != nil {
+		return fmt.Errorf("connecting to %s: %w", config.RedactURL(o.Connection.URL), err)
 	}
 	defer nc.Close()
 	msgs := make(chan *natsgo.Msg, 1024)
@@ -116,7 +128,7 @@ type ce struct {
 func Format(natsSubject string, body []byte) string {
 	var e ce
 	if err := json.Unmarshal(body, &e); err != nil || e.Type == "" {
-		return fmt.Sprintf("?? %s: not a kubebridge event (%d bytes)\n", natsSubject, len(body))
+		return fmt.Sprintf("?? %s: not a kubebridge event (%d bytes)\n", Printable(natsSubject), len(body))
 	}
 	// io.kubebridge.<resource>.<group>.<change>
 	t := strings.TrimPrefix(e.Type, "io.kubebridge.")
@@ -128,29 +140,42 @@ func Format(natsSubject string, body []byte) string {
 		ts = parsed.Local().Format("15:04:05.000")
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s %-8s %-28s %s", ts, change, resource, e.Subject)
+	fmt.Fprintf(&b, "%s %-8s %-28s %s", Printable(ts), Printable(change), Printable(resource), Printable(e.Subject))
 	var notes []string
 	if e.Reason != "" {
-		notes = append(notes, e.Reason)
+		notes = append(notes, Printable(e.Reason))
 	}
 	if e.Replay != "" {
-		notes = append(notes, "replay: "+e.Replay)
+		notes = append(notes, "replay: "+Printable(e.Replay))
 	}
-	notes = append(notes, "rule "+e.Rule)
+	notes = append(notes, "rule "+Printable(e.Rule))
 	fmt.Fprintf(&b, "  (%s)\n", strings.Join(notes, ", "))
 	for _, op := range e.Data.Patch {
 		if op.Path == "/metadata/resourceVersion" || op.Path == "/metadata/generation" {
 			continue
 		}
 		if op.Op == "remove" {
-			fmt.Fprintf(&b, "    - %s\n", op.Path)
+			fmt.Fprintf(&b, "    - %s\n", Printable(op.Path))
 			continue
 		}
 		v, _ := json.Marshal(op.Value)
 		if len(v) > 80 {
 			v = append(v[:77], "..."...)
 		}
-		fmt.Fprintf(&b, "    %s %s: %s\n", map[string]string{"add": "+", "replace": "~"}[op.Op], op.Path, v)
+		fmt.Fprintf(&b, "    %s %s: %s\n", map[string]string{"add": "+", "replace": "~"}[op.Op], Printable(op.Path), Printable(string(v)))
 	}
 	return b.String()
+}
+
+// Printable returns s as is when every rune of it is printable, and
+// otherwise quoted with Go escapes: a name or path from the cluster (RBAC
+// objects are barely validated) must not move the cursor, recolour or
+// retitle the terminal of whoever tails the events.
+func Printable(s string) string {
+	for _, r := range s {
+		if r == utf8.RuneError || !unicode.IsPrint(r) {
+			return strconv.Quote(s)
+		}
+	}
+	return s
 }

@@ -3,15 +3,38 @@ package tail
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	natsgo "github.com/nats-io/nats.go"
 
 	"github.com/kubebridge/kubebridge/internal/testenv"
+	natssink "github.com/kubebridge/kubebridge/pkg/sinks/nats"
 )
 
 const updated = `{"specversion":"1.0","id":"u.7.updated","source":"kubebridge/demo","type":"io.kubebridge.deployments.apps.updated","subject":"demo/web","time":"2026-11-21T20:00:00.5Z","kbrule":"deps","kbcluster":"demo","data":{"object":{},"patch":[{"op":"replace","path":"/metadata/resourceVersion","value":"7"},{"op":"replace","path":"/spec/replicas","value":3},{"op":"remove","path":"/metadata/labels/x"}]}}`
+
+// A hostile name or patch path (RBAC objects take almost any name) is
+// printed quoted and escaped: it cannot send escape codes to the terminal.
+func TestFormatEscapesHostileNames(t *testing.T) {
+	ev := `{"specversion":"1.0","id":"u.1.updated","source":"kubebridge/demo","type":"io.kubebridge.roles.rbac%2Eauthorization%2Ek8s%2Eio.updated","subject":"ns/evil\u001b]0;pwned\u0007\u001b[2J","time":"2026-11-21T20:00:00Z","kbrule":"r","kbcluster":"demo","data":{"patch":[{"op":"add","path":"/metadata/labels/x\u009b31m","value":"\u007f"}]}}`
+	got := Format("k8s.\x1b[31m", []byte(ev))
+	for _, r := range got {
+		if r != '\n' && (r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0)) {
+			t.Fatalf("control character %U printed: %q", r, got)
+		}
+	}
+	if !strings.Contains(got, `"ns/evil\x1b]0;pwned\a\x1b[2J"`) || !strings.Contains(got, `"/metadata/labels/x\u009b31m"`) {
+		t.Errorf("names not shown escaped: %q", got)
+	}
+	if got := Format("k8s.\x1b[31m", []byte("nope")); strings.ContainsRune(got, 0x1b) {
+		t.Errorf("subject printed raw: %q", got)
+	}
+}
 
 func TestFormat(t *testing.T) {
 	got := Format("k8s.demo.apps.deployments.demo.web.updated", []byte(updated))
@@ -34,7 +57,7 @@ func TestRunCountsCoreMessages(t *testing.T) {
 	exited := make(chan struct{})
 	go func() {
 		defer close(exited)
-		done <- Run(ctx, Options{URL: srv.ClientURL(), Subject: "k8s.>", Count: 2}, &out)
+		done <- Run(ctx, Options{Connection: natssink.Config{URL: srv.ClientURL()}, Subject: "k8s.>", Count: 2}, &out)
 	}()
 	defer func() { cancel(); <-exited }() // Run ends with ctx, also when the test fails before it returned
 	nc, err := natsgo.Connect(srv.ClientURL())
@@ -58,6 +81,50 @@ func TestRunCountsCoreMessages(t *testing.T) {
 		case <-deadline:
 			t.Fatal("tail did not stop after --count 2")
 		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// tail authenticates as a nats sink does: against a server that requires
+// a token, it reads with --token-file.
+func TestRunWithToken(t *testing.T) {
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, Authorization: "s3cret", NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Start()
+	defer srv.WaitForShutdown()
+	defer srv.Shutdown()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Options{Connection: natssink.Config{URL: srv.ClientURL(), TokenFile: tokenFile}, Subject: "k8s.>", Count: 1}, &out)
+	}()
+	nc, err := natsgo.Connect(srv.ClientURL(), natsgo.Token("s3cret"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	for {
+		if err := nc.Publish("k8s.demo.apps.deployments.demo.web.updated", []byte(updated)); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-done:
+			if err != nil || !strings.Contains(out.String(), "demo/web") {
+				t.Fatalf("Run = %v, printed %q", err, out.String())
+			}
+			return
+		case <-time.After(100 * time.Millisecond): // until tail has subscribed
 		}
 	}
 }

@@ -85,7 +85,7 @@ func Connect(ctx context.Context, name string, c *Config, logger *slog.Logger) (
 	if err != nil {
 		return nil, fmt.Errorf("subject: %w", err)
 	}
-	opts, err := options(name, c, logger)
+	opts, err := Options(name, c, logger)
 	if err != nil {
 		return nil, err
 	}
@@ -109,7 +109,12 @@ func Connect(ctx context.Context, name string, c *Config, logger *slog.Logger) (
 	return s, nil
 }
 
-func options(name string, c *Config, logger *slog.Logger) ([]natsgo.Option, error) {
+// Options are the connection options of c (auth, TLS, reconnects); other
+// clients of kubebridge's NATS, such as bridge tail, connect alike.
+func Options(name string, c *Config, logger *slog.Logger) ([]natsgo.Option, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
 	opts := []natsgo.Option{
 		natsgo.Name("kubebridge/" + name),
 		natsgo.MaxReconnects(-1),
