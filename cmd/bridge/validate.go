@@ -44,7 +44,7 @@ Exit status: 0 valid, 2 invalid, 1 when the cluster could not be asked.`,
 			}
 			if err != nil {
 				fmt.Fprintln(errOut, err)
-				return &exitError{exitInvalid, fmt.Errorf("%s is invalid (%s)", file, count(len(err.(*config.Error).Problems), "error"))}
+				return &exitError{exitInvalid, fmt.Errorf("%s is invalid (%s)", file, count(err.(*config.Error).Count(), "error"))}
 			}
 			where := "offline"
 			if kubeconfig != "" {

@@ -8,9 +8,11 @@ import (
 	"sync"
 
 	"github.com/google/cel-go/cel"
+	celast "github.com/google/cel-go/common/ast"
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/common/types/ref"
 	"github.com/google/cel-go/ext"
+	"github.com/google/cel-go/interpreter"
 )
 
 // The variables a rule's where expression sees.
@@ -158,7 +160,9 @@ func CELEnv() (*cel.Env, error) {
 			// values do when evaluated and as in Kubernetes' CEL.
 			cel.CrossTypeNumericComparisons(true),
 			ext.Strings(),
-			ext.Lists(),
+			// lists.range allocates its list in one call: bounded here,
+			// since the cost check only sees it after.
+			ext.Lists(ext.ListsMaxRangeSize(MaxCELListSize)),
 			ext.Sets(),
 			ext.Math(),
 			ext.Encoders(),
@@ -198,5 +202,123 @@ func CompileWhere(expr string) (*cel.Ast, []error) {
 	if t := ast.OutputType(); !t.IsAssignableType(cel.BoolType) {
 		return nil, []error{fmt.Errorf("must be a boolean expression, got %s", t)}
 	}
+	// Literal arguments are evaluated when the program is planned, before
+	// any cost check: a replace of literals that would build a string over
+	// the bound is refused now (others are bounded when evaluated).
+	var tooBig error
+	celast.PreOrderVisit(ast.NativeRep().Expr(), celast.NewExprVisitor(func(e celast.Expr) {
+		if e.Kind() != celast.CallKind || e.AsCall().FunctionName() != "replace" || tooBig != nil {
+			return
+		}
+		c := e.AsCall()
+		if !c.IsMemberFunction() || len(c.Args()) < 2 {
+			return
+		}
+		lits := []celast.Expr{c.Target(), c.Args()[0], c.Args()[1]}
+		var v [3]string
+		for i, l := range lits {
+			s, ok := literalString(l)
+			if !ok {
+				return
+			}
+			v[i] = s
+		}
+		if size := replaceSize(v[0], v[1], v[2], -1); size > MaxCELStringBytes {
+			tooBig = fmt.Errorf("replace builds a string of %d bytes, more than %d", size, MaxCELStringBytes)
+		}
+	}))
+	if tooBig != nil {
+		return nil, []error{tooBig}
+	}
 	return ast, nil
+}
+
+// Bounds of one evaluation of a where expression.
+const (
+	// CELCostLimit is the cost limit of one evaluation (the order of
+	// Kubernetes' per-expression limit).
+	CELCostLimit = 1_000_000
+	// MaxCELStringBytes bounds the string replace may build, and
+	// MaxCELListSize the list lists.range may: both allocate in one call,
+	// before the cost check can stop them.
+	MaxCELStringBytes = 1 << 20
+	MaxCELListSize    = 100_000
+)
+
+// CELProgramOptions are the options every where program is built with:
+// the cost limit and the allocation bounds.
+func CELProgramOptions() []cel.ProgramOption {
+	return []cel.ProgramOption{
+		cel.CostLimit(CELCostLimit),
+		cel.CustomDecoratorV2(boundAllocations),
+		cel.EvalOptions(cel.OptOptimize),
+	}
+}
+
+// boundAllocations guards calls that allocate in proportion to their
+// arguments before the cost tracker sees their result: replace, whose
+// result can be its input times its replacement.
+func boundAllocations(i interpreter.InterpretableV2) (interpreter.InterpretableV2, error) {
+	if call, ok := i.(interpreter.InterpretableCall); ok && call.Function() == "replace" && len(call.Args()) >= 3 {
+		return boundedReplace{call}, nil
+	}
+	return i, nil
+}
+
+// boundedReplace evaluates replace's arguments first and refuses a result
+// over MaxCELStringBytes (an evaluation error: the where is false and
+// counted), instead of building it.
+type boundedReplace struct{ interpreter.InterpretableCall }
+
+func (b boundedReplace) Eval(a interpreter.Activation) ref.Val {
+	if err := b.check(func(x interpreter.InterpretableV2) ref.Val { return x.Eval(a) }); err != nil {
+		return err
+	}
+	return b.InterpretableCall.Eval(a)
+}
+
+func (b boundedReplace) Exec(f *interpreter.ExecutionFrame) ref.Val {
+	if err := b.check(func(x interpreter.InterpretableV2) ref.Val { return x.Exec(f) }); err != nil {
+		return err
+	}
+	return b.InterpretableCall.Exec(f)
+}
+
+func (b boundedReplace) check(eval func(interpreter.InterpretableV2) ref.Val) ref.Val {
+	args := b.Args()
+	s, ok1 := eval(args[0]).(types.String)
+	old, ok2 := eval(args[1]).(types.String)
+	repl, ok3 := eval(args[2]).(types.String)
+	if !ok1 || !ok2 || !ok3 {
+		return nil // the call itself reports what is wrong
+	}
+	limit := int64(-1)
+	if len(args) == 4 {
+		if l, ok := eval(args[3]).(types.Int); ok {
+			limit = int64(l)
+		}
+	}
+	if size := replaceSize(string(s), string(old), string(repl), limit); size > MaxCELStringBytes {
+		return types.NewErr("replace would build a string of %d bytes, more than %d", size, MaxCELStringBytes)
+	}
+	return nil
+}
+
+// replaceSize is the length of s.replace(old, repl, limit) (limit < 0:
+// every occurrence), computed without building it.
+func replaceSize(s, old, repl string, limit int64) int64 {
+	n := int64(strings.Count(s, old)) // "" matches at every rune and at the end
+	if limit >= 0 && n > limit {
+		n = limit
+	}
+	return int64(len(s)) + n*(int64(len(repl))-int64(len(old)))
+}
+
+// literalString returns the value of a string literal.
+func literalString(e celast.Expr) (string, bool) {
+	if e.Kind() != celast.LiteralKind {
+		return "", false
+	}
+	s, ok := e.AsLiteral().(types.String)
+	return string(s), ok
 }

@@ -233,3 +233,15 @@ func jsonCELType(t *testing.T, rt reflect.Type) *types.Type {
 	t.Fatalf("no CEL type for %s", rt)
 	return nil
 }
+
+// A replace of literals is built when the program is planned, before any
+// cost check: one whose result is over the bound is refused at load.
+func TestWhereLiteralReplaceIsBoundedAtLoad(t *testing.T) {
+	bomb := `'` + strings.Repeat("a", 2000) + `'.replace('a', '` + strings.Repeat("b", 1000) + `') != ''`
+	if _, errs := CompileWhere(bomb); len(errs) != 1 || errs[0].Error() != "replace builds a string of 2000000 bytes, more than 1048576" {
+		t.Errorf("errors = %v", errs)
+	}
+	if _, errs := CompileWhere(`'aaa'.replace('a', 'bb') == 'bbbbbb'`); len(errs) != 0 {
+		t.Errorf("a small literal replace: %v", errs)
+	}
+}

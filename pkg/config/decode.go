@@ -30,12 +30,18 @@ type decoder struct {
 	problems []Problem
 	nodes    int
 	types    SinkTypes
+	failedAt map[string]bool // paths of problems, for failed
 }
 
-func newDecoder(types SinkTypes) *decoder { return &decoder{lines: map[string]int{}, types: types} }
+func newDecoder(types SinkTypes) *decoder {
+	return &decoder{lines: map[string]int{}, types: types, failedAt: map[string]bool{}}
+}
 
 func (d *decoder) errorf(path string, line int, format string, args ...any) {
 	d.problems = append(d.problems, Problem{Path: path, Line: line, Message: fmt.Sprintf(format, args...)})
+	if path != "" {
+		d.failedAt[path] = true
+	}
 }
 
 // decode fills v (addressable) from n. path names v in messages.
@@ -184,11 +190,19 @@ func (d *decoder) eachPair(n *yaml.Node, path string, f func(key string, keyNode
 
 // failed reports whether decoding failed at path or at one of its ancestors,
 // so that validation does not pile a second message onto a value it never got.
+// It looks up path and each ancestor (a.b[1].c, a.b[1], a.b, a): work in
+// the depth of the path, not in the number of problems, so a config with
+// many problems is not checked in quadratic time.
 func (d *decoder) failed(path string) bool {
-	for _, p := range d.problems {
-		if p.Path != "" && (path == p.Path || strings.HasPrefix(path, p.Path+".") || strings.HasPrefix(path, p.Path+"[")) {
+	for path != "" {
+		if d.failedAt[path] {
 			return true
 		}
+		i := strings.LastIndexAny(path, ".[")
+		if i <= 0 {
+			return false
+		}
+		path = path[:i]
 	}
 	return false
 }

@@ -27,6 +27,10 @@ import (
 // maxFileSize bounds a config file; real configs are a few KiB.
 const maxFileSize = 4 << 20
 
+// maxProblems bounds what one load reports: the first ones in file order
+// and how many more there are.
+const maxProblems = 200
+
 // Load reads and parses the config file at path. See Parse.
 func Load(path string, types SinkTypes) (*Config, []Problem, error) {
 	data, err := os.ReadFile(path)
@@ -100,8 +104,15 @@ func Parse(name string, data []byte, types SinkTypes) (*Config, []Problem, error
 			errs = append(errs, p)
 		}
 	}
+	if len(warnings) > maxProblems {
+		warnings = append(warnings[:maxProblems], Problem{Message: fmt.Sprintf("... and %d more warnings", len(warnings)-maxProblems), Warning: true})
+	}
 	if len(errs) > 0 {
-		return nil, warnings, &Error{File: name, Problems: errs}
+		e := &Error{File: name, Problems: errs}
+		if len(errs) > maxProblems {
+			e.Problems, e.More = errs[:maxProblems], len(errs)-maxProblems
+		}
+		return nil, warnings, e
 	}
 	cfg.lines = d.lines
 	return cfg, warnings, nil

@@ -44,12 +44,19 @@ func (p Problem) Format(file string) string {
 type Error struct {
 	File     string
 	Problems []Problem
+	More     int // errors found beyond Problems, not listed (a load reports a bounded number)
 }
 
+// Count is how many errors were found.
+func (e *Error) Count() int { return len(e.Problems) + e.More }
+
 func (e *Error) Error() string {
-	lines := make([]string, len(e.Problems))
+	lines := make([]string, len(e.Problems), len(e.Problems)+1)
 	for i, p := range e.Problems {
 		lines[i] = p.Format(e.File)
+	}
+	if e.More > 0 {
+		lines = append(lines, fmt.Sprintf("%s: ... and %d more errors", e.File, e.More))
 	}
 	return strings.Join(lines, "\n")
 }

@@ -60,7 +60,7 @@ func (c *Config) Validate() error {
 		sinkIndex[s.Name] = i
 		sinkNames = append(sinkNames, s.Name)
 	}
-	have := "have: " + strings.Join(sinkNames, ", ")
+	have := "have: " + listSome(sinkNames)
 	if len(sinkNames) == 0 {
 		have = "no sinks are defined"
 	}
@@ -383,6 +383,16 @@ func (r *Rule) Validate() error {
 		errs = append(errs, WarningAt("allowSecretData", "has no effect on %s (only v1/secrets is redacted)", gvrResource))
 	}
 	return errors.Join(errs...)
+}
+
+// listSome joins names for a message, the first ten only: a message per
+// wrong reference must not grow with the config (quadratic output).
+func listSome(names []string) string {
+	const shown = 10
+	if len(names) <= shown {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s, ... (%d in all)", strings.Join(names[:shown], ", "), len(names))
 }
 
 // oneOfEach checks a non-empty list whose items come from allowed, without duplicates.

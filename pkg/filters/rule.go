@@ -40,10 +40,6 @@ import (
 	"github.com/kubebridge/kubebridge/pkg/event"
 )
 
-// celCostLimit bounds one evaluation of a where expression (the same order
-// as Kubernetes' per-expression limit for validation rules).
-const celCostLimit = 1_000_000
-
 // NamespaceLabels looks up a namespace's current labels; ok is false for a
 // namespace it does not know.
 type NamespaceLabels func(namespace string) (labels.Set, bool)
@@ -167,7 +163,7 @@ func Compile(cfg *config.Config, i int, nsLabels NamespaceLabels, logger *slog.L
 			return nil, fmt.Errorf("%s.where: %w", path, errs[0])
 		}
 		env, _ := config.CELEnv()
-		if r.where, err = env.Program(ast, cel.CostLimit(celCostLimit), cel.EvalOptions(cel.OptOptimize)); err != nil {
+		if r.where, err = env.Program(ast, config.CELProgramOptions()...); err != nil {
 			return nil, fmt.Errorf("%s.where: %w", path, err)
 		}
 		r.whereIsView = !references(ast, config.CELOldObject) && !references(ast, config.CELType)

@@ -1,6 +1,8 @@
 package filters
 
 import (
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -56,5 +58,35 @@ func BenchmarkTypedMetadataWhere(b *testing.B) {
 		if !r.InView(obj) {
 			b.Fatal("not in view")
 		}
+	}
+}
+
+// A where cannot make the bridge allocate without bound: replace and
+// lists.range build their result in one call, before the cost check, so
+// they are bounded first; the evaluation fails (counted, not in the view)
+// without the allocation.
+func TestWhereAllocationsAreBounded(t *testing.T) {
+	big := cm("a", "x", "1", nil, map[string]any{"big": strings.Repeat("a", 100_000)})
+	for _, expr := range []string{
+		`object.data.big.replace('a', '` + strings.Repeat("b", 5000) + `') != ''`,
+		`object.data.big.replace('', '` + strings.Repeat("b", 100) + `') != ''`,
+		`size(lists.range(size(object.data.big) * 1000)) > 0`,
+	} {
+		r := compile(t, "    resource: v1/configmaps\n    where: \""+expr+"\"\n", nil)
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		if r.InView(big) || r.EvalErrors() != 1 {
+			t.Errorf("%.60s: in the view or not an evaluation error (%d)", expr, r.EvalErrors())
+		}
+		runtime.ReadMemStats(&after)
+		if grew := after.TotalAlloc - before.TotalAlloc; grew > 16<<20 {
+			t.Errorf("%.60s: allocated %d MiB", expr, grew>>20)
+		}
+	}
+	// Within the bounds, replace works as usual.
+	ok := compile(t, "    resource: v1/configmaps\n    where: \"object.data.big.replace('a', 'bb', 3).startsWith('bbbbbba')\"\n", nil)
+	if !ok.InView(big) || ok.EvalErrors() != 0 {
+		t.Errorf("a bounded replace: not in the view (%d errors)", ok.EvalErrors())
 	}
 }
