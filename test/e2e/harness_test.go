@@ -39,6 +39,12 @@ type bridgeProc struct {
 // the test ends.
 func startBridge(t *testing.T, cp *testenv.ControlPlane, config string) *bridgeProc {
 	t.Helper()
+	return startBridgeArgs(t, cp, config)
+}
+
+// startBridgeArgs is startBridge with more flags for bridge run.
+func startBridgeArgs(t *testing.T, cp *testenv.ControlPlane, config string, extra ...string) *bridgeProc {
+	t.Helper()
 	dir := t.TempDir()
 	cfgPath := filepath.Join(dir, "config.yaml")
 	if err := os.WriteFile(cfgPath, []byte(config), 0o600); err != nil {
@@ -53,8 +59,8 @@ func startBridge(t *testing.T, cp *testenv.ControlPlane, config string) *bridgeP
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.cmd = exec.Command(bridgeBin, "run", "--config", cfgPath, "--kubeconfig", kc, "--log-format", "text", "--log-level", "debug",
-		"--checkpoint-file", filepath.Join(dir, "state.db"), "--admin-addr", "127.0.0.1:0")
+	b.cmd = exec.Command(bridgeBin, append([]string{"run", "--config", cfgPath, "--kubeconfig", kc, "--log-format", "text", "--log-level", "debug",
+		"--checkpoint-file", filepath.Join(dir, "state.db"), "--admin-addr", "127.0.0.1:0"}, extra...)...)
 	b.cmd.Stdout, b.cmd.Stderr = logFile, logFile
 	b.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := b.cmd.Start(); err != nil {
