@@ -28,6 +28,7 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
 	"github.com/kubebridge/kubebridge/pkg/sinks"
 )
@@ -383,14 +384,11 @@ func (s *Sink) Close(context.Context) error {
 	return nil
 }
 
+// redact hides credentials and queries in a comma-separated URL list.
 func redact(urls string) string {
 	parts := strings.Split(urls, ",")
 	for i, p := range parts {
-		if at := strings.LastIndex(p, "@"); at >= 0 {
-			if scheme := strings.Index(p, "://"); scheme >= 0 && scheme < at {
-				parts[i] = p[:scheme+3] + "***" + p[at:]
-			}
-		}
+		parts[i] = config.RedactURL(p)
 	}
 	return strings.Join(parts, ",")
 }

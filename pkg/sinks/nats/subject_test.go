@@ -1,6 +1,9 @@
 package nats
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // FuzzSubject: the subject template check never panics, and what it
 // accepts the renderer parses too.
@@ -16,4 +19,12 @@ func FuzzSubject(f *testing.F) {
 			t.Fatalf("ParseSubject accepts %q, parseTemplate refuses it: %v", s, err)
 		}
 	})
+}
+
+// Connection errors name the servers without their credentials or queries.
+func TestRedactURLs(t *testing.T) {
+	got := redact("nats://user:pw@a:4222, tls://tok@b:4443?x=secret,nats://c:4222")
+	if strings.Contains(got, "pw") || strings.Contains(got, "tok") || strings.Contains(got, "secret") || !strings.Contains(got, "nats://c:4222") {
+		t.Errorf("redact = %q", got)
+	}
 }
