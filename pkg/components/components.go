@@ -7,6 +7,7 @@ package components
 
 import (
 	"github.com/kubebridge/kubebridge/pkg/sinks"
+	"github.com/kubebridge/kubebridge/pkg/sinks/exec"
 	"github.com/kubebridge/kubebridge/pkg/sinks/file"
 	"github.com/kubebridge/kubebridge/pkg/sinks/nats"
 	"github.com/kubebridge/kubebridge/pkg/sinks/webhook"
@@ -18,6 +19,7 @@ func Sinks() []sinks.Factory {
 		nats.Factory,
 		webhook.Factory,
 		file.Factory,
+		exec.Factory,
 	}
 }
 

@@ -45,7 +45,7 @@ type Settings struct {
 // its config (defaults in NewConfig, checks in the config's Validate
 // methods, which the loader calls with paths and lines) and its constructor.
 // A new sink type is one package exporting a Factory plus one line in the
-// list of components (pkg/bridge/components.go).
+// list of components (pkg/components).
 type Factory struct {
 	// Type is the key of the sink's type block in the config (nats:, exec:).
 	Type string

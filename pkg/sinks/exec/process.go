@@ -1,0 +1,435 @@
+package exec
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	osexec "os/exec"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/kubebridge/kubebridge/pkg/sinks"
+)
+
+// Line bounds.
+const (
+	maxAnswerLine = 64 << 10 // an answer is small; a longer line is a protocol error
+	maxErrorText  = 1 << 10  // an answer's error text is cut to this in errors and logs
+	maxStderrLine = 4 << 10  // stderr lines are logged up to this
+)
+
+// proc is one run of the plugin. Its goroutines (wait, answers, stderr,
+// writer) are awaited by the supervisor through wg.
+type proc struct {
+	cmd    *osexec.Cmd
+	pid    int
+	stdin  *os.File // owned by the writer
+	stdout *os.File
+	stderr *os.File
+
+	started time.Time
+	wake    chan struct{} // the writer has work (capacity 1)
+	exited  chan struct{} // closed once the process has been waited for
+	exitErr error         // cmd.Wait's result, set before exited is closed
+	wg      sync.WaitGroup
+
+	killMu sync.Mutex
+	reaped bool // set as it is about to be reaped: its pid may be reused, no more group kills (guarded by killMu)
+
+	// Guarded by Sink.mu.
+	queue    []*call // to be written, in order
+	closeIn  bool    // close stdin once the queue is written
+	stopping bool    // takes no more events
+	reason   error   // why it was stopped, when the bridge stopped it
+}
+
+func (p *proc) reasonLocked() error {
+	if p.reason != nil {
+		return p.reason
+	}
+	return errors.New("the plugin exited")
+}
+
+// enqueue queues c for the writer; Sink.mu is held.
+func (p *proc) enqueue(c *call) {
+	p.queue = append(p.queue, c)
+	p.poke()
+}
+
+func (p *proc) poke() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// kill kills the plugin and its process group (children it started),
+// unless it has been reaped already (its pid may belong to another
+// process by then).
+func (p *proc) kill() {
+	p.killMu.Lock()
+	if !p.reaped {
+		killGroup(p.pid)
+	}
+	p.killMu.Unlock()
+	_ = p.cmd.Process.Kill() // safe after reaping: os.Process knows
+}
+
+// start starts a run of the plugin and its goroutines.
+func (s *Sink) start() (*proc, error) {
+	var files [6]*os.File // stdin r/w, stdout r/w, stderr r/w
+	for i := 0; i < 6; i += 2 {
+		r, w, err := os.Pipe()
+		if err != nil {
+			closeAll(files[:i])
+			return nil, err
+		}
+		files[i], files[i+1] = r, w
+	}
+	cmd := osexec.Command(s.argv[0], s.argv[1:]...)
+	cmd.Env = s.env
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = files[0], files[3], files[5]
+	cmd.SysProcAttr = sysProcAttr()
+	err := cmd.Start()
+	closeAll([]*os.File{files[0], files[3], files[5]}) // the child's ends
+	if err != nil {
+		closeAll([]*os.File{files[1], files[2], files[4]})
+		return nil, err
+	}
+	p := &proc{
+		cmd: cmd, pid: cmd.Process.Pid, stdin: files[1], stdout: files[2], stderr: files[4],
+		started: time.Now(), wake: make(chan struct{}, 1), exited: make(chan struct{}),
+	}
+	s.logger.Info("plugin started", "program", filepath.Base(s.argv[0]), "pid", p.pid, "protocol", Protocol)
+	p.wg.Add(4)
+	go s.waitExit(p)
+	go s.readAnswers(p)
+	go s.readStderr(p)
+	go s.writeEvents(p)
+	return p, nil
+}
+
+func closeAll(fs []*os.File) {
+	for _, f := range fs {
+		if f != nil {
+			_ = f.Close()
+		}
+	}
+}
+
+// waitExit waits for the process. Before reaping it, it kills what the
+// plugin left in its process group (its pid cannot be reused until
+// reaped); then it bounds how long the output pipes are drained, since a
+// child that escaped may still hold them.
+func (s *Sink) waitExit(p *proc) {
+	defer p.wg.Done()
+	waitUnreaped(p.pid)
+	p.killMu.Lock()
+	killGroup(p.pid)
+	p.reaped = true
+	p.killMu.Unlock()
+	err := p.cmd.Wait()
+	deadline := time.Now().Add(s.timing.readGrace)
+	_ = p.stdout.SetReadDeadline(deadline)
+	_ = p.stderr.SetReadDeadline(deadline)
+	s.mu.Lock()
+	p.stopping = true
+	p.exitErr = err
+	s.mu.Unlock()
+	close(p.exited)
+}
+
+// writeEvents writes the queued events to stdin, in order, until the
+// process exits or stdin is to be closed.
+func (s *Sink) writeEvents(p *proc) {
+	defer p.wg.Done()
+	defer p.stdin.Close()
+	w := bufio.NewWriterSize(p.stdin, 64<<10)
+	for {
+		select {
+		case <-p.wake:
+		case <-p.exited:
+			return
+		}
+		s.mu.Lock()
+		queue, closeIn := p.queue, p.closeIn
+		p.queue = nil
+		s.mu.Unlock()
+		for _, c := range queue {
+			_, _ = w.Write(c.line)
+			_ = w.WriteByte('\n')
+		}
+		if err := w.Flush(); err != nil { // it exited or closed its stdin
+			t := time.NewTimer(s.timing.readGrace)
+			defer t.Stop()
+			select {
+			case <-p.exited: // the exit is the story, not the broken pipe
+			case <-t.C:
+				s.stop(p, fmt.Errorf("writing to its stdin: %w", err))
+			}
+			return
+		}
+		if closeIn {
+			return
+		}
+	}
+}
+
+// readAnswers reads answers from stdout until EOF; a line that is not a
+// valid answer stops the plugin.
+func (s *Sink) readAnswers(p *proc) {
+	defer p.wg.Done()
+	r := bufio.NewReaderSize(p.stdout, 64<<10)
+	for {
+		line, cut, err := readLine(r, maxAnswerLine, false)
+		line = bytes.TrimSpace(line)
+		switch {
+		case cut:
+			s.stop(p, fmt.Errorf("protocol error: an answer line longer than %d bytes", maxAnswerLine))
+			return
+		case len(line) > 0:
+			if perr := s.answer(p, line); perr != nil {
+				s.stop(p, fmt.Errorf("protocol error: %w", perr))
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// answer settles the call an answer line is for.
+func (s *Sink) answer(p *proc, line []byte) error {
+	var a struct {
+		ID         *string `json:"id"`
+		OK         *bool   `json:"ok"`
+		Error      string  `json:"error"`
+		Permanent  bool    `json:"permanent"`
+		RetryAfter string  `json:"retryAfter"`
+	}
+	if err := json.Unmarshal(line, &a); err != nil {
+		return fmt.Errorf("not a JSON answer (%d bytes, starting %q): %v", len(line), cut(line, 64), err)
+	}
+	if a.ID == nil || *a.ID == "" {
+		return fmt.Errorf("an answer without an id (%d bytes, starting %q)", len(line), cut(line, 64))
+	}
+	if a.OK == nil {
+		return fmt.Errorf("the answer for %q has no ok", *a.ID)
+	}
+	var outcome error
+	if !*a.OK {
+		msg := a.Error
+		if msg == "" {
+			msg = "refused without an error text"
+		}
+		outcome = fmt.Errorf("plugin: %s", cut([]byte(msg), maxErrorText))
+		switch {
+		case a.Permanent:
+			outcome = sinks.Permanent(outcome)
+		case a.RetryAfter != "":
+			d, err := time.ParseDuration(a.RetryAfter)
+			if err != nil || d < 0 {
+				return fmt.Errorf("the answer for %q has retryAfter %q, not a duration like 5s", *a.ID, cut([]byte(a.RetryAfter), 64))
+			}
+			outcome = sinks.Throttle(outcome, d)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.pending[*a.ID]
+	if c == nil || c.proc != p {
+		return fmt.Errorf("an answer for %q, which is not an unanswered event", cut([]byte(*a.ID), 256))
+	}
+	s.finishLocked(c, outcome)
+	return nil
+}
+
+// readStderr logs the plugin's stderr, one record per line.
+func (s *Sink) readStderr(p *proc) {
+	defer p.wg.Done()
+	r := bufio.NewReaderSize(p.stderr, maxStderrLine)
+	for {
+		line, truncated, err := readLine(r, maxStderrLine, true)
+		if line = bytes.TrimRight(line, "\r\n"); len(line) > 0 {
+			if truncated {
+				s.logger.Info("plugin stderr", "pid", p.pid, "line", string(line), "truncated", true)
+			} else {
+				s.logger.Info("plugin stderr", "pid", p.pid, "line", string(line))
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// readLine reads one line of at most limit bytes. Of a longer line, it
+// returns the first limit bytes with truncated set, at once, or, with
+// drain, once the rest of the line has been read and dropped.
+func readLine(r *bufio.Reader, limit int, drain bool) (line []byte, truncated bool, err error) {
+	for {
+		frag, err := r.ReadSlice('\n')
+		if room := limit - len(line); len(frag) > room {
+			frag, truncated = frag[:max(room, 0)], true
+			if !drain {
+				return append(line, frag...), true, nil
+			}
+		}
+		line = append(line, frag...)
+		if err != bufio.ErrBufferFull {
+			if errors.Is(err, io.EOF) && len(line) == 0 {
+				return nil, truncated, err
+			}
+			return line, truncated, err
+		}
+	}
+}
+
+func cut(b []byte, n int) string {
+	if len(b) > n {
+		return string(b[:n]) + "…"
+	}
+	return string(b)
+}
+
+// stop takes p out of service for reason and kills it; the supervisor
+// then logs the reason, fails its unanswered events and restarts it.
+func (s *Sink) stop(p *proc, reason error) {
+	s.mu.Lock()
+	p.stopping = true
+	if p.reason == nil {
+		p.reason = reason
+	}
+	s.mu.Unlock()
+	p.kill()
+}
+
+// supervise owns the plugin's runs: it waits for each to end, fails its
+// unanswered events, and starts the next after a backoff, until Close.
+func (s *Sink) supervise(p *proc) {
+	defer close(s.stopped)
+	backoff := s.timing.minBackoff
+	for {
+		if p != nil {
+			select {
+			case <-p.exited:
+			case ctx := <-s.closeReq:
+				s.shutdown(ctx, p)
+				return
+			}
+			unanswered := s.reap(p)
+			ran := time.Since(p.started)
+			if ran >= s.timing.healthyAfter {
+				backoff = s.timing.minBackoff
+			}
+			s.mu.Lock()
+			reason := p.reason
+			s.mu.Unlock()
+			attrs := []any{"pid", p.pid, "exit", p.exitErr, "ran", ran.Round(time.Millisecond), "unanswered", unanswered, "restartIn", backoff}
+			if reason != nil {
+				attrs = append(attrs, "reason", reason)
+			}
+			s.logger.Warn("plugin stopped; restarting it", attrs...)
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-s.closeReq:
+			t.Stop()
+			return
+		}
+		backoff = min(2*backoff, s.timing.maxBackoff)
+		np, err := s.start()
+		s.mu.Lock()
+		if err != nil {
+			s.downErr = fmt.Errorf("starting %s: %w", s.argv[0], err)
+			s.logger.Warn("plugin failed to start", "error", err, "retryIn", backoff)
+		} else {
+			s.proc, s.downErr = np, nil
+		}
+		s.mu.Unlock()
+		p = np
+	}
+}
+
+// reap waits for p's goroutines (every answer it wrote has been read),
+// closes its pipes and fails its unanswered events retryably. It returns
+// how many there were.
+func (s *Sink) reap(p *proc) int {
+	p.wg.Wait()
+	closeAll([]*os.File{p.stdout, p.stderr})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	why := p.reason
+	switch {
+	case why != nil:
+	case p.exitErr != nil:
+		why = fmt.Errorf("the plugin exited (%v)", p.exitErr)
+	default:
+		why = errors.New("the plugin exited (status 0)")
+	}
+	if s.proc == p {
+		s.proc, s.downErr = nil, why
+	}
+	err := fmt.Errorf("exec sink: unanswered: %w", why)
+	n := 0
+	for _, c := range s.pending {
+		if c.proc == p {
+			s.finishLocked(c, err)
+			n++
+		}
+	}
+	p.queue = nil
+	return n
+}
+
+// shutdown is Close's work on the running plugin: close stdin, wait for the
+// answers and the exit (bounded by ctx, and by exitGrace once everything
+// is answered), then kill.
+func (s *Sink) shutdown(ctx context.Context, p *proc) {
+	s.mu.Lock()
+	p.closeIn, p.stopping = true, true
+	if p.reason == nil {
+		p.reason = errClosed
+	}
+	answered := s.answered
+	p.poke()
+	s.mu.Unlock()
+	exited := true
+	select {
+	case <-p.exited:
+	case <-answered:
+		t := time.NewTimer(s.timing.exitGrace)
+		select {
+		case <-p.exited:
+		case <-ctx.Done():
+			exited = false
+		case <-t.C:
+			exited = false
+		}
+		t.Stop()
+	case <-ctx.Done():
+		exited = false
+	}
+	if !exited {
+		p.kill()
+		<-p.exited
+	}
+	n := s.reap(p)
+	switch {
+	case n > 0:
+		s.closeErr = fmt.Errorf("exec sink %q: the plugin was killed at shutdown with %d events unanswered", s.name, n)
+		s.logger.Warn("plugin killed at shutdown with events unanswered (they are resent after a restart)", "pid", p.pid, "unanswered", n)
+	case !exited:
+		s.logger.Warn("plugin answered everything but did not exit after its stdin closed; killed", "pid", p.pid)
+	default:
+		s.logger.Info("plugin exited", "pid", p.pid, "exit", p.exitErr)
+	}
+}
