@@ -144,7 +144,7 @@ func (b *Bridge) Start(ctx context.Context) (err error) {
 	defer func() {
 		if err != nil {
 			b.stopAll()
-			b.closeAll(context.WithoutCancel(ctx))
+			b.closeAll(ctx)
 		}
 	}()
 	if err := b.watch(ctx); err != nil {
@@ -339,14 +339,22 @@ func (b *Bridge) Shutdown(ctx context.Context) error {
 		}
 		b.stopAll()
 		<-drained
-		b.shutdownErr = errors.Join(b.shutdownErr, b.closeAll(context.WithoutCancel(ctx)))
+		b.shutdownErr = errors.Join(b.shutdownErr, b.closeAll(ctx))
 	})
 	return b.shutdownErr
 }
 
+// closeTimeout bounds closing the sinks once their workers stopped (an
+// exec plugin waits for its answers until then), past any caller's
+// deadline: closing must end.
+const closeTimeout = 10 * time.Second
+
 // closeAll closes sinks, dead-letters and the bridge's connections, after
-// the workers stopped.
+// the workers stopped, within closeTimeout of ctx (whose cancellation it
+// ignores: what was started is closed).
 func (b *Bridge) closeAll(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+	defer cancel()
 	var errs []error
 	if set := b.currentSet(); set != nil {
 		for _, s := range set.order {

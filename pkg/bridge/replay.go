@@ -37,7 +37,7 @@ func Replay(ctx context.Context, opts Options, sinkName, ruleName string, progre
 	}
 	defer func() {
 		b.stopAll()
-		b.closeAll(context.WithoutCancel(ctx))
+		b.closeAll(ctx)
 	}()
 	if err := b.watch(ctx); err != nil {
 		return ReplayStatus{}, err

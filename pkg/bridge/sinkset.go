@@ -107,6 +107,8 @@ func (s *sinkRun) retire(ctx context.Context, drain time.Duration, logger *slog.
 		s.cancel()
 		<-s.delivery.Done()
 	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+	defer cancel()
 	if err := s.close(ctx); err != nil {
 		logger.Warn("closing a replaced sink", "sink", s.cfg.Name, "error", err)
 	}

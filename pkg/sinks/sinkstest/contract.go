@@ -323,12 +323,13 @@ func testBounded(t *testing.T, h Harness) {
 	// Each pending event holds about one object (pad bytes plus a few hundred
 	// of metadata); unbounded, 50,000 of them would take over 100 MiB.
 	perEvent := uint64(pad + 1024)
-	bound := uint64(capacity+objects+sinks.MaxBatch) * perEvent * 3
+	inFlight := max(cfg.Workers, 1) * sinks.MaxBatch // each worker holds its batch
+	bound := uint64(capacity+objects+inFlight) * perEvent * 3
 	if after > before && after-before > bound {
 		t.Errorf("heap grew by %d MiB for %d pending events; bound from objects is %d MiB", (after-before)>>20, d.Pending(), bound>>20)
 	}
-	if p := d.Pending(); p > capacity+objects+sinks.MaxBatch {
-		t.Errorf("%d events pending, more than capacity + objects", p)
+	if p := d.Pending(); p > capacity+objects+inFlight {
+		t.Errorf("%d events pending, more than capacity + objects + a batch per worker", p)
 	}
 	remote.Up(t)
 	got := WaitFor(t, src, remote, 120*time.Second)
