@@ -21,7 +21,10 @@
 // retried with the sink's backoff. Handlers run concurrently (see
 // Concurrency) and are answered in any order: kubebridge never has two
 // events of one object unanswered, so an object's events still reach the
-// handler one at a time, in order.
+// handler one at a time, in order. A handler must return within the exec
+// sink's timeout (default 30s): a plugin that leaves its oldest event
+// unanswered that long is taken for hung, killed and restarted, and its
+// unanswered events are resent.
 //
 // The package depends on the standard library only.
 package plugin

@@ -5,14 +5,17 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/kubebridge/kubebridge/pkg/config"
 )
 
-// DefaultInflight and MaxInflight bound Config.Inflight.
+// DefaultInflight and MaxInflight bound Config.Inflight; DefaultTimeout is
+// Config.Timeout's default.
 const (
 	DefaultInflight = 256
 	MaxInflight     = 100000
+	DefaultTimeout  = 30 * time.Second
 )
 
 // Config is the exec sink's type block: it runs a plugin, a program in any
@@ -25,12 +28,18 @@ type Config struct {
 	Env map[string]string `yaml:"env"`
 	// Inflight is how many events may be written to the plugin and not yet answered, across all workers. Default 256.
 	Inflight int `yaml:"inflight"`
+	// Timeout bounds the wait for an event's answer; a plugin that does not answer in time is killed and restarted, and its unanswered events are resent. Default 30s.
+	Timeout config.Duration `yaml:"timeout"`
 }
 
 // SetDefaults sets the defaults before the YAML is decoded into c.
-func (c *Config) SetDefaults() { c.Inflight = DefaultInflight }
+func (c *Config) SetDefaults() {
+	c.Inflight = DefaultInflight
+	c.Timeout = config.Duration(DefaultTimeout)
+}
 
-// Validate checks the command, the variable names and the inflight bound.
+// Validate checks the command, the variable names, the inflight bound and
+// the timeout.
 func (c *Config) Validate() error {
 	var errs []error
 	if len(c.Command) == 0 {
@@ -58,6 +67,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Inflight < 1 || c.Inflight > MaxInflight {
 		errs = append(errs, config.ErrorAt("inflight", "must be between 1 and %d, got %d", MaxInflight, c.Inflight))
+	}
+	if c.Timeout <= 0 {
+		errs = append(errs, config.ErrorAt("timeout", "must be positive, got %s", c.Timeout))
 	}
 	return errors.Join(errs...)
 }

@@ -26,11 +26,14 @@
 // for the first answer. At most Config.Inflight events are unanswered,
 // across all workers.
 //
-// A plugin that exits, or writes a line that is not an answer to one of its
-// unanswered events (not JSON, no id or ok, an unknown id, a bad
-// retryAfter), is killed and restarted with exponential backoff (100ms,
-// doubling up to 30s; back to 100ms once it has run for a minute); its
-// unanswered events fail retryably and are resent. While no plugin runs,
+// A plugin that exits, closes its stdout, writes a line that is not an
+// answer to one of its unanswered events (not JSON, no id or ok, an unknown
+// id, a bad retryAfter), or does not answer in time (it is taken for hung:
+// see Config.Timeout and watchAnswers), is killed with its process group
+// and restarted with exponential backoff (100ms, doubling up to 30s; back to
+// 100ms once it has run for a minute); its unanswered events fail retryably
+// and are resent. A killed plugin cannot answer late: no answer of a
+// previous run is ever taken for the resent event. While no plugin runs,
 // Send fails at once, retryably: it never hangs on a dead plugin. Its stderr
 // is logged line by line (4 KiB at most per line). It starts with a minimal
 // environment (PATH, HOME and LANG from the bridge, plus Config.Env) in its
@@ -41,6 +44,7 @@
 package exec
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"fmt"
@@ -98,6 +102,8 @@ type Sink struct {
 	env    []string
 	logger *slog.Logger
 	timing timing
+	// timeout bounds the wait for an answer (see watchAnswers).
+	timeout time.Duration
 
 	// slots holds one token per unanswered event: its capacity is the
 	// inflight bound, shared by every Send.
@@ -125,6 +131,8 @@ type call struct {
 	id, key string
 	line    []byte
 	proc    *proc
+	sent    time.Time      // when it was handed to proc
+	elem    *list.Element  // in proc.unanswered, until finished
 	err     error          // the outcome, set when finished
 	waiters []chan<- *call // Sends to tell when it is finished
 }
@@ -157,6 +165,7 @@ func newSink(name string, c Config, logger *slog.Logger, t timing) (*Sink, error
 		env:      environ(c.Env),
 		logger:   logger,
 		timing:   t,
+		timeout:  c.Timeout.D(),
 		slots:    make(chan struct{}, c.Inflight),
 		pending:  map[string]*call{},
 		byKey:    map[string]*call{},
@@ -366,7 +375,7 @@ func (s *Sink) submit(ctx context.Context, id, key string, line []byte, notify c
 		<-s.slots
 		return c, own, err
 	}
-	c = &call{id: id, key: key, line: line, proc: s.proc, waiters: []chan<- *call{notify}}
+	c = &call{id: id, key: key, line: line, proc: s.proc, sent: time.Now(), waiters: []chan<- *call{notify}}
 	s.pending[id], s.byKey[key] = c, c
 	s.proc.enqueue(c)
 	return c, true, nil
@@ -405,6 +414,13 @@ func (s *Sink) finishLocked(c *call, err error) {
 	delete(s.pending, c.id)
 	if s.byKey[c.key] == c {
 		delete(s.byKey, c.key)
+	}
+	if c.elem != nil {
+		if p := c.proc; p.unanswered.Front() == c.elem {
+			p.headSince = time.Now() // the next oldest's turn
+		}
+		c.proc.unanswered.Remove(c.elem)
+		c.elem = nil
 	}
 	c.err = err
 	for _, w := range c.waiters {

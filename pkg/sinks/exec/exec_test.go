@@ -651,7 +651,7 @@ func TestStderrIsLogged(t *testing.T) {
 // With the plugin dead and restarting, Send returns a retryable error
 // at once, never hangs.
 func TestDeadPluginFailsFast(t *testing.T) {
-	c := Config{Command: []string{"false"}, Inflight: 10}
+	c := Config{Command: []string{"false"}, Inflight: 10, Timeout: config.Duration(time.Minute)}
 	s, logs := startSink(t, c)
 	src := sinkstest.NewSource(10)
 	for range 5 {
@@ -669,7 +669,7 @@ func TestDeadPluginFailsFast(t *testing.T) {
 }
 
 func TestCreateFailsWhenTheCommandCannotStart(t *testing.T) {
-	c := Config{Command: []string{"/nonexistent/plugin"}, Inflight: 1}
+	c := Config{Command: []string{"/nonexistent/plugin"}, Inflight: 1, Timeout: config.Duration(time.Minute)}
 	_, err := Factory.Create(context.Background(), sinks.Settings{Config: config.Sink{Name: "audit", Type: "exec", Spec: &c}})
 	if err == nil || !strings.Contains(err.Error(), `exec sink "audit": starting /nonexistent/plugin`) {
 		t.Errorf("Create = %v", err)
@@ -682,24 +682,27 @@ func TestCreateFailsWhenTheCommandCannotStart(t *testing.T) {
 
 func TestConfig(t *testing.T) {
 	c := Factory.NewConfig().(*Config)
-	if c.Inflight != 256 {
-		t.Errorf("default inflight %d", c.Inflight)
+	if c.Inflight != 256 || c.Timeout.D() != 30*time.Second {
+		t.Errorf("default inflight %d, timeout %s", c.Inflight, c.Timeout)
 	}
+	sec := config.Duration(time.Second)
 	for _, tc := range []struct {
 		name string
 		c    Config
 		want []string
 	}{
-		{"ok", Config{Command: []string{"python3", "/plugins/audit.py"}, Env: map[string]string{"AUDIT_DB": "x"}, Inflight: 1}, nil},
-		{"no command", Config{Inflight: 256}, []string{"command: required: the plugin's program and its arguments, e.g. [python3, /plugins/audit.py]"}},
-		{"empty program", Config{Command: []string{""}, Inflight: 256}, []string{"command[0]: must name the program, got an empty string"}},
-		{"bad env and inflight", Config{Command: []string{"p", "a\x00b"}, Env: map[string]string{"A=B": "x", "TOKEN": "se\x00cret"}, Inflight: 0}, []string{
+		{"ok", Config{Command: []string{"python3", "/plugins/audit.py"}, Env: map[string]string{"AUDIT_DB": "x"}, Inflight: 1, Timeout: sec}, nil},
+		{"no command", Config{Inflight: 256, Timeout: sec}, []string{"command: required: the plugin's program and its arguments, e.g. [python3, /plugins/audit.py]"}},
+		{"empty program", Config{Command: []string{""}, Inflight: 256, Timeout: sec}, []string{"command[0]: must name the program, got an empty string"}},
+		{"bad env and inflight", Config{Command: []string{"p", "a\x00b"}, Env: map[string]string{"A=B": "x", "TOKEN": "se\x00cret"}, Inflight: 0, Timeout: sec}, []string{
 			"command[1]: contains a NUL byte",
 			`env["A=B"]: "A=B" is not a variable name (non-empty, without '=' or NUL)`,
 			"env.TOKEN: the value contains a NUL byte",
 			"inflight: must be between 1 and 100000, got 0",
 		}},
-		{"inflight too high", Config{Command: []string{"p"}, Inflight: 100001}, []string{"inflight: must be between 1 and 100000, got 100001"}},
+		{"inflight too high", Config{Command: []string{"p"}, Inflight: 100001, Timeout: sec}, []string{"inflight: must be between 1 and 100000, got 100001"}},
+		{"no timeout", Config{Command: []string{"p"}, Inflight: 1}, []string{"timeout: must be positive, got 0s"}},
+		{"negative timeout", Config{Command: []string{"p"}, Inflight: 1, Timeout: config.Duration(-time.Second)}, []string{"timeout: must be positive, got -1s"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var got []string

@@ -3,6 +3,7 @@ package exec
 import (
 	"bufio"
 	"bytes"
+	"container/list"
 	"context"
 	"encoding/json"
 	"errors"
@@ -25,7 +26,7 @@ const (
 )
 
 // proc is one run of the plugin. Its goroutines (wait, answers, stderr,
-// writer) are awaited by the supervisor through wg.
+// writer, answer timeout) are awaited by the supervisor through wg.
 type proc struct {
 	cmd    *osexec.Cmd
 	pid    int
@@ -43,22 +44,34 @@ type proc struct {
 	reaped bool // set as it is about to be reaped: its pid may be reused, no more group kills (guarded by killMu)
 
 	// Guarded by Sink.mu.
-	queue    []*call // to be written, in order
-	closeIn  bool    // close stdin once the queue is written
-	stopping bool    // takes no more events
-	reason   error   // why it was stopped, when the bridge stopped it
+	queue      []*call    // to be written, in order
+	unanswered *list.List // of *call: handed to it and not answered, oldest first
+	headSince  time.Time  // when unanswered's front last changed by an answer (or a failure)
+	closeIn    bool       // close stdin once the queue is written
+	stopping   bool       // takes no more events
+	reason     error      // why it was stopped, when the bridge stopped it
+	waited     bool       // exitErr is cmd.Wait's result
 }
 
+// reasonLocked says why p is stopping: the bridge's reason, or its exit
+// (the exit status once waitExit has it).
 func (p *proc) reasonLocked() error {
-	if p.reason != nil {
+	switch {
+	case p.reason != nil:
 		return p.reason
+	case p.exitErr != nil:
+		return fmt.Errorf("the plugin exited (%v)", p.exitErr)
+	case p.waited:
+		return errors.New("the plugin exited (status 0)")
 	}
 	return errors.New("the plugin exited")
 }
 
-// enqueue queues c for the writer; Sink.mu is held.
+// enqueue queues c for the writer and starts its answer's clock; Sink.mu
+// is held.
 func (p *proc) enqueue(c *call) {
 	p.queue = append(p.queue, c)
+	c.elem = p.unanswered.PushBack(c)
 	p.poke()
 }
 
@@ -105,13 +118,15 @@ func (s *Sink) start() (*proc, error) {
 	p := &proc{
 		cmd: cmd, pid: cmd.Process.Pid, stdin: files[1], stdout: files[2], stderr: files[4],
 		started: time.Now(), wake: make(chan struct{}, 1), exited: make(chan struct{}),
+		unanswered: list.New(),
 	}
 	s.logger.Info("plugin started", "program", filepath.Base(s.argv[0]), "pid", p.pid, "protocol", Protocol)
-	p.wg.Add(4)
+	p.wg.Add(5)
 	go s.waitExit(p)
 	go s.readAnswers(p)
 	go s.readStderr(p)
 	go s.writeEvents(p)
+	go s.watchAnswers(p)
 	return p, nil
 }
 
@@ -125,8 +140,10 @@ func closeAll(fs []*os.File) {
 
 // waitExit waits for the process. Before reaping it, it kills what the
 // plugin left in its process group (its pid cannot be reused until
-// reaped); then it bounds how long the output pipes are drained, since a
-// child that escaped may still hold them.
+// reaped); then it bounds how long the output pipes are drained, and ends
+// a write to its stdin at once, since a child that escaped the group may
+// still hold the pipes (and not read: the writer would block for ever, and
+// with it the restart and Close).
 func (s *Sink) waitExit(p *proc) {
 	defer p.wg.Done()
 	waitUnreaped(p.pid)
@@ -135,12 +152,14 @@ func (s *Sink) waitExit(p *proc) {
 	p.reaped = true
 	p.killMu.Unlock()
 	err := p.cmd.Wait()
-	deadline := time.Now().Add(s.timing.readGrace)
+	now := time.Now()
+	_ = p.stdin.SetWriteDeadline(now) // an error: the writer closed it already
+	deadline := now.Add(s.timing.readGrace)
 	_ = p.stdout.SetReadDeadline(deadline)
 	_ = p.stderr.SetReadDeadline(deadline)
 	s.mu.Lock()
 	p.stopping = true
-	p.exitErr = err
+	p.exitErr, p.waited = err, true
 	s.mu.Unlock()
 	close(p.exited)
 }
@@ -182,7 +201,8 @@ func (s *Sink) writeEvents(p *proc) {
 }
 
 // readAnswers reads answers from stdout until EOF; a line that is not a
-// valid answer stops the plugin.
+// valid answer stops the plugin, and so does the end of its stdout before
+// its exit (see stdoutEnded).
 func (s *Sink) readAnswers(p *proc) {
 	defer p.wg.Done()
 	r := bufio.NewReaderSize(p.stdout, 64<<10)
@@ -200,8 +220,88 @@ func (s *Sink) readAnswers(p *proc) {
 			}
 		}
 		if err != nil {
+			s.stdoutEnded(p, err)
 			return
 		}
+	}
+}
+
+// stdoutEnded handles the end of the plugin's stdout (EOF, or a read
+// error). A plugin that exits closes it first: then nothing is to be done.
+// One that does not exit within readGrace can answer nothing more, and is
+// stopped; at shutdown only when it still owes answers (it may close its
+// stdout once it answered everything, and then take a while to exit).
+func (s *Sink) stdoutEnded(p *proc, err error) {
+	t := time.NewTimer(s.timing.readGrace)
+	defer t.Stop()
+	select {
+	case <-p.exited:
+		return
+	case <-t.C:
+	}
+	s.mu.Lock()
+	done := p.closeIn && p.unanswered.Len() == 0
+	s.mu.Unlock()
+	if done {
+		return
+	}
+	if errors.Is(err, io.EOF) {
+		s.stop(p, errors.New("the plugin closed its stdout but kept running: it can answer nothing more"))
+	} else {
+		s.stop(p, fmt.Errorf("reading its stdout: %w", err))
+	}
+}
+
+// watchAnswers is the answer timeout. The oldest unanswered event gets
+// timeout for its answer, counted from when it was written or from when it
+// became the oldest (the one before it was answered), whichever is later:
+// an event is never waited for longer than that as the oldest. So a plugin
+// that answers nothing is caught timeout after its first write; one that
+// drops a single event, timeout after it answered the events written
+// before that one; and one that works through a backlog in the pipe
+// (events written long ago, handled one after the other) is not. On expiry
+// p counts as hung and is stopped (killed with its process group); the
+// supervisor then fails its unanswered events retryably (the delivery loop
+// resends them) and restarts it. The timer is set for the oldest's due
+// time, or a whole timeout ahead when nothing is unanswered (any event
+// handed over later is due later), so it never fires late.
+func (s *Sink) watchAnswers(p *proc) {
+	defer p.wg.Done()
+	t := time.NewTimer(s.timeout)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.exited:
+			return
+		case <-t.C:
+		}
+		s.mu.Lock()
+		next, overdue, unanswered := s.timeout, time.Duration(0), 0
+		if front := p.unanswered.Front(); front != nil {
+			since := front.Value.(*call).sent
+			if p.headSince.After(since) {
+				since = p.headSince
+			}
+			if waited := time.Since(since); waited >= s.timeout {
+				overdue, unanswered = waited, p.unanswered.Len()
+			} else {
+				next = s.timeout - waited
+			}
+		}
+		s.mu.Unlock()
+		select {
+		case <-p.exited: // its exit is the story
+			return
+		default:
+		}
+		if unanswered > 0 {
+			// Counts and times only: never event data.
+			s.logger.Warn("plugin did not answer in time; killing it (its unanswered events are resent)",
+				"pid", p.pid, "timeout", s.timeout, "waited", overdue.Round(time.Millisecond), "unanswered", unanswered)
+			s.stop(p, fmt.Errorf("no answer within the timeout (%s)", s.timeout))
+			return
+		}
+		t.Reset(next)
 	}
 }
 
@@ -221,7 +321,7 @@ func (s *Sink) answer(p *proc, line []byte) error {
 		return fmt.Errorf("an answer without an id (%d bytes, starting %q)", len(line), cut(line, 64))
 	}
 	if a.OK == nil {
-		return fmt.Errorf("the answer for %q has no ok", *a.ID)
+		return fmt.Errorf("the answer for %q has no ok", cut([]byte(*a.ID), 256))
 	}
 	var outcome error
 	if !*a.OK {
@@ -236,7 +336,7 @@ func (s *Sink) answer(p *proc, line []byte) error {
 		case a.RetryAfter != "":
 			d, err := time.ParseDuration(a.RetryAfter)
 			if err != nil || d < 0 {
-				return fmt.Errorf("the answer for %q has retryAfter %q, not a duration like 5s", *a.ID, cut([]byte(a.RetryAfter), 64))
+				return fmt.Errorf("the answer for %q has retryAfter %q, not a duration like 5s", cut([]byte(*a.ID), 256), cut([]byte(a.RetryAfter), 64))
 			}
 			outcome = sinks.Throttle(outcome, d)
 		}
@@ -367,14 +467,7 @@ func (s *Sink) reap(p *proc) int {
 	closeAll([]*os.File{p.stdout, p.stderr})
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	why := p.reason
-	switch {
-	case why != nil:
-	case p.exitErr != nil:
-		why = fmt.Errorf("the plugin exited (%v)", p.exitErr)
-	default:
-		why = errors.New("the plugin exited (status 0)")
-	}
+	why := p.reasonLocked()
 	if s.proc == p {
 		s.proc, s.downErr = nil, why
 	}

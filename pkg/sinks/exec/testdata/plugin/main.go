@@ -20,8 +20,14 @@
 //
 // Knobs, for its first run only (a restart behaves): PLUGIN_CRASH_AT=N exits
 // with code 3 on reading its Nth event; PLUGIN_GARBAGE_AT=N answers its Nth
-// event with a line that is not JSON. PLUGIN_IGNORE_EOF=1 keeps running
-// after stdin closes; PLUGIN_STDERR is written to stderr at start.
+// event with a line that is not JSON; PLUGIN_CLOSE_STDOUT_AT=N closes its
+// stdout on reading its Nth event and keeps running, answering nothing;
+// PLUGIN_MUTE=1 reads events and answers none; PLUGIN_ESCAPE=1 starts a
+// child in a session of its own (out of reach of a kill of the plugin's
+// process group) that holds the plugin's stdin, writes the child's pid to
+// escaped, and reads nothing. For every run: PLUGIN_DELAY=<duration> takes
+// that long over each event, one after the other; PLUGIN_IGNORE_EOF=1 keeps
+// running after stdin closes; PLUGIN_STDERR is written to stderr at start.
 package main
 
 import (
@@ -29,10 +35,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -72,6 +80,10 @@ type ev struct {
 }
 
 func main() {
+	if os.Getenv("PLUGIN_SLEEPER") != "" { // the escaped child: holds its stdin, reads nothing
+		time.Sleep(time.Minute)
+		return
+	}
 	appendTo("starts", strconv.Itoa(os.Getpid()))
 	starts, _ := os.ReadFile(filepath.Join(dir, "starts"))
 	first := strings.Count(string(starts), "\n") == 1
@@ -79,8 +91,22 @@ func main() {
 	if s := os.Getenv("PLUGIN_STDERR"); s != "" {
 		fmt.Fprintln(os.Stderr, s)
 	}
+	if first && os.Getenv("PLUGIN_ESCAPE") != "" {
+		child := exec.Command(os.Args[0])
+		child.Env = append(os.Environ(), "PLUGIN_SLEEPER=1")
+		child.Stdin = os.Stdin
+		child.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		if err := child.Start(); err != nil {
+			panic(err)
+		}
+		appendTo("escaped", strconv.Itoa(child.Process.Pid))
+		time.Sleep(time.Hour) // reads nothing: the bridge's writes fill the pipe
+	}
 	crashAt, _ := strconv.Atoi(os.Getenv("PLUGIN_CRASH_AT"))
 	garbageAt, _ := strconv.Atoi(os.Getenv("PLUGIN_GARBAGE_AT"))
+	closeStdoutAt, _ := strconv.Atoi(os.Getenv("PLUGIN_CLOSE_STDOUT_AT"))
+	mute := first && os.Getenv("PLUGIN_MUTE") != ""
+	delay, _ := time.ParseDuration(os.Getenv("PLUGIN_DELAY"))
 
 	lines := make(chan []byte)
 	go func() {
@@ -144,11 +170,19 @@ func main() {
 				out.Flush()
 				continue
 			}
+			if first && n == closeStdoutAt {
+				os.Stdout.Close()
+				mute = true
+			}
+			if mute {
+				continue
+			}
 			switch mode := control()(e.Subject); mode {
 			case "hold":
 				appendTo("received.jsonl", strings.TrimSpace(string(line)))
 				held = append(held, e)
 			default:
+				time.Sleep(delay)
 				answer(e, mode)
 			}
 		case <-tick.C:
