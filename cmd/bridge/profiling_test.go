@@ -3,6 +3,7 @@ package main
 import (
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 )
 
@@ -29,5 +30,14 @@ func TestProfilingListensOnLoopbackOnly(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 || len(body) == 0 {
 		t.Errorf("pprof: %d %q", resp.StatusCode, body)
+	}
+}
+
+// bridge tail as the README shows it (no TLS flags): it runs, and with no
+// server it gives up at --timeout with exit status 1, not a crash.
+func TestTailWithoutTLSFlags(t *testing.T) {
+	r := runBridge(t, "tail", "--nats", "nats://127.0.0.1:1", "--timeout", "1s", "--count", "1")
+	if r.code != 1 || strings.Contains(r.stderr, "panic") || !strings.Contains(r.stderr, "got 0 of 1 events") {
+		t.Errorf("exit %d, stderr %q", r.code, r.stderr)
 	}
 }

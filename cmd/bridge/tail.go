@@ -35,7 +35,7 @@ as a nats sink does (--creds, --nkey, --token-file, --user/--password-file,
 			if tlsCA != "" || tlsCert != "" || tlsKey != "" {
 				o.Connection.TLS = &config.TLS{CAFile: tlsCA, CertFile: tlsCert, KeyFile: tlsKey}
 			}
-			if err := o.Connection.TLS.Validate(); o.Connection.TLS != nil && err != nil {
+			if tls := o.Connection.TLS; tls != nil && tls.Validate() != nil {
 				return &exitError{exitInvalid, errFlag("--tls-cert and --tls-key go together")}
 			}
 			if (o.Connection.User == "") != (o.Connection.PasswordFile == "") {

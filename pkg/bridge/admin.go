@@ -87,16 +87,16 @@ func (b *Bridge) serveReplay(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("no rule %q delivers to sink %q", ruleName, sink), http.StatusNotFound)
 		return
 	}
-	if !b.replays.limit.Allow() {
-		w.Header().Set("Retry-After", "10")
-		http.Error(w, "too many replays; try again later", http.StatusTooManyRequests)
-		return
-	}
 	if !b.replays.running.TryLock() {
 		http.Error(w, "a replay is running; try again when it is done", http.StatusTooManyRequests)
 		return
 	}
 	defer b.replays.running.Unlock()
+	if !b.replays.limit.Allow() {
+		w.Header().Set("Retry-After", "10")
+		http.Error(w, "too many replays; try again later", http.StatusTooManyRequests)
+		return
+	}
 	b.logger.Info("replay requested", "user", user, "sink", sink, "rule", ruleName)
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	enc := json.NewEncoder(w)

@@ -391,3 +391,29 @@ func MetadataOnly(obj map[string]any) map[string]any {
 func isSecret(gvr schema.GroupVersionResource) bool {
 	return gvr.Group == "" && gvr.Resource == "secrets"
 }
+
+// PercentEncode encodes an attribute value for a ce-* header (webhook
+// binary mode, NATS headers) as the CloudEvents HTTP binding requires: bytes outside printable ASCII
+// (0x21-0x7E), space, '"' and '%' become %XX; UTF-8 is encoded byte-wise.
+func PercentEncode(v string) string {
+	i := 0
+	for i < len(v) && !pctEscaped(v[i]) {
+		i++
+	}
+	if i == len(v) {
+		return v
+	}
+	const hex = "0123456789ABCDEF"
+	b := make([]byte, 0, len(v)+16)
+	b = append(b, v[:i]...)
+	for ; i < len(v); i++ {
+		if c := v[i]; pctEscaped(c) {
+			b = append(b, '%', hex[c>>4], hex[c&15])
+		} else {
+			b = append(b, c)
+		}
+	}
+	return string(b)
+}
+
+func pctEscaped(c byte) bool { return c < 0x21 || c > 0x7e || c == '"' || c == '%' }

@@ -67,12 +67,18 @@ func startEmbedded(name string, c *Config) (*server.Server, string, error) {
 			return nil, "", fmt.Errorf("tokenFile: %w", err)
 		}
 		opts.Authorization = strings.TrimSpace(string(tok))
+		if opts.Authorization == "" {
+			return nil, "", fmt.Errorf("tokenFile %s is empty: the server would take any client", c.TokenFile)
+		}
 	case c.User != "":
 		pw, err := os.ReadFile(c.PasswordFile)
 		if err != nil {
 			return nil, "", fmt.Errorf("passwordFile: %w", err)
 		}
 		opts.Username, opts.Password = c.User, strings.TrimRight(string(pw), "\r\n")
+		if opts.Password == "" {
+			return nil, "", fmt.Errorf("passwordFile %s is empty", c.PasswordFile)
+		}
 	}
 	srv, err := server.NewServer(opts)
 	if err != nil {

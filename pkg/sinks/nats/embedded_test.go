@@ -23,6 +23,12 @@ func TestEmbeddedServerBeyondLoopbackNeedsAuth(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 
+	empty := filepath.Join(t.TempDir(), "empty")
+	must(t, os.WriteFile(empty, []byte("\n"), 0o600))
+	if _, _, err := startEmbedded("blank", &Config{Embedded: true, URL: "nats://0.0.0.0:" + port, TokenFile: empty, Subject: DefaultSubject}); err == nil || !strings.Contains(err.Error(), "is empty") {
+		t.Fatalf("an empty token file: err = %v", err)
+	}
+
 	tokenFile := filepath.Join(t.TempDir(), "token")
 	must(t, os.WriteFile(tokenFile, []byte("s3cret\n"), 0o600))
 	srv, url, err := startEmbedded("guarded", &Config{Embedded: true, URL: "nats://0.0.0.0:" + port, TokenFile: tokenFile, Subject: DefaultSubject})

@@ -353,7 +353,10 @@ func (s *Sink) fill(msg *natsgo.Msg, e *event.Event, sb *strings.Builder) error 
 	}
 	delete(h, "ce-kbreplay") // a reused header may hold the previous event's
 	delete(h, "ce-kbreason")
-	e.Attributes(func(name, value string) { set("ce-"+name, value) })
+	// Percent-encoded as in the CloudEvents HTTP binding: nats.go would
+	// turn a CR or LF in a header into a space, so two names could look
+	// alike.
+	e.Attributes(func(name, value string) { set("ce-"+name, event.PercentEncode(value)) })
 	set("Content-Type", "application/cloudevents+json")
 	// The server's limit is on headers and body together; over it, the
 	// server would close the connection, failing the whole batch.

@@ -11,12 +11,15 @@ import (
 // control character, space and DEL (bytes below 0x21 and 0x7f: a name
 // with a newline must not split a protocol line or a subject), and '%'
 // itself become %XX (their hex byte value, as in URLs); an empty value
-// becomes "_" (Kubernetes names are never "_"). So the group example.io is
+// becomes "_" (and a value "_" becomes %5F). So the group example.io is
 // the token example%2Eio, and a consumer subscribes with
 // k8s.*.example%2Eio.widgets.>.
 func Token(v string) string {
-	if v == "" {
+	switch v {
+	case "":
 		return "_"
+	case "_": // a real name (RBAC objects take it): not the empty value
+		return "%5F"
 	}
 	i := 0
 	for i < len(v) && !escaped(v[i]) {

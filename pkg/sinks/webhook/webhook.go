@@ -181,7 +181,7 @@ func (s *Sink) sendOne(ctx context.Context, e *event.Event) error {
 		h.Set("Content-Type", "application/json")
 		// Percent-encoded as the CloudEvents HTTP binding says: a name with
 		// a control character is carried, not refused by the transport.
-		e.Attributes(func(name, value string) { h.Set("ce-"+name, PercentEncode(value)) })
+		e.Attributes(func(name, value string) { h.Set("ce-"+name, event.PercentEncode(value)) })
 	}
 	if err != nil {
 		return sinks.Permanent(fmt.Errorf("encoding event %s: %w", e.ID, err))
@@ -336,47 +336,21 @@ func Sign(secret []byte, t time.Time, h http.Header, body []byte) string {
 // header as "name:value" and a newline (names lowercased, sorted; values as
 // sent, i.e. percent-encoded), a newline, then the raw body.
 func SignedContent(ts string, h http.Header, body []byte) []byte {
-	var names []string
-	for k := range h {
-		if lk := strings.ToLower(k); strings.HasPrefix(lk, "ce-") {
-			names = append(names, k)
+	var lines []string
+	for k, v := range h {
+		if lk := strings.ToLower(k); strings.HasPrefix(lk, "ce-") && len(v) > 0 {
+			lines = append(lines, lk+":"+v[0]+"\n")
 		}
 	}
-	slices.SortFunc(names, func(a, b string) int { return strings.Compare(strings.ToLower(a), strings.ToLower(b)) })
-	b := make([]byte, 0, len(body)+len(ts)+64*len(names)+2)
+	slices.Sort(lines) // the lines, as the recipes sort them
+	b := make([]byte, 0, len(body)+len(ts)+64*len(lines)+2)
 	b = append(append(b, ts...), '\n')
-	for _, k := range names {
-		b = append(append(append(append(b, strings.ToLower(k)...), ':'), h.Get(k)...), '\n')
+	for _, l := range lines {
+		b = append(b, l...)
 	}
 	b = append(b, '\n')
 	return append(b, body...)
 }
-
-// PercentEncode encodes an attribute value for a ce-* header as the
-// CloudEvents HTTP binding requires: bytes outside printable ASCII
-// (0x21-0x7E), space, '"' and '%' become %XX; UTF-8 is encoded byte-wise.
-func PercentEncode(v string) string {
-	i := 0
-	for i < len(v) && !pctEscaped(v[i]) {
-		i++
-	}
-	if i == len(v) {
-		return v
-	}
-	const hex = "0123456789ABCDEF"
-	b := make([]byte, 0, len(v)+16)
-	b = append(b, v[:i]...)
-	for ; i < len(v); i++ {
-		if c := v[i]; pctEscaped(c) {
-			b = append(b, '%', hex[c>>4], hex[c&15])
-		} else {
-			b = append(b, c)
-		}
-	}
-	return string(b)
-}
-
-func pctEscaped(c byte) bool { return c < 0x21 || c > 0x7e || c == '"' || c == '%' }
 
 // Close releases idle connections.
 func (s *Sink) Close(context.Context) error {

@@ -310,6 +310,9 @@ func verifyV2(secret []byte, h http.Header, body []byte, now time.Time) error {
 	var lines []string
 	for name, values := range h {
 		if name = strings.ToLower(name); strings.HasPrefix(name, "ce-") {
+			if len(values) != 1 {
+				return fmt.Errorf("header %s repeated", name)
+			}
 			lines = append(lines, name+":"+values[0]+"\n")
 		}
 	}
@@ -377,6 +380,11 @@ func TestSignatureVerifiesWithTheRecipe(t *testing.T) {
 		}
 		if err := verifyV2([]byte("s3cr3t-key"), h, append(body, ' '), time.Now()); err == nil {
 			t.Error("v2: a tampered body verified")
+		}
+		appended := h.Clone()
+		appended.Add("ce-type", "io.kubebridge.configmaps.core.deleted")
+		if err := verifyV2([]byte("s3cr3t-key"), appended, body, time.Now()); err == nil {
+			t.Error("v2: a request with an appended ce-type verified")
 		}
 		if h.Get("Authorization") != "Bearer tok-123" || h.Get("X-Team") != "platform" || h.Get("ce-specversion") != "1.0" || h.Get("Content-Type") != "application/json" {
 			t.Errorf("headers %v", h)
