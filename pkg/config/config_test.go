@@ -72,9 +72,6 @@ func TestBaseIsValidWithDefaults(t *testing.T) {
 	if !reflect.DeepEqual(r.Events, []string{"added", "updated", "deleted"}) || !reflect.DeepEqual(r.Include, []string{"object"}) {
 		t.Errorf("rule defaults: events %v include %v", r.Events, r.Include)
 	}
-	if got := cfg.Redaction.SecretAnnotations; len(got) != 2 || got[0] != "kubectl.kubernetes.io/last-applied-configuration" {
-		t.Errorf("redaction default = %v", got)
-	}
 	if cfg.Checkpoint.File != DefaultCheckpointFile {
 		t.Errorf("checkpoint default = %q", cfg.Checkpoint.File)
 	}

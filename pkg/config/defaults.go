@@ -17,9 +17,7 @@ var (
 	IncludeFields = []string{"object", "oldObject", "patch", "metadata"}
 )
 
-func (c *Config) SetDefaults() {
-	c.Redaction.SecretAnnotations = []string{"kubectl.kubernetes.io/last-applied-configuration", "openshift.io/token-secret.value"}
-}
+func (c *Config) SetDefaults() {}
 
 // applyLateDefaults sets defaults that depend on what the file set.
 func (c *Config) applyLateDefaults() {

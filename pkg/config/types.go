@@ -37,7 +37,7 @@ func (c *Config) LineOf(path string) int {
 
 // Redaction lists what is redacted in Secret events besides data and stringData.
 type Redaction struct {
-	// SecretAnnotations are the Secret annotations whose values are redacted; "*" redacts every annotation. Default: kubectl.kubernetes.io/last-applied-configuration and openshift.io/token-secret.value, which hold the Secret's values.
+	// SecretAnnotations are more Secret annotations whose values are redacted, besides kubectl.kubernetes.io/last-applied-configuration and openshift.io/token-secret.value, which hold the Secret's values and are always redacted; "*" redacts every annotation.
 	SecretAnnotations []string `yaml:"secretAnnotations"`
 }
 

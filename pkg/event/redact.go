@@ -15,6 +15,11 @@ var secretFields = []string{"data", "stringData"}
 // AllAnnotations in a rule's SecretAnnotations redacts every annotation.
 const AllAnnotations = "*"
 
+// AlwaysRedactedAnnotations hold a Secret's values (kubectl's last-applied
+// configuration, OpenShift's service account token): redacted whatever a
+// config lists, so that editing the config cannot expose them.
+var AlwaysRedactedAnnotations = []string{"kubectl.kubernetes.io/last-applied-configuration", "openshift.io/token-secret.value"}
+
 // RedactSecret returns a shallow copy of a Secret object with every value of
 // data and stringData replaced by Redacted, and so are the values of the
 // annotations listed (AllAnnotations: every one); keys stay, so consumers

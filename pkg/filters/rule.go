@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -100,7 +101,7 @@ func Compile(cfg *config.Config, i int, nsLabels NamespaceLabels, logger *slog.L
 		now:      time.Now,
 		Event: &event.Rule{
 			Name: rc.Name, Cluster: cfg.Cluster, GVR: gvr, AllowSecretData: rc.AllowSecretData,
-			SecretAnnotations: cfg.Redaction.SecretAnnotations,
+			SecretAnnotations: append(slices.Clone(event.AlwaysRedactedAnnotations), cfg.Redaction.SecretAnnotations...),
 		},
 	}
 	for _, inc := range rc.Include {
@@ -319,6 +320,7 @@ func (r *Rule) InView(obj *unstructured.Unstructured) bool {
 	if r.labelSel != nil && !r.labelSel.Matches(objLabels(metaMap(obj, "labels"))) {
 		return false
 	}
+	obj = r.filtered(obj)
 	if r.fieldSel != nil && !r.fieldSel.Matches(r.fieldSet(obj)) {
 		return false
 	}
@@ -346,9 +348,10 @@ func (r *Rule) passesEventWhere(obj, old *unstructured.Unstructured, t event.Cha
 	if r.where == nil || r.whereIsView {
 		return true
 	}
-	return r.eval(obj, old, t)
+	return r.eval(r.filtered(obj), r.filtered(old), t)
 }
 
+// eval runs the where expression; obj and old are what filtered gives.
 func (r *Rule) eval(obj, old *unstructured.Unstructured, t event.Change) bool {
 	vars := &activation{object: obj.Object, typ: t}
 	if old != nil {
@@ -369,6 +372,20 @@ func (r *Rule) eval(obj, old *unstructured.Unstructured, t event.Change) bool {
 	}
 	return false
 }
+
+// filtered is what the rule's filters see of obj: for Secrets whose data
+// stays redacted, the redacted object, as its events carry it. Otherwise a
+// where, a field selector or an index term could test guesses against the
+// values, and the rule's name (kbrule) or an error in the log would tell
+// which guess was right.
+func (r *Rule) filtered(obj *unstructured.Unstructured) *unstructured.Unstructured {
+	if obj == nil || r.Event.AllowSecretData || r.GVR != secrets {
+		return obj
+	}
+	return &unstructured.Unstructured{Object: event.RedactSecret(obj.Object, r.Event.SecretAnnotations)}
+}
+
+var secrets = schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
 
 func (r *Rule) fieldSet(obj *unstructured.Unstructured) fields.Set {
 	set := make(fields.Set, len(r.fieldPaths))

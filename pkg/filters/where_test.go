@@ -1,12 +1,14 @@
 package filters
 
 import (
+	"log/slog"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/kubebridge/kubebridge/pkg/event"
 )
@@ -88,5 +90,50 @@ func TestWhereAllocationsAreBounded(t *testing.T) {
 	ok := compile(t, "    resource: v1/configmaps\n    where: \"object.data.big.replace('a', 'bb', 3).startsWith('bbbbbba')\"\n", nil)
 	if !ok.InView(big) || ok.EvalErrors() != 0 {
 		t.Errorf("a bounded replace: not in the view (%d errors)", ok.EvalErrors())
+	}
+}
+
+// A Secrets rule's filters see the Secret as its events carry it:
+// redacted. A where, a field selector or an index term cannot test guesses
+// against a value (the rule's name in kbrule would tell which matched), and
+// an evaluation error cannot carry one into the log. A config cannot shrink
+// the annotations always redacted either.
+func TestSecretFiltersSeeTheRedactedSecret(t *testing.T) {
+	secret := func() *unstructured.Unstructured {
+		u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Secret",
+			"data": map[string]any{"password": "c2VjcmV0"}, "type": "Opaque"}}
+		u.SetNamespace("a")
+		u.SetName("db")
+		u.SetAnnotations(map[string]string{"kubectl.kubernetes.io/last-applied-configuration": "c2VjcmV0", "team": "pay"})
+		return u
+	}
+	for _, guess := range []string{
+		"    where: \"dyn(object).data.password.startsWith('c2Vj')\"\n",
+		"    where: \"dyn(object).data.password == 'c2VjcmV0'\"\n",
+		"    where: \"object.metadata.annotations['kubectl.kubernetes.io/last-applied-configuration'] == 'c2VjcmV0'\"\n",
+		"    fieldSelector: data.password=c2VjcmV0\n",
+		"    index: {\"annotation:kubectl.kubernetes.io/last-applied-configuration\": [c2VjcmV0]}\n",
+	} {
+		r := compile(t, "    resource: v1/secrets\n"+guess+"redaction: {secretAnnotations: []}\n", nil)
+		if r.InView(secret()) {
+			t.Errorf("%s: a guess of the value matched", guess)
+		}
+		if !r.PassesEventFilter(secret(), secret(), event.Updated) {
+			t.Errorf("%s: the event filter refused", guess)
+		}
+	}
+	r := compile(t, "    resource: v1/secrets\n    where: \"object.metadata.annotations['team'] == 'pay' && dyn(object).data.password == '<redacted>'\"\n", nil)
+	if !r.InView(secret()) {
+		t.Error("a filter on what is not redacted no longer matches")
+	}
+	leak := compile(t, "    resource: v1/secrets\n    where: \"dyn(object).data[dyn(object).data.password] == 'x'\"\n", nil)
+	var logs strings.Builder
+	leak.logger = slog.New(slog.NewTextHandler(&logs, nil))
+	if leak.InView(secret()) || strings.Contains(logs.String(), "c2VjcmV0") {
+		t.Errorf("the value reached the log: %s", logs.String())
+	}
+	allowed := compile(t, "    resource: v1/secrets\n    allowSecretData: true\n    where: \"dyn(object).data.password == 'c2VjcmV0'\"\n", nil)
+	if !allowed.InView(secret()) {
+		t.Error("with allowSecretData, filters do not see the data")
 	}
 }
