@@ -22,6 +22,7 @@ import (
 
 func newReplayCommand() *cobra.Command {
 	var admin, sink, rule, file, kubeconfig, kubeContext, tokenFile string
+	var allowSecretData, allowExecPlugins bool
 	cmd := &cobra.Command{
 		Use:   "replay --sink S [--rule R] (--admin URL | --config F [--kubeconfig K])",
 		Short: "Re-send a sink the full view of its rules",
@@ -42,7 +43,7 @@ and exits (it writes no checkpoint).`,
 				return &exitError{exitInvalid, errors.New("replay: --sink is required")}
 			}
 			if file != "" {
-				return replayStandalone(cmd, file, kubeconfig, kubeContext, sink, rule)
+				return replayStandalone(cmd, file, kubeconfig, kubeContext, sink, rule, bridge.Options{AllowSecretData: allowSecretData, AllowExecPlugins: allowExecPlugins})
 			}
 			q := url.Values{"sink": {sink}}
 			if rule != "" {
@@ -93,6 +94,8 @@ and exits (it writes no checkpoint).`,
 	f.StringVarP(&file, "config", "c", "", "replay standalone with this config, instead of through a running bridge")
 	f.StringVar(&kubeconfig, "kubeconfig", "", "with --config: kubeconfig file (default: in-cluster service account)")
 	f.StringVar(&kubeContext, "context", "", "with --config: kubeconfig context")
+	f.BoolVar(&allowSecretData, "allow-secret-data", false, "with --config: honour rules that set allowSecretData (as bridge run --allow-secret-data)")
+	f.BoolVar(&allowExecPlugins, "allow-exec-plugins", false, "with --config: let an exec sink run its program (as bridge run --allow-exec-plugins)")
 	return cmd
 }
 
@@ -119,7 +122,7 @@ func replayToken(file string) (string, error) {
 	return "", nil
 }
 
-func replayStandalone(cmd *cobra.Command, file, kubeconfig, kubeContext, sink, rule string) error {
+func replayStandalone(cmd *cobra.Command, file, kubeconfig, kubeContext, sink, rule string, opts bridge.Options) error {
 	cfg, rc, err := loadForCluster(cmd, file, kubeconfig, kubeContext, func(w config.Problem) {
 		fmt.Fprintln(cmd.ErrOrStderr(), w.Format(file))
 	})
@@ -130,7 +133,8 @@ func replayStandalone(cmd *cobra.Command, file, kubeconfig, kubeContext, sink, r
 	defer stop()
 	out := cmd.OutOrStdout()
 	last := -1
-	st, err := bridge.Replay(ctx, bridge.Options{Config: cfg, REST: rc}, sink, rule, func(s bridge.ReplayStatus) {
+	opts.Config, opts.REST = cfg, rc
+	st, err := bridge.Replay(ctx, opts, sink, rule, func(s bridge.ReplayStatus) {
 		if s.Delivered+s.Failed == last && !s.Done {
 			return
 		}

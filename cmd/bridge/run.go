@@ -28,7 +28,7 @@ func newRunCommand() *cobra.Command {
 		file, kubeconfig, kubeContext, logFormat, logLevel  string
 		checkpointFile, adminAddr, profilingAddr, namespace string
 		resetCheckpoint, leaderElect, reload, profiling     bool
-		allowSecretData                                     bool
+		allowSecretData, allowExecPlugins                   bool
 		le                                                  bridge.LeaderElection
 		drainTimeout, syncTimeout, checkpointInterval       time.Duration
 	)
@@ -62,7 +62,7 @@ Without --kubeconfig it uses the in-cluster service account.`,
 			defer stop()
 			opts := bridge.Options{Config: cfg, REST: rc, Logger: logger, SyncTimeout: syncTimeout,
 				CheckpointFile: checkpointFile, ResetCheckpoint: resetCheckpoint, CheckpointInterval: checkpointInterval,
-				AllowSecretData: allowSecretData, Namespace: namespace}
+				AllowSecretData: allowSecretData, AllowExecPlugins: allowExecPlugins, Namespace: namespace}
 			if leaderElect {
 				if le.RenewDeadline >= le.LeaseDuration || le.RetryPeriod >= le.RenewDeadline {
 					return &exitError{exitInvalid, errors.New("leader election: want --leader-elect-retry-period < --leader-elect-renew-deadline < --leader-elect-lease-duration")}
@@ -155,6 +155,7 @@ Without --kubeconfig it uses the in-cluster service account.`,
 	f.DurationVar(&le.RenewDeadline, "leader-elect-renew-deadline", 10*time.Second, "the leader stops delivering when it could not renew for this long")
 	f.DurationVar(&le.RetryPeriod, "leader-elect-retry-period", 2*time.Second, "how often to try to acquire or renew")
 	f.BoolVar(&allowSecretData, "allow-secret-data", false, "honour rules that set allowSecretData: true (Secret data then leaves the cluster in their events); without it Secret data is always redacted, whatever the config says")
+	f.BoolVar(&allowExecPlugins, "allow-exec-plugins", false, "let exec sinks start the programs the config names (whoever may edit the config may then run code as the bridge)")
 	f.BoolVar(&resetCheckpoint, "reset-checkpoint", false, "move an unreadable checkpoint file aside and start empty (the full view is delivered again)")
 	return cmd
 }

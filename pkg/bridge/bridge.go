@@ -49,6 +49,11 @@ type Options struct {
 	// Namespace is the namespace the bridge runs in: where /replay
 	// permissions are checked. Default "default".
 	Namespace string
+	// AllowExecPlugins lets exec sinks run: they start programs the config
+	// names, as the bridge's user and with its service account, so whoever
+	// may edit the config may run code. A setting outside the config file
+	// (bridge run --allow-exec-plugins, a chart value). Default false.
+	AllowExecPlugins bool
 	// AllowSecretData lets rules that set allowSecretData keep Secret data
 	// in their events. It is a setting outside the config file (bridge run
 	// --allow-secret-data, a chart value) so that whoever may edit the
@@ -66,6 +71,20 @@ func (e *ConfigError) Error() string {
 		msgs[i] = p.Format("config")
 	}
 	return fmt.Sprint(msgs)
+}
+
+// gated lists what cfg asks for that only a setting outside the config
+// may allow: exec sinks without AllowExecPlugins.
+func (b *Bridge) gated(cfg *config.Config) []config.Problem {
+	var out []config.Problem
+	for i, s := range cfg.Sinks {
+		if s.Type == "exec" && !b.opts.AllowExecPlugins {
+			path := fmt.Sprintf("sinks[%d].exec", i)
+			out = append(out, config.Problem{Path: path, Line: cfg.LineOf(path),
+				Message: "exec plugins run programs named in the config, as the bridge: start the bridge with --allow-exec-plugins (chart value allowExecPlugins: true) to allow them"})
+		}
+	}
+	return out
 }
 
 // Bridge is a running kubebridge: informers feeding rules feeding, per sink,
@@ -174,6 +193,9 @@ func (b *Bridge) Start(ctx context.Context) (err error) {
 // the informers until their caches synced, delivering nothing yet.
 func (b *Bridge) watch(ctx context.Context) (err error) {
 	cfg := b.opts.Config
+	if problems := b.gated(cfg); len(problems) > 0 {
+		return &ConfigError{Problems: problems}
+	}
 	info, problems, err := Preflight(ctx, cfg, b.opts.REST)
 	if err != nil {
 		return fmt.Errorf("checking the config against the cluster: %w", err)

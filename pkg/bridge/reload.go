@@ -46,6 +46,9 @@ func (b *Bridge) Reload(ctx context.Context, cfg *config.Config) error {
 	if cfg.Cluster != old.Cluster || !reflect.DeepEqual(cfg.Checkpoint, old.Checkpoint) {
 		return errors.New("cluster and checkpoint cannot change without a restart")
 	}
+	if problems := b.gated(cfg); len(problems) > 0 {
+		return &ConfigError{Problems: problems}
+	}
 	info, problems, err := Preflight(ctx, cfg, b.opts.REST)
 	if err != nil {
 		return fmt.Errorf("checking the new config against the cluster: %w", err)

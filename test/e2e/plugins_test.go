@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -62,22 +63,33 @@ func testExecPlugin(t *testing.T, cp *testenv.ControlPlane, ns string, command [
 	for i, arg := range command {
 		quoted[i] = strconv.Quote(arg)
 	}
-	b := startBridge(t, cp, `apiVersion: kubebridge.io/v1alpha1
+	cfg := `apiVersion: kubebridge.io/v1alpha1
 kind: BridgeConfig
 cluster: e2e
 sinks:
   - name: audit
     exec:
-      command: [`+strings.Join(quoted, ", ")+`]
-      env: {AUDIT_FILE: `+strconv.Quote(auditFile)+`}
+      command: [` + strings.Join(quoted, ", ") + `]
+      env: {AUDIT_FILE: ` + strconv.Quote(auditFile) + `}
     retry: {initialInterval: 50ms, maxInterval: 1s}
-    deadLetter: {file: `+deadLetters+`}
+    deadLetter: {file: ` + deadLetters + `}
 rules:
   - name: cms
     resource: v1/configmaps
-    namespaces: [`+ns+`]
+    namespaces: [` + ns + `]
     sinks: [audit]
-`)
+`
+	// exec sinks run programs as the bridge: refused unless bridge run
+	// allows them (chart value allowExecPlugins).
+	refused := filepath.Join(dir, "refused.yaml")
+	must(t, os.WriteFile(refused, []byte(cfg), 0o600))
+	kc, err := cp.Kubeconfig(dir)
+	must(t, err)
+	out, err := exec.Command(bridgeBin, "run", "--config", refused, "--kubeconfig", kc, "--admin-addr", "", "--checkpoint-file", filepath.Join(dir, "refused.db")).CombinedOutput()
+	if code := exitCode(err); code != 2 || !strings.Contains(string(out), "sinks[0].exec: exec plugins run programs named in the config, as the bridge: start the bridge with --allow-exec-plugins") {
+		t.Errorf("without --allow-exec-plugins: exit %d\n%s", code, out)
+	}
+	b := startBridgeArgs(t, cp, cfg, "--allow-exec-plugins")
 	cs := cp.Clientset(t)
 	create := func(name string, labels map[string]string) {
 		t.Helper()
@@ -228,4 +240,16 @@ func findPluginPid(b *bridgeProc, command []string) (int, bool) {
 		}
 	}
 	return 0, false
+}
+
+// exitCode is a finished command's exit status (0 without an error).
+func exitCode(err error) int {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		return -1
+	}
+	return 0
 }
