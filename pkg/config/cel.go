@@ -9,8 +9,10 @@ import (
 
 	"github.com/google/cel-go/cel"
 	celast "github.com/google/cel-go/common/ast"
+	"github.com/google/cel-go/common/functions"
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/common/types/ref"
+	"github.com/google/cel-go/common/types/traits"
 	"github.com/google/cel-go/ext"
 	"github.com/google/cel-go/interpreter"
 )
@@ -242,7 +244,9 @@ const (
 	// MaxCELListSize the list lists.range may: both allocate in one call,
 	// before the cost check can stop them.
 	MaxCELStringBytes = 1 << 20
-	MaxCELListSize    = 100_000
+	MaxCELListSize    = 10_000
+	// MaxCELSortSize bounds the lists sort and distinct take.
+	MaxCELSortSize = 10_000
 )
 
 // CELProgramOptions are the options every where program is built with:
@@ -255,46 +259,116 @@ func CELProgramOptions() []cel.ProgramOption {
 	}
 }
 
-// boundAllocations guards calls that allocate in proportion to their
-// arguments before the cost tracker sees their result: replace, whose
-// result can be its input times its replacement.
+// guardedFunctions are the calls that build their result (or sort) in one
+// step, before the cost tracker sees it: each gets a check of its
+// arguments' sizes first.
+var guardedFunctions = map[string]func(args []ref.Val) ref.Val{
+	"replace":  checkReplace,
+	"join":     checkJoin,
+	"format":   checkFormat,
+	"sort":     checkSortable,
+	"distinct": checkSortable,
+}
+
+// overloadImpls are the implementations of the guarded functions by
+// overload id (and by function name, for dynamic dispatch).
+var overloadImpls = sync.OnceValue(func() map[string]*functions.Overload {
+	out := map[string]*functions.Overload{}
+	env, err := CELEnv()
+	if err != nil {
+		return out
+	}
+	for name, fn := range env.Functions() {
+		if guardedFunctions[name] == nil {
+			continue
+		}
+		bindings, err := fn.Bindings()
+		if err != nil {
+			continue
+		}
+		for _, b := range bindings {
+			out[b.Operator] = b
+		}
+	}
+	return out
+})
+
+// boundAllocations puts a guardedCall in place of each call to a guarded
+// function.
 func boundAllocations(i interpreter.InterpretableV2) (interpreter.InterpretableV2, error) {
-	if call, ok := i.(interpreter.InterpretableCall); ok && call.Function() == "replace" && len(call.Args()) >= 3 {
-		return boundedReplace{call}, nil
+	call, ok := i.(interpreter.InterpretableCall)
+	if !ok {
+		return i, nil
 	}
-	return i, nil
+	check := guardedFunctions[call.Function()]
+	if check == nil {
+		return i, nil
+	}
+	impl := overloadImpls()[call.OverloadID()]
+	if impl == nil {
+		impl = overloadImpls()[call.Function()]
+	}
+	if impl == nil {
+		return nil, fmt.Errorf("no implementation of %s to guard", call.Function())
+	}
+	return guardedCall{InterpretableCall: call, impl: impl, check: check}, nil
 }
 
-// boundedReplace evaluates replace's arguments first and refuses a result
-// over MaxCELStringBytes (an evaluation error: the where is false and
-// counted), instead of building it.
-type boundedReplace struct{ interpreter.InterpretableCall }
+// guardedCall evaluates the call's arguments once, checks them, and only
+// then calls the implementation: a result over the bounds is an evaluation
+// error (the where is false, and counted) instead of an allocation. It is
+// still the InterpretableCall it replaces (function, overload, arguments),
+// so the cost tracker counts it as before.
+type guardedCall struct {
+	interpreter.InterpretableCall
+	impl  *functions.Overload
+	check func(args []ref.Val) ref.Val
+}
 
-func (b boundedReplace) Eval(a interpreter.Activation) ref.Val {
-	if err := b.check(func(x interpreter.InterpretableV2) ref.Val { return x.Eval(a) }); err != nil {
+func (g guardedCall) Eval(a interpreter.Activation) ref.Val {
+	return g.run(func(x interpreter.InterpretableV2) ref.Val { return x.Eval(a) })
+}
+
+func (g guardedCall) Exec(f *interpreter.ExecutionFrame) ref.Val {
+	return g.run(func(x interpreter.InterpretableV2) ref.Val { return x.Exec(f) })
+}
+
+func (g guardedCall) run(eval func(interpreter.InterpretableV2) ref.Val) ref.Val {
+	argNodes := g.Args()
+	args := make([]ref.Val, len(argNodes))
+	for i, x := range argNodes {
+		args[i] = eval(x)
+		if types.IsUnknownOrError(args[i]) {
+			return args[i]
+		}
+	}
+	if err := g.check(args); err != nil {
 		return err
 	}
-	return b.InterpretableCall.Eval(a)
-}
-
-func (b boundedReplace) Exec(f *interpreter.ExecutionFrame) ref.Val {
-	if err := b.check(func(x interpreter.InterpretableV2) ref.Val { return x.Exec(f) }); err != nil {
-		return err
+	switch {
+	case len(args) == 1 && g.impl.Unary != nil:
+		return g.impl.Unary(args[0])
+	case len(args) == 2 && g.impl.Binary != nil:
+		return g.impl.Binary(args[0], args[1])
+	case g.impl.Function != nil:
+		return g.impl.Function(args...)
 	}
-	return b.InterpretableCall.Exec(f)
+	return types.NewErr("no such overload: %s", g.Function())
 }
 
-func (b boundedReplace) check(eval func(interpreter.InterpretableV2) ref.Val) ref.Val {
-	args := b.Args()
-	s, ok1 := eval(args[0]).(types.String)
-	old, ok2 := eval(args[1]).(types.String)
-	repl, ok3 := eval(args[2]).(types.String)
+func checkReplace(args []ref.Val) ref.Val {
+	if len(args) < 3 {
+		return nil
+	}
+	s, ok1 := args[0].(types.String)
+	old, ok2 := args[1].(types.String)
+	repl, ok3 := args[2].(types.String)
 	if !ok1 || !ok2 || !ok3 {
 		return nil // the call itself reports what is wrong
 	}
 	limit := int64(-1)
 	if len(args) == 4 {
-		if l, ok := eval(args[3]).(types.Int); ok {
+		if l, ok := args[3].(types.Int); ok {
 			limit = int64(l)
 		}
 	}
@@ -302,6 +376,84 @@ func (b boundedReplace) check(eval func(interpreter.InterpretableV2) ref.Val) re
 		return types.NewErr("replace would build a string of %d bytes, more than %d", size, MaxCELStringBytes)
 	}
 	return nil
+}
+
+func checkJoin(args []ref.Val) ref.Val {
+	size := valueSize(args[0], 0)
+	if len(args) == 2 {
+		if sep, ok := args[1].(types.String); ok {
+			if l, ok := args[0].(traits.Lister); ok {
+				if n, ok := l.Size().(types.Int); ok {
+					size += int64(n) * int64(len(sep))
+				}
+			}
+		}
+	}
+	if size > MaxCELStringBytes {
+		return types.NewErr("join would build a string of about %d bytes, more than %d", size, MaxCELStringBytes)
+	}
+	return nil
+}
+
+func checkFormat(args []ref.Val) ref.Val {
+	var size int64
+	for _, a := range args {
+		size += valueSize(a, 0)
+	}
+	if size > MaxCELStringBytes {
+		return types.NewErr("format would build a string of about %d bytes, more than %d", size, MaxCELStringBytes)
+	}
+	return nil
+}
+
+// checkSortable bounds the lists sort and distinct work on (CPU spent
+// before the cost check).
+func checkSortable(args []ref.Val) ref.Val {
+	if l, ok := args[0].(traits.Lister); ok {
+		if n, ok := l.Size().(types.Int); ok && int64(n) > MaxCELSortSize {
+			return types.NewErr("%d elements to sort, more than %d", n, MaxCELSortSize)
+		}
+	}
+	return nil
+}
+
+// valueSize approximates the bytes a value takes when written out:
+// strings and bytes by their length, lists and maps by their elements.
+func valueSize(v ref.Val, depth int) int64 {
+	switch x := v.(type) {
+	case types.String:
+		return int64(len(x))
+	case types.Bytes:
+		return int64(len(x))
+	case traits.Lister:
+		if depth > 8 {
+			return 0
+		}
+		var size int64
+		it := x.Iterator()
+		for it.HasNext() == types.True {
+			size += valueSize(it.Next(), depth+1) + 2
+			if size > MaxCELStringBytes {
+				return size
+			}
+		}
+		return size
+	case traits.Mapper:
+		if depth > 8 {
+			return 0
+		}
+		var size int64
+		it := x.Iterator()
+		for it.HasNext() == types.True {
+			k := it.Next()
+			size += valueSize(k, depth+1) + valueSize(x.Get(k), depth+1) + 4
+			if size > MaxCELStringBytes {
+				return size
+			}
+		}
+		return size
+	}
+	return 16
 }
 
 // replaceSize is the length of s.replace(old, repl, limit) (limit < 0:

@@ -73,6 +73,12 @@ func TestWhereAllocationsAreBounded(t *testing.T) {
 		`object.data.big.replace('a', '` + strings.Repeat("b", 5000) + `') != ''`,
 		`object.data.big.replace('', '` + strings.Repeat("b", 100) + `') != ''`,
 		`size(lists.range(size(object.data.big) * 1000)) > 0`,
+		`lists.range(1000).map(i, object.data.big).join('') != ''`,
+		`lists.range(1000).map(i, object.data.big).join(',') != ''`,
+		`'%s'.format([lists.range(1000).map(i, object.data.big)]) != ''`,
+		`size(lists.range(100000)) > 0`,
+		`size(object.data.big.split('').sort()) > 0`,
+		`size(object.data.big.split('').distinct()) > 0`,
 	} {
 		r := compile(t, "    resource: v1/configmaps\n    where: \""+expr+"\"\n", nil)
 		var before, after runtime.MemStats
@@ -84,6 +90,35 @@ func TestWhereAllocationsAreBounded(t *testing.T) {
 		runtime.ReadMemStats(&after)
 		if grew := after.TotalAlloc - before.TotalAlloc; grew > 16<<20 {
 			t.Errorf("%.60s: allocated %d MiB", expr, grew>>20)
+		}
+	}
+	// A guarded call is still counted by the cost limit: many small
+	// replaces of a large string stop at the limit.
+	costly := compile(t, "    resource: v1/configmaps\n    where: \"lists.range(2000).all(i, object.data.big.replace('a', 'b') != '')\"\n", nil)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	if costly.InView(big) || costly.EvalErrors() != 1 {
+		t.Errorf("2000 replaces of 100 KB: in the view or no error (%d)", costly.EvalErrors())
+	}
+	runtime.ReadMemStats(&after)
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 64<<20 {
+		t.Errorf("2000 replaces of 100 KB: allocated %d MiB, the cost limit did not stop them", grew>>20)
+	}
+	// A chain of replaces (escaping) evaluates each argument once: its
+	// cost grows with the chain, not exponentially.
+	chain := "object.metadata.name"
+	for range 16 {
+		chain += ".replace('a', 'b')"
+	}
+	named := cm("a", strings.Repeat("xa", 100), "1", nil, nil)
+	esc := compile(t, "    resource: v1/configmaps\n    where: \""+chain+".startsWith('xb')\"\n", nil)
+	if !esc.InView(named) || esc.EvalErrors() != 0 {
+		t.Errorf("16 chained replaces: not in the view (%d errors)", esc.EvalErrors())
+	}
+	for _, expr := range []string{"['b', 'a'].sort() == ['a', 'b']", "[1, 1, 2].distinct() == [1, 2]", "['a', 'b'].join('-') == 'a-b'", "'%s-%d'.format(['a', 1]) == 'a-1'"} {
+		r := compile(t, "    resource: v1/configmaps\n    where: \""+expr+"\"\n", nil)
+		if !r.InView(named) || r.EvalErrors() != 0 {
+			t.Errorf("%s: false or an error (%d)", expr, r.EvalErrors())
 		}
 	}
 	// Within the bounds, replace works as usual.
