@@ -20,6 +20,9 @@ const (
 	minReplayEvery    = time.Second // client-go's minimum resync period
 	maxWhereExprBytes = 10_000
 	maxWorkers        = 64
+	maxSinks          = 100
+	maxRules          = 1000
+	maxNamespaces     = 1000
 )
 
 var kvBucketName = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)
@@ -42,9 +45,13 @@ func (c *Config) Validate() error {
 	}
 	if len(c.Sinks) == 0 {
 		errs = append(errs, ErrorAt("sinks", "at least one sink is required"))
+	} else if len(c.Sinks) > maxSinks {
+		errs = append(errs, ErrorAt("sinks", "%d sinks, more than %d", len(c.Sinks), maxSinks))
 	}
 	if len(c.Rules) == 0 {
 		errs = append(errs, ErrorAt("rules", "at least one rule is required"))
+	} else if len(c.Rules) > maxRules {
+		errs = append(errs, ErrorAt("rules", "%d rules, more than %d (each is checked against the cluster at every start and reload)", len(c.Rules), maxRules))
 	}
 
 	sinkIndex := map[string]int{}
@@ -272,6 +279,9 @@ func (r *Rule) Validate() error {
 		gvrResource = FormatResource(gvr)
 	}
 
+	if len(r.Namespaces) > maxNamespaces {
+		errs = append(errs, ErrorAt("namespaces", "%d namespaces, more than %d (each is checked against the cluster at every start and reload); use namespaceSelector", len(r.Namespaces), maxNamespaces))
+	}
 	seenNS := map[string]int{}
 	for i, ns := range r.Namespaces {
 		p := fmt.Sprintf("namespaces[%d]", i)

@@ -175,7 +175,7 @@ func ParseSubject(tmpl string) error {
 			if open >= 0 {
 				lit = rest[:open]
 			}
-			if j := strings.IndexAny(lit, "*> \t}"); j >= 0 {
+			if j := strings.IndexFunc(lit, func(r rune) bool { return r < 0x21 || r == 0x7f || strings.ContainsRune("*>}", r) }); j >= 0 {
 				return fmt.Errorf("token %q has %q; subjects take no wildcards, spaces or stray braces", tok, lit[j])
 			}
 			if open < 0 {

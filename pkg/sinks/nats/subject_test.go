@@ -28,3 +28,13 @@ func TestRedactURLs(t *testing.T) {
 		t.Errorf("redact = %q", got)
 	}
 }
+
+// A subject template with a control character would fail every event:
+// refused at load.
+func TestSubjectTemplateRefusesControlCharacters(t *testing.T) {
+	for _, tmpl := range []string{"k8s.{name}\n", "k8s.a\rb.{name}", "k8s.\x7f.{name}", "k8s. .{name}"} {
+		if ParseSubject(tmpl) == nil {
+			t.Errorf("ParseSubject(%q) accepted", tmpl)
+		}
+	}
+}
