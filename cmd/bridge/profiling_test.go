@@ -3,6 +3,8 @@ package main
 import (
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -38,6 +40,18 @@ func TestProfilingListensOnLoopbackOnly(t *testing.T) {
 func TestTailWithoutTLSFlags(t *testing.T) {
 	r := runBridge(t, "tail", "--nats", "nats://127.0.0.1:1", "--timeout", "1s", "--count", "1")
 	if r.code != 1 || strings.Contains(r.stderr, "panic") || !strings.Contains(r.stderr, "got 0 of 1 events") {
+		t.Errorf("exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+// bridge replay sends its token in clear only to loopback.
+func TestReplayKeepsTheTokenOffPlainHTTP(t *testing.T) {
+	tok := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tok, []byte("s3cret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := runBridge(t, "replay", "--admin", "http://192.0.2.1:8080", "--sink", "s", "--token-file", tok)
+	if r.code != 2 || !strings.Contains(r.stderr, "a token is not sent over plain http beyond loopback") {
 		t.Errorf("exit %d, stderr %q", r.code, r.stderr)
 	}
 }

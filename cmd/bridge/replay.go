@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -58,6 +59,9 @@ and exits (it writes no checkpoint).`,
 				return &exitError{exitInvalid, fmt.Errorf("--admin: %w", err)}
 			}
 			if token != "" {
+				if err := tokenMayGo(req.URL); err != nil {
+					return &exitError{exitInvalid, err}
+				}
 				req.Header.Set("Authorization", "Bearer "+token)
 			}
 			client := &http.Client{Timeout: 10 * time.Minute}
@@ -97,6 +101,19 @@ and exits (it writes no checkpoint).`,
 	f.BoolVar(&allowSecretData, "allow-secret-data", false, "with --config: honour rules that set allowSecretData (as bridge run --allow-secret-data)")
 	f.BoolVar(&allowExecPlugins, "allow-exec-plugins", false, "with --config: let an exec sink run its program (as bridge run --allow-exec-plugins)")
 	return cmd
+}
+
+// tokenMayGo refuses to send a token in clear text beyond this machine:
+// http is for loopback (kubectl port-forward), https for the rest.
+func tokenMayGo(u *url.URL) error {
+	if u.Scheme == "https" {
+		return nil
+	}
+	host := u.Hostname()
+	if ip := net.ParseIP(host); host == "localhost" || (ip != nil && ip.IsLoopback()) {
+		return nil
+	}
+	return fmt.Errorf("--admin %s: a token is not sent over plain http beyond loopback; use kubectl port-forward and http://127.0.0.1, or https", u.Redacted())
 }
 
 // saTokenFile is where a pod's service account token is mounted.
