@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/time/rate"
@@ -126,10 +128,26 @@ var ReplayResource = authorizationv1.ResourceAttributes{Group: "kubebridge.io", 
 type replayGate struct {
 	running sync.Mutex    // one replay at a time: each sends a sink its whole view
 	limit   *rate.Limiter // and not in a loop
+	reviews *rate.Limiter // TokenReviews + SubjectAccessReviews asked of the apiserver
 	once    sync.Once
 	client  kubernetes.Interface
 	err     error
+
+	mu      sync.Mutex
+	decided map[[32]byte]decision // by sha256 of token and sink, for reviewTTL
 }
+
+// decision is a cached answer of authorize.
+type decision struct {
+	user  string
+	code  int
+	msg   string
+	until time.Time
+}
+
+// reviewTTL is how long an answer of the apiserver about a token stands:
+// callers that retry, or flood, do not each cost it two reviews.
+const reviewTTL = 10 * time.Second
 
 // authorize checks the caller of r the way kube-rbac-proxy does: its bearer
 // token through a TokenReview, then a SubjectAccessReview of
@@ -142,6 +160,43 @@ func (b *Bridge) authorize(r *http.Request, sink string) (user string, code int,
 		return "", http.StatusUnauthorized, "a bearer token is required (bridge replay --token-file)"
 	}
 	g := &b.replays
+	key := sha256.Sum256([]byte(strings.TrimSpace(token) + "\x00" + sink))
+	if d, ok := g.cached(key); ok {
+		return d.user, d.code, d.msg
+	}
+	if !g.reviews.Allow() {
+		return "", http.StatusTooManyRequests, "too many authentication attempts; try again later"
+	}
+	user, code, msg = b.review(r, g, token, sink)
+	if code != http.StatusServiceUnavailable {
+		g.remember(key, decision{user: user, code: code, msg: msg, until: time.Now().Add(reviewTTL)})
+	}
+	return user, code, msg
+}
+
+func (g *replayGate) cached(key [32]byte) (decision, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	d, ok := g.decided[key]
+	if ok && time.Now().After(d.until) {
+		delete(g.decided, key)
+		ok = false
+	}
+	return d, ok
+}
+
+func (g *replayGate) remember(key [32]byte, d decision) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.decided == nil || len(g.decided) >= 1024 { // bounded: start over rather than grow
+		g.decided = map[[32]byte]decision{}
+	}
+	g.decided[key] = d
+}
+
+// review asks the apiserver who holds token and whether they may replay
+// to sink (see authorize).
+func (b *Bridge) review(r *http.Request, g *replayGate, token, sink string) (user string, code int, msg string) {
 	g.once.Do(func() {
 		if b.opts.REST == nil {
 			g.err = errors.New("no cluster connection")

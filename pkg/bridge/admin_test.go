@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -37,5 +38,28 @@ func TestAdminEndpointsBeforeStart(t *testing.T) {
 		if resp.StatusCode != tc.code || !strings.Contains(string(body), tc.body) {
 			t.Errorf("%s %s = %d %q, want %d with %q", tc.method, tc.path, resp.StatusCode, body, tc.code, tc.body)
 		}
+	}
+}
+
+// Every token that is not in the cache costs the apiserver a TokenReview
+// and a SubjectAccessReview: a flood of made-up tokens is cut off before
+// them (429), whatever the apiserver would answer.
+func TestReplayReviewsAreRateLimited(t *testing.T) {
+	b := New(Options{Config: &config.Config{}, Logger: discard})
+	srv := httptest.NewServer(b.AdminHandler())
+	defer srv.Close()
+	codes := map[int]int{}
+	for i := range 40 {
+		req, _ := http.NewRequest("POST", srv.URL+"/replay?sink=a", nil)
+		req.Header.Set("Authorization", fmt.Sprintf("Bearer junk-%d", i))
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		codes[resp.StatusCode]++
+	}
+	if codes[http.StatusTooManyRequests] < 15 || codes[http.StatusServiceUnavailable] > 25 {
+		t.Errorf("answers %v: want most of a burst of 40 refused with 429 before any review", codes)
 	}
 }

@@ -151,6 +151,7 @@ func New(opts Options) *Bridge {
 	}
 	b := &Bridge{opts: opts, logger: opts.Logger, fatal: make(chan error, 1), conns: map[string]*natssink.Sink{}}
 	b.replays.limit = rate.NewLimiter(rate.Every(10*time.Second), 3)
+	b.replays.reviews = rate.NewLimiter(10, 20)
 	b.metrics = newMetrics(b)
 	return b
 }
