@@ -15,6 +15,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
 
 // Binaries the control plane needs, looked up in ToolsDir.
@@ -120,4 +122,28 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bo
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// MainWithProgram builds the Go program pkg (as go build names it, from
+// the test's package directory) once, sets *bin to it, and runs the tests
+// with goleak's check; the binary is removed at the end. For tests that run
+// a plugin or another helper as a real process.
+func MainWithProgram(m *testing.M, pkg string, bin *string) {
+	dir, err := os.MkdirTemp("", "kubebridge-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	*bin = filepath.Join(dir, filepath.Base(pkg))
+	build := exec.Command("go", "build", "-o", *bin, pkg)
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintf(os.Stderr, "building %s: %v\n", pkg, err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		os.RemoveAll(dir)
+		os.Exit(code)
+	}))
 }

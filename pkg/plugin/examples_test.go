@@ -12,8 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
+	"github.com/kubebridge/kubebridge/internal/testenv"
 	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
 	"github.com/kubebridge/kubebridge/pkg/sinks"
@@ -24,25 +23,7 @@ import (
 // goExample is examples/plugins/go, built once for the package's tests.
 var goExample string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "kubebridge-plugin-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	goExample = filepath.Join(dir, "audit")
-	build := osexec.Command("go", "build", "-o", goExample, "../../examples/plugins/go")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building the Go example plugin:", err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
-		os.RemoveAll(dir)
-		os.Exit(code)
-	}))
-}
+func TestMain(m *testing.M) { testenv.MainWithProgram(m, "../../examples/plugins/go", &goExample) }
 
 // The example plugins, the Go one on this package and the Python one on
 // the standard library, behind the exec sink and the real delivery loop:

@@ -5,11 +5,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	osexec "os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -18,8 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
+	"github.com/kubebridge/kubebridge/internal/testenv"
 	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
 	"github.com/kubebridge/kubebridge/pkg/sinks"
@@ -29,25 +26,7 @@ import (
 // pluginBin is testdata/plugin, built once for the package's tests.
 var pluginBin string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "kubebridge-exec-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	pluginBin = filepath.Join(dir, "plugin")
-	build := osexec.Command("go", "build", "-o", pluginBin, "./testdata/plugin")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building the test plugin:", err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
-		os.RemoveAll(dir)
-		os.Exit(code)
-	}))
-}
+func TestMain(m *testing.M) { testenv.MainWithProgram(m, "./testdata/plugin", &pluginBin) }
 
 // testTiming restarts fast and gives up on a plugin's exit soon.
 var testTiming = timing{
