@@ -99,6 +99,14 @@ type Event struct {
 	// order and is recorded in the checkpoint as acknowledged, but is never
 	// sent. The view a sink is recorded to hold includes it either way.
 	Quiet bool
+	// Fresh marks an added (to be sent, not quiet) of an object the sink
+	// was never handed any state of: if it is never attempted, it can
+	// vanish together with the object's deletion without the consumer or
+	// the checkpoint missing anything (a rule that sends only deletions has
+	// quiet adds, never fresh ones: its deletions stay). Queues use it so
+	// that a sink outage with create/delete churn holds memory per object,
+	// not per name churned.
+	Fresh bool
 
 	rule      *Rule
 	object    *unstructured.Unstructured
@@ -123,6 +131,7 @@ type Transition struct {
 	Replay      string                     // kbreplay
 	Reason      string                     // kbreason
 	Quiet       bool                       // see Event.Quiet
+	Fresh       bool                       // see Event.Fresh (added only)
 }
 
 // New builds the event for a change of obj (old is the previous state, for
@@ -167,6 +176,7 @@ func Build(r *Rule, t Transition) *Event {
 		QueueKey:  queueKey,
 		Entered:   t.Entered,
 		Quiet:     t.Quiet,
+		Fresh:     t.Fresh && t.Change == Added && !t.Quiet,
 		rule:      r,
 		object:    obj,
 		oldObject: t.Old,
@@ -228,7 +238,7 @@ func (e *Event) clone() *Event {
 		ID: e.ID, Source: e.Source, Type: e.Type, Subject: e.Subject, Time: e.Time,
 		Rule: e.Rule, Cluster: e.Cluster, Replay: e.Replay, Reason: e.Reason,
 		Change: e.Change, GVR: e.GVR, Kind: e.Kind, Namespace: e.Namespace, Name: e.Name, UID: e.UID, Key: e.Key,
-		QueueKey: e.QueueKey, Entered: e.Entered, Quiet: e.Quiet, rule: e.rule, object: e.object, oldObject: e.oldObject,
+		QueueKey: e.QueueKey, Entered: e.Entered, Quiet: e.Quiet, Fresh: e.Fresh, rule: e.rule, object: e.object, oldObject: e.oldObject,
 	}
 }
 

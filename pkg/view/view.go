@@ -298,7 +298,10 @@ func (s *Sink) Sync(r *filters.Rule, key string, cache Lookup, t Trigger) int {
 	switch {
 	case desired == nil:
 	case cur == nil:
-		emit(event.Transition{Change: event.Added, Object: desired, Entered: entered}, false)
+		// Fresh: nothing of the key was ever handed (no ghost, no floor, and
+		// no deletion just emitted above), so the sink holds nothing of it.
+		fresh := sl.cur == nil && sl.extra == nil
+		emit(event.Transition{Change: event.Added, Object: desired, Entered: entered, Fresh: fresh}, false)
 		cur = &held{entered: entered}
 	case cur.mayBeGone:
 		// Its deletion may have reached the sink: send it again as added.

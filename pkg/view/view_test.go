@@ -396,3 +396,46 @@ func TestFloorAfterUnmatchedDeletion(t *testing.T) {
 		t.Errorf("%d keys left after the deletion", n)
 	}
 }
+
+// Only an added of an object the sink was never handed anything of is
+// fresh: a queue may drop it with its deletion, unattempted. Any other
+// added (a re-entry, a replacement, one from a checkpoint's intent, a
+// quiet one) must keep its deletion.
+func TestFreshAdds(t *testing.T) {
+	fresh := func(w *world) []bool {
+		var out []bool
+		for _, e := range w.got {
+			out = append(out, e.Fresh)
+		}
+		return out
+	}
+	r := compile(t, "    labelSelector: '!out'\n", nil)
+	w := newWorld(t)
+	w.set(r, cm("u1", "1", nil), Trigger{})
+	if got := fresh(w); len(got) != 1 || !got[0] {
+		t.Errorf("first added of u1: fresh = %v, want [true]", got)
+	}
+	w.set(r, cm("u1", "2", map[string]string{"out": "y"}), Trigger{})
+	w.set(r, cm("u1", "3", nil), Trigger{})
+	if got := fresh(w); len(got) != 1 || got[0] {
+		t.Errorf("re-entry of u1 after an unmatched deletion: fresh = %v, want [false]", got)
+	}
+	w.set(r, cm("u2", "4", nil), Trigger{})
+	if got := fresh(w); len(got) != 2 || got[0] || got[1] {
+		t.Errorf("u2 replacing u1 under the same key: fresh = %v, want [false false]", got)
+	}
+
+	w = newWorld(t)
+	w.sink.Load("r", map[string]*checkpoint.Slot{"a/x": {Pending: []checkpoint.Entry{{UID: "u1", Namespace: "a", Name: "x", Entered: 1}}}})
+	w.set(r, cm("u1", "5", nil), Trigger{Replay: event.ReplayCheckpoint})
+	if got := fresh(w); len(got) != 1 || got[0] {
+		t.Errorf("added of an object with an intent in the checkpoint: fresh = %v, want [false]", got)
+	}
+
+	deletionsOnly := compile(t, "    events: [deleted]\n", nil)
+	w = newWorld(t)
+	w.set(deletionsOnly, cm("u1", "1", nil), Trigger{})
+	if got := fresh(w); len(got) != 1 || got[0] {
+		t.Errorf("quiet added of a deletions-only rule: fresh = %v, want [false]", got)
+	}
+}
