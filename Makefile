@@ -38,7 +38,7 @@ chaos: tools ## the fault-injection tests, longer: 20 SIGKILLs, a 60 s webhook o
 	  ./test/e2e ./pkg/sinks/...
 
 BENCH_ARGS ?=
-bench: tools ## end to end against a bare informer on the real apiserver: throughput, latency, CPU, RSS, memory (~20 min; docs/benchmarks.md)
+bench: tools ## end to end against a bare informer on the real apiserver: throughput, latency, CPU, RSS, memory (~20 min; docs/benchmarks.md); BENCH_ARGS adds phases: -cold 20000,100000 (cold start, warm restart), -slow 5ms,20ms,200ms,20ms>200ms,nats (slow sinks), -outage 10m (memory under churn while the sink is down), -cbor
 	$(GO) run ./hack/bench $(BENCH_ARGS)
 
 bench-micro: ## hot-path and pipeline microbenchmarks with allocations
@@ -51,7 +51,7 @@ fuzz: ## run the config fuzzers for FUZZTIME each
 	$(GO) test ./pkg/sinks/nats -run '^$$' -fuzz '^FuzzSubject$$' -fuzztime $(FUZZTIME)
 
 docs: ## regenerate the config reference in README.md from pkg/config and the sink components
-	$(GO) test ./pkg/config -run TestConfigReference -update
+	$(GO) test ./pkg/components -run TestConfigReference -update
 
 DEMO_ARGS ?=
 demo: tools ## a local etcd + kube-apiserver, the bridge with config/demo.yaml and its embedded NATS, events tailed live

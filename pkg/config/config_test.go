@@ -59,6 +59,9 @@ func TestBaseIsValidWithDefaults(t *testing.T) {
 		bus.Retry.MaxInterval.D() != 30*time.Second || bus.Retry.MaxElapsed != 0 || bus.ReplayEvery != 0 {
 		t.Errorf("sink defaults: queue %+v retry %+v replayEvery %s", bus.Queue, bus.Retry, bus.ReplayEvery)
 	}
+	if n, adaptive := bus.InFlight(); n != DefaultConcurrencyMax || !adaptive || bus.Workers != 0 || bus.Concurrency != nil {
+		t.Errorf("concurrency default: %d in flight, adaptive %v (workers %d, concurrency %+v); want adaptive up to %d", n, adaptive, bus.Workers, bus.Concurrency, DefaultConcurrencyMax)
+	}
 	if bus.Spec.(*nats.Config).Subject != nats.DefaultSubject {
 		t.Errorf("subject default = %q", bus.Spec.(*nats.Config).Subject)
 	}
@@ -93,6 +96,18 @@ func TestExplicitValuesOverrideDefaults(t *testing.T) {
 	cfg = mustParse(t, mutate(t, base, "      url: https://hooks.example.com/k8s\n", "      url: https://hooks.example.com/k8s\n      batch: {maxEvents: 10}\n"))
 	if b := cfg.Sinks[1].Spec.(*webhook.Config).Batch; b == nil || b.MaxEvents != 10 || b.MaxWait.D() != webhook.DefaultBatchMaxWait {
 		t.Errorf("batch = %+v", b)
+	}
+	cfg = mustParse(t, mutate(t, base, "      jetstream: true\n", "      jetstream: true\n    concurrency: {max: 200}\n"))
+	if n, adaptive := cfg.Sinks[0].InFlight(); n != 200 || !adaptive {
+		t.Errorf("concurrency {max: 200}: %d, adaptive %v", n, adaptive)
+	}
+	cfg = mustParse(t, mutate(t, base, "      jetstream: true\n", "      jetstream: true\n    concurrency: {}\n"))
+	if n, adaptive := cfg.Sinks[0].InFlight(); n != DefaultConcurrencyMax || !adaptive {
+		t.Errorf("concurrency {}: %d, adaptive %v", n, adaptive)
+	}
+	cfg = mustParse(t, mutate(t, base, "      jetstream: true\n", "      jetstream: true\n    workers: 3\n"))
+	if n, adaptive := cfg.Sinks[0].InFlight(); n != 3 || adaptive {
+		t.Errorf("workers 3: %d, adaptive %v; want exactly 3", n, adaptive)
 	}
 	cfg = mustParse(t, mutate(t, base, "cluster: prod-eu-1\n", "cluster: prod-eu-1\ncheckpoint: {natsKV: {sink: bus}}\n"))
 	if cfg.Checkpoint.File != "" || cfg.Checkpoint.NATSKV.Bucket != DefaultKVBucket {
@@ -239,8 +254,14 @@ func TestInvalidConfigs(t *testing.T) {
 			[]string{`config.yaml:4: checkpoint.natsKV.sink: sink "hook" is not a nats sink`}},
 		{"checkpoint natsKV bucket", "cluster: prod-eu-1\n", "cluster: prod-eu-1\ncheckpoint: {natsKV: {sink: bus, bucket: \"a.b\"}}\n",
 			[]string{`config.yaml:4: checkpoint.natsKV.bucket: "a.b" is not a valid bucket name (letters, digits, _ and -)`}},
-		{"workers zero", "      jetstream: true\n", "      jetstream: true\n    workers: 0\n",
-			[]string{`config.yaml:9: sinks[0].workers: must be between 1 and 64, got 0`}},
+		{"workers negative", "      jetstream: true\n", "      jetstream: true\n    workers: -1\n",
+			[]string{`config.yaml:9: sinks[0].workers: must be between 1 and 256 (or 0: adaptive concurrency), got -1`}},
+		{"workers too many", "      jetstream: true\n", "      jetstream: true\n    workers: 300\n",
+			[]string{`config.yaml:9: sinks[0].workers: must be between 1 and 256 (or 0: adaptive concurrency), got 300`}},
+		{"concurrency max zero", "      jetstream: true\n", "      jetstream: true\n    concurrency: {max: 0}\n",
+			[]string{`config.yaml:9: sinks[0].concurrency.max: must be between 1 and 256, got 0`}},
+		{"workers and concurrency", "      jetstream: true\n", "      jetstream: true\n    workers: 4\n    concurrency: {max: 16}\n",
+			[]string{`config.yaml:10: sinks[0].concurrency: set either workers (a fixed number of batches in flight) or concurrency (adaptive), not both`}},
 		{"dead-letter with both destinations", "      jetstream: true\n", "      jetstream: true\n    deadLetter: {file: /x, nats: {sink: bus, subject: dead}}\n",
 			[]string{`config.yaml:9: sinks[0].deadLetter: set exactly one of file and nats`}},
 		{"dead-letter on a webhook sink", "      jetstream: true\n", "      jetstream: true\n    deadLetter: {nats: {sink: hook, subject: dead.x}}\n",

@@ -11,6 +11,12 @@ const (
 	DefaultMaxInterval     = 30 * time.Second
 )
 
+// DefaultConcurrencyMax caps adaptive concurrency: at 64 requests in flight
+// a 20 ms receiver takes ~3,000 events/s (one per request), several times a
+// busy cluster's change rate, and one bridge never holds more than 64
+// connections to a receiver or 64 batches outside its coalescing queue.
+const DefaultConcurrencyMax = 64
+
 // Event types a rule can deliver, and what its data can include.
 var (
 	EventTypes    = []string{"added", "updated", "deleted"}
@@ -29,11 +35,12 @@ func (c *Config) applyLateDefaults() {
 func (k *NATSKVCheckpoint) SetDefaults() { k.Bucket = DefaultKVBucket }
 
 func (s *Sink) SetDefaults() {
-	s.Workers = 1
 	s.Queue.Capacity = DefaultQueueCapacity
 	s.Retry.InitialInterval = Duration(DefaultInitialInterval)
 	s.Retry.MaxInterval = Duration(DefaultMaxInterval)
 }
+
+func (c *Concurrency) SetDefaults() { c.Max = DefaultConcurrencyMax }
 
 func (r *Rule) SetDefaults() {
 	r.Events = append([]string(nil), EventTypes...)

@@ -73,7 +73,9 @@ type Sink struct {
 	Retry Retry `yaml:"retry"`
 	// ReplayEvery replays the full state of every rule view to this sink at this period (resync). Default 0: never.
 	ReplayEvery Duration `yaml:"replayEvery"`
-	// Workers is how many deliveries run at once; events of one object always go through the same worker, in order. Default 1.
+	// Concurrency bounds how many batches are in flight at once: the number adapts between 1 and max, growing while the destination's round-trip times stay flat and shrinking when they rise or it pushes back (429, 503, timeouts). An object is never in two batches at once. Not with workers.
+	Concurrency *Concurrency `yaml:"concurrency"`
+	// Workers fixes how many batches are in flight at once (1 to 256), instead of adapting it (concurrency). Default 0: adaptive.
 	Workers int `yaml:"workers"`
 	// DeadLetter receives events the sink refused permanently (e.g. HTTP 400), with the error. Default: logged and counted only.
 	DeadLetter *DeadLetter `yaml:"deadLetter"`
@@ -93,6 +95,24 @@ type DeadLetterNATS struct {
 	Sink string `yaml:"sink"`
 	// Subject receives the refused events. Required.
 	Subject string `yaml:"subject"`
+}
+
+// Concurrency configures adaptive concurrency.
+type Concurrency struct {
+	// Max is the most batches in flight at once (1 to 256). Default 64.
+	Max int `yaml:"max"`
+}
+
+// InFlight returns how many batches the sink may have in flight at once
+// and whether the number adapts below it (false: workers fixes it).
+func (s *Sink) InFlight() (limit int, adaptive bool) {
+	switch {
+	case s.Workers > 0:
+		return s.Workers, false
+	case s.Concurrency != nil && s.Concurrency.Max > 0:
+		return s.Concurrency.Max, true
+	}
+	return DefaultConcurrencyMax, true
 }
 
 // Queue configures a sink's bounded queue.

@@ -19,7 +19,7 @@ const (
 	maxQueueCapacity  = 10_000_000
 	minReplayEvery    = time.Second // client-go's minimum resync period
 	maxWhereExprBytes = 10_000
-	maxWorkers        = 64
+	maxConcurrency    = 256
 	maxSinks          = 100
 	maxRules          = 1000
 	maxNamespaces     = 1000
@@ -174,13 +174,24 @@ func (s *Sink) Validate() error {
 	} else {
 		errs = append(errs, dns1123Label("name", s.Name))
 	}
-	if s.Workers < 1 || s.Workers > maxWorkers {
-		errs = append(errs, ErrorAt("workers", "must be between 1 and %d, got %d", maxWorkers, s.Workers))
+	if s.Workers < 0 || s.Workers > maxConcurrency {
+		errs = append(errs, ErrorAt("workers", "must be between 1 and %d (or 0: adaptive concurrency), got %d", maxConcurrency, s.Workers))
+	}
+	if s.Workers > 0 && s.Concurrency != nil {
+		errs = append(errs, ErrorAt("concurrency", "set either workers (a fixed number of batches in flight) or concurrency (adaptive), not both"))
 	}
 	if s.ReplayEvery < 0 || (s.ReplayEvery > 0 && s.ReplayEvery.D() < minReplayEvery) {
 		errs = append(errs, ErrorAt("replayEvery", "must be 0 (never) or at least %s, got %s", minReplayEvery, s.ReplayEvery))
 	}
 	return errors.Join(errs...)
+}
+
+// Validate checks the ceiling.
+func (c *Concurrency) Validate() error {
+	if c.Max < 1 || c.Max > maxConcurrency {
+		return ErrorAt("max", "must be between 1 and %d, got %d", maxConcurrency, c.Max)
+	}
+	return nil
 }
 
 // Validate checks that exactly one destination is set.

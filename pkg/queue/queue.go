@@ -1,22 +1,30 @@
 // Package queue is the bounded, coalescing buffer between the informer and a
-// sink's delivery worker.
+// sink's delivery.
 //
 // Guarantees:
 //
 //   - Offer never blocks and never fails: the informer's handler only hands off.
 //   - While no more than Capacity items are pending, every item is kept and
-//     Take returns them in the order they were offered.
+//     taken in the order it was offered (items of a held group wait, below).
 //   - Beyond Capacity, the queue degrades to per-key coalescing: an item whose
-//     key already waits in the overflow replaces that item's value (through the
-//     Merge function, in place, so its position is kept); other items are
-//     appended. Memory is then bounded by Capacity plus the number of distinct
-//     keys, not by the number of offers. Coalesce counts what was merged away.
-//   - Order per key is always kept: an item never overtakes an earlier item
-//     with the same key.
-//   - Nothing is dropped silently: an item leaves the queue only through Take.
+//     key already waits in the overflow is combined with that item through
+//     the Merge function, in place, so its position is kept; other items are
+//     appended. Merge may also say that the two cancel out: both leave the
+//     queue (an object created and deleted while the sink was away). Memory
+//     is then bounded by Capacity plus the number of distinct keys, not by
+//     the number of offers. Stats count what was merged and cancelled.
+//   - Order per group is always kept: an item never overtakes an earlier item
+//     of its group. Each key belongs to one group (with Offer, the key is its
+//     own group; OfferIn names a wider one, e.g. an object across its uids).
+//   - Holding: TakeHeld holds the groups of the items it takes until they are
+//     released; meanwhile no item of a held group is taken (the others are,
+//     oldest first). A consumer with several batches in flight thus never
+//     has one group in two of them, and sends each group's items in order.
+//   - Nothing is dropped silently: an item leaves the queue only by being
+//     taken, or cancelled by Merge (counted).
 //
-// Items offered after Close are discarded and counted; Take drains what is
-// left, then reports ErrClosed.
+// Items offered after Close are discarded and counted; takes drain what is
+// left, then report ErrClosed.
 package queue
 
 import (
@@ -25,57 +33,93 @@ import (
 	"sync"
 )
 
-// ErrClosed is returned by Take once the queue is closed and empty.
+// ErrClosed is returned by takes once the queue is closed and empty.
 var ErrClosed = errors.New("queue closed")
 
 // Merge combines a pending value with a newer one for the same key. It
 // returns what is kept: the newer state, adjusted so that a consumer that
 // missed the older value still ends in the right state (e.g. added then
-// updated stays added).
-type Merge[T any] func(pending, newer T) T
+// updated stays added); or keep false when the two cancel out and neither
+// needs to be delivered (e.g. added then deleted, never sent).
+type Merge[T any] func(pending, newer T) (merged T, keep bool)
 
 // Latest is the Merge that keeps the newer value.
-func Latest[T any](_, newer T) T { return newer }
+func Latest[T any](_, newer T) (T, bool) { return newer, true }
 
-// Queue is a bounded FIFO with per-key coalescing on overflow. The zero
-// value is not usable; call New. It is safe for concurrent use.
+// Queue is a bounded FIFO with per-key coalescing on overflow and per-group
+// holds. The zero value is not usable; call New. It is safe for concurrent use.
 type Queue[T any] struct {
 	mu       sync.Mutex
 	capacity int
 	merge    Merge[T]
 
-	// ring holds the first (oldest) items, in order: at most capacity.
-	ring       []item[T]
-	head, size int
-
-	// overflow holds what does not fit, in order, at most one item per key.
-	overflow    map[string]*node[T]
+	// Every pending item, oldest first. The first min(size, capacity) are
+	// kept as they are; spill is the first item beyond them (nil: none), and
+	// it and the ones after it are the overflow, at most one per key.
 	first, last *node[T]
-	free        *node[T] // recycled nodes
+	size        int
+	spill       *node[T]
+	overflow    map[string]*node[T]
+	seq         uint64
 
-	ready    chan struct{} // signalled (non-blocking) when an item arrives
-	closed   bool
-	closedCh chan struct{} // closed by Close, wakes every waiter
+	// groups holds each group with pending items or held, and idle ones
+	// (neither) until there are many: a key that comes back finds its group
+	// without a map insert and delete each time. ready is a heap of those
+	// with items and not held, by their oldest item.
+	groups map[string]*group[T]
+	idle   int
+	ready  []entry[T]
+	taking []*group[T] // scratch: groups held by the take in progress
+
+	// Recycled nodes and groups, at most capacity of each.
+	free                *node[T]
+	freeGroups          *group[T]
+	freeLen, freeGroupN int
+
+	wake      chan struct{} // signalled (non-blocking) when an item may be taken
+	closed    bool
+	closedCh  chan struct{} // closed by Close, wakes every waiter
+	drained   chan struct{} // closed once the queue is closed and empty
+	isDrained bool
 
 	stats Stats
 }
 
-// Stats are counts since the queue was made.
+// Stats are counts since the queue was made. Offered = Taken + Coalesced +
+// Cancelled + Len.
 type Stats struct {
 	Offered   uint64 // items offered while open
 	Coalesced uint64 // items merged into a pending item with the same key
+	Cancelled uint64 // items that left unsent because Merge cancelled them (two per pair)
 	Taken     uint64
 	Discarded uint64 // offered after Close
 }
 
-type item[T any] struct {
-	key   string
-	value T
+type node[T any] struct {
+	key        string
+	value      T
+	seq        uint64
+	over       bool // in the overflow (and in the overflow map)
+	g          *group[T]
+	prev, next *node[T] // queue order
+	gprev      *node[T] // group order
+	gnext      *node[T]
 }
 
-type node[T any] struct {
-	item[T]
-	prev, next *node[T]
+// entry is a group in the ready heap, with the sequence number of its
+// oldest item (kept here so that comparisons read the heap's own memory).
+type entry[T any] struct {
+	seq uint64
+	g   *group[T]
+}
+
+type group[T any] struct {
+	key        string
+	head, tail *node[T]
+	held       bool
+	gen        uint64 // counts holds, so that a stale Hold releases nothing
+	idx        int    // in ready; -1 when not there
+	next       *group[T]
 }
 
 // New returns a queue that keeps up to capacity items in order. merge
@@ -87,19 +131,24 @@ func New[T any](capacity int, merge Merge[T]) *Queue[T] {
 	if merge == nil {
 		merge = Latest[T]
 	}
-	initial := min(capacity, 64)
 	return &Queue[T]{
 		capacity: capacity,
 		merge:    merge,
-		ring:     make([]item[T], initial),
 		overflow: map[string]*node[T]{},
-		ready:    make(chan struct{}, 1),
+		groups:   map[string]*group[T]{},
+		wake:     make(chan struct{}, 1),
 		closedCh: make(chan struct{}),
+		drained:  make(chan struct{}),
 	}
 }
 
-// Offer adds an item. It never blocks.
-func (q *Queue[T]) Offer(key string, value T) {
+// Offer adds an item that is its own group. It never blocks.
+func (q *Queue[T]) Offer(key string, value T) { q.OfferIn(key, key, value) }
+
+// OfferIn adds an item of a group: items of one group are taken in the
+// order offered, and not while the group is held. Every item of one key
+// must be offered in the same group. It never blocks.
+func (q *Queue[T]) OfferIn(group, key string, value T) {
 	q.mu.Lock()
 	if q.closed {
 		q.stats.Discarded++
@@ -107,42 +156,23 @@ func (q *Queue[T]) Offer(key string, value T) {
 		return
 	}
 	q.stats.Offered++
-	switch n, pending := q.overflow[key]; {
-	case pending:
-		n.value = q.merge(n.value, value)
-		q.stats.Coalesced++
-	case q.first == nil && q.size < q.capacity:
-		q.pushRing(item[T]{key, value})
-	default:
-		q.pushOverflow(item[T]{key, value})
+	if q.spill != nil {
+		if n, pending := q.overflow[key]; pending {
+			merged, keep := q.merge(n.value, value)
+			if keep {
+				n.value = merged
+				q.stats.Coalesced++
+			} else {
+				q.remove(n)
+				q.stats.Cancelled += 2
+			}
+			q.mu.Unlock()
+			return
+		}
 	}
-	q.mu.Unlock()
-	select {
-	case q.ready <- struct{}{}:
-	default:
-	}
-}
-
-func (q *Queue[T]) pushRing(it item[T]) {
-	if q.size == len(q.ring) {
-		grown := make([]item[T], min(2*len(q.ring), q.capacity))
-		n := copy(grown, q.ring[q.head:])
-		copy(grown[n:], q.ring[:q.head])
-		q.ring, q.head = grown, 0
-	}
-	q.ring[(q.head+q.size)%len(q.ring)] = it
-	q.size++
-}
-
-func (q *Queue[T]) pushOverflow(it item[T]) {
-	n := q.free
-	if n != nil {
-		q.free = n.next
-		n.next = nil
-	} else {
-		n = &node[T]{}
-	}
-	n.item = it
+	n := q.newNode()
+	n.key, n.value, n.seq = key, value, q.seq
+	q.seq++
 	n.prev = q.last
 	if q.last != nil {
 		q.last.next = n
@@ -150,49 +180,195 @@ func (q *Queue[T]) pushOverflow(it item[T]) {
 		q.first = n
 	}
 	q.last = n
-	q.overflow[it.key] = n
-}
-
-// popOverflow removes the oldest overflow item; the caller holds mu.
-func (q *Queue[T]) popOverflow() item[T] {
-	n := q.first
-	q.first = n.next
-	if q.first != nil {
-		q.first.prev = nil
-	} else {
-		q.last = nil
+	if q.size >= q.capacity {
+		n.over = true
+		q.overflow[key] = n
+		if q.spill == nil {
+			q.spill = n
+		}
 	}
-	delete(q.overflow, n.key)
-	it := n.item
-	var zero item[T]
-	n.item, n.prev, n.next = zero, nil, q.free
-	q.free = n
-	return it
+	q.size++
+	g := q.groups[group]
+	switch {
+	case g == nil:
+		g = q.newGroup(group)
+		q.groups[group] = g
+	case g.head == nil && !g.held:
+		q.idle--
+	}
+	n.g = g
+	n.gprev = g.tail
+	if g.tail != nil {
+		g.tail.gnext = n
+	} else {
+		g.head = n
+	}
+	g.tail = n
+	eligible := g.head == n && !g.held
+	if eligible {
+		q.push(g)
+	}
+	q.mu.Unlock()
+	if eligible {
+		q.signal()
+	}
 }
 
-// TryTake removes and returns the oldest item, if there is one.
+func (q *Queue[T]) signal() {
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (q *Queue[T]) newNode() *node[T] {
+	if n := q.free; n != nil {
+		q.free, n.next = n.next, nil
+		q.freeLen--
+		return n
+	}
+	return &node[T]{}
+}
+
+func (q *Queue[T]) newGroup(key string) *group[T] {
+	g := q.freeGroups
+	if g != nil {
+		q.freeGroups, g.next = g.next, nil
+		q.freeGroupN--
+	} else {
+		g = &group[T]{}
+	}
+	g.key, g.idx = key, -1
+	return g
+}
+
+// remove unlinks n from the queue and its group, keeping the overflow
+// after the first capacity items and the heap in order; mu is held.
+func (q *Queue[T]) remove(n *node[T]) {
+	switch {
+	case n.over:
+		delete(q.overflow, n.key)
+		if q.spill == n {
+			q.spill = n.next
+		}
+	case q.spill != nil: // a kept item leaves: the oldest overflow item is kept from now on
+		s := q.spill
+		s.over = false
+		delete(q.overflow, s.key)
+		q.spill = s.next
+	}
+	if n.prev != nil {
+		n.prev.next = n.next
+	} else {
+		q.first = n.next
+	}
+	if n.next != nil {
+		n.next.prev = n.prev
+	} else {
+		q.last = n.prev
+	}
+	q.size--
+	if q.size == 0 && q.closed {
+		q.drain()
+	}
+
+	g := n.g
+	wasHead := g.head == n
+	if n.gprev != nil {
+		n.gprev.gnext = n.gnext
+	} else {
+		g.head = n.gnext
+	}
+	if n.gnext != nil {
+		n.gnext.gprev = n.gprev
+	} else {
+		g.tail = n.gprev
+	}
+	switch {
+	case g.head == nil:
+		if g.idx >= 0 {
+			q.removeAt(g.idx)
+		}
+		if !g.held {
+			q.idled()
+		}
+	case wasHead && g.idx >= 0:
+		q.ready[g.idx].seq = g.head.seq
+		q.down(g.idx) // its oldest item is newer now
+	}
+
+	var zero node[T]
+	*n = zero
+	if q.freeLen < q.capacity {
+		n.next = q.free
+		q.free = n
+		q.freeLen++
+	}
+}
+
+// idled counts a group that became idle, and drops the idle groups once
+// they outnumber both capacity and the live ones: memory stays bounded by
+// capacity plus objects, and a sweep's cost is spread over as many idles.
+// mu is held.
+func (q *Queue[T]) idled() {
+	q.idle++
+	if q.idle <= max(q.capacity, len(q.groups)-q.idle) {
+		return
+	}
+	for key, g := range q.groups {
+		if g.head != nil || g.held {
+			continue
+		}
+		delete(q.groups, key)
+		*g = group[T]{gen: g.gen}
+		if q.freeGroupN < q.capacity {
+			g.next = q.freeGroups
+			q.freeGroups = g
+			q.freeGroupN++
+		}
+	}
+	q.idle = 0
+}
+
+// TryTake removes and returns the oldest item of a group that is not held,
+// if there is one.
 func (q *Queue[T]) TryTake() (key string, value T, ok bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	it, ok := q.takeLocked()
-	return it.key, it.value, ok
+	var one [1]Item[T]
+	if got := q.takeLocked(1, one[:0], false); len(got) == 1 {
+		return got[0].Key, got[0].Value, true
+	}
+	return "", value, false
 }
 
-func (q *Queue[T]) takeLocked() (item[T], bool) {
-	if q.size == 0 {
-		return item[T]{}, false
+// takeLocked appends up to n of the oldest items of groups not held, in
+// order; with hold, their groups become held. mu is held.
+func (q *Queue[T]) takeLocked(n int, buf []Item[T], hold bool) []Item[T] {
+	for len(buf) < n && len(q.ready) > 0 {
+		g := q.ready[0].g
+		oldest := g.head
+		it := Item[T]{Key: oldest.key, Value: oldest.value, Group: g.key}
+		if hold && !g.held {
+			// Held from now on, but left in the heap until this take ends:
+			// its next items may join the same batch, in order.
+			g.held = true
+			g.gen++
+			it.Hold = Hold[T]{g, g.gen}
+			q.taking = append(q.taking, g)
+		}
+		buf = append(buf, it)
+		q.remove(oldest)
+		q.stats.Taken++
 	}
-	it := q.ring[q.head]
-	q.ring[q.head] = item[T]{}
-	q.head = (q.head + 1) % len(q.ring)
-	q.size--
-	// Refill the ring from the overflow so that coalescing only ever touches
-	// what is beyond capacity.
-	if q.first != nil {
-		q.pushRing(q.popOverflow())
+	for i, g := range q.taking {
+		if g.idx >= 0 {
+			q.removeAt(g.idx)
+		}
+		q.taking[i] = nil
 	}
-	q.stats.Taken++
-	return it, true
+	q.taking = q.taking[:0]
+	return buf
 }
 
 // Take waits for an item and removes it. It returns ctx's error when ctx
@@ -209,43 +385,99 @@ func (q *Queue[T]) Take(ctx context.Context) (key string, value T, err error) {
 type Item[T any] struct {
 	Key   string
 	Value T
+	// Group is the item's group.
+	Group string
+	// Hold is set (by TakeHeld) on the first item of each group the take
+	// held: Release it once done with the group's items.
+	Hold Hold[T]
 }
 
-// TakeBatch waits for at least one item, then returns up to max items
-// without waiting further, appended to buf[:0].
+// Hold is a group held by a take, until Release. The zero Hold holds nothing.
+type Hold[T any] struct {
+	g   *group[T]
+	gen uint64
+}
+
+// Holds reports whether the item's take held its group (its Hold is set).
+func (it Item[T]) Holds() bool { return it.Hold.g != nil }
+
+// TakeBatch waits for at least one item of a group that is not held, then
+// returns up to max of them without waiting further, oldest first,
+// appended to buf[:0].
 func (q *Queue[T]) TakeBatch(ctx context.Context, max int, buf []Item[T]) ([]Item[T], error) {
+	return q.take(ctx, max, buf, false)
+}
+
+// TakeHeld is TakeBatch that also holds the groups of the items it takes
+// (those with a Hold) until Release: no other take returns an item of
+// theirs meanwhile.
+func (q *Queue[T]) TakeHeld(ctx context.Context, max int, buf []Item[T]) ([]Item[T], error) {
+	return q.take(ctx, max, buf, true)
+}
+
+func (q *Queue[T]) take(ctx context.Context, n int, buf []Item[T], hold bool) ([]Item[T], error) {
 	buf = buf[:0]
+	n = max(n, 1)
 	for {
 		q.mu.Lock()
-		for len(buf) < max {
-			it, ok := q.takeLocked()
-			if !ok {
-				break
-			}
-			buf = append(buf, Item[T]{it.key, it.value})
-		}
-		closed := q.closed
+		buf = q.takeLocked(n, buf, hold)
+		closed, empty, more := q.closed, q.size == 0, len(q.ready) > 0
 		q.mu.Unlock()
 		if len(buf) > 0 {
+			if more {
+				q.signal() // another waiter may take the rest
+			}
 			return buf, nil
 		}
-		if closed {
+		if closed && empty {
 			return buf, ErrClosed
 		}
+		// Closed but not empty: what is left belongs to held groups; a
+		// Release wakes us, or another take that empties the queue.
+		var closing <-chan struct{}
+		if !closed {
+			closing = q.closedCh
+		}
 		select {
-		case <-q.ready:
-		case <-q.closedCh:
+		case <-q.wake:
+		case <-closing:
+		case <-q.drained:
 		case <-ctx.Done():
 			return buf, ctx.Err()
 		}
 	}
 }
 
-// Len returns how many items are pending.
+// Release ends holds a TakeHeld took (the Hold of each item that has
+// one): the groups' items may be taken again. Releasing a hold again, or
+// the zero Hold, does nothing.
+func (q *Queue[T]) Release(holds ...Hold[T]) {
+	woken := false
+	q.mu.Lock()
+	for _, h := range holds {
+		g := h.g
+		if g == nil || !g.held || g.gen != h.gen {
+			continue
+		}
+		g.held = false
+		if g.head == nil {
+			q.idled()
+			continue
+		}
+		q.push(g)
+		woken = true
+	}
+	q.mu.Unlock()
+	if woken {
+		q.signal()
+	}
+}
+
+// Len returns how many items are pending (held groups' included).
 func (q *Queue[T]) Len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.size + len(q.overflow)
+	return q.size
 }
 
 // Capacity returns the number of items kept in order before coalescing.
@@ -259,12 +491,84 @@ func (q *Queue[T]) Stats() Stats {
 }
 
 // Close stops the queue from accepting items. Pending items can still be
-// taken; then Take returns ErrClosed. Close is idempotent.
+// taken; then takes return ErrClosed. Close is idempotent.
 func (q *Queue[T]) Close() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if !q.closed {
 		q.closed = true
 		close(q.closedCh)
+		if q.size == 0 {
+			q.drain()
+		}
+	}
+}
+
+// drain wakes every waiter once the queue is closed and empty; mu is held.
+func (q *Queue[T]) drain() {
+	if !q.isDrained {
+		q.isDrained = true
+		close(q.drained)
+	}
+}
+
+// The ready heap: groups by the sequence number of their oldest item, so
+// that takes return the oldest eligible item first.
+
+func (q *Queue[T]) less(i, j int) bool { return q.ready[i].seq < q.ready[j].seq }
+
+func (q *Queue[T]) swap(i, j int) {
+	q.ready[i], q.ready[j] = q.ready[j], q.ready[i]
+	q.ready[i].g.idx, q.ready[j].g.idx = i, j
+}
+
+func (q *Queue[T]) push(g *group[T]) {
+	g.idx = len(q.ready)
+	q.ready = append(q.ready, entry[T]{g.head.seq, g})
+	q.up(g.idx)
+}
+
+func (q *Queue[T]) removeAt(i int) {
+	last := len(q.ready) - 1
+	g := q.ready[i].g
+	if i != last {
+		q.swap(i, last)
+	}
+	q.ready[last] = entry[T]{}
+	q.ready = q.ready[:last]
+	g.idx = -1
+	if i != last {
+		q.down(i)
+		q.up(i)
+	}
+}
+
+func (q *Queue[T]) up(i int) {
+	for i > 0 {
+		parent := (i - 1) / 2
+		if !q.less(i, parent) {
+			return
+		}
+		q.swap(i, parent)
+		i = parent
+	}
+}
+
+func (q *Queue[T]) down(i int) {
+	n := len(q.ready)
+	for {
+		l := 2*i + 1
+		if l >= n {
+			return
+		}
+		m := l
+		if r := l + 1; r < n && q.less(r, l) {
+			m = r
+		}
+		if !q.less(m, i) {
+			return
+		}
+		q.swap(i, m)
+		i = m
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -14,74 +16,148 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // model is the queue's specification in its plainest form: one ordered
-// list; an offer merges into a pending item of the same key only if that
-// item sits beyond the first capacity positions, else it appends.
+// list; an offer merges into (or cancels out with) a pending item of the
+// same key only if that item sits beyond the first capacity positions, else
+// it appends; a take returns the first items whose group is not held.
 type model struct {
 	capacity int
-	items    []Item[int]
+	items    []mItem
+	held     map[string]bool
 }
 
-func (m *model) offer(key string, v int, merge Merge[int]) {
+// mItem is an item as the model sees it: Hold is whether the take held
+// its group.
+type mItem struct {
+	Key   string
+	Value int
+	Group string
+	Hold  bool
+}
+
+func (m mItem) String() string { return fmt.Sprintf("%s=%d@%s/%v", m.Key, m.Value, m.Group, m.Hold) }
+
+func items(its []Item[int]) []mItem {
+	out := make([]mItem, len(its))
+	for i, it := range its {
+		out[i] = mItem{it.Key, it.Value, it.Group, it.Holds()}
+	}
+	return out
+}
+
+func (m *model) offer(group, key string, v int, merge Merge[int]) {
 	for i := m.capacity; i < len(m.items); i++ {
 		if m.items[i].Key == key {
-			m.items[i].Value = merge(m.items[i].Value, v)
+			merged, keep := merge(m.items[i].Value, v)
+			if keep {
+				m.items[i].Value = merged
+			} else {
+				m.items = append(m.items[:i], m.items[i+1:]...)
+			}
 			return
 		}
 	}
-	m.items = append(m.items, Item[int]{key, v})
+	m.items = append(m.items, mItem{Key: key, Value: v, Group: group})
 }
 
-func (m *model) take() (Item[int], bool) {
-	if len(m.items) == 0 {
-		return Item[int]{}, false
+func (m *model) take(n int, hold bool) []mItem {
+	var out []mItem
+	taken := map[string]bool{}
+	for i := 0; i < len(m.items) && len(out) < n; {
+		it := m.items[i]
+		if m.held[it.Group] {
+			i++
+			continue
+		}
+		if hold && !taken[it.Group] {
+			it.Hold = true
+			taken[it.Group] = true
+		}
+		out = append(out, it)
+		m.items = append(m.items[:i], m.items[i+1:]...)
 	}
-	it := m.items[0]
-	m.items = m.items[1:]
-	return it, true
+	for g := range taken {
+		m.held[g] = true
+	}
+	return out
 }
 
-// sum is a merge that shows which values were combined.
-func sum(a, b int) int { return a*1000 + b }
+// sumOrCancel is a merge that shows which values were combined, and
+// cancels both when the newer value is a multiple of 5.
+func sumOrCancel(a, b int) (int, bool) {
+	if b%5 == 0 {
+		return 0, false
+	}
+	return a*1000 + b, true
+}
 
 func check(t *testing.T, capacity int, ops []byte) {
-	q := New(capacity, sum)
-	m := &model{capacity: capacity}
+	q := New(capacity, sumOrCancel)
+	m := &model{capacity: capacity, held: map[string]bool{}}
+	holds := map[string]Hold[int]{}
+	done, cancel := context.WithCancel(context.Background())
+	cancel() // takes below never wait
 	v := 0
 	for i, op := range ops {
-		if op%3 == 0 {
-			want, wok := m.take()
+		switch op % 5 {
+		case 0:
+			want := m.take(1, false)
 			k, got, gok := q.TryTake()
-			if wok != gok || want.Key != k || want.Value != got {
-				t.Fatalf("op %d: take = (%q, %d, %v), model (%q, %d, %v)", i, k, got, gok, want.Key, want.Value, wok)
+			if gok != (len(want) == 1) || (gok && (want[0].Key != k || want[0].Value != got)) {
+				t.Fatalf("op %d: TryTake = (%q, %d, %v), model %v", i, k, got, gok, want)
 			}
-		} else {
+		case 1:
+			n := int(op/5)%4 + 1
+			want := m.take(n, true)
+			got, err := q.TakeHeld(done, n, nil)
+			if fmt.Sprint(items(got)) != fmt.Sprint(want) || (err != nil) != (len(want) == 0) {
+				t.Fatalf("op %d: TakeHeld(%d) = %v, %v; model %v", i, n, items(got), err, want)
+			}
+			for _, it := range got {
+				if it.Holds() {
+					holds[it.Group] = it.Hold
+				}
+			}
+		case 2:
+			var held []string
+			for g := range m.held {
+				held = append(held, g)
+			}
+			if len(held) == 0 {
+				continue
+			}
+			slices.Sort(held)
+			g := held[int(op/5)%len(held)]
+			delete(m.held, g)
+			q.Release(holds[g], Hold[int]{})
+			q.Release(holds[g]) // again: nothing
+		default:
 			v++
-			key := fmt.Sprint("k", op%7)
-			q.Offer(key, v)
-			m.offer(key, v, sum)
+			k := int(op/5) % 7
+			key, group := fmt.Sprint("k", k), fmt.Sprint("g", k%4)
+			q.OfferIn(group, key, v)
+			m.offer(group, key, v, sumOrCancel)
 		}
 		if q.Len() != len(m.items) {
 			t.Fatalf("op %d: Len = %d, model %d", i, q.Len(), len(m.items))
 		}
 	}
-	for {
-		want, wok := m.take()
-		k, got, gok := q.TryTake()
-		if wok != gok || want.Key != k || want.Value != got {
-			t.Fatalf("drain: take = (%q, %d, %v), model (%q, %d, %v)", k, got, gok, want.Key, want.Value, wok)
-		}
-		if !gok {
-			break
-		}
+	for g := range m.held {
+		delete(m.held, g)
+		q.Release(holds[g])
+	}
+	want := m.take(len(m.items), false)
+	got, _ := q.TakeBatch(done, len(want), nil)
+	if fmt.Sprint(items(got)) != fmt.Sprint(want) || q.Len() != 0 {
+		t.Fatalf("drain: %v, model %v; %d left", items(got), want, q.Len())
 	}
 	s := q.Stats()
-	if s.Offered != s.Taken+s.Coalesced {
-		t.Fatalf("stats %+v: offered != taken + coalesced", s)
+	if s.Offered != s.Taken+s.Coalesced+s.Cancelled {
+		t.Fatalf("stats %+v: offered != taken + coalesced + cancelled", s)
 	}
 }
 
-// FuzzQueueMatchesModel drives random offer/take sequences through the
-// queue and the model and requires the same results.
+// FuzzQueueMatchesModel drives random offer/take/hold/release sequences
+// through the queue and the model and requires the same results.
 func FuzzQueueMatchesModel(f *testing.F) {
 	f.Add(uint8(3), []byte{1, 2, 4, 5, 7, 8, 1, 1, 0, 0, 3, 1, 2})
 	f.Add(uint8(1), []byte{1, 1, 1, 2, 2, 0, 1, 0, 0, 0})
@@ -89,6 +165,19 @@ func FuzzQueueMatchesModel(f *testing.F) {
 	f.Fuzz(func(t *testing.T, capacity uint8, ops []byte) {
 		check(t, int(capacity%80)+1, ops)
 	})
+}
+
+// The model check over many seeded random sequences, so that plain
+// `go test` covers holds, cancels and overflow together.
+func TestQueueMatchesModel(t *testing.T) {
+	rng := rand.New(rand.NewPCG(14, 2))
+	for range 2000 {
+		ops := make([]byte, rng.IntN(200))
+		for i := range ops {
+			ops[i] = byte(rng.IntN(256))
+		}
+		check(t, rng.IntN(12)+1, ops)
+	}
 }
 
 func TestBelowCapacityKeepsEverythingInOrder(t *testing.T) {
@@ -134,7 +223,7 @@ func TestOverflowIsBoundedByKeys(t *testing.T) {
 			t.Fatalf("obj-%d ended at %d, want %d", i, latest[fmt.Sprint("obj-", i)], want)
 		}
 	}
-	if s := q.Stats(); s.Coalesced == 0 || s.Offered != s.Taken+s.Coalesced {
+	if s := q.Stats(); s.Coalesced == 0 || s.Offered != s.Taken+s.Coalesced+s.Cancelled {
 		t.Errorf("stats %+v", s)
 	}
 }
@@ -258,5 +347,193 @@ func BenchmarkOfferCoalescing(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		q.Offer(keys[i%len(keys)], i)
+	}
+}
+
+// A held group's items wait, the others are taken past them; released,
+// they come next, in order.
+func TestHeldGroupWaits(t *testing.T) {
+	q := New[string](100, nil)
+	q.OfferIn("a", "a", "a1")
+	q.OfferIn("a", "a", "a2")
+	q.OfferIn("b", "b", "b1")
+	q.OfferIn("a", "a", "a3")
+	ctx := context.Background()
+	first, err := q.TakeHeld(ctx, 2, nil)
+	if err != nil || fmt.Sprint(items2(first)) != "[a1/true a2/false]" {
+		t.Fatalf("TakeHeld = %v, %v: want a's first two items, a held once", items2(first), err)
+	}
+	second, err := q.TakeHeld(ctx, 10, nil)
+	if err != nil || fmt.Sprint(items2(second)) != "[b1/true]" {
+		t.Fatalf("TakeHeld = %v, %v: want b1 only (a is held)", items2(second), err)
+	}
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if got, err := q.TakeBatch(short, 10, nil); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("TakeBatch = %v, %v: a3 was taken while a is held", got, err)
+	}
+	q.Release(second[0].Hold, first[0].Hold)
+	if got, err := q.TakeBatch(ctx, 10, nil); err != nil || fmt.Sprint(items2(got)) != "[a3/false]" {
+		t.Fatalf("after Release: %v, %v", items2(got), err)
+	}
+	if q.Len() != 0 {
+		t.Errorf("Len %d", q.Len())
+	}
+}
+
+func items2(its []Item[string]) []string {
+	out := make([]string, len(its))
+	for i, it := range its {
+		out[i] = fmt.Sprintf("%s/%v", it.Value, it.Holds())
+	}
+	return out
+}
+
+// Closed with items of held groups left, a take waits for the release
+// instead of reporting the queue drained.
+func TestCloseWaitsForHeldGroups(t *testing.T) {
+	q := New[int](10, nil)
+	q.Offer("a", 1)
+	q.Offer("a", 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	held, _ := q.TakeHeld(ctx, 1, nil)
+	if len(held) != 1 || held[0].Value != 1 {
+		t.Fatalf("took %v", held)
+	}
+	q.Close()
+	took := make(chan []Item[int])
+	go func() {
+		got, err := q.TakeHeld(ctx, 10, nil)
+		if err != nil {
+			t.Errorf("TakeHeld: %v", err)
+		}
+		took <- got
+	}()
+	select {
+	case got := <-took:
+		t.Fatalf("took %v while a is held", got)
+	case <-time.After(20 * time.Millisecond):
+	}
+	q.Release(held[0].Hold)
+	got := <-took
+	if len(got) != 1 || got[0].Value != 2 {
+		t.Fatalf("took %v, want a's 2", got)
+	}
+	q.Release(got[0].Hold)
+	if _, err := q.TakeHeld(ctx, 10, nil); !errors.Is(err, ErrClosed) {
+		t.Errorf("drained queue: %v, want ErrClosed", err)
+	}
+}
+
+// Pairs that cancel out beyond capacity leave nothing behind: memory stays
+// bounded by capacity however many pass through while nothing is taken.
+func TestCancelledPairsLeaveNothing(t *testing.T) {
+	const capacity = 50
+	cancelOnNegative := func(pending, newer int) (int, bool) { return newer, newer >= 0 }
+	q := New(capacity, cancelOnNegative)
+	for i := range 100_000 {
+		key := fmt.Sprint("obj-", i)
+		q.Offer(key, i)
+		q.Offer(key, -1)
+		if q.Len() > capacity {
+			t.Fatalf("after %d pairs: Len %d > capacity %d", i+1, q.Len(), capacity)
+		}
+	}
+	s := q.Stats()
+	if s.Cancelled != 2*(100_000-capacity/2) || s.Offered != s.Taken+s.Coalesced+s.Cancelled+uint64(q.Len()) {
+		t.Errorf("stats %+v, Len %d", s, q.Len())
+	}
+	// Within capacity nothing cancels: both of each of the first pairs are kept.
+	for i := range capacity {
+		_, v, _ := q.TryTake()
+		if want := []int{i / 2, -1}[i%2]; v != want {
+			t.Fatalf("item %d = %d, want %d", i, v, want)
+		}
+	}
+}
+
+// Several consumers taking held batches: no group is ever held by two at
+// once, and each key's items arrive in order (run with -race). (Across the
+// keys of one group, a coalesced item keeps its older position.)
+func TestConcurrentHoldersNeverShareAGroup(t *testing.T) {
+	q := New[int](64, nil)
+	const groups, perGroup, consumers = 40, 500, 8
+	var mu sync.Mutex
+	holder := map[string]int{}
+	last := map[string]int{}
+	var wg sync.WaitGroup
+	for c := range consumers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var buf []Item[int]
+			for {
+				var err error
+				buf, err = q.TakeHeld(context.Background(), 8, buf)
+				if err != nil {
+					return
+				}
+				mu.Lock()
+				var mine []Hold[int]
+				for _, it := range buf {
+					if h, ok := holder[it.Group]; ok && h != c {
+						t.Errorf("group %s held by %d and %d", it.Group, h, c)
+					}
+					if it.Holds() {
+						holder[it.Group] = c
+						mine = append(mine, it.Hold)
+					}
+					if prev, ok := last[it.Key]; ok && it.Value <= prev {
+						t.Errorf("key %s: %d after %d", it.Key, it.Value, prev)
+					}
+					last[it.Key] = it.Value
+				}
+				for _, it := range buf {
+					if it.Holds() {
+						delete(holder, it.Group)
+					}
+				}
+				mu.Unlock()
+				time.Sleep(time.Duration(rand.IntN(50)) * time.Microsecond)
+				q.Release(mine...)
+			}
+		}()
+	}
+	want := map[string]int{}
+	for i := range perGroup {
+		for g := range groups {
+			key := fmt.Sprint("g", g, "-", i%3)
+			q.OfferIn(fmt.Sprint("g", g), key, i)
+			want[key] = i
+		}
+	}
+	q.Close()
+	wg.Wait()
+	for key, v := range want {
+		if last[key] != v {
+			t.Errorf("%s ended at %d, want %d", key, last[key], v)
+		}
+	}
+}
+
+// Offers and held takes of 1,000 objects in turn, as a delivery does.
+func BenchmarkOfferTakeHeldManyKeys(b *testing.B) {
+	q := New[int](10_000, nil)
+	keys := make([]string, 1000)
+	for i := range keys {
+		keys[i] = fmt.Sprint("ns/obj-", i)
+	}
+	ctx := context.Background()
+	var buf []Item[int]
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		q.Offer(keys[i%len(keys)], i)
+		if i%256 == 255 {
+			buf, _ = q.TakeHeld(ctx, 256, buf)
+			for _, it := range buf {
+				q.Release(it.Hold)
+			}
+		}
 	}
 }

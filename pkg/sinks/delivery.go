@@ -3,7 +3,6 @@ package sinks
 import (
 	"context"
 	"errors"
-	"hash/maphash"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
@@ -30,8 +29,8 @@ type DeadLetter interface {
 	Put(ctx context.Context, sink string, events []*event.Event, cause error) error
 }
 
-// Delivery owns one sink's queue(s) and the workers that drain them into
-// the sink: batches in queue order, retried with exponential backoff and
+// Delivery owns one sink's queue and the batches in flight from it to the
+// sink: batches in queue order, retried with exponential backoff and
 // jitter until acknowledged; permanent refusals go to the dead-letter. The
 // informer side only calls Offer, which never blocks.
 //
@@ -42,14 +41,17 @@ type DeadLetter interface {
 // differently (EventErrors) are settled one by one, and only the failed
 // ones are retried.
 //
-// With several workers, each has its own queue and an object's events
-// always hash to the same one: a key is never in flight twice and order
-// per object holds. Capacity is split evenly between the workers.
+// Several batches may be in flight at once: as many as the sink's fixed
+// workers, or an adaptive number (see limiter) up to its concurrency.max.
+// Order per object holds because taking a batch holds its objects
+// (event.Key) in the queue until the batch is settled: no other batch gets
+// an event of theirs meanwhile, and the queue keeps each object's events in
+// order (they still coalesce while they wait).
 type Delivery struct {
 	Name string
 
-	shards     []*shard
-	seed       maphash.Seed
+	queue      *queue.Queue[*event.Event]
+	limiter    *limiter
 	sink       Sink
 	retry      config.Retry
 	batchMax   int
@@ -59,7 +61,7 @@ type Delivery struct {
 
 	// OnAck, when set before Run, is called after each acknowledged batch with
 	// its events (checkpoints; latency metrics: now minus each event's Time).
-	// It runs on the worker and must be quick.
+	// Batches in flight at once call it concurrently; it must be quick.
 	OnAck func(events []*event.Event)
 	// BeforeSend, when set before Run, is called once with a whole batch
 	// (quiet events included) before it is first sent; while it fails, the
@@ -70,22 +72,18 @@ type Delivery struct {
 	Fence func() error
 
 	delivered, failed, retried, deadLettered atomic.Uint64
+	inFlight                                 atomic.Int64 // events taken from the queue, not yet settled
 	done                                     chan struct{}
 	runOnce                                  sync.Once
-}
-
-type shard struct {
-	queue    *queue.Queue[*event.Event]
-	inFlight atomic.Int64 // taken from the queue, not yet acknowledged
 }
 
 // NewDelivery prepares delivery of cfg's queue into sink; Run starts it.
 // deadLetter may be nil (refusals are then logged and counted only).
 func NewDelivery(cfg config.Sink, sink Sink, deadLetter DeadLetter, logger *slog.Logger) *Delivery {
-	workers := max(cfg.Workers, 1)
 	d := &Delivery{
 		Name:       cfg.Name,
-		seed:       maphash.MakeSeed(),
+		queue:      queue.New(cfg.Queue.Capacity, Coalesce),
+		limiter:    newLimiter(cfg.InFlight()),
 		sink:       sink,
 		retry:      cfg.Retry,
 		batchMax:   MaxBatch,
@@ -97,9 +95,6 @@ func NewDelivery(cfg config.Sink, sink Sink, deadLetter DeadLetter, logger *slog
 		d.batchMax, d.batchWait = b.Batching()
 		d.batchMax = max(d.batchMax, 1)
 	}
-	for range workers {
-		d.shards = append(d.shards, &shard{queue: queue.New(max(cfg.Queue.Capacity/workers, 1), Coalesce)})
-	}
 	return d
 }
 
@@ -108,135 +103,192 @@ func NewDelivery(cfg config.Sink, sink Sink, deadLetter DeadLetter, logger *slog
 // object's deleted and the new one's added both stay). The newer state
 // wins, but an object the consumer has not been sent yet stays added, and
 // a change that was to be sent is not made quiet by a newer one that is
-// not (e.g. an update outside the rule's changed paths).
-func Coalesce(pending, newer *event.Event) *event.Event {
+// not (e.g. an update outside the rule's changed paths). A fresh added
+// (the sink held nothing of the object) and its deletion cancel out: keep
+// is false and neither is sent. Items in the queue were never attempted (a
+// batch being retried is held by the delivery, not queued), so neither the
+// consumer nor the checkpoint misses anything.
+func Coalesce(pending, newer *event.Event) (merged *event.Event, keep bool) {
+	if pending.Change == event.Added && pending.Fresh && newer.Change == event.Deleted {
+		return nil, false
+	}
 	if pending.Change == event.Added && newer.Change == event.Updated && !pending.Quiet {
 		return event.Build(newer.RuleInfo(), event.Transition{Change: event.Added, Object: newer.Object(), Time: newer.Time,
-			Entered: pending.Entered, Replay: newer.Replay})
+			Entered: pending.Entered, Replay: newer.Replay, Fresh: pending.Fresh}), true
 	}
 	if pending.Change == newer.Change && newer.Quiet && !pending.Quiet {
-		return newer.WithQuiet(false)
+		return newer.WithQuiet(false), true
 	}
-	return newer
+	return newer, true
 }
 
 // Offer enqueues an event. It never blocks.
-func (d *Delivery) Offer(ev *event.Event) {
-	s := d.shards[0]
-	if len(d.shards) > 1 {
-		s = d.shards[maphash.String(d.seed, ev.Key)%uint64(len(d.shards))]
-	}
-	s.queue.Offer(ev.QueueKey, ev)
-}
+func (d *Delivery) Offer(ev *event.Event) { d.queue.OfferIn(ev.Key, ev.QueueKey, ev) }
 
 // Close stops accepting events; Run drains what is queued, then returns.
-func (d *Delivery) Close() {
-	for _, s := range d.shards {
-		s.queue.Close()
-	}
-}
+func (d *Delivery) Close() { d.queue.Close() }
 
 // Stats are a delivery's counts.
 type Stats struct {
 	Delivered, Failed, Retried, DeadLettered uint64
-	Queue                                    queue.Stats // summed over workers
-	Pending                                  int         // queued or in flight
+	Queue                                    queue.Stats
+	Pending                                  int // queued or in flight
 	Capacity                                 int
 }
 
 // Stats returns the delivery's counts.
 func (d *Delivery) Stats() Stats {
-	st := Stats{Delivered: d.delivered.Load(), Failed: d.failed.Load(), Retried: d.retried.Load(), DeadLettered: d.deadLettered.Load(), Pending: d.Pending()}
-	for _, s := range d.shards {
-		q := s.queue.Stats()
-		st.Queue.Offered += q.Offered
-		st.Queue.Coalesced += q.Coalesced
-		st.Queue.Taken += q.Taken
-		st.Queue.Discarded += q.Discarded
-		st.Capacity += s.queue.Capacity()
-	}
-	return st
+	return Stats{Delivered: d.delivered.Load(), Failed: d.failed.Load(), Retried: d.retried.Load(), DeadLettered: d.deadLettered.Load(),
+		Pending: d.Pending(), Queue: d.queue.Stats(), Capacity: d.queue.Capacity()}
 }
 
 // Pending counts events not yet acknowledged: queued or in flight.
-func (d *Delivery) Pending() int {
-	n := 0
-	for _, s := range d.shards {
-		n += s.queue.Len() + int(s.inFlight.Load())
-	}
-	return n
-}
+func (d *Delivery) Pending() int { return d.queue.Len() + int(d.inFlight.Load()) }
 
-// Run delivers until ctx ends or the queues are closed and drained, then
+// Concurrency returns how many sends may be in progress at once now (fixed
+// with workers, else adapting between 1 and concurrency.max) and how many
+// are.
+func (d *Delivery) Concurrency() (limit, inFlight int) { return d.limiter.concurrency() }
+
+// Run delivers until ctx ends or the queue is closed and drained, then
 // returns. A batch cut short by ctx is not acknowledged: it stays counted as
 // pending and is never counted as delivered.
 func (d *Delivery) Run(ctx context.Context) {
 	d.runOnce.Do(func() {
 		defer close(d.done)
 		var wg sync.WaitGroup
-		for _, s := range d.shards {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				d.runShard(ctx, s)
-			}()
+		defer wg.Wait()
+		work, quit := make(chan batch), make(chan struct{})
+		defer close(quit)
+		var buf []queue.Item[*event.Event]
+		for {
+			// The slot first: while none is free the queue keeps filling
+			// the next batch.
+			alone, err := d.limiter.reserve(ctx)
+			if err != nil {
+				return
+			}
+			b, err := d.take(ctx, &buf)
+			if err != nil {
+				d.limiter.unreserve()
+				return
+			}
+			d.inFlight.Add(int64(len(b.events)))
+			if alone { // one at a time: nothing to hand it to
+				d.run(ctx, b)
+				continue
+			}
+			select {
+			case work <- b: // an idle worker
+			default:
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					d.worker(ctx, b, work, quit)
+				}()
+			}
 		}
-		wg.Wait()
 	})
+}
+
+// workerIdle is how long a worker without a batch waits for one before it
+// ends: the workers of a sink that was busy do not stay forever.
+const workerIdle = 30 * time.Second
+
+// worker runs batches until it has been idle for workerIdle or Run ends.
+// Workers live on so that a batch does not pay for a new goroutine and its
+// stack growth; there are at most about as many as batches were in flight
+// at once.
+func (d *Delivery) worker(ctx context.Context, b batch, work <-chan batch, quit <-chan struct{}) {
+	idle := time.NewTimer(workerIdle)
+	defer idle.Stop()
+	for {
+		d.run(ctx, b)
+		idle.Reset(workerIdle)
+		select {
+		case b = <-work:
+		case <-idle.C:
+			return
+		case <-quit:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// run delivers a batch and frees its slot and, once it is acknowledged,
+// its objects. A batch cut by ctx stays pending, its objects held.
+func (d *Delivery) run(ctx context.Context, b batch) {
+	defer d.limiter.unreserve()
+	if d.deliver(ctx, b.events) {
+		d.inFlight.Add(-int64(len(b.events)))
+		d.queue.Release(b.holds...)
+	}
 }
 
 // Done is closed when Run has returned.
 func (d *Delivery) Done() <-chan struct{} { return d.done }
 
-func (d *Delivery) runShard(ctx context.Context, s *shard) {
-	var buf []queue.Item[*event.Event]
-	batch := make([]*event.Event, 0, d.batchMax)
-	for {
-		var err error
-		buf, err = s.queue.TakeBatch(ctx, d.batchMax, buf)
-		if err != nil {
-			return
-		}
-		batch = batch[:0]
-		for _, it := range buf {
-			batch = append(batch, it.Value)
-		}
-		if d.batchWait > 0 && len(batch) < d.batchMax {
-			batch = d.fill(ctx, s, batch, &buf)
-		}
-		s.inFlight.Store(int64(len(batch)))
-		if !d.deliver(ctx, batch) {
-			return // not acknowledged: stays pending
-		}
-		s.inFlight.Store(0)
-	}
+// batch is a batch in flight: its events, and its holds on their objects.
+type batch struct {
+	events []*event.Event
+	holds  []queue.Hold[*event.Event]
 }
 
-// fill waits up to batchWait for more events to join a partial batch.
-func (d *Delivery) fill(ctx context.Context, s *shard, batch []*event.Event, buf *[]queue.Item[*event.Event]) []*event.Event {
-	wctx, cancel := context.WithTimeout(ctx, d.batchWait)
-	defer cancel()
-	for len(batch) < d.batchMax {
-		more, err := s.queue.TakeBatch(wctx, d.batchMax-len(batch), *buf)
-		*buf = more
-		if err != nil {
-			break
-		}
-		for _, it := range more {
-			batch = append(batch, it.Value)
+// take waits for a batch, then waits up to batchWait for a partial one to
+// fill. An error means the queue is closed and drained, or ctx ended.
+func (d *Delivery) take(ctx context.Context, buf *[]queue.Item[*event.Event]) (batch, error) {
+	var b batch
+	add := func(items []queue.Item[*event.Event]) {
+		for _, it := range items {
+			b.events = append(b.events, it.Value)
+			if it.Holds() {
+				b.holds = append(b.holds, it.Hold)
+			}
 		}
 	}
-	return batch
+	items, err := d.queue.TakeHeld(ctx, d.batchMax, *buf)
+	*buf = items
+	if err != nil {
+		return b, err
+	}
+	size := len(items)
+	if d.batchWait > 0 {
+		size = min(d.batchMax, MaxBatch) // room to fill, not a huge batch's worth
+	}
+	b.events = make([]*event.Event, 0, size)
+	add(items)
+	if d.batchWait > 0 && len(b.events) < d.batchMax {
+		wctx, cancel := context.WithTimeout(ctx, d.batchWait)
+		for len(b.events) < d.batchMax {
+			more, err := d.queue.TakeHeld(wctx, d.batchMax-len(b.events), *buf)
+			*buf = more
+			if err != nil {
+				break
+			}
+			add(more)
+		}
+		cancel()
+	}
+	return b, nil
 }
 
 // deliver sends one batch until each of its events is acknowledged or
 // permanently refused, or ctx ends (then it returns false and nothing of
 // the batch is reported to OnAck).
 func (d *Delivery) deliver(ctx context.Context, batch []*event.Event) bool {
-	pending := make([]*event.Event, 0, len(batch))
-	for _, e := range batch {
-		if !e.Quiet {
-			pending = append(pending, e)
+	pending := batch // what is left to send, quiet events left out
+	for i, e := range batch {
+		if e.Quiet {
+			pending = make([]*event.Event, i, len(batch))
+			copy(pending, batch[:i])
+			for _, e := range batch[i+1:] {
+				if !e.Quiet {
+					pending = append(pending, e)
+				}
+			}
+			break
 		}
 	}
 	wait := d.retry.InitialInterval.D()
@@ -252,11 +304,8 @@ func (d *Delivery) deliver(ctx context.Context, batch []*event.Event) bool {
 				}
 			}
 		}
-		if prepared && d.Fence != nil {
-			err = d.Fence()
-		}
 		if prepared && err == nil {
-			err = d.safeSend(ctx, pending)
+			err = d.send(ctx, pending)
 		}
 		if err == nil {
 			d.delivered.Add(uint64(len(pending)))
@@ -359,6 +408,25 @@ func (d *Delivery) refuse(ctx context.Context, batch []*event.Event, cause error
 	d.deadLettered.Add(uint64(len(batch)))
 	d.logger.Warn("events refused permanently; sent to the dead-letter", "events", len(batch), "first", batch[0].ID, "error", cause)
 	return true
+}
+
+// send makes one attempt: a send permit (the concurrency limit, which the
+// attempt's outcome adjusts), the fence, then the sink.
+func (d *Delivery) send(ctx context.Context, events []*event.Event) error {
+	start, err := d.limiter.acquire(ctx)
+	if err != nil {
+		return err
+	}
+	outcome := sendIgnored
+	defer func() { d.limiter.release(start, outcome) }()
+	if d.Fence != nil {
+		if err := d.Fence(); err != nil {
+			return err
+		}
+	}
+	err = d.safeSend(ctx, events)
+	outcome = outcomeOf(ctx, err)
+	return err
 }
 
 // safeSend turns a panicking sink into an error, so one bad sink cannot

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -173,18 +174,36 @@ func TestCloseDrains(t *testing.T) {
 	}
 }
 
-// Coalescing keeps an unseen object added and the newest state.
+// Coalescing keeps an unseen object added and the newest state; a fresh
+// added and its deletion cancel out, any other added does not.
 func TestCoalesce(t *testing.T) {
 	added, updated, deleted := ev("a", "1", event.Added), ev("a", "2", event.Updated), ev("a", "3", event.Deleted)
-	if c := Coalesce(added, updated); c.Change != event.Added || c.ID != event.ID("r", "u-a", "2", event.Added, added.Entered, "") {
-		t.Errorf("added+updated = %s", c.ID)
+	if c, keep := Coalesce(added, updated); !keep || c.Change != event.Added || c.ID != event.ID("r", "u-a", "2", event.Added, added.Entered, "") || c.Fresh {
+		t.Errorf("added+updated = %s (fresh %v, keep %v)", c.ID, c.Fresh, keep)
 	}
-	if c := Coalesce(updated, ev("a", "4", event.Updated).WithQuiet(true)); c.Quiet {
+	if c, keep := Coalesce(updated, ev("a", "4", event.Updated).WithQuiet(true)); !keep || c.Quiet {
 		t.Error("a change to send was made quiet by a newer one outside the changed paths")
 	}
-	if c := Coalesce(updated, deleted); c != deleted {
+	if c, keep := Coalesce(updated, deleted); !keep || c != deleted {
 		t.Errorf("updated+deleted = %s", c.ID)
 	}
+	if c, keep := Coalesce(added, deleted); !keep || c != deleted {
+		t.Errorf("added (not fresh)+deleted = %v, %v: the deletion must stay", c, keep)
+	}
+	fresh := freshAdded("a", "1")
+	c, keep := Coalesce(fresh, updated)
+	if !keep || c.Change != event.Added || !c.Fresh {
+		t.Fatalf("fresh added+updated = %v (fresh %v), want a fresh added", c.Change, c.Fresh)
+	}
+	if _, keep := Coalesce(c, deleted); keep {
+		t.Error("fresh added+deleted kept: they cancel out")
+	}
+}
+
+// freshAdded is the added of an object the sink's view held nothing of.
+func freshAdded(name, rv string) *event.Event {
+	e := ev(name, rv, event.Added)
+	return event.Build(e.RuleInfo(), event.Transition{Change: event.Added, Object: e.Object(), Time: e.Time, Entered: e.Entered, Fresh: true})
 }
 
 func TestRegistryRejectsDuplicates(t *testing.T) {
@@ -354,4 +373,77 @@ func TestDeadLetterRetriedUntilItTakes(t *testing.T) {
 	if acked != 0 {
 		t.Error("an event the dead-letter never took was recorded as handled")
 	}
+}
+
+// nop acknowledges at once, in batches of its size (0: MaxBatch).
+type nop struct{ batch int }
+
+func (n nop) Send(context.Context, []*event.Event) error { return nil }
+func (nop) Close(context.Context) error                  { return nil }
+
+type nopBatcher struct{ nop }
+
+func (n nopBatcher) Batching() (int, time.Duration) { return n.batch, 0 }
+
+// BenchmarkDelivery is the delivery loop's own cost per event (queue,
+// holds, limiter, batch goroutines, OnAck) into a sink that costs nothing,
+// draining a queue of b.N events of 1,000 objects: one event per send (a
+// webhook without batch) and full batches, adaptive and with one worker.
+func BenchmarkDelivery(b *testing.B) {
+	for _, c := range []struct {
+		name    string
+		sink    Sink
+		workers int
+	}{{"batch1", nopBatcher{nop{1}}, 0}, {"batch256", nop{}, 0}, {"batch1/workers1", nopBatcher{nop{1}}, 1}, {"batch256/workers1", nop{}, 1}} {
+		b.Run(c.name, func(b *testing.B) {
+			events := make([]*event.Event, 1000)
+			for i := range events {
+				events[i] = ev(fmt.Sprint("o", i), "1", event.Updated)
+			}
+			cfg := sinkConfig()
+			cfg.Queue.Capacity = b.N
+			cfg.Workers = c.workers
+			d := NewDelivery(cfg, c.sink, nil, slog.New(slog.DiscardHandler))
+			d.OnAck = func([]*event.Event) {}
+			for i := range b.N {
+				d.Offer(events[i%len(events)])
+			}
+			d.Close()
+			b.ReportAllocs()
+			b.ResetTimer()
+			cpu := cpuTime()
+			d.Run(context.Background())
+			b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
+		})
+	}
+}
+
+// cpuTime is the process's user and system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkDeliveryOneByOne offers an event only once the previous one was
+// acknowledged: the path of a live event at a quiet time (wake-ups
+// included), per event.
+func BenchmarkDeliveryOneByOne(b *testing.B) {
+	e := ev("o", "1", event.Updated)
+	d := NewDelivery(sinkConfig(), nopBatcher{nop{1}}, nil, slog.New(slog.DiscardHandler))
+	acked := make(chan struct{}, 1)
+	d.OnAck = func([]*event.Event) { acked <- struct{}{} }
+	stop := make(chan struct{})
+	go func() { defer close(stop); d.Run(context.Background()) }()
+	b.ReportAllocs()
+	cpu := cpuTime()
+	for b.Loop() {
+		d.Offer(e)
+		<-acked
+	}
+	b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
+	d.Close()
+	<-stop
 }

@@ -19,9 +19,12 @@ import (
 // Sink delivers events to one destination.
 //
 // Send gets events in the order they must be delivered (per object key,
-// order is a promise to consumers). With workers > 1 it is called from that
-// many goroutines at once, each with its own batch (an object's events always
-// go through the same worker), so it must be safe for concurrent use. It
+// order is a promise to consumers). It is called from several goroutines at
+// once, each with its own batch (up to the sink's concurrency: adaptive, or
+// its fixed workers), so it must be safe for concurrent use; an object's
+// events are never in two batches in flight at once. Each call is one unit
+// of that concurrency, whose round trip the delivery measures: one request,
+// publish and flush, or write and sync. It
 // returns nil only when the destination has acknowledged every event of the
 // batch (durably, as far as the destination promises: a flush, a PubAck, a
 // 2xx, an fsync). On error the batch is sent again (only its failed events

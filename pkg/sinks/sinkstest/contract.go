@@ -229,10 +229,7 @@ func suiteConfig(h Harness, capacity int) config.Sink {
 	c := h.Config
 	c.Queue = config.Queue{Capacity: capacity}
 	c.Retry = config.Retry{InitialInterval: config.Duration(5 * time.Millisecond), MaxInterval: config.Duration(100 * time.Millisecond)}
-	if c.Workers == 0 {
-		c.Workers = 1
-	}
-	return c
+	return c // concurrency as configured: adaptive unless the harness fixes workers
 }
 
 func testDelivers(t *testing.T, h Harness) {
@@ -323,13 +320,14 @@ func testBounded(t *testing.T, h Harness) {
 	// Each pending event holds about one object (pad bytes plus a few hundred
 	// of metadata); unbounded, 50,000 of them would take over 100 MiB.
 	perEvent := uint64(pad + 1024)
-	inFlight := max(cfg.Workers, 1) * sinks.MaxBatch // each worker holds its batch
+	limit, _ := cfg.InFlight()
+	inFlight := limit * sinks.MaxBatch // each batch in flight is held outside the queue
 	bound := uint64(capacity+objects+inFlight) * perEvent * 3
 	if after > before && after-before > bound {
 		t.Errorf("heap grew by %d MiB for %d pending events; bound from objects is %d MiB", (after-before)>>20, d.Pending(), bound>>20)
 	}
 	if p := d.Pending(); p > capacity+objects+inFlight {
-		t.Errorf("%d events pending, more than capacity + objects + a batch per worker", p)
+		t.Errorf("%d events pending, more than capacity + objects + a batch per slot in flight", p)
 	}
 	remote.Up(t)
 	got := WaitFor(t, src, remote, 120*time.Second)

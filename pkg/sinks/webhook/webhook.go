@@ -80,6 +80,8 @@ func create(_ context.Context, s sinks.Settings) (sinks.Sink, error) {
 	if d := s.Config.Retry.MaxInterval.D(); d > 0 {
 		sink.maxDelay = d
 	}
+	inFlight, _ := s.Config.InFlight()
+	sink.keepConns(inFlight)
 	return sink, nil
 }
 
@@ -111,7 +113,6 @@ func New(c *Config, logger *slog.Logger) (*Sink, error) {
 		}
 	}
 	transport := http.DefaultTransport.(*http.Transport).Clone()
-	transport.MaxIdleConnsPerHost = 16
 	if c.TLS != nil {
 		tc, err := sinks.TLSConfig(c.TLS)
 		if err != nil {
@@ -130,11 +131,24 @@ func New(c *Config, logger *slog.Logger) (*Sink, error) {
 		// delivery, and a 307/308 hands the events to another host.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
+	s.keepConns(config.DefaultConcurrencyMax)
 	return s, nil
 }
 
+// keepConns keeps up to n idle connections to the receiver: one per
+// request the delivery may have in flight (its concurrency), so that
+// connections are reused instead of opened and closed per request.
+func (s *Sink) keepConns(n int) {
+	if t, ok := s.client.Transport.(*http.Transport); ok {
+		t.MaxIdleConnsPerHost = n
+		t.MaxIdleConns = max(t.MaxIdleConns, n)
+	}
+}
+
 // Batching tells the delivery loop how to batch: maxEvents per request,
-// waiting up to maxWait for a batch to fill; one event per request without batch.
+// waiting up to maxWait for a batch to fill; one event per request without
+// batch, so that each request is one unit of the delivery's (adaptive)
+// concurrency and its round trip is what the limiter measures.
 func (s *Sink) Batching() (int, time.Duration) {
 	if s.batch == nil {
 		return 1, 0

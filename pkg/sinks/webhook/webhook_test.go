@@ -17,6 +17,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -191,8 +192,7 @@ func TestFlakyThenDownThenBack(t *testing.T) {
 	}
 	h := harness("binary", &Batch{MaxEvents: 50, MaxWait: config.Duration(10 * time.Millisecond)})
 	cfg := h.Config
-	cfg.Queue.Capacity = 10000
-	cfg.Workers = 4
+	cfg.Queue.Capacity = 10000 // adaptive concurrency: the default
 	cfg.Retry = config.Retry{InitialInterval: config.Duration(10 * time.Millisecond), MaxInterval: config.Duration(2 * time.Second)}
 	sink, remote := h.New(t, cfg)
 	r := remote.(*receiver)
@@ -232,6 +232,74 @@ func TestFlakyThenDownThenBack(t *testing.T) {
 		t.Errorf("%d duplicates, more than the %d events that were ever in flight when a request failed", dups, s.Retried*50)
 	}
 }
+
+// Into a receiver that takes 20 ms per request, with the default config
+// (one event per request, adaptive concurrency), 500 events of 100 objects
+// arrive in order per object, many requests at once, far sooner than the
+// 10 s that one request at a time takes.
+func TestAdaptiveConcurrencyInto20msReceiver(t *testing.T) {
+	var mu sync.Mutex
+	var got []sinkstest.Received
+	cur, peak := 0, 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		mu.Lock()
+		cur++
+		peak = max(peak, cur)
+		mu.Unlock()
+		time.Sleep(20 * time.Millisecond)
+		mu.Lock()
+		cur--
+		got = append(got, sinkstest.Received{ID: r.Header.Get("ce-id"), Subject: r.Header.Get("ce-subject")})
+		mu.Unlock()
+		w.WriteHeader(http.StatusAccepted)
+	}))
+	defer srv.Close()
+
+	var cfg config.Sink
+	cfg.SetDefaults()
+	cfg.Name, cfg.Type = "hook", "webhook"
+	spec := Factory.NewConfig().(*Config)
+	spec.URL = srv.URL
+	cfg.Spec = spec
+	sink, err := Factory.Create(context.Background(), sinks.Settings{Config: cfg, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := sinkstest.Start(t, cfg, sink, nil)
+	src := sinkstest.NewSource(100)
+	start := time.Now()
+	for i := range 500 {
+		d.Offer(src.Next(i % 100))
+	}
+	remote := remoteFunc(func() []sinkstest.Received {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(got)
+	})
+	all := sinkstest.WaitFor(t, src, remote, 30*time.Second)
+	took := time.Since(start)
+	if dups := sinkstest.Check(t, src, all); dups != 0 || len(all) != 500 {
+		t.Errorf("received %d events, %d duplicates; want the 500 once each", len(all), dups)
+	}
+	limit, _ := d.Concurrency()
+	t.Logf("500 events in %s, up to %d requests at once, limit %d", took.Round(time.Millisecond), peak, limit)
+	if took > 4*time.Second {
+		t.Errorf("took %s: one request at a time takes 10 s, adaptive concurrency should take about 1", took)
+	}
+	if peak < 8 {
+		t.Errorf("at most %d requests at once", peak)
+	}
+}
+
+// remoteFunc is a Remote that only lists what it received.
+type remoteFunc func() []sinkstest.Received
+
+func (f remoteFunc) Received(testing.TB) []sinkstest.Received { return f() }
+func (remoteFunc) Down(testing.TB)                            {}
+func (remoteFunc) Up(testing.TB)                              {}
+func (remoteFunc) Restart(testing.TB)                         {}
+func (remoteFunc) Refuse(testing.TB)                          {}
 
 // Retry-After on a 503 is honoured (up to the retry maxInterval).
 func TestRetryAfter(t *testing.T) {
