@@ -40,6 +40,8 @@ type Config struct {
 	Subject string `yaml:"subject"`
 	// JetStream publishes with acknowledgement and Nats-Msg-Id = event id, so the stream dedupes replays. Default false: core publish, acknowledged by flush.
 	JetStream bool `yaml:"jetstream"`
+	// MaxPending is, with jetstream, the most published events awaiting their PubAck at once, across the sink's concurrent batches (an object never has two events in flight). Default 256, one full batch: a batch goes out in one go, and what the client holds for acknowledgement (and re-sends after a failure) stays bounded however many batches run at once.
+	MaxPending int `yaml:"maxPending"`
 	// Stream, when set, is created or updated at start (dev and single-node setups); in production streams are usually managed elsewhere.
 	Stream *Stream `yaml:"stream"`
 }
@@ -58,8 +60,18 @@ type Stream struct {
 	DuplicateWindow config.Duration `yaml:"duplicateWindow"`
 }
 
-// SetDefaults sets the subject layout of DESIGN.md.
-func (n *Config) SetDefaults() { n.Subject = DefaultSubject }
+// DefaultMaxPending is the default window of JetStream publishes awaiting
+// their PubAck: sinks.MaxBatch, so one batch is published in one go.
+const DefaultMaxPending = 256
+
+// maxMaxPending bounds the window: each pending event is held in memory.
+const maxMaxPending = 65536
+
+// SetDefaults sets the subject layout of DESIGN.md and the JetStream window.
+func (n *Config) SetDefaults() {
+	n.Subject = DefaultSubject
+	n.MaxPending = DefaultMaxPending
+}
 
 // SetDefaults keeps stored events on disk and dedupes replays for 2 minutes.
 func (st *Stream) SetDefaults() {
@@ -145,6 +157,9 @@ func (n *Config) Validate() error {
 	}
 	if err := ParseSubject(n.Subject); err != nil {
 		errs = append(errs, config.ErrorAt("subject", "%v", err))
+	}
+	if n.MaxPending < 1 || n.MaxPending > maxMaxPending {
+		errs = append(errs, config.ErrorAt("maxPending", "must be between 1 and %d, got %d", maxMaxPending, n.MaxPending))
 	}
 	if n.Stream != nil && !n.JetStream {
 		errs = append(errs, config.ErrorAt("stream", "needs jetstream: true"))

@@ -4,7 +4,9 @@
 //
 // Acknowledgement: with jetstream, every event's PubAck (the stream has
 // stored it; Nats-Msg-Id = event id, so the stream drops replays inside its
-// duplicate window, and a duplicate PubAck is a delivery too); with core
+// duplicate window, and a duplicate PubAck is a delivery too), published
+// asynchronously within a window of maxPending pending PubAcks, one event
+// per object at a time; with core
 // NATS, a flush after the batch (the server has received it; core NATS keeps
 // nothing for absent subscribers). Outcomes are per event
 // (sinks.EventErrors): an event over the server's max_payload, or one the
@@ -22,6 +24,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -43,6 +46,10 @@ var Factory = sinks.Factory{
 // flushTimeout bounds the wait for a core publish batch to be flushed.
 const flushTimeout = 10 * time.Second
 
+// ackTimeout bounds the wait for each JetStream PubAck (a variable for
+// tests).
+var ackTimeout = flushTimeout
+
 // Sink publishes to NATS.
 type Sink struct {
 	name     string
@@ -51,6 +58,9 @@ type Sink struct {
 	subject  subjectTemplate
 	logger   *slog.Logger
 	embedded *server.Server // when the sink runs its own server
+	closed   chan struct{}  // closed with the connection
+	window   chan struct{}  // JetStream: a slot per publish awaiting its PubAck
+	msgs     sync.Pool      // *natsgo.Msg to reuse
 }
 
 func create(ctx context.Context, s sinks.Settings) (sinks.Sink, error) {
@@ -90,13 +100,26 @@ func Connect(ctx context.Context, name string, c *Config, logger *slog.Logger) (
 	if err != nil {
 		return nil, err
 	}
+	closed := make(chan struct{})
+	var closeOnce sync.Once
+	opts = append(opts, natsgo.ClosedHandler(func(*natsgo.Conn) { closeOnce.Do(func() { close(closed) }) }))
 	nc, err := natsgo.Connect(c.URL, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to %s: %w", redact(c.URL), err)
 	}
-	s := &Sink{name: name, nc: nc, subject: tmpl, logger: logger}
+	s := &Sink{name: name, nc: nc, subject: tmpl, logger: logger, closed: closed}
 	if c.JetStream {
-		if s.js, err = jetstream.New(nc); err != nil {
+		window := c.MaxPending
+		if window <= 0 {
+			window = DefaultMaxPending
+		}
+		s.window = make(chan struct{}, window)
+		// The sink's window bounds what is pending; the client's own limit
+		// is a backstop, above what a Send that gave up may leave behind
+		// until the client times it out. The timeout also frees the client
+		// of publishes whose PubAck never comes.
+		s.js, err = jetstream.New(nc, jetstream.WithPublishAsyncTimeout(ackTimeout), jetstream.WithPublishAsyncMaxPending(2*window))
+		if err != nil {
 			nc.Close()
 			return nil, err
 		}
@@ -203,169 +226,387 @@ func (s *Sink) Send(ctx context.Context, events []*event.Event) error {
 	if s.js != nil {
 		return s.sendJetStream(ctx, events)
 	}
-	errs := make([]error, len(events))
+	return s.sendCore(ctx, events)
+}
+
+// outcomes collects the per-event results of a batch; the slice is only
+// made when an event fails, so a batch that goes through allocates nothing.
+type outcomes struct {
+	n    int
+	errs []error
+}
+
+func (o *outcomes) fail(i int, err error) {
+	if o.errs == nil {
+		o.errs = make([]error, o.n)
+	}
+	o.errs[i] = err
+}
+
+func (o *outcomes) failed(i int) bool { return o.errs != nil && o.errs[i] != nil }
+
+func (o *outcomes) result() error {
+	if o.errs == nil {
+		return nil
+	}
+	return sinks.Outcome(o.errs)
+}
+
+func (s *Sink) sendCore(ctx context.Context, events []*event.Event) error {
+	out := outcomes{n: len(events)}
 	published := false
-	// Core publish encodes the message at once, so one Msg serves the batch.
-	msg := natsgo.NewMsg("")
-	var sb strings.Builder
+	// Core publish copies the message into the connection's buffer at
+	// once, so one pooled Msg serves the batch and the next ones.
+	msg := s.getMsg()
+	defer s.putMsg(msg)
+	var subj [128]byte
+	buf := subj[:0]
+	limit := s.nc.MaxPayload()
 	for i, e := range events {
-		err := s.fill(msg, e, &sb)
+		var err error
+		buf, err = s.fill(msg, e, buf, limit)
 		if err == nil {
 			err = classify(s.nc.PublishMsg(msg))
 		}
-		if err == nil || sinks.IsPermanent(err) {
-			errs[i] = err // too large, unencodable: this event's alone
-			published = published || err == nil
+		if err == nil {
+			published = true
 			continue
 		}
+		out.fail(i, err)
+		if sinks.IsPermanent(err) {
+			continue // too large, unencodable: this event's alone
+		}
 		// The connection is down: publish nothing more.
-		errs[i] = err
 		for j := i + 1; j < len(events); j++ {
-			errs[j] = notPublished(err)
+			out.fail(j, notPublished(err))
 		}
 		break
 	}
 	if published {
 		fctx, cancel := context.WithTimeout(ctx, flushTimeout)
-		defer cancel()
-		if err := s.nc.FlushWithContext(fctx); err != nil {
-			for i := range errs {
-				if errs[i] == nil {
-					errs[i] = classify(err)
+		err := s.nc.FlushWithContext(fctx)
+		cancel()
+		if err != nil {
+			err = classify(err)
+			for i := range events {
+				if !out.failed(i) {
+					out.fail(i, err)
 				}
 			}
 		}
 	}
-	return sinks.Outcome(errs)
+	return out.result()
 }
 
-// sendJetStream publishes asynchronously, in waves: the first event of each
-// object in the batch, then once those are acknowledged the second, and so
-// on, so an object never has two events in flight and a later event is
-// never stored before an earlier one that failed. An object whose event
-// failed (retryably) has its later events reported failed, unpublished.
+// pubOpts turn off the client's own re-publishing after "no responders":
+// a publish happens only inside Send, so nothing of an object can reach
+// the stream after Send has reported it failed and moved on.
+var pubOpts = []jetstream.PublishOpt{jetstream.WithRetryAttempts(0)}
+
+// sendJetStream publishes asynchronously within the sink's window of
+// pending PubAcks (MaxPending, shared by concurrent Sends). An object never
+// has two events in flight: its next event of the batch is published once
+// the previous one is acknowledged (or refused for good), so a later event
+// is never stored before an earlier one that failed. The first events of
+// all objects go out at once, window permitting. An object whose event
+// failed retryably has its later events reported failed, unpublished; a
+// lost connection or a PubAck timeout stops all publishing of the batch.
 func (s *Sink) sendJetStream(ctx context.Context, events []*event.Event) error {
-	errs := make([]error, len(events))
-	var waves [][]int // waves[n]: indexes of the events that are their object's n-th in the batch
-	seen := make(map[string]int, len(events))
-	for i, e := range events {
-		n := seen[e.Key]
-		seen[e.Key] = n + 1
-		if n == len(waves) {
-			waves = append(waves, nil)
+	n := len(events)
+	out := outcomes{n: n}
+	// next[i] is the index of the next event of events[i]'s object, or -1;
+	// ready holds what may be published now, in batch order at first.
+	next := make([]int, n)
+	ready := make([]int, 0, n)
+	if n == 1 {
+		next[0], ready = -1, append(ready, 0)
+	} else {
+		last := make(map[string]int, n)
+		for i, e := range events {
+			next[i] = -1
+			if j, ok := last[e.Key]; ok {
+				next[j] = i
+			} else {
+				ready = append(ready, i)
+			}
+			last[e.Key] = i
 		}
-		waves[n] = append(waves[n], i)
 	}
-	failed := map[string]error{} // object -> why its later events are held back
-	var stop error               // set when nothing more can be published
-	var expired error            // set when waiting for PubAcks is over
-	deadline := time.NewTimer(flushTimeout)
-	defer deadline.Stop()
 	type flight struct {
-		i int
-		f jetstream.PubAckFuture
+		i   int
+		f   jetstream.PubAckFuture
+		msg *natsgo.Msg
 	}
-	var sb strings.Builder
-	flights := make([]flight, 0, len(waves[0]))
-	for _, wave := range waves {
-		flights = flights[:0]
-		for _, i := range wave {
-			e := events[i]
-			if stop == nil && ctx.Err() != nil {
-				stop = ctx.Err()
-			}
-			if stop != nil {
-				errs[i] = notPublished(stop)
-				continue
-			}
-			if err := failed[e.Key]; err != nil {
-				errs[i] = fmt.Errorf("not published: an earlier event of the object failed: %w", err)
-				continue
-			}
-			msg := natsgo.NewMsg("") // kept by the client until acknowledged
-			msg.Header[jetstream.MsgIDHeader] = []string{e.ID}
-			err := s.fill(msg, e, &sb)
-			var f jetstream.PubAckFuture
-			if err == nil {
-				f, err = s.js.PublishMsgAsync(msg)
-				err = classify(err)
-			}
-			switch {
-			case err == nil:
-				flights = append(flights, flight{i, f})
-			case sinks.IsPermanent(err):
-				errs[i] = err
-			default: // disconnected, stalled: the connection's, not the event's
-				errs[i], stop = err, err
-			}
-		}
-		for _, fl := range flights {
-			var err error
-			if expired == nil {
-				select {
-				case <-fl.f.Ok(): // a duplicate too: the stream holds this very event
-				case err = <-fl.f.Err():
-				case <-deadline.C:
-					expired = errors.New("timed out waiting for JetStream acknowledgements")
-				case <-ctx.Done():
-					expired = ctx.Err()
-				}
-			}
-			if expired != nil && err == nil { // what did arrive still counts
-				stop = expired
-				select {
-				case <-fl.f.Ok():
-				case err = <-fl.f.Err():
-				default:
-					err = expired
-				}
-			}
-			if err != nil {
-				errs[fl.i] = classify(err)
-				if !sinks.IsPermanent(errs[fl.i]) {
-					failed[events[fl.i].Key] = err
-				}
-			}
+	flights := make([]flight, 0, min(n, cap(s.window)))
+	var subj [128]byte
+	buf := subj[:0]
+	limit := s.nc.MaxPayload()
+	var stop error // set when nothing more is published
+	// holdBack fails the events of i's object after i.
+	holdBack := func(i int, cause error) {
+		for j := next[i]; j >= 0; j = next[j] {
+			out.fail(j, cause)
 		}
 	}
-	return sinks.Outcome(errs)
+	head := 0
+	// publish publishes ready[head], holding a slot of the window.
+	publish := func() {
+		i := ready[head]
+		head++
+		if err := ctx.Err(); err != nil {
+			s.release()
+			out.fail(i, notPublished(err))
+			holdBack(i, notPublished(err))
+			stop = err
+			return
+		}
+		msg := s.getMsg()
+		var err error
+		buf, err = s.fill(msg, events[i], buf, limit)
+		var f jetstream.PubAckFuture
+		if err == nil {
+			f, err = s.js.PublishMsgAsync(msg, pubOpts...)
+			err = classify(err)
+		}
+		if err == nil {
+			flights = append(flights, flight{i, f, msg})
+			return
+		}
+		s.release()
+		s.putMsg(msg)
+		out.fail(i, err)
+		if sinks.IsPermanent(err) { // too large, unencodable: this event's alone
+			if j := next[i]; j >= 0 {
+				ready = append(ready, j)
+			}
+			return
+		}
+		// Disconnected, stalled: the connection's, not the event's.
+		stop = err
+		holdBack(i, notPublished(err))
+	}
+	for {
+		for head < len(ready) && stop == nil {
+			if s.tryAcquire() {
+				publish()
+				continue
+			}
+			if len(flights) > 0 {
+				break // wait for the oldest PubAck or a free slot
+			}
+			// Holding no slot, wait for one: the Sends holding them
+			// only wait for their own PubAcks, which come or time out.
+			if stop = s.acquire(ctx); stop == nil {
+				publish()
+			}
+		}
+		if len(flights) == 0 {
+			break
+		}
+		var win chan struct{} // nil: nothing to publish, no slot wanted
+		if head < len(ready) && stop == nil {
+			win = s.window
+		}
+		fl := flights[0]
+		slot, resolved, err := s.await(ctx, fl.f, win)
+		if slot { // freed by another Send
+			publish()
+			continue
+		}
+		flights = flights[1:]
+		s.release()
+		if resolved {
+			s.putMsg(fl.msg) // the client is done with it
+		}
+		if err == nil { // a duplicate too: ids are unique per transition, so the stream holds this very event
+			if j := next[fl.i]; j >= 0 {
+				ready = append(ready, j)
+			}
+			continue
+		}
+		err = classify(err)
+		out.fail(fl.i, err)
+		if sinks.IsPermanent(err) { // refused for good: the object's next events go on
+			if j := next[fl.i]; j >= 0 {
+				ready = append(ready, j)
+			}
+			continue
+		}
+		holdBack(fl.i, fmt.Errorf("not published: an earlier event of the object failed: %w", err))
+		if stop == nil && stopsBatch(err) {
+			stop = err
+		}
+	}
+	// Ready but never published (stop is set): they and the rest of their
+	// objects fail unpublished.
+	for _, i := range ready[head:] {
+		out.fail(i, notPublished(stop))
+		holdBack(i, notPublished(stop))
+	}
+	return out.result()
+}
+
+// stopsBatch says whether a failed publish means the rest of the batch
+// would fail alike: the connection is gone, the server no longer answers
+// in time, or the caller gave up.
+func stopsBatch(err error) bool {
+	return errors.Is(err, natsgo.ErrDisconnected) || errors.Is(err, natsgo.ErrConnectionClosed) ||
+		errors.Is(err, jetstream.ErrAsyncPublishTimeout) || errors.Is(err, context.Canceled) ||
+		errors.Is(err, context.DeadlineExceeded)
+}
+
+// tryAcquire takes a slot of the window if one is free.
+func (s *Sink) tryAcquire() bool {
+	select {
+	case s.window <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+// acquire waits for a slot of the window.
+func (s *Sink) acquire(ctx context.Context) error {
+	select {
+	case s.window <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.closed:
+		return natsgo.ErrConnectionClosed
+	}
+}
+
+func (s *Sink) release() { <-s.window }
+
+// await waits for a PubAck (or the stream's refusal, the client's timeout,
+// a disconnect), or, when win is not nil, for a slot of the window (slot:
+// the caller holds it now). resolved is false when it gave up first (ctx,
+// closed connection): the client may still hold the message.
+func (s *Sink) await(ctx context.Context, f jetstream.PubAckFuture, win chan struct{}) (slot, resolved bool, err error) {
+	select {
+	case <-f.Ok():
+		return false, true, nil
+	case err := <-f.Err():
+		return false, true, err
+	case win <- struct{}{}:
+		return true, false, nil
+	case <-ctx.Done():
+	case <-s.closed:
+	}
+	select { // what did arrive still counts
+	case <-f.Ok():
+		return false, true, nil
+	case err := <-f.Err():
+		return false, true, err
+	default:
+	}
+	if err := ctx.Err(); err != nil {
+		return false, false, err
+	}
+	return false, false, natsgo.ErrConnectionClosed
 }
 
 func notPublished(cause error) error {
 	return fmt.Errorf("not published after an earlier failure: %w", cause)
 }
 
-// fill renders an event into msg: structured JSON body, ce-* headers.
-func (s *Sink) fill(msg *natsgo.Msg, e *event.Event, sb *strings.Builder) error {
+// getMsg returns a message with a header map to fill; messages are reused
+// once the client is done with them (core: at once; JetStream: when the
+// PubAck or the refusal came), sparing a map and a dozen header slices
+// per event.
+func (s *Sink) getMsg() *natsgo.Msg {
+	if m, ok := s.msgs.Get().(*natsgo.Msg); ok {
+		return m
+	}
+	return &natsgo.Msg{Header: make(natsgo.Header, 12)}
+}
+
+// putMsg returns a message to reuse, without pinning its event's body.
+func (s *Sink) putMsg(m *natsgo.Msg) {
+	m.Data = nil
+	s.msgs.Put(m)
+}
+
+// Sizes nats.go encodes headers with: "NATS/1.0\r\n", "key: value\r\n"
+// per header, and a final "\r\n".
+const (
+	hdrPreamble = len("NATS/1.0\r\n") + len("\r\n")
+	hdrPerField = len(": \r\n")
+)
+
+// fill renders an event into msg: subject, structured JSON body, ce-*
+// headers (and Nats-Msg-Id with JetStream). buf is scratch space for the
+// subject, returned for the next call; limit is the server's max_payload
+// (0: unknown).
+func (s *Sink) fill(msg *natsgo.Msg, e *event.Event, buf []byte, limit int64) ([]byte, error) {
 	body, err := e.Structured()
 	if err != nil {
-		return sinks.Permanent(fmt.Errorf("encoding event %s: %w", e.ID, err))
+		return buf, sinks.Permanent(fmt.Errorf("encoding event %s: %w", e.ID, err))
 	}
-	msg.Subject = s.subject.render(e, sb)
+	buf = s.subject.appendTo(buf[:0], e)
+	if msg.Subject != string(buf) {
+		msg.Subject = string(buf)
+	}
 	msg.Data = body
 	h := msg.Header
+	size := hdrPreamble
 	set := func(k, v string) {
 		if cur, ok := h[k]; ok && len(cur) == 1 {
 			cur[0] = v
 		} else {
 			h[k] = []string{v}
 		}
+		size += len(k) + len(v) + hdrPerField
 	}
-	delete(h, "ce-kbreplay") // a reused header may hold the previous event's
+	delete(h, "ce-kbreplay") // a reused message may hold the previous event's
 	delete(h, "ce-kbreason")
+	if s.js != nil {
+		set(jetstream.MsgIDHeader, e.ID)
+	}
 	// Percent-encoded as in the CloudEvents HTTP binding: nats.go would
 	// turn a CR or LF in a header into a space, so two names could look
 	// alike.
-	e.Attributes(func(name, value string) { set("ce-"+name, event.PercentEncode(value)) })
+	e.Attributes(func(name, value string) { set(ceHeader(name), event.PercentEncode(value)) })
 	set("Content-Type", "application/cloudevents+json")
 	// The server's limit is on headers and body together; over it, the
-	// server would close the connection, failing the whole batch.
-	if limit := s.nc.MaxPayload(); limit > 0 {
+	// server would close the connection, failing the whole batch. size is
+	// exact (values are percent-encoded: nothing for nats.go to trim);
+	// the client's own count confirms a refusal.
+	if limit > 0 && int64(size+len(body)) > limit {
 		if size := int64(msg.Size() - len(msg.Subject) - len(msg.Reply)); size > limit {
-			return sinks.Permanent(fmt.Errorf("event %s is %d bytes with headers, over the server's max_payload %d", e.ID, size, limit))
+			return buf, sinks.Permanent(fmt.Errorf("event %s is %d bytes with headers, over the server's max_payload %d", e.ID, size, limit))
 		}
 	}
-	return nil
+	return buf, nil
+}
+
+// ceHeader is the header of a CloudEvents attribute, without building the
+// string for the attributes every event has.
+func ceHeader(name string) string {
+	switch name {
+	case "specversion":
+		return "ce-specversion"
+	case "id":
+		return "ce-id"
+	case "source":
+		return "ce-source"
+	case "type":
+		return "ce-type"
+	case "subject":
+		return "ce-subject"
+	case "time":
+		return "ce-time"
+	case "kbrule":
+		return "ce-kbrule"
+	case "kbcluster":
+		return "ce-kbcluster"
+	case "kbreplay":
+		return "ce-kbreplay"
+	case "kbreason":
+		return "ce-kbreason"
+	}
+	return "ce-" + name
 }
 
 // classify marks what retrying cannot fix: the event is too large for the

@@ -149,7 +149,7 @@ func (r *coreRemote) Refuse(t testing.TB)  { t.Fatal("not supported") }
 
 // The NATS server is stopped and restarted mid-stream; afterwards the
 // stream holds every event id exactly once (replays deduped by
-// Nats-Msg-Id) and the final state of every object.
+// Nats-Msg-Id), each object's in order, and the final state of every object.
 func TestJetStreamRestartMidStreamExactlyOnceInStream(t *testing.T) {
 	srv := testenv.StartNATS(t)
 	s, err := Connect(context.Background(), "bus", sinkConfig(srv.ClientURL(), true), nil)
@@ -172,6 +172,7 @@ func TestJetStreamRestartMidStreamExactlyOnceInStream(t *testing.T) {
 	// Replay everything once more, as a resync would: same ids.
 	remote := newJSRemote(t, srv, "k8s.>")
 	got := sinkstest.WaitFor(t, src, remote, 60*time.Second)
+	sinkstest.Check(t, src, got)
 	count := map[string]int{}
 	for _, r := range got {
 		count[r.ID]++

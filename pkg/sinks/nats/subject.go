@@ -15,34 +15,39 @@ import (
 // the token example%2Eio, and a consumer subscribes with
 // k8s.*.example%2Eio.widgets.>.
 func Token(v string) string {
-	switch v {
-	case "":
-		return "_"
-	case "_": // a real name (RBAC objects take it): not the empty value
-		return "%5F"
-	}
-	i := 0
-	for i < len(v) && !escaped(v[i]) {
-		i++
-	}
-	if i == len(v) {
+	if v != "" && v != "_" && !needsEscape(v) {
 		return v
 	}
-	var b strings.Builder
-	b.Grow(len(v) + 8)
-	b.WriteString(v[:i])
-	for ; i < len(v); i++ {
+	return string(appendToken(nil, v))
+}
+
+// appendToken appends Token(v) to b.
+func appendToken(b []byte, v string) []byte {
+	switch v {
+	case "":
+		return append(b, '_')
+	case "_": // a real name (RBAC objects take it): not the empty value
+		return append(b, "%5F"...)
+	}
+	for i := 0; i < len(v); i++ {
 		c := v[i]
 		if !escaped(c) {
-			b.WriteByte(c)
+			b = append(b, c)
 			continue
 		}
 		const hex = "0123456789ABCDEF"
-		b.WriteByte('%')
-		b.WriteByte(hex[c>>4])
-		b.WriteByte(hex[c&15])
+		b = append(b, '%', hex[c>>4], hex[c&15])
 	}
-	return b.String()
+	return b
+}
+
+func needsEscape(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if escaped(v[i]) {
+			return true
+		}
+	}
+	return false
 }
 
 // escaped says whether Token writes c as %XX.
@@ -118,17 +123,17 @@ func parseTemplate(tmpl string) (subjectTemplate, error) {
 	return t, nil
 }
 
-// render builds the subject of an event; each placeholder becomes one token.
-func (t subjectTemplate) render(e *event.Event, b *strings.Builder) string {
-	b.Reset()
+// appendTo appends the subject of an event to b; each placeholder becomes
+// one token.
+func (t subjectTemplate) appendTo(b []byte, e *event.Event) []byte {
 	for _, p := range t.parts {
 		if p.placeholder == "" {
-			b.WriteString(p.literal)
+			b = append(b, p.literal...)
 			continue
 		}
-		b.WriteString(Token(placeholderValue(p.placeholder, e)))
+		b = appendToken(b, placeholderValue(p.placeholder, e))
 	}
-	return b.String()
+	return b
 }
 
 func placeholderValue(name string, e *event.Event) string {
