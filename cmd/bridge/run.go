@@ -53,6 +53,10 @@ Without --kubeconfig it uses the in-cluster service account.`,
 			if err != nil {
 				return &exitError{exitInvalid, err}
 			}
+			cbor, cborFrom, err := applyKubeCBOR(cmd.Flags())
+			if err != nil {
+				return &exitError{exitInvalid, err}
+			}
 			cfg, rc, err := loadForCluster(cmd, file, kubeconfig, kubeContext, func(w config.Problem) { logger.Warn("config: " + w.Format(file)) })
 			if err != nil {
 				return err
@@ -70,7 +74,7 @@ Without --kubeconfig it uses the in-cluster service account.`,
 				opts.LeaderElection = &le
 			}
 			b := bridge.New(opts)
-			logger.Info("starting", "version", version.Version, "config", file, "cluster", cfg.Cluster, "apiserver", rc.Host)
+			logger.Info("starting", "version", version.Version, "config", file, "cluster", cfg.Cluster, "apiserver", rc.Host, "kubeCBOR", cbor, "kubeCBORFrom", cborFrom)
 			if adminAddr != "" {
 				ln, err := net.Listen("tcp", adminAddr)
 				if err != nil {
@@ -156,6 +160,7 @@ Without --kubeconfig it uses the in-cluster service account.`,
 	f.DurationVar(&le.RetryPeriod, "leader-elect-retry-period", 2*time.Second, "how often to try to acquire or renew")
 	f.BoolVar(&allowSecretData, "allow-secret-data", false, "honour rules that set allowSecretData: true (Secret data then leaves the cluster in their events); without it Secret data is always redacted, whatever the config says")
 	f.BoolVar(&allowExecPlugins, "allow-exec-plugins", false, "let exec sinks start the programs the config names (whoever may edit the config may then run code as the bridge)")
+	addKubeCBORFlag(f)
 	f.BoolVar(&resetCheckpoint, "reset-checkpoint", false, "move an unreadable checkpoint file aside and start empty (the full view is delivered again)")
 	return cmd
 }

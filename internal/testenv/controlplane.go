@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -36,6 +37,7 @@ type ControlPlane struct {
 	Token    string // the admin's bearer token
 	CAData   []byte // trusts the apiserver's self-signed serving certificate
 	toolsDir string
+	opts     ControlPlaneOptions
 
 	apiPort int
 	mu      sync.Mutex
@@ -50,16 +52,33 @@ const (
 	stopTimeout      = 20 * time.Second
 )
 
+// ControlPlaneOptions changes how the apiserver is started. The zero value
+// is the plain control plane every other test uses.
+type ControlPlaneOptions struct {
+	// FeatureGates are passed to kube-apiserver as --feature-gates (joined
+	// with commas), e.g. "CBORServingAndStorage=true". They apply to every
+	// start of the apiserver: StartAPIServer, RestartAPIServer and the
+	// second apiserver of WhileAPIServerDown.
+	FeatureGates []string
+}
+
 // StartControlPlane starts etcd and kube-apiserver for one test and stops
 // them when it ends. It skips or fails the test when the tools are missing
 // (see SkipOrFail).
 func StartControlPlane(t testing.TB) *ControlPlane {
 	t.Helper()
+	return StartControlPlaneWithOptions(t, ControlPlaneOptions{})
+}
+
+// StartControlPlaneWithOptions is StartControlPlane with options, for tests
+// that need an apiserver configured unlike the shared one.
+func StartControlPlaneWithOptions(t testing.TB, o ControlPlaneOptions) *ControlPlane {
+	t.Helper()
 	dir, err := ToolsDir()
 	if err != nil {
 		SkipOrFail(t, err)
 	}
-	cp, err := NewControlPlane(dir, t.TempDir())
+	cp, err := NewControlPlaneWithOptions(dir, t.TempDir(), o)
 	if err != nil {
 		t.Fatalf("starting control plane: %v", err)
 	}
@@ -74,11 +93,17 @@ func StartControlPlane(t testing.TB) *ControlPlane {
 // NewControlPlane starts etcd and kube-apiserver with the binaries in
 // toolsDir and state in dir. The caller must call Stop.
 func NewControlPlane(toolsDir, dir string) (*ControlPlane, error) {
+	return NewControlPlaneWithOptions(toolsDir, dir, ControlPlaneOptions{})
+}
+
+// NewControlPlaneWithOptions is NewControlPlane with options.
+func NewControlPlaneWithOptions(toolsDir, dir string, o ControlPlaneOptions) (*ControlPlane, error) {
 	token, err := randomHex(16)
 	if err != nil {
 		return nil, err
 	}
-	cp := &ControlPlane{Dir: dir, Token: token, toolsDir: toolsDir}
+	o.FeatureGates = append([]string(nil), o.FeatureGates...) // the caller may reuse its slice
+	cp := &ControlPlane{Dir: dir, Token: token, toolsDir: toolsDir, opts: o}
 	if err := cp.writeAuthFiles(); err != nil {
 		return nil, err
 	}
@@ -177,7 +202,21 @@ func hostOf(port int) string { return "https://127.0.0.1:" + strconv.Itoa(port) 
 
 // startAPIServerOn starts a kube-apiserver on port and waits until it is ready.
 func (cp *ControlPlane) startAPIServerOn(port int) (*process, error) {
-	api, err := startProcess("kube-apiserver", filepath.Join(cp.toolsDir, "kube-apiserver"), []string{
+	api, err := startProcess("kube-apiserver", filepath.Join(cp.toolsDir, "kube-apiserver"), cp.apiServerArgs(port),
+		filepath.Join(cp.Dir, "kube-apiserver-"+strconv.Itoa(port)+".log"))
+	if err != nil {
+		return nil, err
+	}
+	if err := waitReady(api, apiReadyTimeout, func() bool { return cp.ready(hostOf(port)) }); err != nil {
+		_ = api.stop(stopTimeout)
+		return nil, err
+	}
+	return api, nil
+}
+
+// apiServerArgs are kube-apiserver's flags for a start on port.
+func (cp *ControlPlane) apiServerArgs(port int) []string {
+	args := []string{
 		"--etcd-servers=" + cp.EtcdURL,
 		"--bind-address=127.0.0.1",
 		"--secure-port=" + strconv.Itoa(port),
@@ -195,15 +234,11 @@ func (cp *ControlPlane) startAPIServerOn(port int) (*process, error) {
 		"--profiling=false",
 		"--shutdown-watch-termination-grace-period=2s", // open watches must not hold a stop
 		"--v=1",
-	}, filepath.Join(cp.Dir, "kube-apiserver-"+strconv.Itoa(port)+".log"))
-	if err != nil {
-		return nil, err
 	}
-	if err := waitReady(api, apiReadyTimeout, func() bool { return cp.ready(hostOf(port)) }); err != nil {
-		_ = api.stop(stopTimeout)
-		return nil, err
+	if len(cp.opts.FeatureGates) > 0 {
+		args = append(args, "--feature-gates="+strings.Join(cp.opts.FeatureGates, ","))
 	}
-	return api, nil
+	return args
 }
 
 // WhileAPIServerDown stops the apiserver that clients know, runs f with an
@@ -320,8 +355,14 @@ func (cp *ControlPlane) Kubeconfig(dir string) (string, error) {
 }
 
 func (cp *ControlPlane) writeKubeconfig(path, user, token string) (string, error) {
+	return writeKubeconfigFor(path, cp.Host, cp.CAData, user, token)
+}
+
+// writeKubeconfigFor writes a kubeconfig for user (a bearer token) of the
+// apiserver at server, trusted through caData, to path.
+func writeKubeconfigFor(path, server string, caData []byte, user, token string) (string, error) {
 	kc := clientcmdapi.NewConfig()
-	kc.Clusters["testenv"] = &clientcmdapi.Cluster{Server: cp.Host, CertificateAuthorityData: cp.CAData}
+	kc.Clusters["testenv"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: caData}
 	kc.AuthInfos[user] = &clientcmdapi.AuthInfo{Token: token}
 	kc.Contexts["testenv"] = &clientcmdapi.Context{Cluster: "testenv", AuthInfo: user, Namespace: "default"}
 	kc.CurrentContext = "testenv"
