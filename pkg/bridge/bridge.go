@@ -18,6 +18,7 @@ import (
 	"github.com/kubebridge/kubebridge/pkg/checkpoint"
 	"github.com/kubebridge/kubebridge/pkg/components"
 	"github.com/kubebridge/kubebridge/pkg/config"
+	"github.com/kubebridge/kubebridge/pkg/event"
 	"github.com/kubebridge/kubebridge/pkg/filters"
 	"github.com/kubebridge/kubebridge/pkg/informer"
 	"github.com/kubebridge/kubebridge/pkg/sinks"
@@ -167,32 +168,47 @@ func (b *Bridge) Start(ctx context.Context) (err error) {
 			b.closeAll(ctx)
 		}
 	}()
-	if err := b.watch(ctx); err != nil {
+	if err := b.prepare(ctx); err != nil {
 		return err
 	}
 	b.runCtx, b.cancelRun = context.WithCancel(context.Background())
+	// The initial list streams into the sinks' views as it arrives (its
+	// adds only add or update; the reconciliation after the sync decides
+	// deletions), so a cold start delivers at the speed of the list and a
+	// warm one compares each listed object with the checkpoint as it comes.
+	syncCtx, cancelSync := context.WithTimeout(ctx, b.opts.SyncTimeout)
+	defer cancelSync()
 	if b.opts.LeaderElection != nil {
 		cs, err := kubernetes.NewForConfig(b.opts.REST)
 		if err != nil {
 			return err
 		}
+		// Campaign while the caches fill: a replica elected at once streams
+		// its initial list too; the others keep warm caches.
 		if err := b.runElection(b.runCtx, cs); err != nil {
+			return err
+		}
+		if err := b.informers.Start(syncCtx); err != nil {
 			return err
 		}
 		b.started.Store(true)
 		b.logger.Info("bridge started; campaigning for the leader lease", "informers", b.informers.Specs(), "rules", len(b.rules))
 		return nil
 	}
-	if err := b.lead(ctx); err != nil {
+	if err := b.startDelivering(ctx); err != nil {
 		return err
 	}
+	if err := b.informers.Start(syncCtx); err != nil {
+		return err
+	}
+	b.reconcileAll()
 	b.started.Store(true)
 	return nil
 }
 
-// watch checks the config against the cluster, compiles the rules and runs
-// the informers until their caches synced, delivering nothing yet.
-func (b *Bridge) watch(ctx context.Context) (err error) {
+// prepare checks the config against the cluster, compiles the rules and
+// builds their informers, not yet started.
+func (b *Bridge) prepare(ctx context.Context) error {
 	cfg := b.opts.Config
 	if problems := b.gated(cfg); len(problems) > 0 {
 		return &ConfigError{Problems: problems}
@@ -204,14 +220,7 @@ func (b *Bridge) watch(ctx context.Context) (err error) {
 	if len(problems) > 0 {
 		return &ConfigError{Problems: problems}
 	}
-	if err := b.buildInformers(cfg, info); err != nil {
-		return err
-	}
-	// Until this replica delivers, notifications are dropped: the
-	// reconciliation when it starts to deliver covers them.
-	syncCtx, cancelSync := context.WithTimeout(ctx, b.opts.SyncTimeout)
-	defer cancelSync()
-	return b.informers.Start(syncCtx)
+	return b.buildInformers(cfg, info)
 }
 
 // buildInformers compiles cfg's rules and prepares their informers (not
@@ -254,7 +263,6 @@ func (b *Bridge) buildInformers(cfg *config.Config, info *ClusterInfo) error {
 	if err != nil {
 		return err
 	}
-	informers.SkipInitialList = true // the reconciliation delivers the initial view
 	nsSource = informers
 	b.mu.Lock()
 	b.rules, b.informers = rules, informers
@@ -262,9 +270,22 @@ func (b *Bridge) buildInformers(cfg *config.Config, info *ClusterInfo) error {
 	return nil
 }
 
-// lead starts delivering: sinks, checkpoint, deliveries, then each sink's
-// view is loaded from the checkpoint and reconciled with the caches.
+// lead starts delivering as the elected leader, once the caches synced.
 func (b *Bridge) lead(ctx context.Context) error {
+	if err := b.startDelivering(ctx); err != nil {
+		return err
+	}
+	if err := b.informers.WaitSynced(ctx); err != nil {
+		return err
+	}
+	b.reconcileAll()
+	return nil
+}
+
+// startDelivering starts the sinks, the checkpoint and the deliveries, and
+// loads each sink's view from the checkpoint: from then on notifications
+// sync the views. reconcileAll must follow once the caches synced.
+func (b *Bridge) startDelivering(ctx context.Context) error {
 	cfg := b.opts.Config
 	b.deliveryCtx, b.cancelDelivery = context.WithCancel(context.Background())
 	set, _, err := buildSinkSet(ctx, b.opts.Sinks, cfg.Sinks, nil, b.logger)
@@ -291,16 +312,27 @@ func (b *Bridge) lead(ctx context.Context) error {
 		}
 	}
 	b.active.Store(set)
-	replayed := 0
 	for _, s := range set.order {
-		n, err := b.startViews(ctx, s, recorder)
-		if err != nil {
+		if err := b.loadViews(ctx, s, recorder); err != nil {
 			return err
 		}
-		replayed += n
+	}
+	return nil
+}
+
+// reconcileAll reconciles every sink's views with the synced caches: what
+// the initial list did not settle (deletions while the bridge was away,
+// objects listed before their sink's view was loaded).
+func (b *Bridge) reconcileAll() {
+	set := b.active.Load()
+	if set == nil {
+		return // the lease was lost meanwhile
+	}
+	replayed := 0
+	for _, s := range set.order {
+		replayed += b.reconcile(s, "", event.ReplayCheckpoint)
 	}
 	b.logger.Info("bridge started", "informers", b.informers.Specs(), "rules", len(b.rules), "sinks", len(set.order), "replayedFromCheckpoint", replayed)
-	return nil
 }
 
 // snapshot returns the current rules and informers (a reload replaces them).

@@ -57,10 +57,18 @@ func (b *Bridge) startDelivery(ctx context.Context, s *sinkRun, recorder *checkp
 	return nil
 }
 
-// startViews loads what sink s acknowledged of each of its rules from the
-// checkpoint, lets notifications sync its views, and reconciles them with
-// the caches (kbreplay "checkpoint"). It returns how many events that sends.
+// startViews loads sink s's views (loadViews) and reconciles them with the
+// caches (kbreplay "checkpoint"). It returns how many events that sends.
 func (b *Bridge) startViews(ctx context.Context, s *sinkRun, recorder *checkpoint.Recorder) (int, error) {
+	if err := b.loadViews(ctx, s, recorder); err != nil {
+		return 0, err
+	}
+	return b.reconcile(s, "", event.ReplayCheckpoint), nil
+}
+
+// loadViews loads what sink s acknowledged of each of its rules from the
+// checkpoint and lets notifications sync its views.
+func (b *Bridge) loadViews(ctx context.Context, s *sinkRun, recorder *checkpoint.Recorder) error {
 	rules, _ := b.snapshot()
 	for _, r := range rules {
 		if !slices.Contains(r.Sinks, s.cfg.Name) {
@@ -68,13 +76,13 @@ func (b *Bridge) startViews(ctx context.Context, s *sinkRun, recorder *checkpoin
 		}
 		stored, err := checkpoint.LoadView(ctx, b.store, s.cfg.Name, r.Name)
 		if err != nil {
-			return 0, fmt.Errorf("loading the checkpoint of sink %s, rule %s: %w", s.cfg.Name, r.Name, err)
+			return fmt.Errorf("loading the checkpoint of sink %s, rule %s: %w", s.cfg.Name, r.Name, err)
 		}
 		s.views.Load(r.Name, stored)
 		recorder.Known(s.cfg.Name, r.Name, stored)
 	}
 	s.views.Start()
-	return b.reconcile(s, "", event.ReplayCheckpoint), nil
+	return nil
 }
 
 // reconcile syncs every object key of sink s's views (of one rule, or all)
@@ -124,9 +132,12 @@ func (b *Bridge) notify(n informer.Notification) {
 	if set == nil {
 		return // not delivering: the reconciliation when it starts covers this
 	}
-	t := view.Trigger{Object: n.Object, Gone: n.Gone, Now: time.Now()}
-	if n.Resync {
+	t := view.Trigger{Object: n.Object, Gone: n.Gone, Now: time.Now(), Initial: n.Initial}
+	switch {
+	case n.Resync:
 		t.Replay = event.ReplayResync
+	case n.Initial:
+		t.Replay = event.ReplayCheckpoint // what a start finds, as its reconciliation marks it
 	}
 	for r, names := range n.Targets {
 		sent := 0

@@ -39,7 +39,12 @@ func Replay(ctx context.Context, opts Options, sinkName, ruleName string, progre
 		b.stopAll()
 		b.closeAll(ctx)
 	}()
-	if err := b.watch(ctx); err != nil {
+	if err := b.prepare(ctx); err != nil {
+		return ReplayStatus{}, err
+	}
+	syncCtx, cancelSync := context.WithTimeout(ctx, b.opts.SyncTimeout)
+	defer cancelSync()
+	if err := b.informers.Start(syncCtx); err != nil { // nothing is active: notifications are dropped
 		return ReplayStatus{}, err
 	}
 	var rules []*filters.Rule

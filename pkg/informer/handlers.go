@@ -21,6 +21,9 @@ type Notification struct {
 	Object  *unstructured.Unstructured // the state an add or update notification carries
 	Gone    *unstructured.Unstructured // the last state, for a delete notification
 	Resync  bool                       // an informer resync: a replay to the registration's sinks
+	// Initial marks an add of the informer's first list (see
+	// Informers.SkipInitialList): other caches may not have synced yet.
+	Initial bool
 }
 
 // Notify receives notifications; see Notification.
@@ -31,12 +34,12 @@ type Notify func(n Notification)
 // informer resync (an update with an unchanged resourceVersion) is a
 // replay; other registrations never see resyncs.
 func (run *running) handler(in *Informers, targets map[*filters.Rule][]string, replays bool) cache.ResourceEventHandler {
-	notify := func(obj any, state, gone *unstructured.Unstructured, resync bool) {
+	notify := func(obj any, state, gone *unstructured.Unstructured, resync, initial bool) {
 		key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
 		if err != nil {
 			return
 		}
-		in.notify(Notification{Key: key, Targets: targets, Cache: run.informer.GetIndexer(), Object: state, Gone: gone, Resync: resync})
+		in.notify(Notification{Key: key, Targets: targets, Cache: run.informer.GetIndexer(), Object: state, Gone: gone, Resync: resync, Initial: initial})
 	}
 	return cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc: func(obj any, initialList bool) {
@@ -44,7 +47,7 @@ func (run *running) handler(in *Informers, targets map[*filters.Rule][]string, r
 			if !ok || (initialList && in.SkipInitialList) {
 				return
 			}
-			notify(u, u, nil, false)
+			notify(u, u, nil, false, initialList)
 		},
 		UpdateFunc: func(oldObj, obj any) {
 			old, ok1 := oldObj.(*unstructured.Unstructured)
@@ -56,12 +59,12 @@ func (run *running) handler(in *Informers, targets map[*filters.Rule][]string, r
 			if resync && !replays {
 				return
 			}
-			notify(u, u, nil, resync)
+			notify(u, u, nil, resync, false)
 		},
 		DeleteFunc: func(obj any) {
 			// A tombstone without a usable last state still syncs the key:
 			// the cache no longer has it, so the sink's view sends its deletion.
-			notify(obj, nil, filters.AsUnstructured(obj), false)
+			notify(obj, nil, filters.AsUnstructured(obj), false, false)
 		},
 	}
 }

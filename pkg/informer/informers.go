@@ -12,6 +12,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
@@ -22,8 +23,9 @@ import (
 // Informers runs the informers of a plan. It owns their goroutines: Start
 // starts them, Stop ends them and waits.
 type Informers struct {
-	// SkipInitialList drops the adds of each informer's first list: a
-	// checkpoint reconciliation delivers the view that list shows instead.
+	// SkipInitialList drops the adds of each informer's first list (a
+	// checkpoint reconciliation delivers the view that list shows instead);
+	// without it they are notified with Initial set.
 	SkipInitialList bool
 
 	logger  *slog.Logger
@@ -173,7 +175,7 @@ func (in *Informers) Start(ctx context.Context) error {
 			return err
 		}
 		in.goRun(runCtx, in.ns)
-		if !cache.WaitForCacheSync(ctx.Done(), in.ns.HasSynced) {
+		if !waitFor(ctx, in.ns.HasSynced) {
 			return fmt.Errorf("namespaces informer did not sync: %w", context.Cause(ctx))
 		}
 	}
@@ -182,7 +184,7 @@ func (in *Informers) Start(ctx context.Context) error {
 		in.goRun(runCtx, r.informer)
 		synced = append(synced, r.synced)
 	}
-	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+	if !waitFor(ctx, synced...) {
 		if errors.Is(ctx.Err(), context.Canceled) {
 			return fmt.Errorf("interrupted while waiting for the caches to sync")
 		}
@@ -195,6 +197,29 @@ func (in *Informers) Start(ctx context.Context) error {
 		return fmt.Errorf("informers did not sync (%s): %w", strings.Join(pending, "; "), context.Cause(ctx))
 	}
 	return nil
+}
+
+// WaitSynced waits until every cache has synced (see Start) or ctx ends.
+func (in *Informers) WaitSynced(ctx context.Context) error {
+	if !waitFor(ctx, in.Synced) {
+		return fmt.Errorf("waiting for the caches to sync: %w", context.Cause(ctx))
+	}
+	return nil
+}
+
+// waitFor polls until every fn reports synced (true) or ctx ends (false).
+// It polls every 5 ms, not client-go's 100 ms: a restart is ready as soon as
+// the list is in, and a 100 ms step is a sizeable part of a list's time.
+func waitFor(ctx context.Context, fns ...cache.InformerSynced) bool {
+	err := wait.PollUntilContextCancel(ctx, 5*time.Millisecond, true, func(context.Context) (bool, error) {
+		for _, f := range fns {
+			if !f() {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	return err == nil
 }
 
 // goRun runs inf on a goroutine that Stop waits for.

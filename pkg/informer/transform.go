@@ -1,6 +1,7 @@
 package informer
 
 import (
+	"math"
 	"unique"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -64,11 +65,16 @@ func intern(m map[string]any, depth int) map[string]any {
 			out[unique.Make(k).Value()] = intern(v, depth+1)
 		case []any:
 			for i, e := range v {
-				if em, ok := e.(map[string]any); ok {
-					v[i] = intern(em, depth+1)
+				switch e := e.(type) {
+				case map[string]any:
+					v[i] = intern(e, depth+1)
+				case float64:
+					v[i] = wholeAsInt(e)
 				}
 			}
 			out[unique.Make(k).Value()] = v
+		case float64:
+			out[unique.Make(k).Value()] = wholeAsInt(v)
 		case string:
 			if len(v) <= 63 && repeats(k, depth) { // label values are at most 63 bytes
 				v = unique.Make(v).Value()
@@ -79,6 +85,17 @@ func intern(m map[string]any, depth int) map[string]any {
 		}
 	}
 	return out
+}
+
+// wholeAsInt returns a whole float64 as the int64 the JSON path decodes it
+// to: the apiserver writes float64(1) as 1 in JSON, which decodes to
+// int64, but keeps it a float in CBOR. So CEL types and changed paths do
+// not depend on the encoding the apiserver answered with.
+func wholeAsInt(f float64) any {
+	if f == math.Trunc(f) && f >= -(1<<63) && f < 1<<63 {
+		return int64(f)
+	}
+	return f
 }
 
 // repeats says whether string values of key at depth are worth interning.

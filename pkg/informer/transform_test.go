@@ -61,3 +61,26 @@ func BenchmarkTransform(b *testing.B) {
 		_, _ = stripManagedFields(u)
 	}
 }
+
+// A whole float (as CBOR carries 1.0) is cached as the int64 JSON decodes it
+// to, in maps and in lists; fractions and out-of-range values stay floats.
+func TestWholeFloatsBecomeInts(t *testing.T) {
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"metadata": map[string]any{"name": "x"},
+		"spec":     map[string]any{"a": float64(1), "b": 1.5, "c": []any{float64(2), 2.5, map[string]any{"d": float64(-3)}}, "e": 1e300},
+	}}
+	out, err := stripManagedFields(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := out.(*unstructured.Unstructured).Object["spec"].(map[string]any)
+	list := spec["c"].([]any)
+	for name, c := range map[string]struct{ got, want any }{
+		"a": {spec["a"], int64(1)}, "b": {spec["b"], 1.5}, "c[0]": {list[0], int64(2)}, "c[1]": {list[1], 2.5},
+		"c[2].d": {list[2].(map[string]any)["d"], int64(-3)}, "e": {spec["e"], 1e300},
+	} {
+		if c.got != c.want {
+			t.Errorf("spec.%s = %#v, want %#v", name, c.got, c.want)
+		}
+	}
+}

@@ -208,6 +208,13 @@ type Trigger struct {
 	// Now is when the change was observed; an object that enters the view
 	// is stamped with it (event.Entered).
 	Now time.Time
+	// Initial marks an add from an informer's first list, before every
+	// cache synced: it may add or update what the sink holds, never take
+	// anything away (an object may look out of the view only because other
+	// caches are not complete yet). The reconciliation after the sync
+	// decides the rest. It lets the initial view stream to the sinks while
+	// it is being listed.
+	Initial bool
 }
 
 // Sync brings what the sink was handed of key under rule r to the desired
@@ -252,6 +259,9 @@ func (s *Sink) Sync(r *filters.Rule, key string, cache Lookup, t Trigger) int {
 	var desired *unstructured.Unstructured
 	if exists && r.InView(obj) {
 		desired = obj
+	}
+	if t.Initial && desired == nil {
+		return 0
 	}
 	sent := 0
 	// emit offers a transition; partial says its object is only the

@@ -439,3 +439,40 @@ func TestFreshAdds(t *testing.T) {
 		t.Errorf("quiet added of a deletions-only rule: fresh = %v, want [false]", got)
 	}
 }
+
+// An add of an informer's first list streams what it can: it adds and
+// updates, but takes nothing away (other caches may not have synced: a
+// namespace selector could judge an object out of the view only for
+// lack of its namespace); the reconciliation after the sync does that.
+func TestInitialListAddsNeverRemove(t *testing.T) {
+	r := compile(t, "    labelSelector: '!out'\n", nil)
+	acked := func(uid, rv string) map[string]*checkpoint.Slot {
+		return map[string]*checkpoint.Slot{"a/x": {Acked: &checkpoint.Entry{UID: uid, ResourceVersion: rv, Namespace: "a", Name: "x", Entered: 1}}}
+	}
+	initial := func(o *unstructured.Unstructured) Trigger {
+		return Trigger{Object: o, Initial: true, Replay: event.ReplayCheckpoint}
+	}
+	out := map[string]string{"out": "y"}
+
+	w := newWorld(t)
+	w.sink.Load("r", acked("u1", "5"))
+	eq(t, "warm restart, unchanged", w.set(r, cm("u1", "5", nil), initial(cm("u1", "5", nil))))
+	eq(t, "then the reconciliation", w.set(r, cm("u1", "5", nil), Trigger{Replay: event.ReplayCheckpoint}))
+
+	w = newWorld(t)
+	w.sink.Load("r", acked("u1", "5"))
+	eq(t, "changed while away", w.set(r, cm("u1", "6", nil), initial(cm("u1", "6", nil))), "updated u1 6")
+
+	w = newWorld(t)
+	w.sink.Load("r", acked("u1", "5"))
+	eq(t, "replaced while away", w.set(r, cm("u2", "7", nil), initial(cm("u2", "7", nil))), "deleted u1 5", "added u2 7")
+
+	w = newWorld(t)
+	w.sink.Load("r", acked("u1", "5"))
+	eq(t, "out of the view in the first list", w.set(r, cm("u1", "6", out), initial(cm("u1", "6", out))))
+	eq(t, "the reconciliation after the sync", w.set(r, cm("u1", "6", out), Trigger{Replay: event.ReplayCheckpoint}), "deleted:unmatched u1 6")
+
+	w = newWorld(t)
+	eq(t, "cold start", w.set(r, cm("u1", "1", nil), initial(cm("u1", "1", nil))), "added u1 1")
+	eq(t, "then the reconciliation", w.set(r, cm("u1", "1", nil), Trigger{Replay: event.ReplayCheckpoint}))
+}
