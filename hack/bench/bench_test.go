@@ -5,6 +5,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kubebridge/kubebridge/internal/testenv"
 )
@@ -22,25 +23,31 @@ func TestMain(m *testing.M) {
 }
 
 // A small bench runs end to end: every consumer receives every change, the
-// report has a row for each, and the memory runs see the objects cached.
+// report has a row for each, the memory runs see the objects cached, a
+// cold start delivers every object and its warm restart none, the slow
+// sinks get everything in order, and after an outage the webhook's
+// consumer holds exactly the cluster's objects.
 func TestBenchSmoke(t *testing.T) {
 	if _, err := testenv.ToolsDir(); err != nil {
 		testenv.SkipOrFail(t, err)
 	}
-	o := options{n: 100, runs: 1, workers: 8, consumers: "baseline,nats,jetstream,webhook,file", latencyRate: 300, latencyN: 50, memory: "300"}
-	all, mem, err := run(o)
+	o := options{n: 100, runs: 1, workers: 8, consumers: "baseline,baseline-cbor,nats,jetstream,webhook,file", latencyRate: 300, latencyN: 50, memory: "300",
+		cold: "200", slow: "5ms,2ms>20ms,nats", slowRate: 1000, slowN: 50, slowMax: time.Minute, slowSample: 100 * time.Millisecond,
+		outage: 6 * time.Second, outageRate: 30, outageLive: 100, outageSample: 2 * time.Second}
+	res, err := run(o)
 	if err != nil {
 		t.Fatal(err)
 	}
+	all, mem := res.Runs, res.Memory
 	for _, r := range all {
-		if r.Events != r.Changes || r.Seconds <= 0 || r.CPU <= 0 || r.MaxRSS <= 0 {
-			t.Errorf("%s (rate %d): %d of %d events in %.2fs, cpu %.2fs, maxrss %d", r.Consumer, r.Rate, r.Events, r.Changes, r.Seconds, r.CPU, r.MaxRSS)
+		if r.Events != r.Changes || r.Seconds <= 0 || r.CPU <= 0 || r.MaxRSS <= 0 || r.OutOfOrder != 0 {
+			t.Errorf("%s (rate %d): %d of %d events in %.2fs, cpu %.2fs, maxrss %d, %d out of order", r.Consumer, r.Rate, r.Events, r.Changes, r.Seconds, r.CPU, r.MaxRSS, r.OutOfOrder)
 		}
-		if r.Consumer != "baseline" && (len(r.Latency) != r.Events || r.P50 <= 0 || r.Max < r.P99) {
+		if !isBaseline(r.Consumer) && (len(r.Latency) != r.Events || r.P50 <= 0 || r.Max < r.P99) {
 			t.Errorf("%s: latency p50 %v p99 %v max %v over %d samples", r.Consumer, r.P50, r.P99, r.Max, len(r.Latency))
 		}
 	}
-	if want := 5 + 4; len(all) != want {
+	if want := 6 + 4; len(all) != want {
 		t.Errorf("%d measurements, want %d", len(all), want)
 	}
 	if want := 2 * len(memConsumers); len(mem) != want {
@@ -51,10 +58,54 @@ func TestBenchSmoke(t *testing.T) {
 			t.Errorf("memory %s at %d: heap %d, rss %d", m.Consumer, m.Objects, m.HeapBytes, m.RSSBytes)
 		}
 	}
-	rep := report(o, all, mem)
+
+	// baseline and nats cold, then nats warm.
+	if len(res.Cold) != 3 {
+		t.Errorf("%d cold measurements, want 3: %v", len(res.Cold), res.Cold)
+	}
+	for _, r := range res.Cold {
+		want := 200
+		if r.Phase == "restart" {
+			want = 0 // nothing changed
+		}
+		if r.Events != want || r.Duplicates != 0 || r.Seconds <= 0 || r.CPU <= 0 || r.PeakRSS <= 0 {
+			t.Errorf("%s %s: %d events (want %d), %d duplicates, %.2fs, cpu %.2fs, peak rss %d", r.Phase, r.Consumer, r.Events, want, r.Duplicates, r.Seconds, r.CPU, r.PeakRSS)
+		}
+	}
+
+	if len(res.Slow) != 3 {
+		t.Errorf("%d slow measurements, want 3", len(res.Slow))
+	}
+	for _, r := range res.Slow {
+		if !r.Complete || r.Events != r.Changes || r.OutOfOrder != 0 || len(r.Series) == 0 {
+			t.Errorf("slow %s: %d of %d events, complete %v, %d out of order, %d samples", r.Name, r.Events, r.Changes, r.Complete, r.OutOfOrder, len(r.Series))
+		}
+		if r.Sink == "webhook" && (r.MaxInFlight < 1 || r.Requests < int64(r.Changes)) {
+			t.Errorf("slow %s: max in flight %d, %d requests for %d events one per request", r.Name, r.MaxInFlight, r.Requests, r.Changes)
+		}
+		if r.Delay2 > 0 && r.Series[len(r.Series)-1].DelayMs != 20 {
+			t.Errorf("slow %s: the receiver never slowed down: %+v", r.Name, r.Series[len(r.Series)-1])
+		}
+	}
+
+	if len(res.Outage) != 1 {
+		t.Fatalf("%d outage measurements, want 1", len(res.Outage))
+	}
+	out := res.Outage[0]
+	last := out.Samples[len(out.Samples)-1]
+	if !out.ok() || len(out.Samples) < 3 || last.Churned < 60 || last.HeapLive <= 0 || last.RSS <= 0 {
+		t.Errorf("outage: %v, %d samples, last %+v", out, len(out.Samples), last)
+	}
+
+	rep := report(o, res)
 	for _, c := range append(strings.Split(o.consumers, ","), memConsumers...) {
 		if !strings.Contains(rep, "| "+c+" |") {
 			t.Errorf("report has no row for %s:\n%s", c, rep)
+		}
+	}
+	for _, s := range []string{"### Cold start: 200", "### Warm restart: 200", "| 2ms>20ms |", "#### 2ms>20ms, run 1", "#### Memory during the outage", "machine: "} {
+		if !strings.Contains(rep, s) {
+			t.Errorf("report has no %q:\n%s", s, rep)
 		}
 	}
 	t.Log(rep)

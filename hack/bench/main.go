@@ -11,8 +11,17 @@
 // run. Latency: the same, paced at a fixed rate. Memory: heap and RSS with
 // 0, 10k and 50k ConfigMaps cached, bridge against plain informers.
 //
+// Phases off unless their flag is set: -cold (a fresh start on N existing
+// ConfigMaps, and a warm restart from the checkpoint), -slow (paced load
+// into a slow webhook with the default sink config: throughput, in-flight
+// requests, per-object order), -outage (memory while a webhook answers
+// 503 under create/delete churn, then the final state checked). -cbor
+// starts the apiserver serving CBOR and adds the consumers baseline-cbor
+// and nats-json.
+//
 //	go run ./hack/bench -runs 5            # or: make bench
 //	go run ./hack/bench -n 300 -runs 1 -memory 1000 -latency-n 300   # smoke
+//	go run ./hack/bench -runs 1 -n 0 -consumers baseline,nats -latency-rate 0 -memory "" -cold 2000
 package main
 
 import (
@@ -56,7 +65,7 @@ func main() {
 	var o options
 	flag.IntVar(&o.n, "n", 10000, "ConfigMaps per throughput run (3 changes each)")
 	flag.IntVar(&o.runs, "runs", 5, "runs; every consumer is measured once per run")
-	flag.StringVar(&o.consumers, "consumers", "baseline,nats,jetstream,webhook,file", "consumers of the throughput runs")
+	flag.StringVar(&o.consumers, "consumers", "baseline,nats,jetstream,webhook,file", "consumers of the throughput and latency runs; also baseline-cbor (the bare watch asking for CBOR) and nats-json (the bridge with --kube-cbor=false), both added by -cbor")
 	flag.IntVar(&o.workers, "workers", 32, "concurrent writers of the load generator")
 	flag.IntVar(&o.latencyRate, "latency-rate", 1000, "changes per second of the latency runs (0: no latency runs)")
 	flag.IntVar(&o.latencyN, "latency-n", 3000, "ConfigMaps per latency run")
@@ -64,14 +73,33 @@ func main() {
 	flag.StringVar(&o.jsonOut, "json", "", "also write every measurement to this file")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (logs, checkpoint, sink files)")
 	flag.StringVar(&o.profile, "profile", "", "write a 10s CPU profile of each bridge throughput run into this directory")
+	flag.StringVar(&o.cold, "cold", "", "object counts of the cold start and warm restart runs, e.g. 20000,100000 (empty: none)")
+	flag.StringVar(&o.coldConsumers, "cold-consumers", "", "consumers of the cold runs: baseline, baseline-cbor, nats, nats-json (default baseline,nats; with -cbor also baseline-cbor,nats-json)")
+	flag.StringVar(&o.slow, "slow", "", "slow sink cases, comma-separated: a webhook delay per request (20ms), a step (20ms>200ms: the delay changes halfway through the load), or nats (NATS core); empty: none")
+	flag.IntVar(&o.slowRate, "slow-rate", 1000, "changes per second offered in the slow runs")
+	flag.IntVar(&o.slowN, "slow-n", 2000, "ConfigMaps per slow run (3 changes each)")
+	flag.DurationVar(&o.slowMax, "slow-max", 2*time.Minute, "a slow run waits at most this long after its load for the rest (it reports what arrived)")
+	flag.DurationVar(&o.slowSample, "slow-sample", 500*time.Millisecond, "interval of the in-flight samples of the slow runs")
+	flag.DurationVar(&o.outage, "outage", 0, "duration of the sink outage run (0: none)")
+	flag.IntVar(&o.outageRate, "outage-rate", 30, "names created and then deleted per second during the outage")
+	flag.IntVar(&o.outageLive, "outage-live", 1000, "ConfigMaps that stay in place during the outage")
+	flag.DurationVar(&o.outageSample, "outage-sample", 15*time.Second, "interval of the outage's memory samples")
+	flag.BoolVar(&o.cbor, "cbor", false, "start the apiserver with CBORServingAndStorage=true")
 	flag.Parse()
-	all, mem, err := run(o)
+	o.command = commandLine(os.Args)
+	consumersSet := false
+	flag.Visit(func(f *flag.Flag) { consumersSet = consumersSet || f.Name == "consumers" })
+	if o.cbor && !consumersSet { // the bridge against both bare watches, and with CBOR off
+		o.consumers = "baseline,baseline-cbor,nats,nats-json,jetstream,webhook,file"
+	}
+	res, err := run(o)
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Print(report(o, all, mem))
+	fmt.Print(report(o, res))
 	if o.jsonOut != "" {
-		out, _ := json.MarshalIndent(map[string]any{"runs": all, "memory": mem}, "", "  ")
+		out, _ := json.MarshalIndent(map[string]any{"machine": machine(), "command": o.command,
+			"runs": res.Runs, "memory": res.Memory, "cold": res.Cold, "slow": res.Slow, "outage": res.Outage}, "", "  ")
 		if err := os.WriteFile(o.jsonOut, out, 0o644); err != nil {
 			log.Fatal(err)
 		}
@@ -84,6 +112,38 @@ type options struct {
 	latencyRate, latencyN int
 	jsonOut, profile      string
 	keep                  bool
+
+	cold, coldConsumers string
+	slow                string
+	slowRate, slowN     int
+	slowMax, slowSample time.Duration
+	outage              time.Duration
+	outageRate          int
+	outageLive          int
+	outageSample        time.Duration
+	cbor                bool
+	command             string // as typed, for the report
+}
+
+// results is every measurement of one bench.
+type results struct {
+	Runs   []result
+	Memory []memResult
+	Cold   []startResult
+	Slow   []slowResult
+	Outage []outageResult
+}
+
+// commandLine renders the bench's own command line, quoted for a shell.
+func commandLine(args []string) string {
+	out := []string{"go run ./hack/bench"}
+	for _, a := range args[1:] {
+		if a == "" || strings.ContainsAny(a, " \t'\"$`\\*?;&|<>()") {
+			a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+		out = append(out, a)
+	}
+	return strings.Join(out, " ")
 }
 
 // bed is the test bed one bench runs on.
@@ -99,15 +159,36 @@ type bed struct {
 	profile    string
 }
 
+// isBaseline says whether consumer is a bare client-go watch.
+func isBaseline(consumer string) bool { return consumer == "baseline" || consumer == "baseline-cbor" }
+
+// bridgeArgs are a consumer's extra flags of bridge run.
+func bridgeArgs(consumer string) []string {
+	if consumer == "nats-json" {
+		return []string{"--kube-cbor=false"}
+	}
+	return nil
+}
+
+// watchEnv is the environment of a baseline consumer's process: the CBOR
+// one has client-go advertise and prefer CBOR.
+func watchEnv(consumer string) []string {
+	env := os.Environ()
+	if consumer == "baseline-cbor" {
+		env = append(env, "KUBE_FEATURE_ClientsAllowCBOR=true", "KUBE_FEATURE_ClientsPreferCBOR=true")
+	}
+	return env
+}
+
 // run sets up the test bed and measures; it returns every measurement.
-func run(o options) (all []result, mem []memResult, err error) {
+func run(o options) (res results, err error) {
 	tools, err := testenv.ToolsDir()
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w (run hack/tools/build.sh)", err)
+		return res, fmt.Errorf("%w (run hack/tools/build.sh)", err)
 	}
 	dir, err := os.MkdirTemp("", "kubebridge-bench-")
 	if err != nil {
-		return nil, nil, err
+		return res, err
 	}
 	if o.keep {
 		log.Printf("work directory: %s", dir)
@@ -117,43 +198,47 @@ func run(o options) (all []result, mem []memResult, err error) {
 	log.Printf("building the bridge and starting etcd, kube-apiserver and nats-server")
 	bin, err := testenv.BuildBridge(dir, false)
 	if err != nil {
-		return nil, nil, err
+		return res, err
 	}
 	self, err := os.Executable()
 	if err != nil {
-		return nil, nil, err
+		return res, err
 	}
 	if err := os.Mkdir(filepath.Join(dir, "cp"), 0o755); err != nil {
-		return nil, nil, err
+		return res, err
 	}
-	cp, err := testenv.NewControlPlane(tools, filepath.Join(dir, "cp"))
+	var cpOpts testenv.ControlPlaneOptions
+	if o.cbor {
+		cpOpts.FeatureGates = []string{"CBORServingAndStorage=true"}
+	}
+	cp, err := testenv.NewControlPlaneWithOptions(tools, filepath.Join(dir, "cp"), cpOpts)
 	if err != nil {
-		return nil, nil, err
+		return res, err
 	}
 	defer cp.Stop()
 	kc, err := cp.Kubeconfig(dir)
 	if err != nil {
-		return nil, nil, err
+		return res, err
 	}
 	ns, err := testenv.NewNATS(filepath.Join(dir, "nats"))
 	if err != nil {
-		return nil, nil, err
+		return res, err
 	}
 	defer ns.Stop()
 	rc := cp.RESTConfig()
 	rc.RateLimiter = flowcontrol.NewFakeAlwaysRateLimiter() // as fast as the apiserver takes it
 	cs, err := kubernetes.NewForConfig(rc)
 	if err != nil {
-		return nil, nil, err
+		return res, err
 	}
 	nc, err := natsgo.Connect(ns.ClientURL())
 	if err != nil {
-		return nil, nil, err
+		return res, err
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)
 	if err != nil {
-		return nil, nil, err
+		return res, err
 	}
 	b := &bed{dir: dir, kubeconfig: kc, bridge: bin, self: self, cs: cs, natsURL: ns.ClientURL(), js: js, workers: o.workers, profile: o.profile}
 
@@ -161,51 +246,73 @@ func run(o options) (all []result, mem []memResult, err error) {
 	if o.consumers != "" {
 		consumers = strings.Split(o.consumers, ",")
 	}
-	for r := 1; r <= o.runs; r++ {
+	for r := 1; r <= o.runs && o.n > 0; r++ {
 		for _, c := range consumers {
-			res, err := b.measure(c, r, o.n, 0)
+			m, err := b.measure(c, r, o.n, 0)
 			if err != nil {
-				return nil, nil, fmt.Errorf("run %d, %s: %w", r, c, err)
+				return res, fmt.Errorf("run %d, %s: %w", r, c, err)
 			}
-			log.Print(res)
-			all = append(all, res)
+			log.Print(m)
+			res.Runs = append(res.Runs, m)
 		}
 	}
 	if o.latencyRate > 0 {
 		for r := 1; r <= o.runs; r++ {
 			for _, c := range consumers {
-				if c == "baseline" {
+				if isBaseline(c) {
 					continue
 				}
-				res, err := b.measure(c, r, o.latencyN, o.latencyRate)
+				m, err := b.measure(c, r, o.latencyN, o.latencyRate)
 				if err != nil {
-					return nil, nil, fmt.Errorf("latency run %d, %s: %w", r, c, err)
+					return res, fmt.Errorf("latency run %d, %s: %w", r, c, err)
 				}
-				log.Print(res)
-				all = append(all, res)
+				log.Print(m)
+				res.Runs = append(res.Runs, m)
 			}
 		}
 	}
 	if o.memory != "" {
-		if mem, err = b.memoryRuns(o.memory, o.runs); err != nil {
-			return nil, nil, err
+		if res.Memory, err = b.memoryRuns(o.memory, o.runs); err != nil {
+			return res, err
 		}
 	}
-	return all, mem, nil
+	if o.cold != "" {
+		if res.Cold, err = b.coldRuns(o); err != nil {
+			return res, err
+		}
+	}
+	if o.slow != "" {
+		if res.Slow, err = b.slowRuns(o); err != nil {
+			return res, err
+		}
+	}
+	if o.outage > 0 {
+		for r := 1; r <= o.runs; r++ {
+			m, err := b.outageRun(o, r)
+			if err != nil {
+				return res, fmt.Errorf("outage run %d: %w", r, err)
+			}
+			res.Outage = append(res.Outage, m)
+		}
+	}
+	return res, nil
 }
 
 // result is one consumer's measurement in one run.
 type result struct {
-	Consumer  string          `json:"consumer"`
-	Run       int             `json:"run"`
-	Rate      int             `json:"rate"` // paced changes/s; 0: as fast as possible
-	Changes   int             `json:"changes"`
-	Events    int             `json:"events"`     // unique events delivered (baseline: notifications)
-	Duplicate int             `json:"duplicates"` // events delivered more than once
-	Seconds   float64         `json:"seconds"`    // first write to last event
-	CPU       float64         `json:"cpuSeconds"` // user+system of the consumer process
-	MaxRSS    int64           `json:"maxRSSBytes"`
-	Latency   []time.Duration `json:"-"`
+	Consumer  string `json:"consumer"`
+	Run       int    `json:"run"`
+	Rate      int    `json:"rate"` // paced changes/s; 0: as fast as possible
+	Changes   int    `json:"changes"`
+	Events    int    `json:"events"`     // unique events delivered (baseline: notifications)
+	Duplicate int    `json:"duplicates"` // events delivered more than once
+	// OutOfOrder counts first deliveries older than an earlier one of
+	// their object (must be 0).
+	OutOfOrder int             `json:"outOfOrder"`
+	Seconds    float64         `json:"seconds"`    // first write to last event
+	CPU        float64         `json:"cpuSeconds"` // user+system of the consumer process
+	MaxRSS     int64           `json:"maxRSSBytes"`
+	Latency    []time.Duration `json:"-"`
 	// P99ByType is the p99 latency of added, updated and deleted events:
 	// only first deliveries of an object wait for the write-ahead intent.
 	P99ByType map[string]time.Duration `json:"p99ByType,omitempty"`
@@ -217,7 +324,7 @@ type result struct {
 func (r result) perSecond() float64 { return float64(r.Events) / r.Seconds }
 
 func (r result) String() string {
-	s := fmt.Sprintf("run %d %-9s %6d/%d events in %6.2fs = %7.0f/s, cpu %.2fs, maxrss %d MiB",
+	s := fmt.Sprintf("run %d %-13s %6d/%d events in %6.2fs = %7.0f/s, cpu %.2fs, maxrss %d MiB",
 		r.Run, r.Consumer, r.Events, r.Changes, r.Seconds, r.perSecond(), r.CPU, r.MaxRSS>>20)
 	if r.Rate > 0 {
 		s = fmt.Sprintf("paced %d/s: ", r.Rate) + s
@@ -239,8 +346,8 @@ func (b *bed) measure(consumer string, run, n, rate int) (result, error) {
 	}
 	res := result{Consumer: consumer, Run: run, Rate: rate, Changes: 3 * n}
 	l := &load{cs: b.cs, ns: ns, n: n, rate: rate, workers: b.workers}
-	if consumer == "baseline" {
-		return res, b.measureBaseline(ctx, l, &res)
+	if isBaseline(consumer) {
+		return res, b.measureBaseline(ctx, consumer, l, &res)
 	}
 	return res, b.measureBridge(ctx, consumer, l, &res)
 }
@@ -253,9 +360,9 @@ func (b *bed) namespace(ctx context.Context, ns string) error {
 	return err
 }
 
-func (b *bed) measureBaseline(ctx context.Context, l *load, res *result) error {
+func (b *bed) measureBaseline(ctx context.Context, consumer string, l *load, res *result) error {
 	cmd := exec.Command(b.self, "watch", "-kubeconfig", b.kubeconfig, "-namespace", l.ns, "-expect", strconv.Itoa(res.Changes))
-	cmd.Stderr = os.Stderr
+	cmd.Stderr, cmd.Env = os.Stderr, watchEnv(consumer)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return err
@@ -300,7 +407,7 @@ func (b *bed) measureBaseline(ctx context.Context, l *load, res *result) error {
 func (b *bed) bridgeConfig(consumer, ns, hookURL, file string) string {
 	var sink string
 	switch consumer {
-	case "nats":
+	case "nats", "nats-json":
 		sink = "nats: {url: " + b.natsURL + "}"
 	case "jetstream":
 		sink = "nats: {url: " + b.natsURL + ", jetstream: true, stream: {name: BENCH}}"
@@ -309,6 +416,12 @@ func (b *bed) bridgeConfig(consumer, ns, hookURL, file string) string {
 	case "file":
 		sink = "file: {path: " + file + ", maxSizeMB: 4096}"
 	}
+	return ruleConfig(sink, ns)
+}
+
+// ruleConfig is a bridge config with one sink (its type block) and one
+// rule on the namespace's ConfigMaps.
+func ruleConfig(sink, ns string) string {
 	return fmt.Sprintf(`apiVersion: kubebridge.io/v1alpha1
 kind: BridgeConfig
 cluster: bench
@@ -330,7 +443,7 @@ func (b *bed) measureBridge(ctx context.Context, consumer string, l *load, res *
 	stopFile := make(chan struct{})
 	fileDone := make(chan error, 1)
 	switch consumer {
-	case "nats", "jetstream":
+	case "nats", "nats-json", "jetstream":
 		closeSub, err := natsReceiver(b.natsURL, c)
 		if err != nil {
 			return err
@@ -347,7 +460,7 @@ func (b *bed) measureBridge(ctx context.Context, consumer string, l *load, res *
 		return fmt.Errorf("unknown consumer %q", consumer)
 	}
 	profiling := b.profile != "" && l.rate == 0
-	p, err := b.startBridge(l.ns, b.bridgeConfig(consumer, l.ns, hookURL, file), profiling)
+	p, err := b.startBridge(l.ns, b.bridgeConfig(consumer, l.ns, hookURL, file), profiling, bridgeArgs(consumer)...)
 	if err != nil {
 		return err
 	}
@@ -367,15 +480,9 @@ func (b *bed) measureBridge(ctx context.Context, consumer string, l *load, res *
 		return err
 	}
 	// Wait for every change, or until nothing arrived for 30s.
-	for c.unique() < res.Changes {
-		select {
-		case <-c.arrived:
-		case <-time.After(30 * time.Second):
-			log.Printf("%s: stalled at %d of %d events", consumer, c.unique(), res.Changes)
-			goto stop
-		}
+	if !c.waitFor(res.Changes, 30*time.Second, time.Time{}) {
+		log.Printf("%s: stalled at %d of %d events", consumer, c.unique(), res.Changes)
 	}
-stop:
 	res.MaxRSS = procStatus(p.cmd.Process.Pid, "VmHWM:")
 	if err := p.stop(); err != nil {
 		return err
@@ -383,8 +490,8 @@ stop:
 	usage(p.cmd, res)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	res.Events, res.Duplicate = len(c.ids), c.dups
-	res.Seconds = c.last.Sub(start).Seconds()
+	res.Events, res.Duplicate, res.OutOfOrder = len(c.ids), c.dups, c.outOfOrder
+	res.Seconds = c.lastNew.Sub(start).Seconds()
 	res.Latency = c.lat
 	res.P50, res.P99, res.Max = quantile(c.lat, 0.5), quantile(c.lat, 0.99), quantile(c.lat, 1)
 	res.P99ByType = map[string]time.Duration{}
@@ -401,19 +508,23 @@ stop:
 
 // bridgeProc is a running bridge binary.
 type bridgeProc struct {
-	cmd   *exec.Cmd
-	admin string
-	pprof string // with -profile
-	done  chan struct{}
+	cmd     *exec.Cmd
+	admin   string
+	pprof   string // with -profile
+	done    chan struct{}
+	started time.Time // just before the process was started
+	ready   time.Time // when /readyz first answered 200
 }
 
-// startBridge starts the bridge with cfg and waits until it is ready.
-func (b *bed) startBridge(name, cfg string, profiling bool) (*bridgeProc, error) {
+// startBridge starts the bridge with cfg and waits until it is ready. Its
+// checkpoint and log are named after name: starting the same name again
+// restarts it from its checkpoint (the log is appended to).
+func (b *bed) startBridge(name, cfg string, profiling bool, extra ...string) (*bridgeProc, error) {
 	cfgFile := filepath.Join(b.dir, name+".yaml")
 	if err := os.WriteFile(cfgFile, []byte(cfg), 0o644); err != nil {
 		return nil, err
 	}
-	logFile, err := os.Create(filepath.Join(b.dir, name+".log"))
+	logFile, err := os.OpenFile(filepath.Join(b.dir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
@@ -425,30 +536,32 @@ func (b *bed) startBridge(name, cfg string, profiling bool) (*bridgeProc, error)
 	if profiling {
 		args = append(args, "--profiling", "--profiling-addr", pprofAddr)
 	}
-	cmd := exec.Command(b.bridge, args...)
+	cmd := exec.Command(b.bridge, append(args, extra...)...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
+	p := &bridgeProc{cmd: cmd, admin: "http://" + admin, pprof: "http://" + pprofAddr, done: make(chan struct{}), started: time.Now()}
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	p := &bridgeProc{cmd: cmd, admin: "http://" + admin, pprof: "http://" + pprofAddr, done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); close(p.done) }()
-	deadline := time.Now().Add(2 * time.Minute)
+	// Polled often: the warm restart is timed to this answer.
+	deadline := time.Now().Add(5 * time.Minute)
 	for {
 		resp, err := http.Get(p.admin + "/readyz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
+				p.ready = time.Now()
 				return p, nil
 			}
 		}
 		select {
 		case <-p.done:
 			return nil, fmt.Errorf("bridge exited: see %s", logFile.Name())
-		case <-time.After(20 * time.Millisecond):
+		case <-time.After(5 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
 			p.kill()
-			return nil, fmt.Errorf("bridge not ready after 2m: see %s", logFile.Name())
+			return nil, fmt.Errorf("bridge not ready after 5m: see %s", logFile.Name())
 		}
 	}
 }
@@ -530,6 +643,28 @@ func quantile(ds []time.Duration, q float64) time.Duration {
 	i := int(q * float64(len(s)-1))
 	return s[i]
 }
+
+// procCPU is a running process's user+system CPU time so far, from
+// /proc/<pid>/stat (in clock ticks of 10 ms).
+func procCPU(pid int) float64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	// The fields after the command name's closing parenthesis start at
+	// the state (field 3); utime and stime are fields 14 and 15.
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return float64(ut+st) / clockTicks
+}
+
+// clockTicks is USER_HZ, the unit of /proc's CPU times: 100 on Linux.
+const clockTicks = 100
 
 // rss is a process's resident set size, from /proc.
 func rss(pid int) int64 { return procStatus(pid, "VmRSS:") }

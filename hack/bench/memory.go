@@ -156,13 +156,8 @@ rules:
 		time.Sleep(100 * time.Millisecond)
 	}
 	time.Sleep(2 * time.Second) // a checkpoint flush
-	for range 2 {               // ?gc=1 runs a full collection first
-		resp, err := http.Get(p.admin + "/debug/pprof/heap?gc=1")
-		if err != nil {
-			return err
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
+	if err := p.collectGarbage(); err != nil {
+		return err
 	}
 	heap, err := p.metric("go_memstats_heap_alloc_bytes ")
 	if err != nil {
@@ -170,4 +165,21 @@ rules:
 	}
 	m.HeapBytes, m.RSSBytes = int64(heap), rss(p.cmd.Process.Pid)
 	return p.stop()
+}
+
+// collectGarbage has the bridge (started with profiling) run two full
+// collections: the pprof heap profile with ?gc=1 runs one first.
+func (p *bridgeProc) collectGarbage() error {
+	for range 2 {
+		resp, err := http.Get(p.pprof + "/debug/pprof/heap?gc=1")
+		if err != nil {
+			return err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("heap profile: %s", resp.Status)
+		}
+	}
+	return nil
 }

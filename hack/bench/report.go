@@ -24,10 +24,22 @@ func medianDur(rs []result, f func(result) time.Duration) time.Duration {
 	for i, r := range rs {
 		xs[i] = float64(f(r))
 	}
-	return time.Duration(median(xs)).Round(10 * time.Microsecond)
+	return roundDur(time.Duration(median(xs)))
 }
 
-func medianOf(rs []result, f func(result) float64) float64 {
+// roundDur keeps three or four significant digits.
+func roundDur(d time.Duration) time.Duration {
+	switch {
+	case d >= time.Second:
+		return d.Round(10 * time.Millisecond)
+	case d >= 10*time.Millisecond:
+		return d.Round(100 * time.Microsecond)
+	}
+	return d.Round(10 * time.Microsecond)
+}
+
+// medianOf is the median of f over measurements.
+func medianOf[T any](rs []T, f func(T) float64) float64 {
 	xs := make([]float64, len(rs))
 	for i, r := range rs {
 		xs[i] = f(r)
@@ -36,13 +48,22 @@ func medianOf(rs []result, f func(result) float64) float64 {
 }
 
 // report renders the medians as Markdown tables.
-func report(o options, all []result, mem []memResult) string {
+func report(o options, res results) string {
+	all, mem := res.Runs, res.Memory
 	var b strings.Builder
 	fmt.Fprintf(&b, "\n## kubebridge bench, %s\n\nmachine: %s\n", time.Now().UTC().Format("2006-01-02"), machine())
-	fmt.Fprintf(&b, "command: go run ./hack/bench -n %d -runs %d -latency-rate %d -latency-n %d -memory %q\n", o.n, o.runs, o.latencyRate, o.latencyN, o.memory)
+	command := o.command
+	if command == "" { // run from a test: the options it set
+		command = fmt.Sprintf("go run ./hack/bench -n %d -runs %d -latency-rate %d -latency-n %d -memory %q -cold %q -slow %q -outage %v",
+			o.n, o.runs, o.latencyRate, o.latencyN, o.memory, o.cold, o.slow, o.outage)
+	}
+	fmt.Fprintf(&b, "command: %s\n", command)
+	if o.cbor {
+		b.WriteString("apiserver: --feature-gates=CBORServingAndStorage=true\n")
+	}
 
 	byConsumer := map[string][]result{}
-	baseline := map[int]result{}
+	baseline, baselineCBOR := map[int]result{}, map[int]result{}
 	paced := map[string][]result{}
 	var order []string
 	for _, r := range all {
@@ -54,33 +75,46 @@ func report(o options, all []result, mem []memResult) string {
 			order = append(order, r.Consumer)
 		}
 		byConsumer[r.Consumer] = append(byConsumer[r.Consumer], r)
-		if r.Consumer == "baseline" {
+		switch r.Consumer {
+		case "baseline":
 			baseline[r.Run] = r
+		case "baseline-cbor":
+			baselineCBOR[r.Run] = r
 		}
 	}
+	// cborCol is the extra column of a run with both bare watches.
+	cborCol := len(baselineCBOR) > 0 && len(baseline) > 0
 	if len(order) > 0 {
 		fmt.Fprintf(&b, "\n### Throughput: %d ConfigMaps created, updated, deleted (%d changes) as fast as the apiserver takes them; medians of %d runs\n\n", o.n, 3*o.n, o.runs)
-		b.WriteString("| consumer | delivered/s | ratio to baseline | latency p50 | p99 | max | CPU s per 10k events | peak RSS | delivered / changes | duplicates |\n")
-		b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
+		head, cols := "| consumer | delivered/s | ratio to baseline |", "|---|---|---|"
+		if cborCol {
+			head, cols = head+" ratio to baseline-cbor |", cols+"---|"
+		}
+		b.WriteString(head + " latency p50 | p99 | max | CPU s per 10k events | peak RSS | delivered / changes | duplicates | out of order |\n")
+		b.WriteString(cols + "---|---|---|---|---|---|---|---|\n")
 		for _, c := range order {
 			rs := byConsumer[c]
-			ratio := "1.00"
-			if c != "baseline" {
-				ratio = fmt.Sprintf("%.2f", medianOf(rs, func(r result) float64 {
-					return r.perSecond() / baseline[r.Run].perSecond()
+			ratioTo := func(base map[int]result) string {
+				return fmt.Sprintf("%.2f", medianOf(rs, func(r result) float64 {
+					return r.perSecond() / base[r.Run].perSecond()
 				}))
 			}
+			ratio := ratioTo(baseline)
+			if cborCol {
+				ratio += " | " + ratioTo(baselineCBOR)
+			}
 			lat := "- | - | -"
-			if c != "baseline" {
+			if !isBaseline(c) {
 				lat = fmt.Sprintf("%v | %v | %v", medianDur(rs, func(r result) time.Duration { return r.P50 }),
 					medianDur(rs, func(r result) time.Duration { return r.P99 }), medianDur(rs, func(r result) time.Duration { return r.Max }))
 			}
-			fmt.Fprintf(&b, "| %s | %.0f | %s | %s | %.2f | %.0f MiB | %.0f / %d | %.0f |\n", c,
+			fmt.Fprintf(&b, "| %s | %.0f | %s | %s | %.2f | %.0f MiB | %.0f / %d | %.0f | %.0f |\n", c,
 				medianOf(rs, result.perSecond), ratio, lat,
 				medianOf(rs, func(r result) float64 { return r.CPU / float64(r.Events) * 10000 }),
 				medianOf(rs, func(r result) float64 { return float64(r.MaxRSS) / (1 << 20) }),
 				medianOf(rs, func(r result) float64 { return float64(r.Events) }), rs[0].Changes,
-				medianOf(rs, func(r result) float64 { return float64(r.Duplicate) }))
+				medianOf(rs, func(r result) float64 { return float64(r.Duplicate) }),
+				medianOf(rs, func(r result) float64 { return float64(r.OutOfOrder) }))
 		}
 	}
 	if len(paced) > 0 {
@@ -103,6 +137,15 @@ func report(o options, all []result, mem []memResult) string {
 	}
 	if len(mem) > 0 {
 		b.WriteString(memReport(mem))
+	}
+	if len(res.Cold) > 0 {
+		b.WriteString(coldReport(o, res.Cold))
+	}
+	if len(res.Slow) > 0 {
+		b.WriteString(slowReport(o, res.Slow))
+	}
+	if len(res.Outage) > 0 {
+		b.WriteString(outageReport(o, res.Outage))
 	}
 	return b.String()
 }
@@ -144,6 +187,219 @@ func memReport(mem []memResult) string {
 				median(heap[k])/(1<<20), median(rss[k])/(1<<20),
 				per(heap, c), per(heap, c)/per(heap, "informer"), per(rss, c), per(rss, c)/per(rss, "informer"))
 		}
+	}
+	return b.String()
+}
+
+// coldReport gives, per object count, the cold starts against the bare
+// watches of the same run, then the warm restarts.
+func coldReport(o options, cold []startResult) string {
+	type key struct {
+		consumer string
+		n, run   int
+	}
+	base := map[key]startResult{}
+	var ns []int
+	var consumers []string
+	for _, r := range cold {
+		if r.Phase == "cold" && isBaseline(r.Consumer) {
+			base[key{r.Consumer, r.Objects, r.Run}] = r
+		}
+		if !slices.Contains(ns, r.Objects) {
+			ns = append(ns, r.Objects)
+		}
+		if !slices.Contains(consumers, r.Consumer) {
+			consumers = append(consumers, r.Consumer)
+		}
+	}
+	var bases []string
+	for _, c := range []string{"baseline", "baseline-cbor"} {
+		if slices.Contains(consumers, c) {
+			bases = append(bases, c)
+		}
+	}
+	// ratios is the median over runs of a bare watch's time to all
+	// delivered over r's time, one column per bare watch.
+	ratios := func(rs []startResult) string {
+		var cols []string
+		for _, c := range bases {
+			cols = append(cols, fmt.Sprintf("%.2f", medianOf(rs, func(r startResult) float64 {
+				return base[key{c, r.Objects, r.Run}].Seconds / r.Seconds
+			})))
+		}
+		return strings.Join(cols, " | ")
+	}
+	ratioHead := func() (string, string) {
+		var h, d string
+		for _, c := range bases {
+			h += " ratio to " + c + " |"
+			d += "---|"
+		}
+		return h, d
+	}
+	h, d := ratioHead()
+	var b strings.Builder
+	for _, n := range ns {
+		fmt.Fprintf(&b, "\n### Cold start: %d existing ConfigMaps, each consumer started fresh (bridge: empty checkpoint, NATS core); medians of %d runs\n\n", n, o.runs)
+		b.WriteString("Time is from process start until every object was delivered (the bare watch: to its handler; the bridge: to the subscriber); a ratio is the bare watch's time over the consumer's, per run (> 1: faster than the bare watch).\n\n")
+		fmt.Fprintf(&b, "| consumer | time to all delivered |%s ready | CPU s | peak RSS | delivered / objects | duplicates |\n|---|---|%s---|---|---|---|---|\n", h, d)
+		for _, c := range consumers {
+			rs := filterStarts(cold, "cold", c, n)
+			if len(rs) == 0 {
+				continue
+			}
+			ready := "-"
+			if !isBaseline(c) {
+				ready = fmt.Sprintf("%.2f s", medianOf(rs, func(r startResult) float64 { return r.ReadySeconds }))
+			}
+			fmt.Fprintf(&b, "| %s | %.2f s | %s | %s | %.2f | %.0f MiB | %.0f / %d | %.0f |\n", c,
+				medianOf(rs, func(r startResult) float64 { return r.Seconds }), ratios(rs), ready,
+				medianOf(rs, func(r startResult) float64 { return r.CPU }),
+				medianOf(rs, func(r startResult) float64 { return mib(r.PeakRSS) }),
+				medianOf(rs, func(r startResult) float64 { return float64(r.Events) }), n,
+				medianOf(rs, func(r startResult) float64 { return float64(r.Duplicates) }))
+		}
+		var warm bool
+		for _, c := range consumers {
+			warm = warm || len(filterStarts(cold, "restart", c, n)) > 0
+		}
+		if !warm {
+			continue
+		}
+		fmt.Fprintf(&b, "\n### Warm restart: %d ConfigMaps, the bridge stopped (SIGTERM) and started again on its checkpoint, nothing changed; medians of %d runs\n\n", n, o.runs)
+		fmt.Fprintf(&b, "Time is from process start to /readyz; a ratio is the bare watch's time to all delivered (same run) over it. Events: every event received from the restart until %v after ready (must be 0).\n\n", restartSettle)
+		fmt.Fprintf(&b, "| consumer | time to ready |%s CPU s to ready | peak RSS | events delivered (max over runs) |\n|---|---|%s---|---|---|\n", h, d)
+		for _, c := range consumers {
+			rs := filterStarts(cold, "restart", c, n)
+			if len(rs) == 0 {
+				continue
+			}
+			most := 0
+			for _, r := range rs {
+				most = max(most, r.Events)
+			}
+			fmt.Fprintf(&b, "| %s | %.2f s | %s | %.2f | %.0f MiB | %d |\n", c,
+				medianOf(rs, func(r startResult) float64 { return r.Seconds }), ratios(rs),
+				medianOf(rs, func(r startResult) float64 { return r.CPU }),
+				medianOf(rs, func(r startResult) float64 { return mib(r.PeakRSS) }), most)
+		}
+	}
+	return b.String()
+}
+
+func filterStarts(rs []startResult, phase, consumer string, n int) []startResult {
+	var out []startResult
+	for _, r := range rs {
+		if r.Phase == phase && r.Consumer == consumer && r.Objects == n {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// seriesRows is the most rows an in-flight series is printed with.
+const seriesRows = 40
+
+// slowReport gives each slow case's medians, then the in-flight series of
+// the first run of each step case.
+func slowReport(o options, slow []slowResult) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n### Slow sinks: %d changes/s offered (%d ConfigMaps, %d changes), sinks with their default config; medians of %d runs\n\n",
+		o.slowRate, o.slowN, 3*o.slowN, o.runs)
+	fmt.Fprintf(&b, "A case is the webhook receiver's time per request (a > b: a for the first half of the load, b after) or NATS core. A run waits for every event until nothing arrived for 30 s or %v after the load. Out of order: first deliveries of an object older than an earlier one (must be 0).\n\n", o.slowMax)
+	b.WriteString("| case | delivered/s | offered/s | delivered / changes | complete runs | latency p50 | p99 | max in flight | requests | out of order | duplicates | CPU s |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	var names []string
+	byCase := map[string][]slowResult{}
+	for _, r := range slow {
+		if _, ok := byCase[r.Name]; !ok {
+			names = append(names, r.Name)
+		}
+		byCase[r.Name] = append(byCase[r.Name], r)
+	}
+	dur := func(rs []slowResult, f func(slowResult) time.Duration) time.Duration {
+		return roundDur(time.Duration(medianOf(rs, func(r slowResult) float64 { return float64(f(r)) })))
+	}
+	for _, name := range names {
+		rs := byCase[name]
+		complete, worst := 0, 0
+		for _, r := range rs {
+			if r.Complete {
+				complete++
+			}
+			worst = max(worst, r.OutOfOrder)
+		}
+		inFlight, requests := "-", "-"
+		if rs[0].Sink == "webhook" {
+			inFlight = fmt.Sprintf("%.0f", medianOf(rs, func(r slowResult) float64 { return float64(r.MaxInFlight) }))
+			requests = fmt.Sprintf("%.0f", medianOf(rs, func(r slowResult) float64 { return float64(r.Requests) }))
+		}
+		fmt.Fprintf(&b, "| %s | %.0f | %d | %.0f / %d | %d / %d | %v | %v | %s | %s | %d | %.0f | %.2f |\n", name,
+			medianOf(rs, slowResult.perSecond), o.slowRate,
+			medianOf(rs, func(r slowResult) float64 { return float64(r.Events) }), rs[0].Changes, complete, len(rs),
+			dur(rs, func(r slowResult) time.Duration { return r.P50 }), dur(rs, func(r slowResult) time.Duration { return r.P99 }),
+			inFlight, requests, worst,
+			medianOf(rs, func(r slowResult) float64 { return float64(r.Duplicates) }),
+			medianOf(rs, func(r slowResult) float64 { return r.CPU }))
+	}
+	for _, name := range names {
+		r := byCase[name][0]
+		if r.Delay2 == 0 || len(r.Series) == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "\n#### %s, run %d: requests in flight over time (samples every %v, grouped by %d)\n\n", name, r.Run, o.slowSample, groupOf(len(r.Series)))
+		b.WriteString(seriesTable(r.Series))
+	}
+	return b.String()
+}
+
+func groupOf(n int) int { return max(1, (n+seriesRows-1)/seriesRows) }
+
+// seriesTable prints an in-flight series in at most seriesRows rows: per
+// group of samples, its end, the receiver's delay, the most in flight,
+// the delivery rate over the group and the total delivered.
+func seriesTable(series []inFlight) string {
+	var b strings.Builder
+	b.WriteString("| t | receiver delay | max in flight | delivered/s | delivered |\n|---|---|---|---|---|\n")
+	g := groupOf(len(series))
+	prevT, prevN := 0.0, 0
+	for i := 0; i < len(series); i += g {
+		grp := series[i:min(i+g, len(series))]
+		last := grp[len(grp)-1]
+		var most int64
+		for _, s := range grp {
+			most = max(most, s.Max)
+		}
+		rate := 0.0
+		if last.T > prevT {
+			rate = float64(last.Delivered-prevN) / (last.T - prevT)
+		}
+		fmt.Fprintf(&b, "| %.1f s | %.0f ms | %d | %.0f | %d |\n", last.T, last.DelayMs, most, rate, last.Delivered)
+		prevT, prevN = last.T, last.Delivered
+	}
+	return b.String()
+}
+
+// outageReport gives each outage run's growth and final check, then the
+// memory curve of the first run.
+func outageReport(o options, outage []outageResult) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n### Sink outage: the webhook answers 503 for %v while %d names/s are created and deleted (%d ConfigMaps stay), then recovers\n\n",
+		o.outage, o.outageRate, o.outageLive)
+	b.WriteString("Live heap is after a forced GC. The final check replays the received events by uid and compares with the cluster: missing (in the cluster, not held), deleted but held, stale (another resourceVersion); all must be 0.\n\n")
+	b.WriteString("| run | names churned | live heap before | after | growth per churned name | RSS after | recovery | missing | deleted but held | stale | out of order | duplicates | CPU s |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range outage {
+		first, last := r.Samples[0], r.Samples[len(r.Samples)-1]
+		fmt.Fprintf(&b, "| %d | %d | %.1f MiB | %.1f MiB | %.0f B | %.1f MiB | %.1f s | %d | %d | %d | %d | %d | %.2f |\n", r.Run, last.Churned,
+			mib(first.HeapLive), mib(last.HeapLive), r.heapGrowthPerName(), mib(last.RSS), r.RecoverySeconds,
+			r.Missing, r.Extra, r.Stale, r.OutOfOrder, r.Duplicates, r.CPU)
+	}
+	fmt.Fprintf(&b, "\n#### Memory during the outage, run %d (every %v)\n\n", outage[0].Run, o.outageSample)
+	b.WriteString("| t | live objects | names churned | queued | coalesced | heap in use | live heap | RSS |\n|---|---|---|---|---|---|---|---|\n")
+	for _, s := range outage[0].Samples {
+		fmt.Fprintf(&b, "| %.0f s | %d | %d | %d | %d | %.1f MiB | %.1f MiB | %.1f MiB |\n", s.T, s.Live, s.Churned, s.Queued, s.Coalesced,
+			mib(s.HeapInUse), mib(s.HeapLive), mib(s.RSS))
 	}
 	return b.String()
 }

@@ -30,13 +30,16 @@ type watchReport struct {
 	RSSBytes  int64 `json:"rssBytes"`
 	// PeakRSSBytes is the resident set's high-water mark (VmHWM).
 	PeakRSSBytes int64 `json:"peakRSSBytes"`
+	// CPUSeconds is the process's user+system time when it reported.
+	CPUSeconds float64 `json:"cpuSeconds"`
 }
 
 // watchMain is the baseline: a bare client-go shared informer with a no-op
 // handler that only counts, as a user would write it. It prints "synced",
 // then either a report once expect events arrived (throughput runs) or,
 // with -memory, a report of its memory with the cache full, and then waits
-// for SIGTERM.
+// for SIGTERM. With -initial N it prints only a report, as soon as its
+// handler got N adds of the initial list (cold runs), and exits.
 func watchMain(args []string) error {
 	fs := flag.NewFlagSet("watch", flag.ContinueOnError)
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig")
@@ -44,6 +47,7 @@ func watchMain(args []string) error {
 	expect := fs.Int64("expect", 0, "exit after this many events")
 	typed := fs.Bool("typed", false, "typed informer (corev1.ConfigMap) instead of a dynamic one")
 	memory := fs.Bool("memory", false, "report memory after the sync, then wait")
+	initial := fs.Int64("initial", 0, "report and exit once the handler got this many adds of the initial list")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -70,8 +74,12 @@ func watchMain(args []string) error {
 		gvr := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
 		inf = dynamicinformer.NewFilteredDynamicSharedInformerFactory(dyn, 0, *ns, nil).ForResource(gvr).Informer()
 	}
-	var events, last atomic.Int64
+	var events, last, initials atomic.Int64
 	done := make(chan struct{})
+	// The report is taken in the handler that completes the count, so that
+	// its time and CPU are those of the moment the last object arrived.
+	var initialReport watchReport
+	initialDone := make(chan struct{})
 	count := func() {
 		last.Store(time.Now().UnixNano())
 		if events.Add(1) == *expect {
@@ -79,10 +87,16 @@ func watchMain(args []string) error {
 		}
 	}
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
-		AddFunc: func(_ any, initial bool) {
-			if !initial { // the initial list is not part of the throughput runs
-				count()
+		AddFunc: func(_ any, isInitial bool) {
+			if isInitial {
+				if initials.Add(1) == *initial {
+					initialReport = watchReport{Events: *initial, LastNanos: time.Now().UnixNano(), CPUSeconds: selfCPU(),
+						PeakRSSBytes: procStatus(os.Getpid(), "VmHWM:")}
+					close(initialDone)
+				}
+				return // the initial list is not part of the throughput runs
 			}
+			count()
 		},
 		UpdateFunc: func(any, any) { count() },
 		DeleteFunc: func(any) { count() },
@@ -90,6 +104,14 @@ func watchMain(args []string) error {
 		return err
 	}
 	go inf.Run(ctx.Done())
+	if *initial > 0 {
+		select {
+		case <-initialDone:
+		case <-ctx.Done():
+			return fmt.Errorf("stopped after %d of %d initial adds", initials.Load(), *initial)
+		}
+		return json.NewEncoder(os.Stdout).Encode(initialReport)
+	}
 	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
 		return fmt.Errorf("informer did not sync")
 	}
@@ -113,6 +135,15 @@ func watchMain(args []string) error {
 	case <-ctx.Done():
 	}
 	return json.NewEncoder(os.Stdout).Encode(report())
+}
+
+// selfCPU is this process's user+system CPU time so far.
+func selfCPU() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }
 
 // liveHeap is the heap in use after a full collection.
