@@ -99,6 +99,10 @@ Without --kubeconfig it uses the in-cluster service account.`,
 					}
 					return &exitError{exitInvalid, fmt.Errorf("%s does not fit the cluster at %s; nothing was started", file, rc.Host)}
 				}
+				if ctx.Err() != nil { // SIGTERM while starting (a pod deleted early): a clean stop
+					logger.Info("stopped before it had started", "cause", context.Cause(ctx))
+					return nil
+				}
 				return &exitError{exitFailure, fmt.Errorf("start: %w", err)}
 			}
 			watchCtx, stopWatch := context.WithCancel(ctx)
