@@ -226,6 +226,13 @@ func (e *Event) WithReplay(replay string) *Event {
 	return c
 }
 
+// WithFresh returns a copy of e with Fresh set to fresh (see Fresh).
+func (e *Event) WithFresh(fresh bool) *Event {
+	c := e.clone()
+	c.Fresh = fresh
+	return c
+}
+
 // WithQuiet returns a copy of e with Quiet set to quiet.
 func (e *Event) WithQuiet(quiet bool) *Event {
 	c := e.clone()

@@ -116,6 +116,12 @@ func Coalesce(pending, newer *event.Event) (merged *event.Event, keep bool) {
 		return event.Build(newer.RuleInfo(), event.Transition{Change: event.Added, Object: newer.Object(), Time: newer.Time,
 			Entered: pending.Entered, Replay: newer.Replay, Fresh: pending.Fresh}), true
 	}
+	// What merges into a pending event that is not a fresh added is not
+	// fresh either: a deletion queued before it (the object left the view,
+	// then came back) must still reach the consumer.
+	if newer.Fresh && !(pending.Change == event.Added && pending.Fresh) {
+		newer = newer.WithFresh(false)
+	}
 	if pending.Change == newer.Change && newer.Quiet && !pending.Quiet {
 		return newer.WithQuiet(false), true
 	}

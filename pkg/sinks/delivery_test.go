@@ -198,6 +198,16 @@ func TestCoalesce(t *testing.T) {
 	if _, keep := Coalesce(c, deleted); keep {
 		t.Error("fresh added+deleted kept: they cancel out")
 	}
+	// A deletion queued before a fresh added (the object left a server-side
+	// selector's view, then came back) makes the merge not fresh: a later
+	// deletion must not cancel it away with the deletion it carries.
+	c, keep = Coalesce(deleted, freshAdded("a", "5"))
+	if !keep || c.Change != event.Added || c.Fresh {
+		t.Fatalf("deleted+fresh added = %v (fresh %v), want an added that is not fresh", c.Change, c.Fresh)
+	}
+	if c, keep := Coalesce(c, ev("a", "6", event.Deleted)); !keep || c.Change != event.Deleted {
+		t.Errorf("deleted+fresh added+deleted = %v, %v: the deletion must stay", c, keep)
+	}
 }
 
 // freshAdded is the added of an object the sink's view held nothing of.
