@@ -119,6 +119,14 @@ type Bridge struct {
 	closers        []func(context.Context) error
 	deliveryCtx    context.Context
 	cancelDelivery context.CancelFunc
+	// leadMu serializes starting to deliver (lead, on the elector's
+	// goroutine, possibly while Start still waits for the caches) with
+	// stopping: once stopping is set, lead starts nothing. stopLead
+	// cancels a lead in progress so that stopping never waits long.
+	leadMu   sync.Mutex
+	stopping bool
+	stopLead context.CancelFunc
+	leadStop context.Context
 
 	// Lifecycle: leader election (leader.go), reload, shutdown.
 	fence        func() error // nil without leader election
@@ -151,6 +159,7 @@ func New(opts Options) *Bridge {
 		opts.Namespace = "default"
 	}
 	b := &Bridge{opts: opts, logger: opts.Logger, fatal: make(chan error, 1), conns: map[string]*natssink.Sink{}}
+	b.leadStop, b.stopLead = context.WithCancel(context.Background())
 	b.replays.limit = rate.NewLimiter(rate.Every(10*time.Second), 3)
 	b.replays.reviews = rate.NewLimiter(10, 20)
 	b.metrics = newMetrics(b)
@@ -272,7 +281,17 @@ func (b *Bridge) buildInformers(cfg *config.Config, info *ClusterInfo) error {
 
 // lead starts delivering as the elected leader, once the caches synced.
 func (b *Bridge) lead(ctx context.Context) error {
-	if err := b.startDelivering(ctx); err != nil {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(b.leadStop, cancel)()
+	b.leadMu.Lock()
+	if b.stopping {
+		b.leadMu.Unlock()
+		return nil
+	}
+	err := b.startDelivering(ctx)
+	b.leadMu.Unlock()
+	if err != nil {
 		return err
 	}
 	if err := b.informers.WaitSynced(ctx); err != nil {
@@ -333,6 +352,15 @@ func (b *Bridge) reconcileAll() {
 		replayed += b.reconcile(s, "", event.ReplayCheckpoint)
 	}
 	b.logger.Info("bridge started", "informers", b.informers.Specs(), "rules", len(b.rules), "sinks", len(set.order), "replayedFromCheckpoint", replayed)
+}
+
+// haltLead makes lead start nothing from now on, cutting one in progress
+// short and waiting for it, so that stopping never races it.
+func (b *Bridge) haltLead() {
+	b.stopLead()
+	b.leadMu.Lock()
+	b.stopping = true
+	b.leadMu.Unlock()
 }
 
 // snapshot returns the current rules and informers (a reload replaces them).
@@ -426,6 +454,7 @@ func (b *Bridge) closeAll(ctx context.Context) error {
 // stopAll stops informers and delivery workers, then writes the last
 // acknowledged events to the checkpoint, and waits for all of it.
 func (b *Bridge) stopAll() {
+	b.haltLead()
 	if _, in := b.snapshot(); in != nil {
 		in.Stop()
 	}

@@ -154,6 +154,7 @@ func (b *Bridge) notify(n informer.Notification) {
 // events are dropped, and the checkpoint is not written again, since the
 // next leader owns it now.
 func (b *Bridge) stopDelivering() {
+	b.haltLead()
 	b.active.Store(nil)
 	if b.cancelDelivery != nil {
 		b.cancelDelivery()
