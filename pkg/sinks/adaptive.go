@@ -23,9 +23,14 @@ import (
 //     only queues requests at the destination, or overloads it.
 //
 // Vector's defaults are kept (initial 1, decrease ratio 0.9, EWMA alpha 0.4,
-// deviation scale 2.5): they come from its simulations. One difference: an
+// deviation scale 2.5): they come from its simulations. Two differences: an
 // RTT equal to the EWMA is not a rise (Vector's >= shrinks a perfectly
-// steady destination whenever the limit was not reached).
+// steady destination whenever the limit was not reached); and, as TCP's
+// slow start, the limit doubles instead of growing by 1 until its first
+// decrease: from 1, +1 per round trip takes a 20 ms receiver a second to
+// reach the 50 requests in flight that 1,000 events/s need, and the backlog
+// built meanwhile is seconds of latency (measured: p99 0.9 s at 1,000/s;
+// docs/benchmarks.md).
 const (
 	arcDecreaseRatio  = 0.9
 	arcEWMAAlpha      = 0.4
@@ -90,6 +95,7 @@ type limiter struct {
 	pushback bool          // a send was pushed back
 	reached  bool          // the limit was reached
 	end      time.Time     // when the window ends (once past has a value)
+	grown    bool          // the limit decreased once: slow start is over
 }
 
 func newLimiter(ceiling int, adaptive bool) *limiter {
@@ -223,9 +229,16 @@ func (l *limiter) adjust() {
 	}
 	switch {
 	case l.limit < l.max && l.reached && !l.pushback && measured && rtt <= l.past.mean:
-		l.limit++
+		if l.grown {
+			l.limit++
+		} else {
+			l.limit = min(2*l.limit, l.max) // slow start
+		}
 	case l.limit > 1 && (l.pushback || (measured && rtt > l.past.mean+arcDeviationScale*math.Sqrt(l.past.variance))):
 		l.limit = max(int(float64(l.limit)*arcDecreaseRatio), 1)
+		l.grown = true
+	case l.pushback:
+		l.grown = true // at 1 already: no doubling into a destination that pushes back
 	}
 }
 

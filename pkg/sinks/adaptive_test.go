@@ -52,25 +52,21 @@ func (c *clocked) round(t *testing.T, sends int, rtt time.Duration, o sendOutcom
 
 func (c *clocked) limit() int { l, _ := c.concurrency(); return l }
 
-// Flat round trips grow the limit by one per round trip up to the ceiling,
-// and no further; a rise shrinks it; push-back shrinks it every round trip
-// to 1 and no lower; a limit that was not reached does not grow.
+// Flat round trips double the limit per round trip until its first
+// decrease (slow start), then grow it by one, up to the ceiling and no
+// further; a rise shrinks it; push-back shrinks it every round trip to 1
+// and no lower; a limit that was not reached does not grow.
 func TestLimiterAIMD(t *testing.T) {
 	c := newClocked(32, true)
 	if c.limit() != 1 {
 		t.Fatalf("initial limit %d, want 1", c.limit())
 	}
-	for i := range 10 {
+	c.round(t, 0, 20*time.Millisecond, sendOK) // the first round only sets the reference
+	for i, want := range []int{2, 4, 8, 16, 32, 32, 32} {
 		c.round(t, 0, 20*time.Millisecond, sendOK)
-		if want := i + 1; c.limit() != want && i > 0 { // the first round only sets the reference
-			t.Fatalf("round %d: limit %d, want %d (flat RTTs grow it by one per round trip)", i, c.limit(), want)
+		if c.limit() != want {
+			t.Fatalf("round %d: limit %d, want %d (slow start doubles it per flat round trip, up to the ceiling)", i+1, c.limit(), want)
 		}
-	}
-	for range 100 {
-		c.round(t, 0, 20*time.Millisecond, sendOK)
-	}
-	if c.limit() != 32 {
-		t.Fatalf("limit %d after 110 flat round trips, want the ceiling 32", c.limit())
 	}
 
 	// Round trips twice as long: more concurrency only queued requests.
@@ -107,9 +103,23 @@ func TestLimiterAIMD(t *testing.T) {
 		t.Fatalf("limit %d: below 1 is no delivery at all", c.limit())
 	}
 
-	// Recovering, but sending less than the limit allows: no evidence that
-	// more would be taken, so no growth past what was used.
-	for range 20 {
+	// Recovering after decreases, round trips shorter again: one more per
+	// round trip, no doubling.
+	c.round(t, 0, rtt/2, sendOK) // the window of the last push-back ends
+	start := c.limit()
+	for i := range 12 {
+		before := c.limit()
+		c.round(t, 0, rtt/2, sendOK)
+		if l := c.limit(); l > before+1 {
+			t.Fatalf("recovery round %d: limit %d -> %d, want at most +1 (slow start is over)", i, before, l)
+		}
+	}
+	if l := c.limit(); l < start+3 {
+		t.Fatalf("limit %d -> %d after 12 faster round trips, want growth", start, l)
+	}
+	// Sending less than the limit allows: no evidence that more would be
+	// taken, so no growth past what was used.
+	for range 14 {
 		c.round(t, 0, rtt, sendOK)
 	}
 	reached := c.limit()
