@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/kubebridge/kubebridge/internal/testenv"
 )
 
 // restartSettle is how long a warm restart is watched after it is ready
@@ -182,11 +185,29 @@ func (b *bed) coldBridge(consumer, ns string, n, run int) ([]startResult, error)
 	name := fmt.Sprintf("cold-%s-%d-%d", consumer, n, run)
 	defer os.Remove(filepath.Join(b.dir, name+".checkpoint"))
 	cfg := b.bridgeConfig(consumer, ns, "", "")
-	p, err := b.startBridge(name, cfg, false, bridgeArgs(consumer)...)
+	args := bridgeArgs(consumer)
+	var profiled chan struct{}
+	if b.profile != "" {
+		// From the first moment: startBridge returns only once ready, when
+		// most of a cold start is over.
+		addr := "127.0.0.1:" + strconv.Itoa(testenv.FreePort())
+		args = append(args, "--profiling", "--profiling-addr", addr)
+		profiled = make(chan struct{})
+		go func() {
+			defer close(profiled)
+			if err := profileFromStart("http://"+addr, filepath.Join(b.profile, name+".pprof")); err != nil {
+				log.Printf("cold profile: %v", err)
+			}
+		}()
+	}
+	p, err := b.startBridge(name, cfg, false, args...)
 	if err != nil {
 		return nil, err
 	}
 	defer p.kill()
+	if profiled != nil {
+		defer func() { <-profiled }()
+	}
 	if !c.waitFor(n, time.Minute, time.Time{}) {
 		log.Printf("cold %s: stalled at %d of %d events", consumer, c.unique(), n)
 	}
@@ -220,4 +241,32 @@ func (b *bed) coldBridge(consumer, ns string, n, run int) ([]startResult, error)
 		return nil, fmt.Errorf("restart: %w", err)
 	}
 	return []startResult{cold, warm}, nil
+}
+
+// profileFromStart takes a 5 s CPU profile of a bridge starting up: it
+// asks for it as soon as the profiling listener answers.
+func profileFromStart(base, path string) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := http.Get(base + "/debug/pprof/profile?seconds=5")
+		if err == nil {
+			defer resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("profile: %s", resp.Status)
+			}
+			f, err := os.Create(path)
+			if err != nil {
+				return err
+			}
+			if _, err := io.Copy(f, resp.Body); err != nil {
+				f.Close()
+				return err
+			}
+			return f.Close()
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
 }
