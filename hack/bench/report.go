@@ -66,8 +66,12 @@ func report(o options, res results) string {
 	baseline, baselineCBOR := map[int]result{}, map[int]result{}
 	paced := map[string][]result{}
 	var order []string
+	var pacedOrder []string // latency runs only (-n 0) have no throughput order
 	for _, r := range all {
 		if r.Rate > 0 {
+			if _, ok := paced[r.Consumer]; !ok {
+				pacedOrder = append(pacedOrder, r.Consumer)
+			}
 			paced[r.Consumer] = append(paced[r.Consumer], r)
 			continue
 		}
@@ -120,7 +124,7 @@ func report(o options, res results) string {
 	if len(paced) > 0 {
 		fmt.Fprintf(&b, "\n### Latency at %d changes/s (%d ConfigMaps, %d changes), observation to sink receipt; medians of %d runs\n\n", o.latencyRate, o.latencyN, 3*o.latencyN, o.runs)
 		b.WriteString("| consumer | p50 | p99 | max | p99 added | p99 updated | p99 deleted | delivered / changes |\n|---|---|---|---|---|---|---|---|\n")
-		for _, c := range order {
+		for _, c := range pacedOrder {
 			rs := paced[c]
 			if len(rs) == 0 {
 				continue
