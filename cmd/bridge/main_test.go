@@ -1,10 +1,7 @@
 package main
 
 import (
-	"bytes"
-	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -25,19 +22,7 @@ type result struct {
 
 func runBridge(t *testing.T, args ...string) result {
 	t.Helper()
-	cmd := exec.Command(bridgeBin, args...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	var ee *exec.ExitError
-	code := 0
-	switch {
-	case errors.As(err, &ee):
-		code = ee.ExitCode()
-	case err != nil:
-		t.Fatalf("running bridge: %v", err)
-	}
-	return result{code, stdout.String(), stderr.String()}
+	return runBridgeEnv(t, nil, args...)
 }
 
 func writeFile(t *testing.T, name, content string) string {

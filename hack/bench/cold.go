@@ -250,19 +250,7 @@ func profileFromStart(base, path string) error {
 	for {
 		resp, err := http.Get(base + "/debug/pprof/profile?seconds=5")
 		if err == nil {
-			defer resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				return fmt.Errorf("profile: %s", resp.Status)
-			}
-			f, err := os.Create(path)
-			if err != nil {
-				return err
-			}
-			if _, err := io.Copy(f, resp.Body); err != nil {
-				f.Close()
-				return err
-			}
-			return f.Close()
+			return saveBody(resp, path)
 		}
 		if time.Now().After(deadline) {
 			return err

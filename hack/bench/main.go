@@ -596,7 +596,15 @@ func (p *bridgeProc) saveProfile(path string) error {
 	if err != nil {
 		return err
 	}
+	return saveBody(resp, path)
+}
+
+// saveBody writes an answer's body to path and closes it.
+func saveBody(resp *http.Response, path string) error {
 	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", resp.Request.URL.Path, resp.Status)
+	}
 	f, err := os.Create(path)
 	if err != nil {
 		return err
