@@ -164,8 +164,11 @@ func isBaseline(consumer string) bool { return consumer == "baseline" || consume
 
 // bridgeArgs are a consumer's extra flags of bridge run.
 func bridgeArgs(consumer string) []string {
-	if consumer == "nats-json" {
+	switch consumer {
+	case "nats-json":
 		return []string{"--kube-cbor=false"}
+	case "nats-plain":
+		return []string{"--kube-compression=false"}
 	}
 	return nil
 }
@@ -407,7 +410,7 @@ func (b *bed) measureBaseline(ctx context.Context, consumer string, l *load, res
 func (b *bed) bridgeConfig(consumer, ns, hookURL, file string) string {
 	var sink string
 	switch consumer {
-	case "nats", "nats-json":
+	case "nats", "nats-json", "nats-plain":
 		sink = "nats: {url: " + b.natsURL + "}"
 	case "jetstream":
 		sink = "nats: {url: " + b.natsURL + ", jetstream: true, stream: {name: BENCH}}"
@@ -443,7 +446,7 @@ func (b *bed) measureBridge(ctx context.Context, consumer string, l *load, res *
 	stopFile := make(chan struct{})
 	fileDone := make(chan error, 1)
 	switch consumer {
-	case "nats", "nats-json", "jetstream":
+	case "nats", "nats-json", "nats-plain", "jetstream":
 		closeSub, err := natsReceiver(b.natsURL, c)
 		if err != nil {
 			return err

@@ -352,6 +352,12 @@ func (b *Bridge) reconcileAll() {
 		replayed += b.reconcile(s, "", event.ReplayCheckpoint)
 	}
 	b.logger.Info("bridge started", "informers", b.informers.Specs(), "rules", len(b.rules), "sinks", len(set.order), "replayedFromCheckpoint", replayed)
+	ctx := b.deliveryCtx
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		b.settle(ctx, set)
+	}()
 }
 
 // haltLead makes lead start nothing from now on, cutting one in progress
