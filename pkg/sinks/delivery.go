@@ -65,10 +65,13 @@ type Delivery struct {
 	OnAck func(events []*event.Event)
 	// BeforeSend, when set before Run, is called once with a whole batch
 	// (quiet events included) before it is first sent; while it fails, the
-	// batch is retried as if the sink had failed.
+	// batch is retried with backoff, never dead-lettered (the destination
+	// was not asked).
 	BeforeSend func(ctx context.Context, events []*event.Event) error
 	// Fence, when set before Run, is checked before every send attempt; while
-	// it fails (e.g. this replica may not be the leader), nothing is sent.
+	// it fails (e.g. this replica may not be the leader), nothing is sent and
+	// the batch waits, as with BeforeSend, until the fence opens or Run's
+	// context ends (the bridge cancels it when the lease is lost).
 	Fence func() error
 
 	delivered, failed, retried, deadLettered atomic.Uint64
@@ -298,10 +301,19 @@ func (d *Delivery) deliver(ctx context.Context, batch []*event.Event) bool {
 		}
 	}
 	wait := d.retry.InitialInterval.D()
-	start := time.Now()
+	// A dead-letter says the destination would not take the events, so only
+	// the destination's own failures lead there: a permanent refusal, or
+	// failing for longer than maxElapsed. That time counts the stretches of
+	// attempts that reached the sink, each from its first attempt; attempts
+	// stopped before it (the write-ahead intent not written, the fence
+	// closed) keep the batch waiting without counting, since the
+	// destination was never asked meanwhile.
+	var refusing time.Duration
+	var stretch time.Time // start of the current stretch; zero when the last attempt did not reach the sink
 	prepared := d.BeforeSend == nil
 	for attempt := 1; !prepared || len(pending) > 0; attempt++ {
 		var err error
+		at, reached := time.Now(), false
 		if !prepared {
 			if err = d.BeforeSend(ctx, batch); err == nil {
 				prepared = true
@@ -311,7 +323,7 @@ func (d *Delivery) deliver(ctx context.Context, batch []*event.Event) bool {
 			}
 		}
 		if prepared && err == nil {
-			err = d.send(ctx, pending)
+			reached, err = d.send(ctx, pending)
 		}
 		if err == nil {
 			d.delivered.Add(uint64(len(pending)))
@@ -319,6 +331,13 @@ func (d *Delivery) deliver(ctx context.Context, batch []*event.Event) bool {
 		}
 		if ctx.Err() != nil {
 			return false
+		}
+		switch {
+		case reached && stretch.IsZero():
+			stretch = at
+		case !reached && !stretch.IsZero():
+			refusing += at.Sub(stretch)
+			stretch = time.Time{}
 		}
 		var each *EventErrors
 		if errors.As(err, &each) && len(each.Errs) == len(pending) {
@@ -330,7 +349,7 @@ func (d *Delivery) deliver(ctx context.Context, batch []*event.Event) bool {
 				break
 			}
 		}
-		if IsPermanent(err) || (d.retry.MaxElapsed > 0 && time.Since(start) > d.retry.MaxElapsed.D()) {
+		if reached && (IsPermanent(err) || (d.retry.MaxElapsed > 0 && refusing+time.Since(stretch) > d.retry.MaxElapsed.D())) {
 			if !d.refuse(ctx, pending, err) {
 				return false
 			}
@@ -417,22 +436,23 @@ func (d *Delivery) refuse(ctx context.Context, batch []*event.Event, cause error
 }
 
 // send makes one attempt: a send permit (the concurrency limit, which the
-// attempt's outcome adjusts), the fence, then the sink.
-func (d *Delivery) send(ctx context.Context, events []*event.Event) error {
+// attempt's outcome adjusts), the fence, then the sink. reached says
+// whether the sink was asked.
+func (d *Delivery) send(ctx context.Context, events []*event.Event) (reached bool, _ error) {
 	start, err := d.limiter.acquire(ctx)
 	if err != nil {
-		return err
+		return false, err
 	}
 	outcome := sendIgnored
 	defer func() { d.limiter.release(start, outcome) }()
 	if d.Fence != nil {
 		if err := d.Fence(); err != nil {
-			return err
+			return false, err
 		}
 	}
 	err = d.safeSend(ctx, events)
 	outcome = outcomeOf(ctx, err)
-	return err
+	return true, err
 }
 
 // safeSend turns a panicking sink into an error, so one bad sink cannot

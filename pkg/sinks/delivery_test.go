@@ -457,3 +457,65 @@ func BenchmarkDeliveryOneByOne(b *testing.B) {
 	d.Close()
 	<-stop
 }
+
+// retry.maxElapsed dead-letters what the destination kept failing, never
+// what it was not asked to take: time spent with the write-ahead intent
+// failing or the fence closed does not count. With both failing for 10x
+// maxElapsed, then a sink that fails once more and then takes everything,
+// nothing is dead-lettered; a sink that keeps failing is dead-lettered
+// after maxElapsed.
+func TestMaxElapsedCountsOnlyAttemptsOnTheDestination(t *testing.T) {
+	const maxElapsed = 20 * time.Millisecond
+	blockedFor := func(d time.Duration) func() error {
+		until := time.Now().Add(d)
+		return func() error {
+			if time.Now().Before(until) {
+				return errors.New("blocked")
+			}
+			return nil
+		}
+	}
+	for _, c := range []struct {
+		name        string
+		setup       func(d *Delivery)
+		failures    int // sends the destination fails
+		deadLetters string
+	}{
+		{"intent failing", func(d *Delivery) {
+			blocked := blockedFor(10 * maxElapsed)
+			d.BeforeSend = func(context.Context, []*event.Event) error { return blocked() }
+		}, 1, "[]"},
+		{"fence closed", func(d *Delivery) { d.Fence = blockedFor(10 * maxElapsed) }, 1, "[]"},
+		// The fence closes after a first failed send: the gap does not count either.
+		{"fence closed between sends", func(d *Delivery) {
+			var blocked func() error
+			d.Fence = func() error {
+				if blocked == nil { // the first attempt passes, the next ones wait
+					blocked = blockedFor(10 * maxElapsed)
+					return nil
+				}
+				return blocked()
+			}
+		}, 1, "[]"},
+		{"destination failing", func(*Delivery) {}, 1 << 30, "[a]"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := sinkConfig()
+			cfg.Retry.MaxElapsed = config.Duration(maxElapsed)
+			sink := &flaky{failures: c.failures, err: errors.New("503")}
+			dl := &deadLetters{}
+			d := NewDelivery(cfg, sink, dl, slog.New(slog.DiscardHandler))
+			c.setup(d)
+			e := ev("a", "1", event.Added)
+			d.Offer(e)
+			d.Close()
+			d.Run(context.Background())
+			if got := fmt.Sprint(dl.got); got != c.deadLetters {
+				t.Errorf("dead-lettered %s, want %s (the sink took %v after %d attempts)", got, c.deadLetters, sink.received(), sink.attempts)
+			}
+			if c.deadLetters == "[]" && fmt.Sprint(sink.received()) != "["+e.ID+"]" {
+				t.Errorf("the sink took %v, want the event", sink.received())
+			}
+		})
+	}
+}

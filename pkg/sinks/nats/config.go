@@ -158,7 +158,11 @@ func (n *Config) Validate() error {
 	if err := ParseSubject(n.Subject); err != nil {
 		errs = append(errs, config.ErrorAt("subject", "%v", err))
 	}
-	if n.MaxPending < 1 || n.MaxPending > maxMaxPending {
+	switch {
+	case !n.JetStream && n.MaxPending != DefaultMaxPending:
+		// A window of PubAcks: a core publish has none (a flush acknowledges it).
+		errs = append(errs, config.WarningAt("maxPending", "has no effect without jetstream: true"))
+	case n.JetStream && (n.MaxPending < 1 || n.MaxPending > maxMaxPending):
 		errs = append(errs, config.ErrorAt("maxPending", "must be between 1 and %d, got %d", maxMaxPending, n.MaxPending))
 	}
 	if n.Stream != nil && !n.JetStream {
