@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"os/exec"
@@ -14,11 +15,18 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 )
 
-// memResult is one consumer's memory with objects ConfigMaps cached.
+// memResult is one consumer's memory with objects ConfigMaps (or Secrets,
+// for the *-secrets consumers) cached.
 type memResult struct {
 	Consumer  string `json:"consumer"`
 	Objects   int    `json:"objects"`
@@ -33,59 +41,147 @@ type memResult struct {
 // metadata.
 var memConsumers = []string{"informer", "typed", "bridge", "bridge-meta"}
 
-// memoryRuns fills one namespace to each count in spec (and measures it
-// empty first), measuring every consumer runs times at each count.
+// memSecretConsumers are measured with Secrets cached (-memory
+// secrets:N): the plain dynamic informer, the bridge with a rule that
+// delivers them redacted (its cache holds digests of the values), and the
+// bridge with a rule that may deliver the values (allowSecretData, run with
+// --allow-secret-data: its cache holds them, as every cache did before).
+var memSecretConsumers = []string{"informer-secrets", "bridge-secrets", "bridge-secrets-allowed"}
+
+// memPhase is one namespace filled with one kind of object, measured at
+// each count by its consumers.
+type memPhase struct {
+	ns        string
+	what      string
+	counts    []int
+	consumers []string
+	fill      func(ctx context.Context, cs kubernetes.Interface, ns string, from, to, workers int) error
+}
+
+// memoryPhases parses the -memory spec: counts of ConfigMaps ("10000") and
+// of Secrets ("secrets:20000"), comma-separated. Each kind given is
+// measured empty first.
+func memoryPhases(spec string) ([]memPhase, error) {
+	cms := memPhase{ns: "bench-memory", what: "ConfigMaps", consumers: memConsumers, fill: fill}
+	secrets := memPhase{ns: "bench-memory-secrets", what: "Secrets", consumers: memSecretConsumers, fill: fillSecrets}
+	for _, s := range strings.Split(spec, ",") {
+		s = strings.TrimSpace(s)
+		p := &cms
+		if rest, ok := strings.CutPrefix(s, "secrets:"); ok {
+			s, p = rest, &secrets
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("-memory: %q is not a count (N or secrets:N)", s)
+		}
+		p.counts = append(p.counts, n)
+	}
+	var out []memPhase
+	for _, p := range []memPhase{cms, secrets} {
+		if len(p.counts) > 0 {
+			p.counts = slices.Compact(slices.Sorted(slices.Values(append(p.counts, 0))))
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// memoryRuns fills a namespace per kind of object to each count in spec
+// (and measures it empty first), measuring every consumer of the kind runs
+// times at each count.
 func (b *bed) memoryRuns(spec string, runs int) ([]memResult, error) {
 	ctx := context.Background()
-	counts := []int{0}
-	for _, s := range strings.Split(spec, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil {
-			return nil, fmt.Errorf("-memory: %w", err)
-		}
-		counts = append(counts, n)
-	}
-	slices.Sort(counts)
-	const ns = "bench-memory"
-	if err := b.namespace(ctx, ns); err != nil {
+	phases, err := memoryPhases(spec)
+	if err != nil {
 		return nil, err
 	}
 	var out []memResult
-	have := 0
-	for _, n := range counts {
-		if n > have {
-			log.Printf("memory: creating ConfigMaps %d to %d", have, n)
-			if err := fill(ctx, b.cs, ns, have, n, b.workers); err != nil {
-				return nil, err
-			}
-			have = n
+	for _, p := range phases {
+		if err := b.namespace(ctx, p.ns); err != nil {
+			return nil, err
 		}
-		for r := 1; r <= runs; r++ {
-			for _, c := range memConsumers {
-				m := memResult{Consumer: c, Objects: n, Run: r}
-				var err error
-				if strings.HasPrefix(c, "bridge") {
-					err = b.bridgeMemory(ns, &m)
-				} else {
-					err = b.informerMemory(ns, &m)
+		have := 0
+		for _, n := range p.counts {
+			if n > have {
+				log.Printf("memory: creating %s %d to %d", p.what, have, n)
+				if err := p.fill(ctx, b.cs, p.ns, have, n, b.workers); err != nil {
+					return nil, err
 				}
-				if err != nil {
-					return nil, fmt.Errorf("memory %s at %d: %w", c, n, err)
+				have = n
+			}
+			for r := 1; r <= runs; r++ {
+				for _, c := range p.consumers {
+					m := memResult{Consumer: c, Objects: n, Run: r}
+					var err error
+					if strings.HasPrefix(c, "bridge") {
+						err = b.bridgeMemory(p.ns, &m)
+					} else {
+						err = b.informerMemory(p.ns, &m)
+					}
+					if err != nil {
+						return nil, fmt.Errorf("memory %s at %d: %w", c, n, err)
+					}
+					log.Printf("memory run %d %-22s %6d objects: heap %6.1f MiB, rss %6.1f MiB", r, c, n, mib(m.HeapBytes), mib(m.RSSBytes))
+					out = append(out, m)
 				}
-				log.Printf("memory run %d %-11s %6d objects: heap %6.1f MiB, rss %6.1f MiB", r, c, n, mib(m.HeapBytes), mib(m.RSSBytes))
-				out = append(out, m)
 			}
 		}
 	}
 	return out, nil
 }
 
+// secretPayload is a Secret's data as users' Secrets often hold it: a
+// 4 KiB blob (a certificate chain, a Helm release's manifest) and a few
+// small entries. Values are random, as secrets are: nothing compresses or
+// repeats across objects.
+func secretPayload(rng *rand.Rand) map[string][]byte {
+	random := func(n int) []byte {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(rng.Uint32())
+		}
+		return b
+	}
+	return map[string][]byte{"tls.crt": random(4096), "username": random(12), "password": random(24), "api-key": random(32)}
+}
+
+// fillSecrets creates Secrets from..to-1 in ns (for the memory runs).
+func fillSecrets(ctx context.Context, cs kubernetes.Interface, ns string, from, to, workers int) error {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := from + int(next.Add(1)-1)
+				if i >= to || ctx.Err() != nil {
+					return
+				}
+				s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: objectName(i), Labels: map[string]string{"app": "bench"}},
+					Type: corev1.SecretTypeOpaque, Data: secretPayload(rand.New(rand.NewPCG(uint64(i), 1)))}
+				if _, err := cs.CoreV1().Secrets(ns).Create(ctx, s, metav1.CreateOptions{}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
 func mib(b int64) float64 { return float64(b) / (1 << 20) }
 
 func (b *bed) informerMemory(ns string, m *memResult) error {
 	args := []string{"watch", "-memory", "-kubeconfig", b.kubeconfig, "-namespace", ns}
-	if m.Consumer == "typed" {
+	switch m.Consumer {
+	case "typed":
 		args = append(args, "-typed")
+	case "informer-secrets":
+		args = append(args, "-resource", "secrets")
 	}
 	cmd := exec.Command(b.self, args...)
 	cmd.Stderr = os.Stderr
@@ -118,9 +214,14 @@ func (b *bed) bridgeMemory(ns string, m *memResult) error {
 	file := filepath.Join(b.dir, name+".jsonl")
 	defer os.Remove(file)
 	defer os.Remove(filepath.Join(b.dir, name+".checkpoint"))
-	include := ""
-	if m.Consumer == "bridge-meta" {
-		include = "\n    include: [metadata]"
+	resource, more, flags := "configmaps", "", []string(nil)
+	switch m.Consumer {
+	case "bridge-meta":
+		more = "\n    include: [metadata]"
+	case "bridge-secrets":
+		resource = "secrets"
+	case "bridge-secrets-allowed":
+		resource, more, flags = "secrets", "\n    allowSecretData: true", []string{"--allow-secret-data"}
 	}
 	cfg := fmt.Sprintf(`apiVersion: kubebridge.io/v1alpha1
 kind: BridgeConfig
@@ -130,11 +231,11 @@ sinks:
     file: {path: %s, maxSizeMB: 4096}
 rules:
   - name: bench
-    resource: v1/configmaps
+    resource: v1/%s
     namespaces: [%s]
     sinks: [out]%s
-`, file, ns, include)
-	p, err := b.startBridge(name, cfg, true)
+`, file, resource, ns, more)
+	p, err := b.startBridge(name, cfg, true, flags...)
 	if err != nil {
 		return err
 	}

@@ -140,7 +140,8 @@ func report(o options, res results) string {
 		}
 	}
 	if len(mem) > 0 {
-		b.WriteString(memReport(mem))
+		b.WriteString(memReport(mem, "the ConfigMaps cached", memConsumers, "informer"))
+		b.WriteString(memReport(mem, "Secrets cached (4 KiB and three small values each)", memSecretConsumers, "informer-secrets"))
 	}
 	if len(res.Cold) > 0 {
 		b.WriteString(coldReport(o, res.Cold))
@@ -154,10 +155,11 @@ func report(o options, res results) string {
 	return b.String()
 }
 
-// memReport gives, per consumer and object count, the median heap and RSS
-// and the cost per object: the growth over the empty cache divided by the
-// count, and its ratio to the plain dynamic informer's.
-func memReport(mem []memResult) string {
+// memReport gives, per object count, the median heap and RSS of each of
+// consumers and the cost per object: the growth over the empty cache
+// divided by the count, and its ratio to base's ("" without measurements
+// of consumers).
+func memReport(mem []memResult, what string, consumers []string, base string) string {
 	type key struct {
 		c string
 		n int
@@ -165,31 +167,34 @@ func memReport(mem []memResult) string {
 	heap, rss := map[key][]float64{}, map[key][]float64{}
 	var counts []int
 	for _, m := range mem {
+		if !slices.Contains(consumers, m.Consumer) {
+			continue
+		}
 		k := key{m.Consumer, m.Objects}
 		heap[k] = append(heap[k], float64(m.HeapBytes))
 		rss[k] = append(rss[k], float64(m.RSSBytes))
-		if !slices.Contains(counts, m.Objects) {
+		if m.Objects > 0 && !slices.Contains(counts, m.Objects) {
 			counts = append(counts, m.Objects)
 		}
 	}
+	if len(counts) == 0 {
+		return ""
+	}
 	var b strings.Builder
-	b.WriteString("\n### Memory with the ConfigMaps cached (after the initial view was delivered; heap after a forced GC)\n\n")
-	b.WriteString("| consumer | objects | heap | RSS | heap per object | ratio to informer | RSS per object | ratio to informer |\n|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "\n### Memory with %s (after the initial view was delivered; heap after a forced GC)\n\n", what)
+	fmt.Fprintf(&b, "| consumer | objects | heap | RSS | heap per object | ratio to %[1]s | RSS per object | ratio to %[1]s |\n|---|---|---|---|---|---|---|---|\n", base)
 	for _, n := range counts {
-		if n == 0 {
-			continue
-		}
 		per := func(m map[key][]float64, c string) float64 {
 			return (median(m[key{c, n}]) - median(m[key{c, 0}])) / float64(n)
 		}
-		for _, c := range memConsumers {
+		for _, c := range consumers {
 			k := key{c, n}
 			if len(heap[k]) == 0 {
 				continue
 			}
 			fmt.Fprintf(&b, "| %s | %d | %.1f MiB | %.1f MiB | %.0f B | %.2f | %.0f B | %.2f |\n", c, n,
 				median(heap[k])/(1<<20), median(rss[k])/(1<<20),
-				per(heap, c), per(heap, c)/per(heap, "informer"), per(rss, c), per(rss, c)/per(rss, "informer"))
+				per(heap, c), per(heap, c)/per(heap, base), per(rss, c), per(rss, c)/per(rss, base))
 		}
 	}
 	return b.String()

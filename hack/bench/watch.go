@@ -46,6 +46,7 @@ func watchMain(args []string) error {
 	ns := fs.String("namespace", "", "namespace")
 	expect := fs.Int64("expect", 0, "exit after this many events")
 	typed := fs.Bool("typed", false, "typed informer (corev1.ConfigMap) instead of a dynamic one")
+	resource := fs.String("resource", "configmaps", "core v1 resource the dynamic informer watches (configmaps, secrets)")
 	memory := fs.Bool("memory", false, "report memory after the sync, then wait")
 	initial := fs.Int64("initial", 0, "report and exit once the handler got this many adds of the initial list")
 	if err := fs.Parse(args); err != nil {
@@ -59,6 +60,9 @@ func watchMain(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 
+	if *typed && *resource != "configmaps" {
+		return fmt.Errorf("-typed watches configmaps only, not %s", *resource)
+	}
 	var inf cache.SharedIndexInformer
 	if *typed {
 		cs, err := kubernetes.NewForConfig(rc)
@@ -71,7 +75,7 @@ func watchMain(args []string) error {
 		if err != nil {
 			return err
 		}
-		gvr := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+		gvr := schema.GroupVersionResource{Version: "v1", Resource: *resource}
 		inf = dynamicinformer.NewFilteredDynamicSharedInformerFactory(dyn, 0, *ns, nil).ForResource(gvr).Informer()
 	}
 	var events, last, initials atomic.Int64

@@ -1,7 +1,14 @@
 package event
 
 import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"fmt"
+	"hash"
 	"strings"
+	"sync"
 
 	"github.com/wI2L/jsondiff"
 )
@@ -62,6 +69,71 @@ func RedactSecret(obj map[string]any, annotations []string) map[string]any {
 		out["metadata"] = md2
 	}
 	return out
+}
+
+// DigestPrefix starts every Digest: what a cache holds in place of a Secret
+// value is recognisably not the value.
+const DigestPrefix = "<digest:"
+
+// digestKey keys Digest. It is drawn once per process and never leaves it:
+// digests are compared only within the process (the checkpoint holds no
+// data), and without the key a digest that leaked (a heap dump, a bug)
+// does not let anyone test guesses of a low-entropy value offline.
+var digestKey = func() []byte {
+	k := make([]byte, 32)
+	_, _ = rand.Read(k) // never fails: it crashes the program instead
+	return k
+}()
+
+var digesters = sync.Pool{New: func() any { return hmac.New(sha256.New, digestKey) }}
+
+// Digest returns what informer caches hold in place of a Secret value v: a
+// keyed hash (HMAC-SHA256 under a key of this process, truncated to 128
+// bits), so that equal values have equal digests and different values
+// different ones (changed paths and update detection keep working) while
+// the cache holds nothing of the value. Events never carry digests:
+// RedactSecret replaces them like any value.
+func Digest(v any) string {
+	h := digesters.Get().(hash.Hash)
+	defer digesters.Put(h)
+	h.Reset()
+	if s, ok := v.(string); ok { // the apiserver's values: base64 strings
+		h.Write([]byte{'s'})
+		h.Write([]byte(s))
+	} else { // anything else, told apart from strings; %#v prints maps sorted
+		h.Write([]byte{'v'})
+		fmt.Fprintf(h, "%#v", v)
+	}
+	var sum [sha256.Size]byte
+	enc := base64.RawURLEncoding
+	b := make([]byte, 0, len(DigestPrefix)+enc.EncodedLen(16)+1)
+	b = append(b, DigestPrefix...)
+	b = enc.AppendEncode(b, h.Sum(sum[:0])[:16])
+	return string(append(b, '>'))
+}
+
+// DigestSecret replaces, in obj itself, every value of data and stringData,
+// and the values of the annotations listed (AllAnnotations: every one),
+// with their Digest; keys stay. It is for informer caches of Secrets whose
+// values no rule delivers: they hold a digest of each value instead of the
+// value (often large: Helm release Secrets), and what rules see and send of
+// them (RedactSecret) is unchanged. obj must be the caller's own (a freshly
+// decoded object, before it is cached).
+func DigestSecret(obj map[string]any, annotations []string) {
+	for _, f := range secretFields {
+		if m, ok := obj[f].(map[string]any); ok {
+			for k, v := range m {
+				m[k] = Digest(v)
+			}
+		}
+	}
+	md, _ := obj["metadata"].(map[string]any)
+	ann, _ := md["annotations"].(map[string]any)
+	for k, v := range ann {
+		if redactedAnnotation(k, annotations) {
+			ann[k] = Digest(v)
+		}
+	}
 }
 
 func redactedAnnotation(key string, annotations []string) bool {

@@ -2,12 +2,15 @@ package informer
 
 import (
 	"math"
+	"slices"
 	"unique"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kubebridge/kubebridge/pkg/event"
+	"github.com/kubebridge/kubebridge/pkg/filters"
 )
 
 // MetadataOnly reports whether no rule of the informer needs more of an
@@ -22,11 +25,67 @@ func (w Watch) MetadataOnly() bool {
 }
 
 // transform is what w's informer does to each object before caching it.
+// client-go calls it once per object it decodes (never again on a cached
+// object: resyncs and tombstones skip it).
 func (w Watch) transform() cache.TransformFunc {
+	reduce := stripManagedFields
 	if w.MetadataOnly() {
-		return keepMetadata
+		reduce = keepMetadata
 	}
-	return stripManagedFields
+	annotations, digest := w.secretDigests()
+	if !digest {
+		return reduce
+	}
+	return func(obj any) (any, error) {
+		obj, err := reduce(obj)
+		if u, ok := obj.(*unstructured.Unstructured); ok && err == nil {
+			event.DigestSecret(u.Object, annotations) // after interning: digests are unique, interning them would only cost
+		}
+		return obj, err
+	}
+}
+
+var secrets = schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
+
+// secretDigests reports whether w's informer caches Secrets whose values
+// none of its rules may deliver (no allowSecretData: the bridge has cleared
+// it on rules when it runs without --allow-secret-data), and which
+// annotations every one of its rules redacts. Then the cache holds a
+// Digest of each such value instead of the value (event.DigestSecret):
+// every rule sees and sends those values redacted, and compares digests
+// where it compares values (changed). An annotation some rule does not
+// redact keeps its value: that rule delivers it.
+func (w Watch) secretDigests() (annotations []string, ok bool) {
+	if w.Spec.GVR != secrets || len(w.Rules) == 0 {
+		return nil, false
+	}
+	redacts := func(r *filters.Rule, key string) bool {
+		return slices.Contains(r.Event.SecretAnnotations, key) || slices.Contains(r.Event.SecretAnnotations, event.AllAnnotations)
+	}
+	for _, r := range w.Rules {
+		if r.Event == nil || r.Event.AllowSecretData {
+			return nil, false
+		}
+	}
+	every := func(key string) bool {
+		for _, r := range w.Rules {
+			if !redacts(r, key) {
+				return false
+			}
+		}
+		return true
+	}
+	if every(event.AllAnnotations) {
+		return []string{event.AllAnnotations}, true
+	}
+	for _, r := range w.Rules {
+		for _, a := range r.Event.SecretAnnotations {
+			if a != event.AllAnnotations && !slices.Contains(annotations, a) && every(a) {
+				annotations = append(annotations, a)
+			}
+		}
+	}
+	return annotations, true
 }
 
 // keepMetadata reduces objects to apiVersion, kind and metadata (without

@@ -79,6 +79,9 @@ func (in *Informers) Specs() []string {
 		if r.MetadataOnly() {
 			out[i] += " (metadata only)"
 		}
+		if _, ok := r.secretDigests(); ok {
+			out[i] += " (secret values digested)"
+		}
 	}
 	return out
 }
