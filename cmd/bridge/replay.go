@@ -47,6 +47,9 @@ and exits (it writes no checkpoint).`,
 				if _, _, err := applyKubeCBOR(cmd.Flags()); err != nil {
 					return &exitError{exitInvalid, err}
 				}
+				if _, err := applyMemoryLimit(cmd.Flags()); err != nil {
+					return &exitError{exitInvalid, err}
+				}
 				return replayStandalone(cmd, file, kubeconfig, kubeContext, sink, rule, bridge.Options{AllowSecretData: allowSecretData, AllowExecPlugins: allowExecPlugins})
 			}
 			q := url.Values{"sink": {sink}}
@@ -104,6 +107,7 @@ and exits (it writes no checkpoint).`,
 	f.BoolVar(&allowSecretData, "allow-secret-data", false, "with --config: honour rules that set allowSecretData (as bridge run --allow-secret-data)")
 	f.BoolVar(&allowExecPlugins, "allow-exec-plugins", false, "with --config: let an exec sink run its program (as bridge run --allow-exec-plugins)")
 	f.Bool(kubeCBORFlag, true, "with --config: let the informers read CBOR from the apiserver (as bridge run --kube-cbor)")
+	addMemoryLimitFlag(f)
 	return cmd
 }
 

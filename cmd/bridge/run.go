@@ -57,6 +57,10 @@ Without --kubeconfig it uses the in-cluster service account.`,
 			if err != nil {
 				return &exitError{exitInvalid, err}
 			}
+			mem, err := applyMemoryLimit(cmd.Flags())
+			if err != nil {
+				return &exitError{exitInvalid, err}
+			}
 			cfg, rc, err := loadForCluster(cmd, file, kubeconfig, kubeContext, func(w config.Problem) { logger.Warn("config: " + w.Format(file)) })
 			if err != nil {
 				return err
@@ -74,7 +78,8 @@ Without --kubeconfig it uses the in-cluster service account.`,
 				opts.LeaderElection = &le
 			}
 			b := bridge.New(opts)
-			logger.Info("starting", "version", version.Version, "config", file, "cluster", cfg.Cluster, "apiserver", rc.Host, "kubeCBOR", cbor, "kubeCBORFrom", cborFrom)
+			logger.Info("starting", "version", version.Version, "config", file, "cluster", cfg.Cluster, "apiserver", rc.Host, "kubeCBOR", cbor, "kubeCBORFrom", cborFrom,
+				"memoryLimit", mem.Bytes, "memoryLimitFrom", mem.From)
 			if adminAddr != "" {
 				ln, err := net.Listen("tcp", adminAddr)
 				if err != nil {
@@ -165,6 +170,7 @@ Without --kubeconfig it uses the in-cluster service account.`,
 	f.BoolVar(&allowSecretData, "allow-secret-data", false, "honour rules that set allowSecretData: true (Secret data then leaves the cluster in their events); without it Secret data is always redacted, whatever the config says")
 	f.BoolVar(&allowExecPlugins, "allow-exec-plugins", false, "let exec sinks start the programs the config names (whoever may edit the config may then run code as the bridge)")
 	addKubeCBORFlag(f)
+	addMemoryLimitFlag(f)
 	f.BoolVar(&resetCheckpoint, "reset-checkpoint", false, "move an unreadable checkpoint file aside and start empty (the full view is delivered again)")
 	return cmd
 }

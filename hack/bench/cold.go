@@ -56,7 +56,7 @@ func (r startResult) String() string {
 }
 
 // coldConsumers are the cold runs' consumers: baseline, baseline-cbor,
-// nats, nats-json, nats-plain (the bridge with --kube-compression=false).
+// nats, nats-json.
 func coldConsumers(o options) ([]string, error) {
 	spec := o.coldConsumers
 	if spec == "" {
@@ -67,8 +67,8 @@ func coldConsumers(o options) ([]string, error) {
 	}
 	cs := strings.Split(spec, ",")
 	for _, c := range cs {
-		if !slices.Contains([]string{"baseline", "baseline-cbor", "nats", "nats-json", "nats-plain"}, c) {
-			return nil, fmt.Errorf("-cold-consumers: %q is not one of baseline, baseline-cbor, nats, nats-json, nats-plain", c)
+		if !slices.Contains([]string{"baseline", "baseline-cbor", "nats", "nats-json"}, c) {
+			return nil, fmt.Errorf("-cold-consumers: %q is not one of baseline, baseline-cbor, nats, nats-json", c)
 		}
 	}
 	return cs, nil

@@ -164,11 +164,8 @@ func isBaseline(consumer string) bool { return consumer == "baseline" || consume
 
 // bridgeArgs are a consumer's extra flags of bridge run.
 func bridgeArgs(consumer string) []string {
-	switch consumer {
-	case "nats-json":
+	if consumer == "nats-json" {
 		return []string{"--kube-cbor=false"}
-	case "nats-plain":
-		return []string{"--kube-compression=false"}
 	}
 	return nil
 }
@@ -410,7 +407,7 @@ func (b *bed) measureBaseline(ctx context.Context, consumer string, l *load, res
 func (b *bed) bridgeConfig(consumer, ns, hookURL, file string) string {
 	var sink string
 	switch consumer {
-	case "nats", "nats-json", "nats-plain":
+	case "nats", "nats-json":
 		sink = "nats: {url: " + b.natsURL + "}"
 	case "jetstream":
 		sink = "nats: {url: " + b.natsURL + ", jetstream: true, stream: {name: BENCH}}"
@@ -446,7 +443,7 @@ func (b *bed) measureBridge(ctx context.Context, consumer string, l *load, res *
 	stopFile := make(chan struct{})
 	fileDone := make(chan error, 1)
 	switch consumer {
-	case "nats", "nats-json", "nats-plain", "jetstream":
+	case "nats", "nats-json", "jetstream":
 		closeSub, err := natsReceiver(b.natsURL, c)
 		if err != nil {
 			return err

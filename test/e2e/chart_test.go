@@ -8,13 +8,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"go.yaml.in/yaml/v3"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubebridge/kubebridge/internal/testenv"
@@ -364,5 +367,85 @@ func TestChartDefaultValuesRender(t *testing.T) {
 	}
 	if got := notes("--set", "leaderElection.enabled=false"); strings.Contains(got, "WARNING") {
 		t.Errorf("notes without leader election warn:\n%s", got)
+	}
+}
+
+// With a memory limit, the chart hands it to the bridge through the downward
+// API (KUBEBRIDGE_MEMORY_LIMIT, in bytes) with --memory-limit-ratio, so the
+// GC's soft limit follows the container's; without one it sets neither (the
+// downward API would report the node's allocatable memory). Installed into
+// the apiserver, which validates the resourceFieldRef; no kubelet runs the
+// pods, so the Deployment is what is checked.
+func TestChartMemoryLimitFromContainer(t *testing.T) {
+	cp := testenv.SharedControlPlane(t)
+	kc, err := cp.Kubeconfig(t.TempDir())
+	must(t, err)
+	const ns = "kb-memlimit"
+	cases := []struct {
+		release, values string
+		wantRatio       string // "": neither the flag nor the variable
+	}{
+		{"kbmem", "", "0.9"}, // the default values: a 512Mi limit
+		{"kbmem-ratio", "memoryLimitRatio: 0.75\nresources: {limits: {memory: 1Gi}}\n", "0.75"},
+		{"kbmem-none", "resources: {limits: null}\n", ""},
+		{"kbmem-off", "memoryLimitRatio: null\n", ""},
+	}
+	for _, c := range cases {
+		t.Run(c.release, func(t *testing.T) {
+			args := []string{"install", c.release, chartDir, "--namespace", ns, "--create-namespace", "--kubeconfig", kc}
+			if c.values != "" {
+				args = append(args, "-f", chartValues(t, c.values))
+			}
+			if out, err := helm(t, args...); err != nil {
+				t.Fatalf("helm install: %v\n%s", err, out)
+			}
+			t.Cleanup(func() {
+				if out, err := helm(t, "uninstall", c.release, "--namespace", ns, "--kubeconfig", kc); err != nil {
+					t.Errorf("helm uninstall: %v\n%s", err, out)
+				}
+			})
+			dep, err := cp.Clientset(t).AppsV1().Deployments(ns).Get(context.Background(), c.release, metav1.GetOptions{})
+			must(t, err)
+			ctr := dep.Spec.Template.Spec.Containers[0]
+			var env *corev1.EnvVar
+			for i := range ctr.Env {
+				if ctr.Env[i].Name == "KUBEBRIDGE_MEMORY_LIMIT" {
+					env = &ctr.Env[i]
+				}
+			}
+			var ratioArgs []string
+			for _, a := range ctr.Args {
+				if strings.HasPrefix(a, "--memory-limit-ratio") {
+					ratioArgs = append(ratioArgs, a)
+				}
+			}
+			if c.wantRatio == "" {
+				if env != nil || ratioArgs != nil {
+					t.Errorf("without a memory limit: env %v, args %v; want neither", env, ratioArgs)
+				}
+				return
+			}
+			if env == nil {
+				t.Fatalf("no KUBEBRIDGE_MEMORY_LIMIT in the container's env: %v", ctr.Env)
+			}
+			ref := env.ValueFrom.ResourceFieldRef
+			if env.Value != "" || ref == nil || ref.ContainerName != ctr.Name || ref.Resource != "limits.memory" || ref.Divisor.Cmp(resource.MustParse("1")) != 0 {
+				t.Errorf("KUBEBRIDGE_MEMORY_LIMIT = %+v; want the container's limits.memory in bytes (divisor 1)", env)
+			}
+			if want := []string{"--memory-limit-ratio=" + c.wantRatio}; !slices.Equal(ratioArgs, want) {
+				t.Errorf("args %v, want %v", ratioArgs, want)
+			}
+		})
+	}
+	// --set passes decimals as strings: still a valid ratio, and out of
+	// range refused by the schema, naming the value.
+	out, err := helm(t, "template", "kb", chartDir, "--namespace", "kb-system", "--set", "memoryLimitRatio=0.5")
+	if err != nil || !strings.Contains(out, "- --memory-limit-ratio=0.5\n") {
+		t.Errorf("--set memoryLimitRatio=0.5: err %v, want the flag rendered\n%s", err, out)
+	}
+	for _, bad := range []string{"memoryLimitRatio=1.5", "memoryLimitRatio=0", "memoryLimitRatio=lots"} {
+		if out, err := helm(t, "template", "kb", chartDir, "--namespace", "kb-system", "--set", bad); err == nil || !strings.Contains(out, "memoryLimitRatio") {
+			t.Errorf("--set %s: err = %v, want a schema error naming it\n%s", bad, err, out)
+		}
 	}
 }
