@@ -135,6 +135,7 @@ type Bridge struct {
 	cancelRun    context.CancelFunc
 	reloadMu     sync.Mutex  // one reload at a time, not during shutdown
 	started      atomic.Bool // Start finished: reconciled and live
+	shuttingDown atomic.Bool // Shutdown began: queues drain, nothing is settled
 	wg           sync.WaitGroup
 	shutdownOnce sync.Once
 	shutdownErr  error
@@ -289,6 +290,10 @@ func (b *Bridge) lead(ctx context.Context) error {
 		b.leadMu.Unlock()
 		return nil
 	}
+	// The elector's goroutine is not the bridge's: counted here, stopping
+	// waits for this lead to end and for what it starts (settle).
+	b.wg.Add(1)
+	defer b.wg.Done()
 	err := b.startDelivering(ctx)
 	b.leadMu.Unlock()
 	if err != nil {
@@ -356,7 +361,7 @@ func (b *Bridge) reconcileAll() {
 	b.wg.Add(1)
 	go func() {
 		defer b.wg.Done()
-		b.settle(ctx, set)
+		b.settle(ctx)
 	}()
 }
 
@@ -401,6 +406,7 @@ func (b *Bridge) Deliveries() []*sinks.Delivery { return b.currentSet().deliveri
 // checkpoint). It is idempotent.
 func (b *Bridge) Shutdown(ctx context.Context) error {
 	b.shutdownOnce.Do(func() {
+		b.shuttingDown.Store(true)
 		b.reloadMu.Lock() // no reload from now on
 		defer b.reloadMu.Unlock()
 		if _, in := b.snapshot(); in != nil {

@@ -10,16 +10,18 @@ import (
 // settlePoll is how often settle looks at the queues.
 const settlePoll = 250 * time.Millisecond
 
-// settle returns the start's transient memory to the OS once every sink of
-// set has delivered what the start queued (the initial view, or what
-// changed while the bridge was away). Decoding the initial list, the
-// events streamed from it and their encodings make the heap peak at about
-// twice what stays live; the runtime hands those pages back only slowly,
-// so without this the process keeps the start's peak as its resident set
-// for minutes. It costs one full collection, once per start (or
-// leadership). A sink that never drains (down at start) keeps its events
-// live anyway: then it does nothing until ctx ends.
-func (b *Bridge) settle(ctx context.Context, set *sinkSet) {
+// settle returns the start's transient memory to the OS once every sink
+// delivered what the start queued (the initial view, or what changed while
+// the bridge was away). Decoding the initial list, the events streamed from
+// it and their encodings make the heap peak at about twice what stays
+// live; the runtime hands those pages back only slowly, so without this
+// the process keeps the start's peak as its resident set for minutes. It
+// costs one full collection, once per start (or leadership). It reads the
+// active sinks at each look (a reload may replace a sink that never
+// drained); while a sink does not drain (down since the start), its events
+// stay live anyway and settle waits, until ctx ends. A shutdown's drain is
+// not a settling.
+func (b *Bridge) settle(ctx context.Context) {
 	t := time.NewTicker(settlePoll)
 	defer t.Stop()
 	for {
@@ -27,6 +29,10 @@ func (b *Bridge) settle(ctx context.Context, set *sinkSet) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		set := b.active.Load()
+		if set == nil || b.shuttingDown.Load() {
+			return
 		}
 		pending := 0
 		for _, d := range set.deliveries() {

@@ -50,13 +50,14 @@ func TestSettleWaitsForTheQueuesToDrain(t *testing.T) {
 			if err := b.startDelivery(ctx, set.order[0], nil); err != nil {
 				t.Fatal(err)
 			}
+			b.active.Store(set)
 			for i := range 20 {
 				set.order[0].delivery.Offer(testEvent(fmt.Sprint("o", i)))
 			}
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
-				b.settle(b.deliveryCtx, set)
+				b.settle(b.deliveryCtx)
 			}()
 			time.Sleep(3 * settlePoll)
 			select {

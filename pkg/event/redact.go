@@ -123,7 +123,7 @@ func DigestSecret(obj map[string]any, annotations []string) {
 	for _, f := range secretFields {
 		if m, ok := obj[f].(map[string]any); ok {
 			for k, v := range m {
-				m[k] = Digest(v)
+				m[k] = digestOnce(v)
 			}
 		}
 	}
@@ -131,9 +131,19 @@ func DigestSecret(obj map[string]any, annotations []string) {
 	ann, _ := md["annotations"].(map[string]any)
 	for k, v := range ann {
 		if redactedAnnotation(k, annotations) {
-			ann[k] = Digest(v)
+			ann[k] = digestOnce(v)
 		}
 	}
+}
+
+// digestOnce is Digest, except of a digest: a value digested twice would
+// differ from one digested once, and changed would fire (or not) wrongly.
+// Real values never start with DigestPrefix (data is base64).
+func digestOnce(v any) any {
+	if s, ok := v.(string); ok && strings.HasPrefix(s, DigestPrefix) {
+		return v
+	}
+	return Digest(v)
 }
 
 func redactedAnnotation(key string, annotations []string) bool {

@@ -74,3 +74,22 @@ func TestDigestedSecretEventsAreRedacted(t *testing.T) {
 		}
 	}
 }
+
+// Digesting a cached Secret again leaves it as it is: a second digest
+// would make every value look changed.
+func TestDigestSecretTwiceIsOnce(t *testing.T) {
+	obj := map[string]any{
+		"data":     map[string]any{"password": "c2VjcmV0"},
+		"metadata": map[string]any{"annotations": map[string]any{"a": "v"}},
+	}
+	DigestSecret(obj, []string{"a"})
+	once := obj["data"].(map[string]any)["password"]
+	onceAnn := obj["metadata"].(map[string]any)["annotations"].(map[string]any)["a"]
+	DigestSecret(obj, []string{"a"})
+	if got := obj["data"].(map[string]any)["password"]; got != once {
+		t.Errorf("data digested twice: %v, want %v", got, once)
+	}
+	if got := obj["metadata"].(map[string]any)["annotations"].(map[string]any)["a"]; got != onceAnn {
+		t.Errorf("annotation digested twice: %v, want %v", got, onceAnn)
+	}
+}

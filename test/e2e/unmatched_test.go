@@ -28,7 +28,7 @@ func TestLeavingServerSideLabelSelectorIsADeletion(t *testing.T) {
 	cp := testenv.SharedControlPlane(t)
 	cs := cp.Clientset(t)
 	ctx := context.Background()
-	const ns = "kube-unmatched"
+	const ns = "kb-unmatched"
 	testenv.EnsureNamespace(t, cp, ns)
 	out := filepath.Join(t.TempDir(), "events.jsonl")
 	startBridge(t, cp, fileConfig(out, "  - name: x\n    resource: v1/configmaps\n    namespaces: ["+ns+"]\n    labelSelector: app=x\n    sinks: [out]\n"))
