@@ -111,6 +111,15 @@ func (l *load) run(ctx context.Context) (start time.Time, err error) {
 
 // fill creates ConfigMaps from..to-1 in ns (for the memory runs).
 func fill(ctx context.Context, cs kubernetes.Interface, ns string, from, to, workers int) error {
+	return createAll(ctx, from, to, workers, func(i int) error {
+		_, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, configMap(ns, i, 0), metav1.CreateOptions{})
+		return err
+	})
+}
+
+// createAll calls create for from..to-1 on workers goroutines, stopping at
+// the first error, which it returns.
+func createAll(ctx context.Context, from, to, workers int, create func(i int) error) error {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, workers)
@@ -123,7 +132,7 @@ func fill(ctx context.Context, cs kubernetes.Interface, ns string, from, to, wor
 				if i >= to || ctx.Err() != nil {
 					return
 				}
-				if _, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, configMap(ns, i, 0), metav1.CreateOptions{}); err != nil {
+				if err := create(i); err != nil {
 					errs <- err
 					return
 				}

@@ -15,8 +15,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -147,30 +145,12 @@ func secretPayload(rng *rand.Rand) map[string][]byte {
 
 // fillSecrets creates Secrets from..to-1 in ns (for the memory runs).
 func fillSecrets(ctx context.Context, cs kubernetes.Interface, ns string, from, to, workers int) error {
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, workers)
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := from + int(next.Add(1)-1)
-				if i >= to || ctx.Err() != nil {
-					return
-				}
-				s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: objectName(i), Labels: map[string]string{"app": "bench"}},
-					Type: corev1.SecretTypeOpaque, Data: secretPayload(rand.New(rand.NewPCG(uint64(i), 1)))}
-				if _, err := cs.CoreV1().Secrets(ns).Create(ctx, s, metav1.CreateOptions{}); err != nil {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	return <-errs
+	return createAll(ctx, from, to, workers, func(i int) error {
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: objectName(i), Labels: map[string]string{"app": "bench"}},
+			Type: corev1.SecretTypeOpaque, Data: secretPayload(rand.New(rand.NewPCG(uint64(i), 1)))}
+		_, err := cs.CoreV1().Secrets(ns).Create(ctx, s, metav1.CreateOptions{})
+		return err
+	})
 }
 
 func mib(b int64) float64 { return float64(b) / (1 << 20) }

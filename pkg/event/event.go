@@ -275,7 +275,7 @@ type data struct {
 
 func (e *Event) renderData() (json.RawMessage, error) {
 	r := e.rule
-	redact := !r.AllowSecretData && isSecret(r.GVR)
+	redact := !r.AllowSecretData && IsSecret(r.GVR)
 	var d data
 	if r.IncludeMeta && e.object != nil {
 		d.Object = MetadataOnly(e.object.Object)
@@ -405,7 +405,9 @@ func MetadataOnly(obj map[string]any) map[string]any {
 	return out
 }
 
-func isSecret(gvr schema.GroupVersionResource) bool {
+// IsSecret reports whether gvr is the core group's Secrets, whose values
+// are redacted unless a rule may deliver them.
+func IsSecret(gvr schema.GroupVersionResource) bool {
 	return gvr.Group == "" && gvr.Resource == "secrets"
 }
 

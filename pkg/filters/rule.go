@@ -379,13 +379,11 @@ func (r *Rule) eval(obj, old *unstructured.Unstructured, t event.Change) bool {
 // values, and the rule's name (kbrule) or an error in the log would tell
 // which guess was right.
 func (r *Rule) filtered(obj *unstructured.Unstructured) *unstructured.Unstructured {
-	if obj == nil || r.Event.AllowSecretData || r.GVR != secrets {
+	if obj == nil || r.Event.AllowSecretData || !event.IsSecret(r.GVR) {
 		return obj
 	}
 	return &unstructured.Unstructured{Object: event.RedactSecret(obj.Object, r.Event.SecretAnnotations)}
 }
-
-var secrets = schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
 
 func (r *Rule) fieldSet(obj *unstructured.Unstructured) fields.Set {
 	set := make(fields.Set, len(r.fieldPaths))

@@ -6,7 +6,6 @@ import (
 	"unique"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kubebridge/kubebridge/pkg/event"
@@ -45,8 +44,6 @@ func (w Watch) transform() cache.TransformFunc {
 	}
 }
 
-var secrets = schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
-
 // secretDigests reports whether w's informer caches Secrets whose values
 // none of its rules may deliver (no allowSecretData: the bridge has cleared
 // it on rules when it runs without --allow-secret-data), and which
@@ -56,7 +53,7 @@ var secrets = schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
 // where it compares values (changed). An annotation some rule does not
 // redact keeps its value: that rule delivers it.
 func (w Watch) secretDigests() (annotations []string, ok bool) {
-	if w.Spec.GVR != secrets || len(w.Rules) == 0 {
+	if !event.IsSecret(w.Spec.GVR) || len(w.Rules) == 0 {
 		return nil, false
 	}
 	redacts := func(r *filters.Rule, key string) bool {
