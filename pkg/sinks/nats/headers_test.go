@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	natsgo "github.com/nats-io/nats.go"
 
@@ -54,9 +55,11 @@ func TestReusedMessagesCarryNoStaleHeaders(t *testing.T) {
 			defer nc.Close()
 			var mu sync.Mutex
 			got := map[string]natsgo.Header{}
+			received := 0
 			sub, err := nc.Subscribe("k8s.>", func(m *natsgo.Msg) {
 				mu.Lock()
 				got[m.Header.Get("ce-id")] = m.Header
+				received++
 				mu.Unlock()
 				if m.Reply != "" { // stand in for a stream
 					_ = m.Respond([]byte(`{"stream":"FAKE","seq":1}`))
@@ -75,9 +78,21 @@ func TestReusedMessagesCarryNoStaleHeaders(t *testing.T) {
 			for _, batch := range [][]*event.Event{{marked, plain}, {marked}, {plain}} {
 				must(t, s.Send(context.Background(), batch))
 			}
-			must(t, nc.Flush())
+			// The subscription's callback runs on its own goroutine: wait
+			// for the 4 messages sent, not only for the connection's flush.
+			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+				mu.Lock()
+				n := received
+				mu.Unlock()
+				if n >= 4 || time.Now().After(deadline) {
+					break
+				}
+			}
 			mu.Lock()
 			defer mu.Unlock()
+			if received != 4 {
+				t.Fatalf("subscriber received %d messages, want 4", received)
+			}
 			if h := got[marked.ID]; h.Get("ce-kbreplay") != "checkpoint" || h.Get("ce-kbreason") != "unmatched" {
 				t.Errorf("marked event's headers: %v", h)
 			}
