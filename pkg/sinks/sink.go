@@ -116,8 +116,14 @@ type permanentError struct{ err error }
 func (e permanentError) Error() string { return "permanent: " + e.err.Error() }
 func (e permanentError) Unwrap() error { return e.err }
 
-// Permanent marks err as not worth retrying (e.g. HTTP 400): the delivery
-// loop stops retrying the batch and reports it.
+// Permanent marks err as not worth retrying because of the event itself
+// (HTTP 400, 413 for one event, 415, 422; an event too large for NATS; a
+// subject that cannot be published): the same payload will be refused
+// again. The delivery hands it to the sink's dead-letter; without one it
+// parks the object and retries at the retry maxInterval, never recording
+// it as delivered. A multi-event Send refused as a whole with a Permanent
+// error is split until the culprit is alone, so a Permanent error for a
+// batch means "one of these", not "all of these".
 func Permanent(err error) error {
 	if err == nil {
 		return nil
@@ -146,6 +152,75 @@ func Throttle(err error, d time.Duration) error {
 		return nil
 	}
 	return throttleError{err, d}
+}
+
+// unavailableError marks a failure of the destination as a whole: it is
+// down, overloaded or unreachable (connection refused, a timeout, 503).
+type unavailableError struct{ err error }
+
+func (e unavailableError) Error() string { return e.err.Error() }
+func (e unavailableError) Unwrap() error { return e.err }
+
+// Unavailable marks err as the destination's failure, not the events':
+// nothing sent now would be taken. The delivery retries with backoff,
+// lowers its concurrency (back-pressure) and, until an attempt succeeds
+// again, probes the destination with one send at a time instead of
+// parking every object it holds. Network errors (net.Error) and Throttle
+// count as Unavailable without being marked.
+func Unavailable(err error) error {
+	if err == nil {
+		return nil
+	}
+	return unavailableError{err}
+}
+
+// destinationError marks a refusal that says the destination or the
+// sink's config is wrong (a bad URL, an expired credential), not the event.
+type destinationError struct {
+	reason string
+	err    error
+}
+
+func (e destinationError) Error() string { return e.err.Error() }
+func (e destinationError) Unwrap() error { return e.err }
+
+// Destination reasons, the values of the reason label of
+// kubebridge_sink_destination_errors_total.
+const (
+	ReasonUnauthorized = "unauthorized" // HTTP 401, NATS authorization violation
+	ReasonForbidden    = "forbidden"    // HTTP 403, NATS permissions violation
+	ReasonNotFound     = "not_found"    // HTTP 404 (an ingress while the receiver redeploys), no stream
+	ReasonGone         = "gone"         // HTTP 410
+	ReasonRedirect     = "redirect"     // HTTP 3xx (never followed)
+	ReasonConfig       = "config"       // anything else about the sink's settings
+)
+
+// Destination marks err as retryable because the destination or its config
+// is at fault (reason says which, see the Reason constants): retrying the
+// same payload will succeed once the config, credential or route is fixed
+// (a reload, a rotated credential file). Such events are never dead-lettered
+// and never recorded as delivered; the delivery counts and logs the reason
+// and probes the destination with one send at a time until it takes one.
+func Destination(reason string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return destinationError{reason, err}
+}
+
+// DestinationReason returns the reason err was marked with by Destination.
+func DestinationReason(err error) (string, bool) {
+	var d destinationError
+	if errors.As(err, &d) {
+		return d.reason, true
+	}
+	return "", false
+}
+
+// IsThrottle reports whether err was marked with Throttle.
+func IsThrottle(err error) bool {
+	var t throttleError
+	return errors.As(err, &t)
 }
 
 // EventErrors is what Send returns when the events of one batch fared
