@@ -38,6 +38,14 @@ type Sink interface {
 	Close(ctx context.Context) error
 }
 
+// HealthChecker is implemented by sinks that can tell, without sending,
+// that they cannot deliver now (a NATS connection closed for good, a
+// plugin that keeps crashing). /readyz reports the error, named by sink;
+// delivery goes on retrying either way.
+type HealthChecker interface {
+	Healthy() error
+}
+
 // Settings is what a factory gets to build a sink.
 type Settings struct {
 	Config config.Sink
