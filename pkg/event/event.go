@@ -99,13 +99,15 @@ type Event struct {
 	// order and is recorded in the checkpoint as acknowledged, but is never
 	// sent. The view a sink is recorded to hold includes it either way.
 	Quiet bool
-	// Fresh marks an added (to be sent, not quiet) of an object the sink
-	// was never handed any state of: if it is never attempted, it can
-	// vanish together with the object's deletion without the consumer or
-	// the checkpoint missing anything (a rule that sends only deletions has
-	// quiet adds, never fresh ones: its deletions stay). Queues use it so
-	// that a sink outage with create/delete churn holds memory per object,
-	// not per name churned.
+	// Fresh marks an added of an object the sink was never handed any state
+	// of: if it is never attempted, it can vanish together with the
+	// object's deletion without the consumer or the checkpoint missing
+	// anything, since the object was in neither the acknowledged view nor
+	// the desired one. Quiet adds are fresh too (a rule that sends only
+	// deletions reports the deletions of objects its sink held, not of
+	// every object created and deleted while the sink was away). Queues use
+	// it so that a sink outage with create/delete churn holds memory per
+	// live object, not per name churned, whatever the rule's events.
 	Fresh bool
 
 	rule      *Rule
@@ -176,7 +178,7 @@ func Build(r *Rule, t Transition) *Event {
 		QueueKey:  queueKey,
 		Entered:   t.Entered,
 		Quiet:     t.Quiet,
-		Fresh:     t.Fresh && t.Change == Added && !t.Quiet,
+		Fresh:     t.Fresh && t.Change == Added,
 		rule:      r,
 		object:    obj,
 		oldObject: t.Old,
@@ -230,6 +232,14 @@ func (e *Event) WithReplay(replay string) *Event {
 func (e *Event) WithFresh(fresh bool) *Event {
 	c := e.clone()
 	c.Fresh = fresh
+	return c
+}
+
+// WithoutData returns a copy of e whose data is null: its envelope, for a
+// dead-letter that refuses the whole event (too large, unencodable).
+func (e *Event) WithoutData() *Event {
+	c := e.clone()
+	c.dataOnce.Do(func() { c.data = json.RawMessage("null") })
 	return c
 }
 

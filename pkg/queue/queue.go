@@ -415,7 +415,49 @@ func (q *Queue[T]) TakeHeld(ctx context.Context, max int, buf []Item[T]) ([]Item
 	return q.take(ctx, max, buf, true)
 }
 
+// ErrStopped is returned by TakeHeldOr when its stop channel fired first.
+var ErrStopped = errors.New("take stopped")
+
+// TakeHeldOr is TakeHeld that also returns, with ErrStopped, once a value
+// arrives on stop: a consumer that has other work coming due (a retry)
+// waits for both without a goroutine or a context per take.
+func (q *Queue[T]) TakeHeldOr(ctx context.Context, max int, buf []Item[T], stop <-chan struct{}) ([]Item[T], error) {
+	return q.takeOr(ctx, max, buf, true, stop)
+}
+
+// TakeFrom removes the pending items of the group h holds, appending them
+// to buf in order, and keeps the group held: the holder folds an object's
+// newer items into the ones it is retrying. It takes nothing once h was
+// released.
+func (q *Queue[T]) TakeFrom(h Hold[T], buf []Item[T]) []Item[T] {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	g := h.g
+	if g == nil || !g.held || g.gen != h.gen {
+		return buf
+	}
+	for g.head != nil {
+		n := g.head
+		buf = append(buf, Item[T]{Key: n.key, Value: n.value, Group: g.key})
+		q.remove(n)
+		q.stats.Taken++
+	}
+	return buf
+}
+
+// HasItems reports whether the group h holds has pending items.
+func (q *Queue[T]) HasItems(h Hold[T]) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	g := h.g
+	return g != nil && g.held && g.gen == h.gen && g.head != nil
+}
+
 func (q *Queue[T]) take(ctx context.Context, n int, buf []Item[T], hold bool) ([]Item[T], error) {
+	return q.takeOr(ctx, n, buf, hold, nil)
+}
+
+func (q *Queue[T]) takeOr(ctx context.Context, n int, buf []Item[T], hold bool, stop <-chan struct{}) ([]Item[T], error) {
 	buf = buf[:0]
 	n = max(n, 1)
 	for {
@@ -444,6 +486,8 @@ func (q *Queue[T]) take(ctx context.Context, n int, buf []Item[T], hold bool) ([
 		case <-q.drained:
 		case <-ctx.Done():
 			return buf, ctx.Err()
+		case <-stop:
+			return buf, ErrStopped
 		}
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"math"
+	"net"
+	"os"
 	"sync"
 	"time"
 )
@@ -46,8 +48,12 @@ const (
 	sendBackPressure                    // failed retryably: the destination is down, busy or slow
 )
 
-// outcomeOf classifies a Send's result for the limiter. A permanent
-// refusal is the events' fault, not a sign of load.
+// outcomeOf classifies a Send's result for the limiter. Only the
+// destination's push-back (Unavailable, Throttle, network errors and
+// timeouts) lowers the limit: a refusal or failure of one object's payload
+// (Permanent, or a plain error such as a 500 for that payload) says
+// nothing about load, and a misconfigured destination (Destination) is
+// probed one batch at a time anyway.
 func outcomeOf(ctx context.Context, err error) sendOutcome {
 	switch {
 	case err == nil:
@@ -57,17 +63,33 @@ func outcomeOf(ctx context.Context, err error) sendOutcome {
 	}
 	var each *EventErrors
 	if errors.As(err, &each) {
+		acked := false
 		for _, e := range each.Errs {
-			if e != nil && !IsPermanent(e) {
+			switch {
+			case e == nil:
+				acked = true
+			case pushesBack(e):
 				return sendBackPressure
 			}
 		}
+		if acked {
+			return sendOK
+		}
 		return sendIgnored
 	}
-	if IsPermanent(err) {
-		return sendIgnored
+	if pushesBack(err) {
+		return sendBackPressure
 	}
-	return sendBackPressure
+	return sendIgnored
+}
+
+// pushesBack reports whether err says the destination is down, busy or
+// slow: Unavailable, Throttle, a network error or a timeout.
+func pushesBack(err error) bool {
+	var u unavailableError
+	var ne net.Error
+	return errors.As(err, &u) || IsThrottle(err) || errors.As(err, &ne) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded)
 }
 
 // limiter bounds a delivery's concurrency: batches in flight (taken from

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -211,11 +213,17 @@ func TestOutcomeOf(t *testing.T) {
 		want sendOutcome
 	}{
 		{ctx, nil, sendOK},
-		{ctx, errors.New("connection refused"), sendBackPressure},
+		{ctx, &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}, sendBackPressure},
+		{ctx, Unavailable(errors.New("503")), sendBackPressure},
 		{ctx, Throttle(errors.New("429"), time.Second), sendBackPressure},
+		{ctx, fmt.Errorf("POST: %w", context.DeadlineExceeded), sendBackPressure},
+		// One object's payload, or a config to fix: no sign of load.
+		{ctx, errors.New("500 internal error"), sendIgnored},
+		{ctx, Destination(ReasonUnauthorized, errors.New("401")), sendIgnored},
 		{ctx, Permanent(errors.New("400")), sendIgnored},
-		{ctx, &EventErrors{Errs: []error{nil, Permanent(errors.New("too large"))}}, sendIgnored},
-		{ctx, &EventErrors{Errs: []error{Permanent(errors.New("too large")), errors.New("503")}}, sendBackPressure},
+		{ctx, &EventErrors{Errs: []error{nil, Permanent(errors.New("too large"))}}, sendOK},
+		{ctx, &EventErrors{Errs: []error{Permanent(errors.New("too large")), errors.New("500")}}, sendIgnored},
+		{ctx, &EventErrors{Errs: []error{Permanent(errors.New("too large")), Unavailable(errors.New("503"))}}, sendBackPressure},
 		{cut, context.Canceled, sendIgnored},
 	} {
 		if got := outcomeOf(c.ctx, c.err); got != c.want {
@@ -550,7 +558,7 @@ func TestFreshPairsCancelDuringAnOutage(t *testing.T) {
 	srv := newServer(t, 0)
 	srv.set(func(int) (time.Duration, error) {
 		if down.Load() {
-			return 0, errors.New("connection refused")
+			return 0, Unavailable(errors.New("connection refused"))
 		}
 		return 0, nil
 	})

@@ -3,6 +3,7 @@ package sinks
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
@@ -29,24 +30,37 @@ type DeadLetter interface {
 	Put(ctx context.Context, sink string, events []*event.Event, cause error) error
 }
 
-// Delivery owns one sink's queue and the batches in flight from it to the
-// sink: batches in queue order, retried with exponential backoff and
-// jitter until acknowledged; permanent refusals go to the dead-letter. The
-// informer side only calls Offer, which never blocks.
+// Delivery owns one sink's queue and what is taken from it until the sink
+// acknowledges it. The informer side only calls Offer, which never blocks.
+//
+// Failure is per object, like order. A batch is sent once; what the sink
+// acknowledged is reported to OnAck, and each object that failed is parked:
+// its events leave the concurrency slot at once and wait for their own
+// backoff, while the queue holds the object's later events behind them
+// (they coalesce there, and are folded into the parked ones when those are
+// retried: the newest state is what is retried). Other objects flow at the
+// destination's speed. A parked batch of several objects that fails again
+// is split in two, so an object the destination keeps refusing ends alone;
+// a batch of several objects refused as a whole with a Permanent error is
+// split at once, until the culprit is alone.
+//
+// What the destination took is acknowledged, and nothing else: a Permanent
+// refusal goes to the dead-letter and counts as handled only once the
+// dead-letter took it (a dead-letter that refuses the event gets it
+// without data); without a dead-letter, or while it fails, the object stays
+// parked, retried every retry maxInterval, never reported to OnAck.
+//
+// A destination failing as a whole (Unavailable, Throttle, Destination, a
+// network error, or a first attempt failing) is not parked object by
+// object: the delivery probes it with one batch at a time, backing off,
+// until an attempt succeeds again; the rest waits in the queue.
 //
 // Quiet events (transitions the rule does not send) pass through the queue
 // like the others, so that OnAck reports every transition in order, but are
-// never handed to the sink. OnAck reports a batch once every event in it
-// was acknowledged or dead-lettered; events of a batch that fared
-// differently (EventErrors) are settled one by one, and only the failed
-// ones are retried.
-//
-// Several batches may be in flight at once: as many as the sink's fixed
-// workers, or an adaptive number (see limiter) up to its concurrency.max.
-// Order per object holds because taking a batch holds its objects
-// (event.Key) in the queue until the batch is settled: no other batch gets
-// an event of theirs meanwhile, and the queue keeps each object's events in
-// order (they still coalesce while they wait).
+// never handed to the sink. Several batches may be in flight at once: as
+// many as the sink's fixed workers, or an adaptive number (see limiter) up
+// to its concurrency.max. Order per object holds because taking a batch
+// holds its objects (event.Key) in the queue until they are settled.
 type Delivery struct {
 	Name string
 
@@ -59,13 +73,14 @@ type Delivery struct {
 	deadLetter DeadLetter
 	logger     *slog.Logger
 
-	// OnAck, when set before Run, is called after each acknowledged batch with
-	// its events (checkpoints; latency metrics: now minus each event's Time).
+	// OnAck, when set before Run, is called with the events the
+	// destination (or the dead-letter) took, each object's in order.
 	// Batches in flight at once call it concurrently; it must be quick.
 	OnAck func(events []*event.Event)
-	// BeforeSend, when set before Run, is called once with a whole batch
-	// (quiet events included) before it is first sent; while it fails, the
-	// batch is retried with backoff, never dead-lettered (the destination
+	// BeforeSend, when set before Run, is called with a batch (quiet
+	// events included) before it is first sent, and again when newer events
+	// were folded into a parked object; while it fails, the batch waits in
+	// its slot with backoff, never parked or dead-lettered (the destination
 	// was not asked).
 	BeforeSend func(ctx context.Context, events []*event.Event) error
 	// Fence, when set before Run, is checked before every send attempt; while
@@ -74,14 +89,22 @@ type Delivery struct {
 	// context ends (the bridge cancels it when the lease is lost).
 	Fence func() error
 
+	gate    gate
+	parking parking
+	kick    chan struct{} // wakes the dispatcher: a batch ended, an object parked or came due
+	closing atomic.Bool
+
 	delivered, failed, retried, deadLettered atomic.Uint64
-	inFlight                                 atomic.Int64 // events taken from the queue, not yet settled
+	coalesced, cancelled                     atomic.Uint64 // folded into a parked object's retry
+	inFlight                                 atomic.Int64  // events taken from the queue, not yet settled (parked included)
+	destMu                                   sync.Mutex
+	destErrs                                 map[string]uint64 // failed attempts by Destination reason
 	done                                     chan struct{}
 	runOnce                                  sync.Once
 }
 
 // NewDelivery prepares delivery of cfg's queue into sink; Run starts it.
-// deadLetter may be nil (refusals are then logged and counted only).
+// deadLetter may be nil (permanent refusals then stay parked and counted).
 func NewDelivery(cfg config.Sink, sink Sink, deadLetter DeadLetter, logger *slog.Logger) *Delivery {
 	d := &Delivery{
 		Name:       cfg.Name,
@@ -92,12 +115,15 @@ func NewDelivery(cfg config.Sink, sink Sink, deadLetter DeadLetter, logger *slog
 		batchMax:   MaxBatch,
 		deadLetter: deadLetter,
 		logger:     logger.With("sink", cfg.Name),
+		kick:       make(chan struct{}, 1),
+		destErrs:   map[string]uint64{},
 		done:       make(chan struct{}),
 	}
 	if b, ok := sink.(Batcher); ok {
 		d.batchMax, d.batchWait = b.Batching()
 		d.batchMax = max(d.batchMax, 1)
 	}
+	d.parking.kick = d.signal
 	return d
 }
 
@@ -107,17 +133,18 @@ func NewDelivery(cfg config.Sink, sink Sink, deadLetter DeadLetter, logger *slog
 // wins, but an object the consumer has not been sent yet stays added, and
 // a change that was to be sent is not made quiet by a newer one that is
 // not (e.g. an update outside the rule's changed paths). A fresh added
-// (the sink held nothing of the object) and its deletion cancel out: keep
-// is false and neither is sent. Items in the queue were never attempted (a
-// batch being retried is held by the delivery, not queued), so neither the
-// consumer nor the checkpoint misses anything.
+// (the sink held nothing of the object, quiet or not) and its deletion
+// cancel out: keep is false and neither is sent, since the object was in
+// neither the acknowledged view nor the desired one. Items in the queue
+// were never attempted (a parked object's events are marked not fresh), so
+// neither the consumer nor the checkpoint misses anything.
 func Coalesce(pending, newer *event.Event) (merged *event.Event, keep bool) {
 	if pending.Change == event.Added && pending.Fresh && newer.Change == event.Deleted {
 		return nil, false
 	}
-	if pending.Change == event.Added && newer.Change == event.Updated && !pending.Quiet {
+	if pending.Change == event.Added && newer.Change == event.Updated && (!pending.Quiet || newer.Quiet) {
 		return event.Build(newer.RuleInfo(), event.Transition{Change: event.Added, Object: newer.Object(), Time: newer.Time,
-			Entered: pending.Entered, Replay: newer.Replay, Fresh: pending.Fresh}), true
+			Entered: pending.Entered, Replay: newer.Replay, Fresh: pending.Fresh, Quiet: pending.Quiet}), true
 	}
 	// What merges into a pending event that is not a fresh added is not
 	// fresh either: a deletion queued before it (the object left the view,
@@ -131,27 +158,69 @@ func Coalesce(pending, newer *event.Event) (merged *event.Event, keep bool) {
 	return newer, true
 }
 
+// fold coalesces an object's consecutive events of one incarnation, in
+// order: what a retry sends once newer events joined the parked ones. It
+// counts them as the queue counts its own.
+func fold(events []*event.Event) (out []*event.Event, coalesced, cancelled uint64) {
+	out = make([]*event.Event, 0, len(events))
+	for _, e := range events {
+		if n := len(out); n > 0 && out[n-1].QueueKey == e.QueueKey {
+			if merged, keep := Coalesce(out[n-1], e); keep {
+				out[n-1] = merged
+				coalesced++
+			} else {
+				out = out[:n-1]
+				cancelled += 2
+			}
+			continue
+		}
+		out = append(out, e)
+	}
+	return out, coalesced, cancelled
+}
+
 // Offer enqueues an event. It never blocks.
 func (d *Delivery) Offer(ev *event.Event) { d.queue.OfferIn(ev.Key, ev.QueueKey, ev) }
 
-// Close stops accepting events; Run drains what is queued, then returns.
-func (d *Delivery) Close() { d.queue.Close() }
+// Close stops accepting events; Run drains what is queued and parked (an
+// object refused permanently with nothing newer is left for the next
+// start), then returns.
+func (d *Delivery) Close() {
+	d.closing.Store(true)
+	d.queue.Close()
+	d.signal()
+}
 
 // Stats are a delivery's counts.
 type Stats struct {
 	Delivered, Failed, Retried, DeadLettered uint64
-	Queue                                    queue.Stats
-	Pending                                  int // queued or in flight
+	Queue                                    queue.Stats // Coalesced and Cancelled include what parked objects folded
+	Pending                                  int         // queued, in flight or parked
 	Capacity                                 int
+	Parked                                   int           // objects parked (failed, waiting for their retry)
+	OldestParked                             time.Duration // how long the oldest parked object has waited
+	Failing                                  bool          // the destination fails as a whole: probed one batch at a time
+	DestinationErrors                        map[string]uint64
 }
 
 // Stats returns the delivery's counts.
 func (d *Delivery) Stats() Stats {
+	parked, oldest := d.parking.stats(time.Now())
+	d.destMu.Lock()
+	dest := make(map[string]uint64, len(d.destErrs))
+	for k, v := range d.destErrs {
+		dest[k] = v
+	}
+	d.destMu.Unlock()
+	q := d.queue.Stats()
+	q.Coalesced += d.coalesced.Load()
+	q.Cancelled += d.cancelled.Load()
 	return Stats{Delivered: d.delivered.Load(), Failed: d.failed.Load(), Retried: d.retried.Load(), DeadLettered: d.deadLettered.Load(),
-		Pending: d.Pending(), Queue: d.queue.Stats(), Capacity: d.queue.Capacity()}
+		Pending: d.Pending(), Queue: q, Capacity: d.queue.Capacity(),
+		Parked: parked, OldestParked: oldest, Failing: d.gate.isFailing(), DestinationErrors: dest}
 }
 
-// Pending counts events not yet acknowledged: queued or in flight.
+// Pending counts events not yet acknowledged: queued, in flight or parked.
 func (d *Delivery) Pending() int { return d.queue.Len() + int(d.inFlight.Load()) }
 
 // Concurrency returns how many sends may be in progress at once now (fixed
@@ -159,31 +228,93 @@ func (d *Delivery) Pending() int { return d.queue.Len() + int(d.inFlight.Load())
 // are.
 func (d *Delivery) Concurrency() (limit, inFlight int) { return d.limiter.concurrency() }
 
+// Done is closed when Run has returned.
+func (d *Delivery) Done() <-chan struct{} { return d.done }
+
+func (d *Delivery) signal() {
+	select {
+	case d.kick <- struct{}{}:
+	default:
+	}
+}
+
+// object is one object's share of a batch: its events, in order, and the
+// queue's hold on the object while they are out.
+type object struct {
+	events []*event.Event
+	hold   queue.Hold[*event.Event]
+}
+
+// batch is what one attempt sends: whole objects. A batch that failed is
+// parked, and keeps what its retries need.
+type batch struct {
+	objects  []object
+	prepared bool      // BeforeSend took its events
+	failures int       // attempts that reached the destination and failed
+	since    time.Time // first such failure, less the time spent not reaching it (maxElapsed)
+	parkedAt time.Time // when its objects were first parked
+	refused  bool      // refused permanently (no dead-letter to take it): retried at maxInterval
+	wide     bool      // failed as the destination as a whole does: the next probe, whenever due
+	err      error     // the last failure
+}
+
+func (b *batch) events() []*event.Event {
+	if len(b.objects) == 1 {
+		return b.objects[0].events
+	}
+	var out []*event.Event
+	for _, o := range b.objects {
+		out = append(out, o.events...)
+	}
+	return out
+}
+
+func (b *batch) size() (n int) {
+	for _, o := range b.objects {
+		n += len(o.events)
+	}
+	return n
+}
+
+// split halves a batch of several objects; each half keeps its history.
+func (b *batch) split() (*batch, *batch) {
+	h := len(b.objects) / 2
+	x, y := *b, *b
+	x.objects = b.objects[:h:h]
+	y.objects = b.objects[h:]
+	return &x, &y
+}
+
 // Run delivers until ctx ends or the queue is closed and drained, then
 // returns. A batch cut short by ctx is not acknowledged: it stays counted as
 // pending and is never counted as delivered.
 func (d *Delivery) Run(ctx context.Context) {
 	d.runOnce.Do(func() {
 		defer close(d.done)
+		defer d.parking.stop()
 		var wg sync.WaitGroup
 		defer wg.Wait()
-		work, quit := make(chan batch), make(chan struct{})
+		work, quit := make(chan *batch), make(chan struct{})
 		defer close(quit)
 		var buf []queue.Item[*event.Event]
 		for {
+			// While the destination fails as a whole, one batch at a time.
+			if err := d.gate.turn(ctx, d.kick); err != nil {
+				return
+			}
 			// The slot first: while none is free the queue keeps filling
 			// the next batch.
 			alone, err := d.limiter.reserve(ctx)
 			if err != nil {
 				return
 			}
-			b, err := d.take(ctx, &buf)
+			b, err := d.next(ctx, &buf)
 			if err != nil {
 				d.limiter.unreserve()
 				return
 			}
-			d.inFlight.Add(int64(len(b.events)))
-			if alone { // one at a time: nothing to hand it to
+			d.gate.begin()
+			if alone || d.gate.isFailing() { // one at a time: nothing to hand it to
 				d.run(ctx, b)
 				continue
 			}
@@ -208,7 +339,7 @@ const workerIdle = 30 * time.Second
 // Workers live on so that a batch does not pay for a new goroutine and its
 // stack growth; there are at most about as many as batches were in flight
 // at once.
-func (d *Delivery) worker(ctx context.Context, b batch, work <-chan batch, quit <-chan struct{}) {
+func (d *Delivery) worker(ctx context.Context, b *batch, work <-chan *batch, quit <-chan struct{}) {
 	idle := time.NewTimer(workerIdle)
 	defer idle.Stop()
 	for {
@@ -226,52 +357,88 @@ func (d *Delivery) worker(ctx context.Context, b batch, work <-chan batch, quit 
 	}
 }
 
-// run delivers a batch and frees its slot and, once it is acknowledged,
-// its objects. A batch cut by ctx stays pending, its objects held.
-func (d *Delivery) run(ctx context.Context, b batch) {
+// run delivers a batch, then frees its slot and wakes the dispatcher.
+func (d *Delivery) run(ctx context.Context, b *batch) {
+	defer d.signal()
+	defer d.gate.end()
 	defer d.limiter.unreserve()
-	if d.deliver(ctx, b.events) {
-		d.inFlight.Add(-int64(len(b.events)))
-		d.queue.Release(b.holds...)
-	}
+	d.deliver(ctx, b)
 }
 
-// Done is closed when Run has returned.
-func (d *Delivery) Done() <-chan struct{} { return d.done }
-
-// batch is a batch in flight: its events, and its holds on their objects.
-type batch struct {
-	events []*event.Event
-	holds  []queue.Hold[*event.Event]
-}
-
-// take waits for a batch, then waits up to batchWait for a partial one to
-// fill. An error means the queue is closed and drained, or ctx ended.
-func (d *Delivery) take(ctx context.Context, buf *[]queue.Item[*event.Event]) (batch, error) {
-	var b batch
-	add := func(items []queue.Item[*event.Event]) {
-		for _, it := range items {
-			b.events = append(b.events, it.Value)
-			if it.Holds() {
-				b.holds = append(b.holds, it.Hold)
+// next returns the next batch: a parked one whose retry is due, else one
+// from the queue. An error means ctx ended, or the queue is closed and
+// everything was settled (or left parked as refused, with nothing newer).
+func (d *Delivery) next(ctx context.Context, buf *[]queue.Item[*event.Event]) (*batch, error) {
+	for {
+		if d.closing.Load() {
+			d.expediteRefused()
+		}
+		// While the destination fails as a whole, the probe is a batch
+		// that failed so, rather than a new object taken from the queue.
+		if b := d.parking.due(time.Now(), d.gate.isFailing()); b != nil {
+			if b = d.refresh(b); b != nil {
+				return b, nil
+			}
+			continue
+		}
+		d.parking.rearm() // a kick the gate consumed must not leave a due retry waiting
+		// Probing with a new object: one event, so that a destination
+		// failing without saying so (500s to everything) costs one
+		// object parked per probe, not a batch.
+		n := d.batchMax
+		if d.gate.isFailing() {
+			n = 1
+		}
+		b, err := d.take(ctx, buf, n)
+		switch {
+		case err == nil:
+			return b, nil
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
+		case errors.Is(err, queue.ErrClosed):
+			if d.gate.idle() && d.parking.onlyRefused() && d.queue.Len() == 0 {
+				return nil, err
+			}
+			select { // a batch still out may park, or a parked one come due
+			case <-d.kick:
+			case <-ctx.Done():
+				return nil, ctx.Err()
 			}
 		}
+		// ErrStopped: an object parked or came due, or a batch ended.
 	}
-	items, err := d.queue.TakeHeld(ctx, d.batchMax, *buf)
+}
+
+// take waits for a batch from the queue (or a kick), then waits up to
+// batchWait for a partial one to fill.
+func (d *Delivery) take(ctx context.Context, buf *[]queue.Item[*event.Event], n int) (*batch, error) {
+	items, err := d.queue.TakeHeldOr(ctx, n, *buf, d.kick)
 	*buf = items
 	if err != nil {
-		return b, err
+		return nil, err
 	}
-	size := len(items)
-	if d.batchWait > 0 {
-		size = min(d.batchMax, MaxBatch) // room to fill, not a huge batch's worth
+	b := &batch{prepared: d.BeforeSend == nil}
+	add := func(items []queue.Item[*event.Event]) {
+		for _, it := range items {
+			if it.Holds() {
+				b.objects = append(b.objects, object{hold: it.Hold})
+			}
+			// An object's items follow its hold within one take; a later
+			// take never returns an item of an object held by this batch.
+			for i := len(b.objects) - 1; i >= 0; i-- {
+				if o := &b.objects[i]; o.events == nil || o.events[0].Key == it.Value.Key {
+					o.events = append(o.events, it.Value)
+					break
+				}
+			}
+		}
+		d.inFlight.Add(int64(len(items)))
 	}
-	b.events = make([]*event.Event, 0, size)
 	add(items)
-	if d.batchWait > 0 && len(b.events) < d.batchMax {
+	if d.batchWait > 0 && b.size() < n {
 		wctx, cancel := context.WithTimeout(ctx, d.batchWait)
-		for len(b.events) < d.batchMax {
-			more, err := d.queue.TakeHeld(wctx, d.batchMax-len(b.events), *buf)
+		for b.size() < n {
+			more, err := d.queue.TakeHeld(wctx, n-b.size(), *buf)
 			*buf = more
 			if err != nil {
 				break
@@ -283,156 +450,379 @@ func (d *Delivery) take(ctx context.Context, buf *[]queue.Item[*event.Event]) (b
 	return b, nil
 }
 
-// deliver sends one batch until each of its events is acknowledged or
-// permanently refused, or ctx ends (then it returns false and nothing of
-// the batch is reported to OnAck).
-func (d *Delivery) deliver(ctx context.Context, batch []*event.Event) bool {
-	pending := batch // what is left to send, quiet events left out
-	for i, e := range batch {
+// refresh joins the events queued behind a parked batch's objects to it,
+// in order, so that the retry sends them too. They coalesce (the newest
+// state is what is retried) when the object was refused permanently, whose
+// payload a newer state replaces, or when more than the queue's capacity is
+// pending, as the queue itself would. It returns nil when nothing is left
+// to send (every object's events cancelled out).
+func (d *Delivery) refresh(b *batch) *batch {
+	kept := b.objects[:0]
+	var items []queue.Item[*event.Event]
+	for _, o := range b.objects {
+		items = d.queue.TakeFrom(o.hold, items[:0])
+		if len(items) > 0 {
+			before := len(o.events)
+			evs := o.events
+			for _, it := range items {
+				evs = append(evs, it.Value)
+			}
+			o.events = evs
+			if b.refused || d.Pending()+len(items) > d.queue.Capacity() {
+				var coalesced, cancelled uint64
+				o.events, coalesced, cancelled = fold(evs)
+				d.coalesced.Add(coalesced)
+				d.cancelled.Add(cancelled)
+			}
+			d.inFlight.Add(int64(len(o.events) - before)) // the items left the queue for the batch
+			b.prepared, b.refused = d.BeforeSend == nil, false // new payload: intents, and a new chance
+		}
+		if len(o.events) == 0 {
+			d.queue.Release(o.hold)
+			continue
+		}
+		kept = append(kept, o)
+	}
+	b.objects = kept
+	if len(kept) == 0 {
+		return nil
+	}
+	return b
+}
+
+// expediteRefused, once the delivery is closing, retries at once the
+// refused objects that have newer events queued (the newer state may be
+// taken); the others are left for the next start.
+func (d *Delivery) expediteRefused() {
+	d.parking.each(func(b *batch) bool {
+		if !b.refused {
+			return false
+		}
+		for _, o := range b.objects {
+			if d.queue.HasItems(o.hold) {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// deliver sends a batch once (waiting in its slot while the write-ahead
+// intent or the fence fails), then settles each object: acknowledged,
+// dead-lettered, or parked. A batch cut by ctx stays pending, its objects
+// held.
+func (d *Delivery) deliver(ctx context.Context, b *batch) {
+	events := b.events()
+	errs, whole, ok := d.attempt(ctx, b, events)
+	if !ok {
+		return
+	}
+	if whole != nil && IsPermanent(whole) && len(b.objects) > 1 {
+		// Refused as a whole, but one of them is the cause: find it.
+		x, y := b.split()
+		d.deliver(ctx, x)
+		d.deliver(ctx, y)
+		return
+	}
+	d.settle(ctx, b, events, errs, whole)
+}
+
+// attempt sends the batch's events that are not quiet, once the intent is
+// written and the fence open, and returns each event's outcome (errs[i]
+// for events[i]; nil for quiet ones) and, when the sink failed the batch as
+// a whole, that error. ok is false when ctx ended first.
+func (d *Delivery) attempt(ctx context.Context, b *batch, events []*event.Event) (errs []error, whole error, ok bool) {
+	send := events
+	for i, e := range events {
 		if e.Quiet {
-			pending = make([]*event.Event, i, len(batch))
-			copy(pending, batch[:i])
-			for _, e := range batch[i+1:] {
+			send = make([]*event.Event, i, len(events))
+			copy(send, events[:i])
+			for _, e := range events[i+1:] {
 				if !e.Quiet {
-					pending = append(pending, e)
+					send = append(send, e)
 				}
 			}
 			break
 		}
 	}
 	wait := d.retry.InitialInterval.D()
-	// A dead-letter says the destination would not take the events, so only
-	// the destination's own failures lead there: a permanent refusal, or
-	// failing for longer than maxElapsed. That time counts the stretches of
-	// attempts that reached the sink, each from its first attempt; attempts
-	// stopped before it (the write-ahead intent not written, the fence
-	// closed) keep the batch waiting without counting, since the
-	// destination was never asked meanwhile.
-	var refusing time.Duration
-	var stretch time.Time // start of the current stretch; zero when the last attempt did not reach the sink
-	prepared := d.BeforeSend == nil
-	for attempt := 1; !prepared || len(pending) > 0; attempt++ {
+	for tries := 1; ; tries++ {
 		var err error
-		at, reached := time.Now(), false
-		if !prepared {
-			if err = d.BeforeSend(ctx, batch); err == nil {
-				prepared = true
-				if len(pending) == 0 {
-					break
-				}
+		start := time.Now()
+		if !b.prepared {
+			if err = d.BeforeSend(ctx, events); err == nil {
+				b.prepared = true
 			}
 		}
-		if prepared && err == nil {
-			reached, err = d.send(ctx, pending)
-		}
 		if err == nil {
-			d.delivered.Add(uint64(len(pending)))
-			break
+			if len(send) == 0 {
+				return make([]error, len(events)), nil, true
+			}
+			var reached bool
+			if reached, err = d.send(ctx, send); reached {
+				return spread(events, send, err), wholeError(err, len(send)), ctx.Err() == nil || err == nil
+			}
 		}
 		if ctx.Err() != nil {
-			return false
+			return nil, nil, false
 		}
-		switch {
-		case reached && stretch.IsZero():
-			stretch = at
-		case !reached && !stretch.IsZero():
-			refusing += at.Sub(stretch)
-			stretch = time.Time{}
-		}
-		var each *EventErrors
-		if errors.As(err, &each) && len(each.Errs) == len(pending) {
-			var ok bool
-			if pending, err, ok = d.settle(ctx, pending, each.Errs); !ok {
-				return false
-			}
-			if len(pending) == 0 {
-				break
-			}
-		}
-		if reached && (IsPermanent(err) || (d.retry.MaxElapsed > 0 && refusing+time.Since(stretch) > d.retry.MaxElapsed.D())) {
-			if !d.refuse(ctx, pending, err) {
-				return false
-			}
-			break
-		}
-		d.retried.Add(1)
-		delay := wait/2 + rand.N(wait/2+1) // jitter: [wait/2, wait]
-		var te throttleError
-		if errors.As(err, &te) && te.delay > delay {
-			delay = min(te.delay, max(d.retry.MaxInterval.D(), wait)) // a Retry-After never parks the sink longer than its own backoff would
-		}
-		if attempt == 1 || attempt%10 == 0 {
-			d.logger.Warn("delivery failed; retrying", "attempt", attempt, "events", len(pending), "retryIn", delay, "error", err)
+		// Not the destination's failure: the batch waits in its slot.
+		if tries == 1 || tries%10 == 0 {
+			d.logger.Warn("not sending yet; waiting", "attempt", tries, "events", len(send), "error", err)
 		}
 		select {
 		case <-ctx.Done():
-			return false
-		case <-time.After(delay):
+			return nil, nil, false
+		case <-time.After(jitter(wait)):
 		}
 		wait = min(2*wait, d.retry.MaxInterval.D())
+		if !b.since.IsZero() {
+			b.since = b.since.Add(time.Since(start)) // maxElapsed counts the destination's failures only
+		}
 	}
-	if d.OnAck != nil {
-		d.OnAck(batch)
-	}
-	return true
 }
 
-// settle counts the acknowledged events of a partly failed send, hands the
-// permanently refused ones to the dead-letter, and returns the ones to
-// retry (in order) with their first error; ok is false when ctx ended.
-func (d *Delivery) settle(ctx context.Context, events []*event.Event, errs []error) (retry []*event.Event, _ error, ok bool) {
-	var refused []*event.Event
-	var retryErr, refusedErr error
+// spread maps a Send's result for send (events without the quiet ones)
+// back onto events.
+func spread(events, send []*event.Event, err error) []error {
+	errs := make([]error, len(events))
+	if err == nil {
+		return errs
+	}
+	var each *EventErrors
+	per := errors.As(err, &each) && len(each.Errs) == len(send)
+	j := 0
 	for i, e := range events {
-		switch err := errs[i]; {
-		case err == nil:
-			d.delivered.Add(1)
-		case IsPermanent(err):
-			refused = append(refused, e)
-			if refusedErr == nil {
-				refusedErr = err
+		if j < len(send) && send[j] == e {
+			if per {
+				errs[i] = each.Errs[j]
+			} else {
+				errs[i] = err
 			}
-		default:
-			retry = append(retry, e)
-			if retryErr == nil {
-				retryErr = err
-			}
+			j++
 		}
 	}
-	if len(refused) > 0 && !d.refuse(ctx, refused, refusedErr) {
-		return nil, nil, false
-	}
-	return retry, retryErr, true
+	return errs
 }
 
-// refuse hands permanently refused events to the dead-letter. A dead-letter
-// that cannot take them is retried with backoff (they count as handled only
-// once it has them); it returns false only when ctx ends first.
-func (d *Delivery) refuse(ctx context.Context, batch []*event.Event, cause error) bool {
-	d.failed.Add(uint64(len(batch)))
-	if d.deadLetter == nil {
-		d.logger.Error("events refused permanently and dropped (no deadLetter configured)", "events", len(batch), "first", batch[0].ID, "error", cause)
-		return true
+// wholeError returns err when it is not per event.
+func wholeError(err error, n int) error {
+	var each *EventErrors
+	if err == nil || (errors.As(err, &each) && len(each.Errs) == n) {
+		return nil
 	}
-	wait := d.retry.InitialInterval.D()
-	for attempt := 1; ; attempt++ {
-		err := d.deadLetter.Put(ctx, d.Name, batch, cause)
-		if err == nil {
+	return err
+}
+
+// settle reports what the attempt delivered, hands permanent refusals to
+// the dead-letter, and parks each object from its first event still to
+// deliver on.
+func (d *Delivery) settle(ctx context.Context, b *batch, events []*event.Event, errs []error, whole error) {
+	now := time.Now()
+	type outcome struct {
+		cut   int   // events[:cut] are settled (acknowledged or dead-lettered)
+		dl    int   // index of the first dead-lettered event, -1 if none
+		cause error // why events[cut:] are not
+	}
+	outs := make([]outcome, len(b.objects))
+	var toDL []*event.Event
+	var dlCause, destErr, pushErr error
+	acked, refused, plain := 0, 0, 0
+	expired := d.retry.MaxElapsed > 0 && !b.since.IsZero() && now.Sub(b.since) > d.retry.MaxElapsed.D()
+	off := 0
+	for i, o := range b.objects {
+		out := outcome{cut: len(o.events), dl: -1}
+		for j, e := range o.events {
+			err := errs[off+j]
+			if err == nil {
+				if !e.Quiet {
+					acked++
+				}
+				continue
+			}
+			_, dest := DestinationReason(err)
+			switch {
+			case dest:
+				destErr = err
+			case pushesBack(err):
+				pushErr = err
+			case IsPermanent(err):
+				refused++
+			default:
+				plain++
+			}
+			dlable := IsPermanent(err) || (expired && !dest)
+			if dlable && d.deadLetter != nil {
+				if out.dl < 0 {
+					out.dl = j
+				}
+				toDL = append(toDL, e)
+				if dlCause == nil {
+					dlCause = err
+					if !IsPermanent(err) {
+						dlCause = fmt.Errorf("failing for longer than retry.maxElapsed (%s): %w", d.retry.MaxElapsed.D(), err)
+					}
+				}
+				continue
+			}
+			out.cut, out.cause = j, err
 			break
 		}
-		if attempt == 1 || attempt%10 == 0 {
-			d.logger.Error("events refused permanently; writing them to the dead-letter failed, retrying", "events", len(batch), "first", batch[0].ID, "error", cause, "deadLetterError", err, "attempt", attempt)
-		}
-		select {
-		case <-ctx.Done():
-			return false
-		case <-time.After(wait/2 + rand.N(wait/2+1)):
-		}
-		wait = min(2*wait, d.retry.MaxInterval.D())
+		outs[i] = out
+		off += len(o.events)
 	}
-	d.deadLettered.Add(uint64(len(batch)))
-	d.logger.Warn("events refused permanently; sent to the dead-letter", "events", len(batch), "first", batch[0].ID, "error", cause)
-	return true
+	d.failed.Add(uint64(refused))
+	if len(toDL) > 0 {
+		if err := d.putDeadLetter(ctx, toDL, dlCause); err != nil {
+			for i := range outs { // not taken: from the first of them on, parked
+				if outs[i].dl >= 0 && outs[i].dl < outs[i].cut {
+					outs[i].cut, outs[i].cause = outs[i].dl, fmt.Errorf("the dead-letter failed: %w (refused: %v)", err, dlCause)
+				}
+			}
+		}
+	}
+
+	// What was taken, in order per object.
+	var done []*event.Event
+	var park []object
+	var release []queue.Hold[*event.Event]
+	var cause error
+	delivered := 0
+	for i, o := range b.objects {
+		out := outs[i]
+		for _, e := range o.events[:out.cut] {
+			if !e.Quiet && !slicesContains(toDL, e) {
+				delivered++
+			}
+		}
+		done = append(done, o.events[:out.cut]...)
+		if out.cut == len(o.events) {
+			release = append(release, o.hold)
+			continue
+		}
+		rest := o.events[out.cut:]
+		for k, e := range rest { // attempted: a deletion must not cancel it away any more
+			if e.Fresh {
+				rest[k] = e.WithFresh(false)
+			}
+		}
+		park = append(park, object{events: rest, hold: o.hold})
+		if cause == nil {
+			cause = out.cause
+		}
+	}
+	d.delivered.Add(uint64(delivered))
+	d.inFlight.Add(-int64(len(done)))
+	if len(done) > 0 && d.OnAck != nil {
+		d.OnAck(done) // before the objects are released: their next events are acknowledged after these
+	}
+	d.queue.Release(release...)
+
+	// The destination as a whole: it answered, or it failed.
+	switch {
+	case acked > 0 || refused > 0:
+		d.gate.ok(now, d.logger)
+	case destErr != nil || pushErr != nil || (plain > 0 && b.failures == 0):
+		fail := destErr
+		if fail == nil {
+			fail = pushErr
+		}
+		if fail == nil {
+			fail = cause
+		}
+		d.gate.fail(now, fail, throttleDelay(fail), d.retry, d.logger)
+	}
+	if destErr != nil {
+		reason, _ := DestinationReason(destErr)
+		d.destMu.Lock()
+		d.destErrs[reason]++
+		d.destMu.Unlock()
+	}
+	if len(park) == 0 {
+		return
+	}
+	d.retried.Add(1)
+	d.park(b, park, cause, whole != nil, destErr != nil || pushErr != nil, now)
+}
+
+func slicesContains(list []*event.Event, e *event.Event) bool {
+	for _, x := range list {
+		if x == e {
+			return true
+		}
+	}
+	return false
+}
+
+// park puts objects that failed back for a retry: each alone when the sink
+// said which events failed, else the batch's objects together, split in
+// two once they failed together before.
+func (d *Delivery) park(b *batch, objects []object, cause error, whole, wide bool, now time.Time) {
+	failures := b.failures + 1
+	since := b.since
+	if since.IsZero() {
+		since = now
+	}
+	parkedAt := b.parkedAt
+	if parkedAt.IsZero() {
+		parkedAt = now
+	}
+	refused := IsPermanent(cause)
+	var units []*batch
+	unit := func(objs []object) *batch {
+		return &batch{objects: objs, prepared: true, failures: failures, since: since, parkedAt: parkedAt, refused: refused, wide: wide, err: cause}
+	}
+	switch {
+	case !whole:
+		for _, o := range objects {
+			units = append(units, unit([]object{o}))
+		}
+	case len(objects) > 1 && b.failures > 0:
+		h := len(objects) / 2
+		units = append(units, unit(objects[:h:h]), unit(objects[h:]))
+	default:
+		units = append(units, unit(objects))
+	}
+	wait := backoff(d.retry, failures)
+	if refused {
+		wait = max(d.retry.MaxInterval.D(), d.retry.InitialInterval.D())
+	} else if t := throttleDelay(cause); t > wait {
+		wait = min(t, max(d.retry.MaxInterval.D(), wait))
+	}
+	first := objects[0].events[0]
+	switch {
+	case refused && failures == 1:
+		d.logger.Error("refused permanently and no deadLetter configured: parked, retried every maxInterval, never recorded as delivered",
+			"objects", len(objects), "first", first.Key, "id", first.ID, "error", cause)
+	case failures == 1 || failures%10 == 0:
+		d.logger.Warn("delivery failed; parked, retrying alone", "objects", len(objects), "first", first.Key, "failures", failures, "retryIn", wait, "error", cause)
+	}
+	for _, u := range units {
+		d.parking.put(u, now.Add(jitter(wait)))
+	}
+}
+
+// putDeadLetter hands refused events to the dead-letter. One that refuses
+// them too (too large, unencodable) gets their envelopes without data, so
+// that one event never stalls it.
+func (d *Delivery) putDeadLetter(ctx context.Context, events []*event.Event, cause error) error {
+	err := d.deadLetter.Put(ctx, d.Name, events, cause)
+	if err != nil && ctx.Err() == nil {
+		bare := make([]*event.Event, len(events))
+		for i, e := range events {
+			bare[i] = e.WithoutData()
+		}
+		if d.deadLetter.Put(ctx, d.Name, bare, fmt.Errorf("%w (data left out: the dead-letter refused it: %v)", cause, err)) == nil {
+			err = nil
+		}
+	}
+	if err != nil {
+		d.logger.Error("events refused permanently; writing them to the dead-letter failed: parked", "events", len(events), "first", events[0].ID, "error", cause, "deadLetterError", err)
+		return err
+	}
+	d.deadLettered.Add(uint64(len(events)))
+	d.logger.Warn("events refused permanently; sent to the dead-letter", "events", len(events), "first", events[0].ID, "error", cause)
+	return nil
 }
 
 // send makes one attempt: a send permit (the concurrency limit, which the
@@ -474,4 +864,26 @@ func fmtAny(v any) string {
 		return s
 	}
 	return "non-error value"
+}
+
+// jitter returns a duration in [w/2, w].
+func jitter(w time.Duration) time.Duration { return w/2 + rand.N(w/2+1) }
+
+// backoff is the wait before retry n (n >= 1): initialInterval doubled
+// per failure, up to maxInterval.
+func backoff(r config.Retry, n int) time.Duration {
+	w, ceiling := r.InitialInterval.D(), r.MaxInterval.D()
+	for i := 1; i < n && w < ceiling; i++ {
+		w *= 2
+	}
+	return max(min(w, ceiling), time.Millisecond)
+}
+
+// throttleDelay is the pause a Throttle error asks for, 0 if none.
+func throttleDelay(err error) time.Duration {
+	var te throttleError
+	if errors.As(err, &te) {
+		return te.delay
+	}
+	return 0
 }

@@ -5,7 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -83,58 +87,139 @@ func waitFor(t *testing.T, cond func() bool) {
 	}
 }
 
+// A destination that fails as a whole (Unavailable) is retried until it
+// takes everything, each object's events in order, its last state last;
+// every event is reported to OnAck exactly once.
 func TestRetriesUntilAcknowledgedInOrder(t *testing.T) {
-	sink := &flaky{failures: 3, err: errors.New("connection refused")}
+	sink := &flaky{failures: 3, err: Unavailable(errors.New("connection refused"))}
 	d := NewDelivery(sinkConfig(), sink, nil, slog.New(slog.DiscardHandler))
 	var acked sync.Map
 	d.OnAck = func(evs []*event.Event) {
 		for _, e := range evs {
-			acked.Store(e.ID, time.Since(e.Time))
+			if _, dup := acked.LoadOrStore(e.ID, time.Since(e.Time)); dup {
+				t.Errorf("%s acknowledged twice", e.ID)
+			}
 		}
 	}
 	stop := run(t, d)
 	defer stop()
-	var want []string
+	last := map[string]string{}
 	for i := range 20 {
 		e := ev(fmt.Sprint("o", i%3), fmt.Sprint(i+1), event.Updated)
-		want = append(want, e.ID)
+		last[e.Name] = e.ID
 		d.Offer(e)
 	}
-	waitFor(t, func() bool { return len(sink.received()) >= 20 })
-	if fmt.Sprint(sink.received()) != fmt.Sprint(want) {
-		t.Errorf("received %v\nwant %v", sink.received(), want)
+	waitFor(t, func() bool { return d.Pending() == 0 })
+	seen := map[string]int{}
+	for _, id := range sink.received() {
+		parts := strings.Split(id, ".")
+		rv, _ := strconv.Atoi(parts[2])
+		if rv <= seen[parts[0]] {
+			t.Errorf("%s after version %d", id, seen[parts[0]])
+		}
+		seen[parts[0]] = rv
 	}
-	if s := d.Stats(); s.Delivered != 20 || s.Retried != 3 || s.Failed != 0 {
-		t.Errorf("stats %+v", s)
+	got := sink.received()
+	for name, id := range last {
+		if !slices.Contains(got, id) {
+			t.Errorf("%s: last state %s not delivered (got %v)", name, id, got)
+		}
 	}
-	count := func() int { // OnAck runs once Send has returned: after the sink recorded the batch
-		n := 0
-		acked.Range(func(_, v any) bool {
-			n++
-			if v.(time.Duration) <= 0 {
-				t.Errorf("latency %v", v)
-			}
-			return true
-		})
-		return n
+	st := d.Stats()
+	if st.Retried != 3 || st.Failed != 0 || int(st.Delivered) != len(got) || int(st.Delivered+st.Queue.Coalesced) != 20 {
+		t.Errorf("stats %+v, delivered %d", st, len(got))
 	}
-	waitFor(t, func() bool { return count() >= 20 })
-	if n := count(); n != 20 {
-		t.Errorf("OnAck saw %d events, want 20", n)
+	n := 0
+	acked.Range(func(_, v any) bool {
+		n++
+		if v.(time.Duration) <= 0 {
+			t.Errorf("latency %v", v)
+		}
+		return true
+	})
+	if n != len(got) {
+		t.Errorf("OnAck saw %d events, want %d", n, len(got))
 	}
 }
 
-func TestPermanentErrorsAreNotRetried(t *testing.T) {
-	sink := &flaky{failures: 1, err: Permanent(errors.New("400 bad request"))}
-	d := NewDelivery(sinkConfig(), sink, nil, slog.New(slog.DiscardHandler))
+// A permanent refusal without a dead-letter is never recorded as
+// delivered: the object stays parked, counted, and is retried at
+// maxInterval; other objects flow meanwhile. Once the destination takes
+// it, it is acknowledged.
+func TestPermanentRefusalWithoutDeadLetterStaysParked(t *testing.T) {
+	var refuse atomic.Bool
+	refuse.Store(true)
+	s := &scripted{tries: map[string]int{}, outcome: func(e *event.Event, _ int) error {
+		if e.Name == "bad" && refuse.Load() {
+			return Permanent(errors.New("400 bad request"))
+		}
+		return nil
+	}}
+	cfg := sinkConfig()
+	cfg.Retry.MaxInterval = config.Duration(50 * time.Millisecond)
+	d := NewDelivery(cfg, s, nil, slog.New(slog.DiscardHandler))
+	var mu sync.Mutex
+	var acked []string
+	d.OnAck = func(evs []*event.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, e := range evs {
+			acked = append(acked, e.Name)
+		}
+	}
+	ackedNames := func() string { mu.Lock(); defer mu.Unlock(); return fmt.Sprint(acked) }
+	stop := run(t, d)
+	defer stop()
+	d.Offer(ev("bad", "1", event.Added))
+	waitFor(t, func() bool { return d.Stats().Failed >= 1 })
+	for i := range 5 {
+		d.Offer(ev(fmt.Sprint("ok", i), "1", event.Added))
+	}
+	waitFor(t, func() bool { return strings.Count(ackedNames(), "ok") == 5 })
+	st := d.Stats()
+	if strings.Contains(ackedNames(), "bad") || st.Parked != 1 || st.Pending != 1 || st.Delivered != 5 || st.DeadLettered != 0 {
+		t.Fatalf("a refusal was recorded as delivered, or others waited: acked %s, stats %+v", ackedNames(), st)
+	}
+	waitFor(t, func() bool { return d.Stats().Failed >= 2 }) // retried at maxInterval, counted again
+	refuse.Store(false)
+	waitFor(t, func() bool { return strings.Contains(ackedNames(), "bad") })
+	if st := d.Stats(); st.Parked != 0 || st.Pending != 0 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+// A newer state of a parked object replaces the refused one: its
+// deletion is delivered instead of waiting forever behind a refusal.
+func TestNewerStateReplacesAParkedRefusal(t *testing.T) {
+	s := &scripted{tries: map[string]int{}, outcome: func(e *event.Event, _ int) error {
+		if e.Change == event.Updated {
+			return Permanent(errors.New("422 unprocessable"))
+		}
+		return nil
+	}}
+	cfg := sinkConfig()
+	cfg.Retry.MaxInterval = config.Duration(20 * time.Millisecond)
+	d := NewDelivery(cfg, s, nil, slog.New(slog.DiscardHandler))
+	var mu sync.Mutex
+	var acked []string
+	d.OnAck = func(evs []*event.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, e := range evs {
+			acked = append(acked, string(e.Change))
+		}
+	}
 	stop := run(t, d)
 	defer stop()
 	d.Offer(ev("a", "1", event.Added))
-	waitFor(t, func() bool { return d.Stats().Failed == 1 })
-	d.Offer(ev("b", "2", event.Added))
-	waitFor(t, func() bool { return len(sink.received()) == 1 })
-	if s := d.Stats(); s.Retried != 0 || s.Delivered != 1 {
-		t.Errorf("stats %+v", s)
+	d.Offer(ev("a", "2", event.Updated))
+	waitFor(t, func() bool { return d.Stats().Parked == 1 })
+	d.Offer(ev("a", "3", event.Deleted))
+	waitFor(t, func() bool { return d.Pending() == 0 })
+	mu.Lock()
+	defer mu.Unlock()
+	if fmt.Sprint(acked) != "[added deleted]" || fmt.Sprint(s.took) != "[a@1 a@3]" {
+		t.Errorf("acked %v, took %v", acked, s.took)
 	}
 }
 
@@ -275,8 +360,8 @@ func (d *deadLetters) Put(_ context.Context, _ string, evs []*event.Event, _ err
 
 // One bad event never fails its neighbours: the acknowledged ones count,
 // the refused one goes to the dead-letter, the failing one alone is
-// retried; quiet events are never sent; OnAck reports the whole batch in
-// order once all of it is settled.
+// retried; quiet events are never sent; OnAck reports every event once
+// it is settled.
 func TestPerEventOutcomes(t *testing.T) {
 	s := &scripted{tries: map[string]int{}, outcome: func(e *event.Event, attempt int) error {
 		switch {
@@ -311,8 +396,9 @@ func TestPerEventOutcomes(t *testing.T) {
 	if fmt.Sprint(dl.got) != "[huge]" {
 		t.Errorf("dead-letter got %v", dl.got)
 	}
-	if fmt.Sprint(acked) != "[a huge flaky quiet b]" {
-		t.Errorf("OnAck got %v, want the whole batch in order", acked)
+	// Per object, in order; an object retried is reported once it is taken.
+	if fmt.Sprint(acked) != "[a huge quiet b flaky]" {
+		t.Errorf("OnAck got %v, want every event once, each object's in order", acked)
 	}
 	if st := d.Stats(); st.Delivered != 3 || st.Failed != 1 || st.DeadLettered != 1 {
 		t.Errorf("stats %+v", st)
