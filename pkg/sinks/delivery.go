@@ -474,7 +474,7 @@ func (d *Delivery) refresh(b *batch) *batch {
 				d.coalesced.Add(coalesced)
 				d.cancelled.Add(cancelled)
 			}
-			d.inFlight.Add(int64(len(o.events) - before)) // the items left the queue for the batch
+			d.inFlight.Add(int64(len(o.events) - before))      // the items left the queue for the batch
 			b.prepared, b.refused = d.BeforeSend == nil, false // new payload: intents, and a new chance
 		}
 		if len(o.events) == 0 {
@@ -802,18 +802,25 @@ func (d *Delivery) park(b *batch, objects []object, cause error, whole, wide boo
 	}
 }
 
+// deadLetterTimeout bounds one write to a dead-letter.
+const deadLetterTimeout = 10 * time.Second
+
 // putDeadLetter hands refused events to the dead-letter. One that refuses
 // them too (too large, unencodable) gets their envelopes without data, so
 // that one event never stalls it.
 func (d *Delivery) putDeadLetter(ctx context.Context, events []*event.Event, cause error) error {
+	ctx, cancel := context.WithTimeout(ctx, deadLetterTimeout) // a dead-letter that hangs is a failing one
+	defer cancel()
 	err := d.deadLetter.Put(ctx, d.Name, events, cause)
 	if err != nil && ctx.Err() == nil {
 		bare := make([]*event.Event, len(events))
 		for i, e := range events {
 			bare[i] = e.WithoutData()
 		}
-		if d.deadLetter.Put(ctx, d.Name, bare, fmt.Errorf("%w (data left out: the dead-letter refused it: %v)", cause, err)) == nil {
+		if err2 := d.deadLetter.Put(ctx, d.Name, bare, fmt.Errorf("%w (data left out: the dead-letter refused it: %v)", cause, err)); err2 == nil {
 			err = nil
+		} else {
+			err = fmt.Errorf("%w; without data: %w", err, err2)
 		}
 	}
 	if err != nil {

@@ -1,0 +1,273 @@
+package sinks_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	natsgo "github.com/nats-io/nats.go"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kubebridge/kubebridge/pkg/config"
+	"github.com/kubebridge/kubebridge/pkg/event"
+	"github.com/kubebridge/kubebridge/pkg/sinks"
+	natssink "github.com/kubebridge/kubebridge/pkg/sinks/nats"
+	"github.com/kubebridge/kubebridge/pkg/sinks/webhook"
+)
+
+// receiver is a webhook receiver that records the subjects it took and
+// answers status(subject, body) for each request.
+type receiver struct {
+	mu     sync.Mutex
+	took   map[string]int
+	status func(subjects []string, body []byte) int
+}
+
+func newReceiver(t *testing.T, status func([]string, []byte) int) (*receiver, *httptest.Server) {
+	r := &receiver{took: map[string]int{}, status: status}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		body, _ := io.ReadAll(req.Body)
+		var subjects []string
+		if s := req.Header.Get("ce-subject"); s != "" {
+			subjects = []string{s}
+		} else {
+			var batch []struct{ Subject string }
+			_ = json.Unmarshal(body, &batch)
+			for _, e := range batch {
+				subjects = append(subjects, e.Subject)
+			}
+		}
+		code := r.status(subjects, body)
+		if code/100 == 2 {
+			r.mu.Lock()
+			for _, s := range subjects {
+				r.took[s]++
+			}
+			r.mu.Unlock()
+		}
+		w.WriteHeader(code)
+	}))
+	t.Cleanup(srv.Close)
+	return r, srv
+}
+
+func (r *receiver) count(prefix string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for s := range r.took {
+		if strings.HasPrefix(s, prefix) {
+			n++
+		}
+	}
+	return n
+}
+
+func cm(name string, pad int) *event.Event {
+	u := &unstructured.Unstructured{Object: map[string]any{"data": map[string]any{"pad": strings.Repeat("x", pad)}}}
+	u.SetNamespace("ns")
+	u.SetName(name)
+	u.SetUID(types.UID("uid-" + name))
+	u.SetResourceVersion("1")
+	r := &event.Rule{Name: "r", Cluster: "c", GVR: schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, IncludeObject: true}
+	return event.New(r, event.Added, u, nil, time.Now())
+}
+
+// defaults is a sink config as the loader defaults it: adaptive
+// concurrency starting at 1, retries from 200 ms to 30 s.
+func defaults(t *testing.T, name string) config.Sink {
+	cfg := config.Sink{Name: name}
+	cfg.SetDefaults()
+	return cfg
+}
+
+func start(t *testing.T, d *sinks.Delivery) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); d.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %s: %s", within, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// The reproduction: a webhook that answers 500 for one object's
+// events (a receiver bug on one payload), defaults otherwise. The objects
+// created after it are delivered at once; the failing one is parked with
+// its own backoff (gauges say so) and delivered once the receiver takes it.
+func TestOneFailingObjectNeverHoldsUpTheOthers(t *testing.T) {
+	var mu sync.Mutex
+	broken := true
+	rcv, srv := newReceiver(t, func(subjects []string, _ []byte) int {
+		mu.Lock()
+		defer mu.Unlock()
+		if broken && subjects[0] == "ns/bad" {
+			return http.StatusInternalServerError
+		}
+		return http.StatusOK
+	})
+	cfg := defaults(t, "hook")
+	sink, err := webhook.New(&webhook.Config{URL: srv.URL, Mode: "binary", Timeout: config.Duration(5 * time.Second)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := sinks.NewDelivery(cfg, sink, nil, slog.New(slog.DiscardHandler))
+	start(t, d)
+	d.Offer(cm("bad", 10))
+	eventually(t, 5*time.Second, "the bad object parked", func() bool { return d.Stats().Parked == 1 })
+	for i := range 20 {
+		d.Offer(cm(fmt.Sprint("ok-", i), 10))
+	}
+	eventually(t, 2*time.Second, "20 other objects delivered", func() bool { return rcv.count("ns/ok-") == 20 })
+	st := d.Stats()
+	if st.Parked != 1 || st.OldestParked <= 0 || st.Delivered != 20 || st.Failed != 0 {
+		t.Errorf("stats %+v", st)
+	}
+	if limit, _ := d.Concurrency(); limit < 1 {
+		t.Errorf("limit %d", limit)
+	}
+	mu.Lock()
+	broken = false
+	mu.Unlock()
+	eventually(t, 10*time.Second, "the bad object delivered once the receiver takes it", func() bool { return rcv.count("ns/bad") == 1 })
+	eventually(t, time.Second, "nothing parked", func() bool { st := d.Stats(); return st.Parked == 0 && st.Pending == 0 })
+}
+
+// A proxy that refuses request bodies over 16 KiB with 413, in batch
+// mode: a batch of small events and one of 12 KiB is refused as a whole,
+// though each of its events fits. The delivery splits it until every
+// event is delivered; nothing is dead-lettered or lost.
+func TestBatchRefusedAsAWholeIsSplit(t *testing.T) {
+	rcv, srv := newReceiver(t, func(_ []string, body []byte) int {
+		if len(body) > 16<<10 {
+			return http.StatusRequestEntityTooLarge
+		}
+		return http.StatusOK
+	})
+	cfg := defaults(t, "hook")
+	wc := &webhook.Config{URL: srv.URL, Mode: "binary", Timeout: config.Duration(5 * time.Second),
+		Batch: &webhook.Batch{MaxEvents: 20, MaxWait: config.Duration(50 * time.Millisecond)}}
+	sink, err := webhook.New(wc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dl := &recordingDL{}
+	d := sinks.NewDelivery(cfg, sink, dl, slog.New(slog.DiscardHandler))
+	for i := range 19 {
+		d.Offer(cm(fmt.Sprint("small-", i), 700))
+	}
+	d.Offer(cm("big", 12<<10))
+	start(t, d)
+	eventually(t, 5*time.Second, "all 20 delivered", func() bool { return rcv.count("ns/") == 20 && d.Pending() == 0 })
+	if st := d.Stats(); st.DeadLettered != 0 || st.Pending != 0 || len(dl.got()) != 0 {
+		t.Errorf("stats %+v, dead-lettered %v", st, dl.got())
+	}
+}
+
+type recordingDL struct {
+	mu     sync.Mutex
+	events []*event.Event
+}
+
+func (r *recordingDL) Put(_ context.Context, _ string, evs []*event.Event, _ error) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, evs...)
+	return nil
+}
+
+func (r *recordingDL) got() []*event.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]*event.Event(nil), r.events...)
+}
+
+// A NATS dead-letter that cannot take an event (over the server's
+// max_payload) gets its envelope without data and the error, at once: it
+// never stalls the sink, and the refused object counts as handled only
+// because the dead-letter took that record.
+func TestDeadLetterThatRefusesGetsTheEnvelope(t *testing.T) {
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, MaxPayload: 8 << 10, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	t.Cleanup(ns.Shutdown)
+	if !ns.ReadyForConnections(5 * time.Second) {
+		t.Fatal("nats not ready")
+	}
+	nc, err := natsgo.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	var mu sync.Mutex
+	var records []*natsgo.Msg
+	if _, err := nc.Subscribe("dead", func(m *natsgo.Msg) { mu.Lock(); records = append(records, m); mu.Unlock() }); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	rcv, srv := newReceiver(t, func(subjects []string, _ []byte) int {
+		if subjects[0] == "ns/huge" {
+			return http.StatusRequestEntityTooLarge // one event: permanent
+		}
+		return http.StatusOK
+	})
+	sink, err := webhook.New(&webhook.Config{URL: srv.URL, Mode: "binary", Timeout: config.Duration(5 * time.Second)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := sinks.NewDelivery(defaults(t, "hook"), sink, &natssink.DeadLetter{NC: nc, Subject: "dead"}, slog.New(slog.DiscardHandler))
+	var acked sync.Map
+	d.OnAck = func(evs []*event.Event) {
+		for _, e := range evs {
+			acked.Store(e.Name, true)
+		}
+	}
+	start(t, d)
+	d.Offer(cm("huge", 64<<10))
+	for i := range 10 {
+		d.Offer(cm(fmt.Sprint("ok-", i), 10))
+	}
+	eventually(t, 5*time.Second, "the others delivered", func() bool { return rcv.count("ns/ok-") == 10 && d.Pending() == 0 })
+	eventually(t, 5*time.Second, "a dead-letter record", func() bool { mu.Lock(); defer mu.Unlock(); return len(records) == 1 })
+	mu.Lock()
+	rec := records[0]
+	mu.Unlock()
+	var got map[string]any
+	if err := json.Unmarshal(rec.Data, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got["subject"] != "ns/huge" || got["data"] != nil || !bytes.Contains([]byte(rec.Header.Get("Kubebridge-Error")), []byte("413")) ||
+		!strings.Contains(rec.Header.Get("Kubebridge-Error"), "data left out") {
+		t.Errorf("record %s, error %q", rec.Data, rec.Header.Get("Kubebridge-Error"))
+	}
+	if _, ok := acked.Load("huge"); !ok {
+		t.Error("the dead-lettered event was not reported as handled")
+	}
+	if st := d.Stats(); st.DeadLettered != 1 || st.Failed != 1 || st.Parked != 0 || st.Pending != 0 {
+		t.Errorf("stats %+v", st)
+	}
+}
