@@ -39,13 +39,18 @@ var (
 	descInFlight     = prometheus.NewDesc("kubebridge_sink_requests_in_flight", "Batches being sent to the sink now.", []string{"sink"}, nil)
 	descDepth        = prometheus.NewDesc("kubebridge_sink_queue_depth", "Events queued or in flight.", []string{"sink"}, nil)
 	descCapacity     = prometheus.NewDesc("kubebridge_sink_queue_capacity", "Events kept in order before coalescing starts.", []string{"sink"}, nil)
-	descReceived     = prometheus.NewDesc("kubebridge_rule_received_total", "Notifications the rule evaluated.", []string{"rule"}, nil)
-	descMatched      = prometheus.NewDesc("kubebridge_rule_matched_total", "Events the rule produced (received minus matched were filtered out).", []string{"rule"}, nil)
-	descLag          = prometheus.NewDesc("kubebridge_checkpoint_lag", "Acknowledged changes not yet written to the checkpoint.", nil, nil)
-	descLeader       = prometheus.NewDesc("kubebridge_leader", "1 while this replica delivers (the leader, or the only one).", nil, nil)
-	descEvalErrors   = prometheus.NewDesc("kubebridge_rule_where_errors_total", "where evaluations that failed (the event was not delivered).", []string{"rule"}, nil)
-	descSynced       = prometheus.NewDesc("kubebridge_informers_synced", "1 once every informer's cache has synced.", nil, nil)
-	descBuild        = prometheus.NewDesc("kubebridge_build_info", "The build.", []string{"version", "commit"}, nil)
+	// Failure per object (pkg/sinks parking).
+	descParked     = prometheus.NewDesc("kubebridge_sink_parked_objects", "Objects whose delivery failed, waiting for their own retry (their later events held behind them); others flow meanwhile.", []string{"sink"}, nil)
+	descParkedAge  = prometheus.NewDesc("kubebridge_sink_oldest_parked_seconds", "How long the oldest parked object has waited.", []string{"sink"}, nil)
+	descFailing    = prometheus.NewDesc("kubebridge_sink_destination_failing", "1 while the destination fails as a whole and is probed one batch at a time.", []string{"sink"}, nil)
+	descDestErrors = prometheus.NewDesc("kubebridge_sink_destination_errors_total", "Failed attempts that say the destination or the sink's config is wrong (retried, never dead-lettered), by reason: unauthorized, forbidden, not_found, gone, redirect, config.", []string{"sink", "reason"}, nil)
+	descReceived   = prometheus.NewDesc("kubebridge_rule_received_total", "Notifications the rule evaluated.", []string{"rule"}, nil)
+	descMatched    = prometheus.NewDesc("kubebridge_rule_matched_total", "Events the rule produced (received minus matched were filtered out).", []string{"rule"}, nil)
+	descLag        = prometheus.NewDesc("kubebridge_checkpoint_lag", "Acknowledged changes not yet written to the checkpoint.", nil, nil)
+	descLeader     = prometheus.NewDesc("kubebridge_leader", "1 while this replica delivers (the leader, or the only one).", nil, nil)
+	descEvalErrors = prometheus.NewDesc("kubebridge_rule_where_errors_total", "where evaluations that failed (the event was not delivered).", []string{"rule"}, nil)
+	descSynced     = prometheus.NewDesc("kubebridge_informers_synced", "1 once every informer's cache has synced.", nil, nil)
+	descBuild      = prometheus.NewDesc("kubebridge_build_info", "The build.", []string{"version", "commit"}, nil)
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) { prometheus.DescribeByCollect(c, ch) }
@@ -66,6 +71,16 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(inFlight), d.Name)
 		ch <- prometheus.MustNewConstMetric(descDepth, prometheus.GaugeValue, float64(s.Pending), d.Name)
 		ch <- prometheus.MustNewConstMetric(descCapacity, prometheus.GaugeValue, float64(s.Capacity), d.Name)
+		ch <- prometheus.MustNewConstMetric(descParked, prometheus.GaugeValue, float64(s.Parked), d.Name)
+		ch <- prometheus.MustNewConstMetric(descParkedAge, prometheus.GaugeValue, s.OldestParked.Seconds(), d.Name)
+		failing := 0.0
+		if s.Failing {
+			failing = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descFailing, prometheus.GaugeValue, failing, d.Name)
+		for reason, n := range s.DestinationErrors {
+			ch <- prometheus.MustNewConstMetric(descDestErrors, prometheus.CounterValue, float64(n), d.Name, reason)
+		}
 	}
 	rules, _ := b.snapshot()
 	for _, r := range rules {
