@@ -40,6 +40,17 @@ type hookReceiver struct {
 	addr string
 	srv  *http.Server
 	done chan struct{}
+	// refuse, when set, is the status for an event (200 takes it); a
+	// batch gets the most permanent of its events' statuses (a 4xx before
+	// a 5xx), as a receiver that validates the whole body would.
+	refuse func(e ce) int
+}
+
+// setRefuse sets (nil: clears) the receiver's refusals.
+func (h *hookReceiver) setRefuse(f func(e ce) int) {
+	h.mu.Lock()
+	h.refuse = f
+	h.mu.Unlock()
 }
 
 func (h *hookReceiver) up(t *testing.T) {
@@ -61,14 +72,24 @@ func (h *hookReceiver) up(t *testing.T) {
 		}
 		h.mu.Lock()
 		defer h.mu.Unlock()
+		var evs []ce
+		code := http.StatusOK
 		for _, raw := range batch {
 			var e ce
 			if json.Unmarshal(raw, &e) == nil {
 				e.raw = raw
-				h.evs = append(h.evs, e)
+				evs = append(evs, e)
+				if h.refuse != nil {
+					if c := h.refuse(e); c != http.StatusOK && (code == http.StatusOK || c < code) {
+						code = c
+					}
+				}
 			}
 		}
-		w.WriteHeader(http.StatusOK)
+		if code == http.StatusOK {
+			h.evs = append(h.evs, evs...)
+		}
+		w.WriteHeader(code)
 	})}
 	h.done = make(chan struct{})
 	go func() {

@@ -38,7 +38,11 @@ import (
 // move objects in and out of views, namespace label flips under a
 // namespaceSelector) is interleaved with faults (bridge SIGKILL and SIGTERM
 // restarts, webhook outages, hot reloads that change selectors, apiserver
-// restarts with changes made while it is down, NATS restarts). The bridge
+// restarts with changes made while it is down, NATS restarts, a webhook
+// that refuses some objects for a while — retryably (500) or permanently
+// (422), so that no refusal may be recorded as a delivery — and churn
+// (objects created and deleted) while the webhook is down, under rules that
+// send only deletions too). The bridge
 // runs as a subprocess with a file checkpoint and three sinks: a file, a
 // JetStream stream and a webhook. After quiescence a checker compares what
 // each sink received with the apiserver's truth:
@@ -62,7 +66,7 @@ import (
 //	KUBEBRIDGE_MODEL_SEED    first seed (default: time-based); each run logs its seed
 //	KUBEBRIDGE_MODEL_OPS     operations per run (default 60)
 //	KUBEBRIDGE_MODEL_RUNS    runs, with seeds SEED, SEED+1, ... (default 1)
-//	KUBEBRIDGE_MODEL_FAULTS  comma list of kill,term,hook,reload,apiserver,nats; "none"; default all
+//	KUBEBRIDGE_MODEL_FAULTS  comma list of kill,term,hook,reload,apiserver,nats,refuse,churn; "none"; default all
 //	KUBEBRIDGE_MODEL_RULES   comma list of rule names to configure (default all: a-all,a-del,b-all,b-upd,c-all,c-del)
 //	KUBEBRIDGE_MODEL_KEEP    a directory: on failure, the bridge log and what each sink received are copied there
 //
@@ -115,7 +119,7 @@ func modelEnvInt(name string, def int) int {
 }
 
 var (
-	modelFaultKinds = []string{"kill", "term", "hook", "reload", "apiserver", "nats"}
+	modelFaultKinds = []string{"kill", "term", "hook", "reload", "apiserver", "nats", "refuse", "churn"}
 	modelNamespaces = []string{"mdl-a", "mdl-b", "mdl-c", "mdl-d"}
 	modelNames      = []string{"o0", "o1", "o2", "o3", "o4", "o5"}
 	modelSinks      = []string{"file", "bus", "hook"}
@@ -217,6 +221,7 @@ type modelRun struct {
 	bridge                                    *modelBridge
 	variant                                   int
 	hookUpAt                                  time.Time // zero while the webhook is up
+	refuseUntil                               time.Time // zero while the webhook refuses nothing
 
 	start time.Time
 	opLog []string
@@ -308,6 +313,7 @@ func (m *modelRun) run() {
 	}
 	for i, kind := range schedule {
 		m.maybeHookUp(false)
+		m.maybeAccept(false)
 		m.checkBridgeAlive()
 		m.do(kind, i)
 		if d := m.rng.IntN(10); d < 6 {
@@ -315,6 +321,7 @@ func (m *modelRun) run() {
 		}
 	}
 	m.maybeHookUp(true)
+	m.maybeAccept(true)
 	m.checkBridgeAlive()
 	m.logOp("schedule done; waiting for quiescence")
 	m.verify()
@@ -328,7 +335,7 @@ func (m *modelRun) schedule() []string {
 		weight int
 	}
 	weights := []w{{"create", 22}, {"update", 20}, {"delete", 9}, {"recreate", 8}, {"relabel", 14}, {"nsflip", 7},
-		{"kill", 4}, {"term", 2}, {"hook", 3}, {"reload", 4}, {"apiserver", 2}, {"nats", 2}}
+		{"kill", 4}, {"term", 2}, {"hook", 3}, {"reload", 4}, {"apiserver", 2}, {"nats", 2}, {"refuse", 3}, {"churn", 2}}
 	total := 0
 	for _, x := range weights {
 		if m.isFault(x.kind) && !m.faults[x.kind] {
@@ -407,7 +414,59 @@ func (m *modelRun) do(kind string, i int) {
 	case "nats":
 		m.nats.Restart(m.t)
 		m.logOp("NATS restarted")
+	case "refuse":
+		if !m.refuseUntil.IsZero() {
+			m.opUpdate(m.cs, i)
+			return
+		}
+		// Some objects' events are refused for a while: by name, so that
+		// every incarnation of them is. The others must flow meanwhile.
+		retryable, permanent := modelNames[m.rng.IntN(len(modelNames))], modelNames[m.rng.IntN(len(modelNames))]
+		d := time.Duration(1500+m.rng.IntN(2500)) * time.Millisecond
+		m.hook.setRefuse(func(e ce) int {
+			switch name := e.Subject[strings.LastIndex(e.Subject, "/")+1:]; name {
+			case permanent:
+				return http.StatusUnprocessableEntity
+			case retryable:
+				return http.StatusInternalServerError
+			}
+			return http.StatusOK
+		})
+		m.refuseUntil = time.Now().Add(d)
+		m.logOp("webhook refuses %s (422) and %s (500) for %s", permanent, retryable, d)
+	case "churn":
+		// Objects created and deleted while the webhook is down: every rule,
+		// the deletions-only ones included, must end right when it is back.
+		if m.hookUpAt.IsZero() {
+			m.hook.down()
+			m.hookUpAt = time.Now().Add(time.Second)
+		}
+		n := 5 + m.rng.IntN(10)
+		m.logOp("churn: %d objects created and deleted while the webhook is down", n)
+		for range n {
+			ns := modelNamespaces[m.rng.IntN(len(modelNamespaces))]
+			name := modelNames[m.rng.IntN(len(modelNames))]
+			if slices.Contains(m.live[ns], name) {
+				continue
+			}
+			m.create(m.cs, ns, name, "churn")
+			err := m.cs.CoreV1().ConfigMaps(ns).Delete(context.Background(), name, metav1.DeleteOptions{})
+			m.logOp("delete %s/%s (churn): %v", ns, name, err)
+			if err == nil {
+				m.forget(ns, name)
+			}
+		}
 	}
+}
+
+// maybeAccept ends the webhook's refusals when their time is over (or now).
+func (m *modelRun) maybeAccept(now bool) {
+	if m.refuseUntil.IsZero() || (!now && time.Now().Before(m.refuseUntil)) {
+		return
+	}
+	m.hook.setRefuse(nil)
+	m.refuseUntil = time.Time{}
+	m.logOp("webhook takes every object again")
 }
 
 // randomChange is one object or namespace change (while something is down).
