@@ -421,7 +421,19 @@ func (m *modelRun) do(kind string, i int) {
 		}
 		// Some objects' events are refused for a while: by name, so that
 		// every incarnation of them is. The others must flow meanwhile.
-		retryable, permanent := modelNames[m.rng.IntN(len(modelNames))], modelNames[m.rng.IntN(len(modelNames))]
+		retryable := modelNames[m.rng.IntN(len(modelNames))]
+		// The permanent refusal hits an object every config variant's
+		// family c holds (mdl-a, mdl-c): its deletion below must reach the
+		// webhook's consumer once the refusal ends.
+		ns := []string{"mdl-a", "mdl-c"}[m.rng.IntN(2)]
+		if len(m.live[ns]) == 0 {
+			m.create(m.cs, ns, modelNames[m.rng.IntN(len(modelNames))], "create (to refuse)")
+			time.Sleep(300 * time.Millisecond)
+		}
+		permanent := modelNames[0]
+		if live := m.live[ns]; len(live) > 0 {
+			permanent = live[m.rng.IntN(len(live))]
+		}
 		d := time.Duration(1500+m.rng.IntN(2500)) * time.Millisecond
 		m.hook.setRefuse(func(e ce) int {
 			switch name := e.Subject[strings.LastIndex(e.Subject, "/")+1:]; name {
@@ -434,6 +446,21 @@ func (m *modelRun) do(kind string, i int) {
 		})
 		m.refuseUntil = time.Now().Add(d)
 		m.logOp("webhook refuses %s (422) and %s (500) for %s", permanent, retryable, d)
+		// A deletion refused is the loss that never heals (no later event
+		// of that uid), an update refused the one that heals only by luck:
+		// make both happen inside the window.
+		for _, n := range modelNamespaces {
+			if slices.Contains(m.live[n], retryable) && retryable != permanent {
+				m.patch(m.cs, n, retryable, "update (refused 500)", fmt.Sprintf(`{"data":{"v":"%d"}}`, i))
+			}
+		}
+		if slices.Contains(m.live[ns], permanent) {
+			err := m.cs.CoreV1().ConfigMaps(ns).Delete(context.Background(), permanent, metav1.DeleteOptions{})
+			m.logOp("delete %s/%s (refused 422): %v", ns, permanent, err)
+			if err == nil {
+				m.forget(ns, permanent)
+			}
+		}
 	case "churn":
 		// Objects created and deleted while the webhook is down: every rule,
 		// the deletions-only ones included, must end right when it is back.
