@@ -730,7 +730,7 @@ func (d *Delivery) settle(ctx context.Context, b *batch, events []*event.Event, 
 		if fail == nil {
 			fail = cause
 		}
-		d.gate.fail(now, fail, throttleDelay(fail), d.retry, d.logger)
+		d.gate.fail(now, fail, destErr != nil || pushErr != nil, throttleDelay(fail), d.retry, d.logger)
 	}
 	if destErr != nil {
 		reason, _ := DestinationReason(destErr)

@@ -227,18 +227,30 @@ func (g *gate) ok(now time.Time, logger *slog.Logger) {
 	defer g.mu.Unlock()
 	if g.failing {
 		g.failing = false
+		if g.wait == 0 {
+			return // one object's failure, not the destination's
+		}
 		logger.Info("the destination takes events again", "failingFor", now.Sub(g.since).Round(time.Millisecond))
 	}
 }
 
-// fail records that the destination failed as a whole: the next probe is
-// due after a backoff (at least delay, a Retry-After), doubled per failed
-// probe.
-func (g *gate) fail(now time.Time, err error, delay time.Duration, r config.Retry, logger *slog.Logger) {
+// fail records that the destination failed as a whole, or may have (wide
+// false: one object's first attempt failed without saying why): the next
+// probe is due after a backoff (at least delay, a Retry-After), doubled per
+// failed probe; after an ambiguous first failure it is due at once (one
+// other object tells whether the destination works).
+func (g *gate) fail(now time.Time, err error, wide bool, delay time.Duration, r config.Retry, logger *slog.Logger) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if !g.failing {
-		g.failing, g.since, g.wait = true, now, r.InitialInterval.D()
+	if !g.failing && !wide {
+		g.failing, g.since, g.wait, g.probeAt = true, now, 0, now
+		return
+	}
+	if !g.failing || g.wait == 0 { // announced once, when it is more than one object's failure
+		if !g.failing {
+			g.since = now
+		}
+		g.wait = r.InitialInterval.D()
 		attrs := []any{"error", err, "retryIn", g.wait}
 		if reason, ok := DestinationReason(err); ok {
 			attrs = append(attrs, "reason", reason)
@@ -249,6 +261,7 @@ func (g *gate) fail(now time.Time, err error, delay time.Duration, r config.Retr
 	} else {
 		g.wait = min(2*g.wait, max(r.MaxInterval.D(), r.InitialInterval.D()))
 	}
+	g.failing = true
 	g.wait = max(g.wait, time.Millisecond)
 	g.probeAt = now.Add(jitter(g.wait))
 	if d := min(delay, max(r.MaxInterval.D(), g.wait)); now.Add(d).After(g.probeAt) {

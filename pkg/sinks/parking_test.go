@@ -271,3 +271,64 @@ func TestDeadLetterThatRefusesGetsTheEnvelope(t *testing.T) {
 		t.Errorf("stats %+v", st)
 	}
 }
+
+// BenchmarkOthersWhileOneIsParked is the delivery rate of other objects
+// through a real webhook (httptest, one event per request, default
+// adaptive concurrency) with one object the receiver refuses with 500
+// throughout ("one-parked"), against the same run with none ("none"):
+// the goal is a ratio of at least 0.95 (docs/benchmarks.md).
+func BenchmarkOthersWhileOneIsParked(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		bad  bool
+	}{{"none", false}, {"one-parked", true}} {
+		b.Run(c.name, func(b *testing.B) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+				_, _ = io.Copy(io.Discard, req.Body)
+				if req.Header.Get("ce-subject") == "ns/bad" {
+					w.WriteHeader(http.StatusInternalServerError)
+					return
+				}
+				w.WriteHeader(http.StatusOK)
+			}))
+			defer srv.Close()
+			sink, err := webhook.New(&webhook.Config{URL: srv.URL, Mode: "binary", Timeout: config.Duration(5 * time.Second)}, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			cfg := config.Sink{Name: "hook"}
+			cfg.SetDefaults()
+			cfg.Queue.Capacity = b.N + 1
+			d := sinks.NewDelivery(cfg, sink, nil, slog.New(slog.DiscardHandler))
+			var delivered sync.WaitGroup
+			delivered.Add(b.N)
+			d.OnAck = func(evs []*event.Event) {
+				for _, e := range evs {
+					if e.Name != "bad" {
+						delivered.Done()
+					}
+				}
+			}
+			events := make([]*event.Event, 500)
+			for i := range events {
+				events[i] = cm(fmt.Sprint("o-", i), 100)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { defer close(done); d.Run(ctx) }()
+			if c.bad {
+				d.Offer(cm("bad", 100))
+			}
+			b.ResetTimer()
+			start := time.Now()
+			for i := range b.N {
+				d.Offer(events[i%len(events)])
+			}
+			delivered.Wait()
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "events/s")
+			b.StopTimer()
+			cancel()
+			<-done
+		})
+	}
+}
