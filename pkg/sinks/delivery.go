@@ -381,7 +381,6 @@ func (d *Delivery) next(ctx context.Context, buf *[]queue.Item[*event.Event]) (*
 			}
 			continue
 		}
-		d.parking.rearm() // a kick the gate consumed must not leave a due retry waiting
 		// Probing with a new object: one event, so that a destination
 		// failing without saying so (500s to everything) costs one
 		// object parked per probe, not a batch.

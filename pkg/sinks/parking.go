@@ -12,6 +12,9 @@ import (
 
 // parking holds the batches that failed until their retry is due. They
 // hold no concurrency slot meanwhile; their objects stay held in the queue.
+// Its timer kicks the dispatcher when the earliest is due; every kick only
+// makes the dispatcher look again (due, then the queue), so a kick taken by
+// another wait loses nothing.
 type parking struct {
 	mu      sync.Mutex
 	h       parkHeap
@@ -116,14 +119,6 @@ func (p *parking) stats(now time.Time) (objects int, oldest time.Duration) {
 		oldest = max(oldest, now.Sub(x.b.parkedAt))
 	}
 	return p.objects, oldest
-}
-
-// rearm sets the timer to the earliest retry again.
-func (p *parking) rearm() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.armed = time.Time{}
-	p.arm()
 }
 
 // arm sets the timer to the earliest retry; mu is held.
