@@ -40,7 +40,8 @@ import (
 // checkpoint does), and get every deletion made during a handover.
 func TestReplacementOnTheSameVolumeDuringChurn(t *testing.T) {
 	cp := testenv.SharedControlPlane(t)
-	namespaces := []string{"replace-a", "replace-b"}
+	run := rand.IntN(1 << 20) // namespaces of their own under -count
+	namespaces := []string{fmt.Sprintf("replace-a-%d", run), fmt.Sprintf("replace-b-%d", run)}
 	for _, ns := range namespaces {
 		testenv.EnsureNamespace(t, cp, ns)
 	}
@@ -122,7 +123,7 @@ func TestReplacementOnTheSameVolumeDuringChurn(t *testing.T) {
 // also shows that the checker above notices both.
 func TestReplacementOnAnEmptyDirResendsAndLosesDeletions(t *testing.T) {
 	cp := testenv.SharedControlPlane(t)
-	namespaces := []string{"replace-empty"}
+	namespaces := []string{fmt.Sprintf("replace-empty-%d", rand.IntN(1<<20))}
 	testenv.EnsureNamespace(t, cp, namespaces[0])
 	recv := newGenReceiver(t)
 	dir := t.TempDir()
