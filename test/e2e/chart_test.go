@@ -444,7 +444,8 @@ func TestChartDefaultValuesRender(t *testing.T) {
 // on an emptyDir (which rolled) to the defaults is accepted (the rolling
 // parameters are dropped, with server-side and client-side apply), and back. The natsKV
 // checkpoint installs without a claim; persistence.enabled=false installs an
-// emptyDir with its sizeLimit, and the install notes warn.
+// emptyDir with its sizeLimit, and the install notes warn. Every variant
+// passes kubectl apply --dry-run=server --validate=strict.
 func TestChartDefaultInstallKeepsItsCheckpoint(t *testing.T) {
 	cp := testenv.SharedControlPlane(t)
 	kc, err := cp.Kubeconfig(t.TempDir())
@@ -557,6 +558,30 @@ func TestChartDefaultInstallKeepsItsCheckpoint(t *testing.T) {
 	if args := dep.Spec.Template.Spec.Containers[0].Args; !slices.Contains(args, "--credential-dirs=/etc/kubebridge/nats") {
 		t.Errorf("args %v lack --credential-dirs=/etc/kubebridge/nats", args)
 	}
+	// Every variant's objects pass the apiserver's strict validation
+	// (unknown or misspelt fields refused), as kubectl would apply them.
+	for name, values := range map[string]string{
+		"defaults":       "",
+		"emptyDir":       "persistence: {enabled: false}\n",
+		"natsKV":         chartNATSConfig + "  checkpoint: {natsKV: {sink: bus}}\nsecretMounts: [{secretName: nats-creds, mountPath: /etc/kubebridge/nats}]\ncredentialDirs: [/etc/tls]\n",
+		"ReadWriteMany":  "replicas: 2\npersistence: {accessMode: ReadWriteMany}\n",
+		"network policy": "networkPolicy:\n  metricsFrom: [{namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: monitoring}}}]\n  egress: [{ports: [{protocol: UDP, port: 53}]}]\n",
+	} {
+		args := []string{"template", "kbdry", chartDir, "--namespace", ns}
+		if values != "" {
+			args = append(args, "-f", chartValues(t, values))
+		}
+		manifests, err := helm(t, args...)
+		if err != nil {
+			t.Fatalf("%s: helm template: %v\n%s", name, err, manifests)
+		}
+		apply := exec.Command(testenv.Tool(t, "kubectl"), "apply", "--dry-run=server", "--validate=strict", "--kubeconfig", kc, "-f", "-")
+		apply.Stdin = strings.NewReader(manifests)
+		if out, err := apply.CombinedOutput(); err != nil {
+			t.Errorf("%s: kubectl apply --dry-run=server --validate=strict: %v\n%s", name, err, out)
+		}
+	}
+
 	for _, r := range []string{"kbkeep", "kbcsa", "kbkv"} {
 		if out, err := helm(t, "uninstall", r, "--namespace", ns, "--kubeconfig", kc); err != nil {
 			t.Errorf("helm uninstall %s: %v\n%s", r, err, out)
