@@ -30,7 +30,8 @@ import (
 // The pod replacement the chart's default install makes (a helm upgrade, a
 // config change, a node drain) is, for the bridge, strategy Recreate on a
 // ReadWriteOnce claim: the old process gets SIGTERM and exits, then a new
-// one starts, in a new working directory, on the same data directory. Here
+// one starts, in a new working directory, on the same data directory, and
+// takes the Lease (leader election with one replica, as the chart runs it). Here
 // the bridge is replaced that way 5 times (once with SIGKILL, as an OOM
 // kill or a node lost before the grace period ends) while ConfigMaps are
 // created, updated and deleted, and objects the consumer holds are deleted
@@ -60,7 +61,8 @@ func TestReplacementOnTheSameVolumeDuringChurn(t *testing.T) {
 	cs := cp.Clientset(t)
 	ctx := context.Background()
 
-	bridge := runBridge(t, cp, cfgPath, "", logPath)
+	lease := namespaces[0]
+	bridge := startPod(t, cp, cfgPath, logPath, lease)
 	defer func() { stopBridgeProc(t, bridge, logPath) }()
 	const replacements = 5
 	const killAt = 3                // this one is a SIGKILL
@@ -94,7 +96,7 @@ func TestReplacementOnTheSameVolumeDuringChurn(t *testing.T) {
 		}
 		time.Sleep(300 * time.Millisecond) // changes keep coming while it is down
 		recv.next(killed)
-		bridge = runBridge(t, cp, cfgPath, "", logPath)
+		bridge = startPod(t, cp, cfgPath, logPath, lease)
 	}
 	time.Sleep(time.Second)
 	close(stop)
@@ -139,7 +141,7 @@ func TestReplacementOnAnEmptyDirResendsAndLosesDeletions(t *testing.T) {
 		must(t, err)
 	}
 	writeCfg()
-	bridge := runBridge(t, cp, cfgPath, "", logPath)
+	bridge := startPod(t, cp, cfgPath, logPath, namespaces[0])
 	waitFor(t, "the 5 objects delivered", func() bool { return len(recv.mirror(t)) == 5 })
 	stopBridgeProc(t, bridge, logPath)
 	handover := map[string]string{}
@@ -152,7 +154,7 @@ func TestReplacementOnAnEmptyDirResendsAndLosesDeletions(t *testing.T) {
 	}
 	recv.next(time.Time{})
 	writeCfg()
-	bridge = runBridge(t, cp, cfgPath, "", logPath)
+	bridge = startPod(t, cp, cfgPath, logPath, namespaces[0])
 	defer stopBridgeProc(t, bridge, logPath)
 	waitFor(t, "the 3 remaining objects sent again", func() bool {
 		n := 0
@@ -167,6 +169,41 @@ func TestReplacementOnAnEmptyDirResendsAndLosesDeletions(t *testing.T) {
 	if len(rep.reAddedNewID) != 3 || len(rep.handoverMissing) != 2 || len(rep.extra) != 2 {
 		t.Errorf("on an empty checkpoint: %d re-sent under new ids (want 3), %d handover deletions missing (want 2), the consumer holds %d deleted objects (want 2)\n%s",
 			len(rep.reAddedNewID), len(rep.handoverMissing), len(rep.extra), rep)
+	}
+}
+
+// startPod starts the bridge as the chart's default install runs it: with
+// leader election (one replica, the Lease lease) and without hot reload,
+// in a new working directory (a new pod). It returns once the bridge leads
+// and has reconciled with its checkpoint. (Shorter lease durations than
+// the defaults only shorten the wait after a SIGKILL.)
+func startPod(t *testing.T, cp *testenv.ControlPlane, cfgPath, logPath, lease string) *exec.Cmd {
+	t.Helper()
+	kc, err := cp.Kubeconfig(filepath.Dir(cfgPath))
+	must(t, err)
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	must(t, err)
+	defer logFile.Close()
+	const marker = "\n===== pod "
+	fmt.Fprintf(logFile, "%s%s\n", marker, time.Now().Format(time.RFC3339Nano))
+	cmd := exec.Command(bridgeBin, "run", "--config", cfgPath, "--kubeconfig", kc, "--log-format", "text", "--admin-addr", "127.0.0.1:0",
+		"--reload=false", "--leader-elect", "--leader-elect-namespace", "default", "--leader-elect-name", lease,
+		"--leader-elect-lease-duration", "4s", "--leader-elect-renew-deadline", "3s", "--leader-elect-retry-period", "500ms")
+	cmd.Dir = t.TempDir()
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	must(t, cmd.Start())
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		data := mustRead(t, logPath)
+		last := data[strings.LastIndex(data, marker):]
+		if strings.Contains(last, `msg="bridge started" `) { // (not "bridge started; campaigning")
+			return cmd
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			t.Fatalf("bridge not leading after 60s:\n%s", last)
+		}
 	}
 }
 
