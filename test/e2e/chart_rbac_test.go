@@ -451,8 +451,10 @@ func TestChartRBACExampleSecretsNeedTheOptIn(t *testing.T) {
 
 // The container is locked down at its own level (whatever the pod's
 // securityContext says), with a writable /tmp beside the read-only root;
-// allowSecretData adds --allow-secret-data; the NetworkPolicy is off by
-// default and, on, admits only metricsFrom to the admin port.
+// allowSecretData adds --allow-secret-data; the NetworkPolicy is on by
+// default: ingress only to the admin port (from anywhere, so that
+// Prometheus and probes reach it; from metricsFrom when set), egress open (the
+// apiserver, DNS and sinks stay reachable) unless egress lists rules.
 func TestChartSecurityContextAndNetworkPolicy(t *testing.T) {
 	out, err := helm(t, "template", "kb", chartDir, "--namespace", "kb-system", "--set", "podSecurityContext=null")
 	if err != nil {
@@ -473,15 +475,23 @@ func TestChartSecurityContextAndNetworkPolicy(t *testing.T) {
 			t.Errorf("container securityContext.%s = %s, want %s", key, got, want)
 		}
 	}
-	if !strings.Contains(fmt.Sprint(ctr["volumeMounts"]), "mountPath:/tmp") || !strings.Contains(fmt.Sprint(pod["volumes"]), "emptyDir:map[] name:tmp") {
+	if !strings.Contains(fmt.Sprint(ctr["volumeMounts"]), "mountPath:/tmp") || !strings.Contains(fmt.Sprint(pod["volumes"]), "emptyDir:map[sizeLimit:256Mi] name:tmp") {
 		t.Errorf("no emptyDir at /tmp: mounts %v, volumes %v", ctr["volumeMounts"], pod["volumes"])
 	}
 	args := fmt.Sprint(ctr["args"])
 	if strings.Contains(args, "--allow-secret-data") {
 		t.Errorf("--allow-secret-data by default: %s", args)
 	}
-	if renderedDoc(t, out, "NetworkPolicy") != nil {
-		t.Errorf("a NetworkPolicy rendered by default")
+	np := renderedDoc(t, out, "NetworkPolicy")
+	if np == nil {
+		t.Fatalf("no NetworkPolicy rendered by default:\n%s", out)
+	}
+	spec := np["spec"].(map[string]any)
+	if got := fmt.Sprint(spec["policyTypes"], spec["ingress"], spec["egress"]); got != "[Ingress] [map[ports:[map[port:8080 protocol:TCP]]]] <nil>" {
+		t.Errorf("default NetworkPolicy spec: %s; want ingress to the admin port from anywhere, egress not restricted", got)
+	}
+	if out, err := helm(t, "template", "kb", chartDir, "--namespace", "kb-system", "--set", "networkPolicy.enabled=false"); err != nil || renderedDoc(t, out, "NetworkPolicy") != nil {
+		t.Errorf("networkPolicy.enabled=false: err %v, a NetworkPolicy rendered: %v", err, renderedDoc(t, out, "NetworkPolicy") != nil)
 	}
 
 	out, err = helm(t, "template", "kb", chartDir, "--namespace", "kb-system", "--set", "allowSecretData=true")
@@ -494,18 +504,17 @@ func TestChartSecurityContextAndNetworkPolicy(t *testing.T) {
 
 	out, err = helm(t, "template", "kb", chartDir, "--namespace", "kb-system", "-f", chartValues(t, `
 networkPolicy:
-  enabled: true
   metricsFrom:
     - namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: monitoring}}
 `))
 	if err != nil {
 		t.Fatalf("helm template: %v\n%s", err, out)
 	}
-	np := renderedDoc(t, out, "NetworkPolicy")
+	np = renderedDoc(t, out, "NetworkPolicy")
 	if np == nil {
 		t.Fatalf("no NetworkPolicy rendered:\n%s", out)
 	}
-	spec := np["spec"].(map[string]any)
+	spec = np["spec"].(map[string]any)
 	if got := fmt.Sprint(spec["policyTypes"], spec["ingress"], spec["egress"]); got !=
 		"[Ingress] [map[from:[map[namespaceSelector:map[matchLabels:map[kubernetes.io/metadata.name:monitoring]]]] ports:[map[port:8080 protocol:TCP]]]] <nil>" {
 		t.Errorf("NetworkPolicy spec: %s", got)
@@ -514,13 +523,13 @@ networkPolicy:
 		t.Errorf("NetworkPolicy podSelector: %s", got)
 	}
 	// Egress rules, when given, restrict egress.
-	out, err = helm(t, "template", "kb", chartDir, "--namespace", "kb-system", "--set", "networkPolicy.enabled=true",
+	out, err = helm(t, "template", "kb", chartDir, "--namespace", "kb-system",
 		"--set", "networkPolicy.egress[0].to[0].ipBlock.cidr=10.0.0.0/8")
 	if err != nil {
 		t.Fatalf("helm template: %v\n%s", err, out)
 	}
 	spec = renderedDoc(t, out, "NetworkPolicy")["spec"].(map[string]any)
-	if got := fmt.Sprint(spec["policyTypes"], spec["ingress"], spec["egress"]); got != "[Ingress Egress] <nil> [map[to:[map[ipBlock:map[cidr:10.0.0.0/8]]]]]" {
+	if got := fmt.Sprint(spec["policyTypes"], spec["ingress"], spec["egress"]); got != "[Ingress Egress] [map[ports:[map[port:8080 protocol:TCP]]]] [map[to:[map[ipBlock:map[cidr:10.0.0.0/8]]]]]" {
 		t.Errorf("NetworkPolicy spec with egress: %s", got)
 	}
 	// The schema knows the peers' shape.

@@ -233,13 +233,13 @@ func TestChartLeaderElectionRefusesAPerPodCheckpoint(t *testing.T) {
 		name, values string
 		want         []string
 	}{
-		{"file on an emptyDir", "replicas: 2\n" + chartNATSConfig,
-			[]string{"leaderElection.enabled=true with replicas=2 needs a checkpoint every replica reads: with the file checkpoint on an emptyDir, a new leader starts from an empty checkpoint and never delivers the objects deleted during the handover as deleted.", advice}},
+		{"file on the default ReadWriteOnce PVC", "replicas: 2\n" + chartNATSConfig,
+			[]string{"leaderElection.enabled=true with replicas=2 needs a checkpoint every replica reads: with the file checkpoint on a ReadWriteOnce PVC, a new leader starts from an empty checkpoint and never delivers the objects deleted during the handover as deleted.", advice}},
 		{"file written out with three replicas", "replicas: 3\n" + chartNATSConfig + "  checkpoint: {file: /var/lib/kubebridge/state.db}\n",
-			[]string{"leaderElection.enabled=true with replicas=3 needs a checkpoint every replica reads: with the file checkpoint on an emptyDir", advice}},
-		{"file on a ReadWriteOnce PVC", "replicas: 2\npersistence: {enabled: true}\n" + chartNATSConfig,
-			[]string{"with the file checkpoint on a ReadWriteOnce PVC, a new leader", advice}},
-		{"ReadWriteMany without persistence", "replicas: 2\npersistence: {accessMode: ReadWriteMany}\n" + chartNATSConfig,
+			[]string{"leaderElection.enabled=true with replicas=3 needs a checkpoint every replica reads: with the file checkpoint on a ReadWriteOnce PVC", advice}},
+		{"file on an emptyDir", "replicas: 2\npersistence: {enabled: false}\n" + chartNATSConfig,
+			[]string{"with the file checkpoint on an emptyDir, a new leader", advice}},
+		{"ReadWriteMany without persistence", "replicas: 2\npersistence: {enabled: false, accessMode: ReadWriteMany}\n" + chartNATSConfig,
 			[]string{"with the file checkpoint on an emptyDir", advice}},
 		{"natsKV on an embedded nats-server", "replicas: 2\n" + strings.Replace(chartNATSConfig, `{url: "nats://nats.nats.svc:4222", jetstream: true}`, "{embedded: true, jetstream: true}", 1) +
 			"  checkpoint: {natsKV: {sink: bus}}\n",
@@ -263,22 +263,56 @@ func TestChartLeaderElectionRefusesAPerPodCheckpoint(t *testing.T) {
 	}
 }
 
+// storage says how a rendered Deployment keeps its data directory: its
+// update strategy, and the data volume as "pvc:<claim>" or
+// "emptyDir:<sizeLimit>".
+func storage(t *testing.T, dep map[string]any) (strategy, data string) {
+	t.Helper()
+	spec := dep["spec"].(map[string]any)
+	st, _ := spec["strategy"].(map[string]any)
+	strategy = fmt.Sprint(st["type"])
+	for _, v := range spec["template"].(map[string]any)["spec"].(map[string]any)["volumes"].([]any) {
+		v := v.(map[string]any)
+		if v["name"] != "data" {
+			continue
+		}
+		if pvc, ok := v["persistentVolumeClaim"].(map[string]any); ok {
+			return strategy, fmt.Sprint("pvc:", pvc["claimName"])
+		}
+		if ed, ok := v["emptyDir"].(map[string]any); ok {
+			return strategy, fmt.Sprint("emptyDir:", ed["sizeLimit"])
+		}
+		t.Fatalf("data volume of an unexpected kind: %v", v)
+	}
+	t.Fatalf("no data volume in %v", spec)
+	return "", ""
+}
+
 // A shared checkpoint lets several replicas render: natsKV on a NATS server
 // every replica reaches, or the file on a ReadWriteMany PVC. Without several
-// replicas (or without leader election) the file checkpoint renders as before.
+// replicas (or without leader election) the file checkpoint renders on a
+// PVC, which one pod at a time mounts (strategy Recreate), or on an emptyDir
+// when asked. The natsKV checkpoint (on a NATS server outside the pod) needs
+// no claim; that of an embedded nats-server lives in the data directory.
 func TestChartLeaderElectionWithASharedCheckpointRenders(t *testing.T) {
+	embedded := strings.Replace(chartNATSConfig, `{url: "nats://nats.nats.svc:4222", jetstream: true}`, "{embedded: true, jetstream: true}", 1)
 	cases := []struct {
 		name, values string
 		replicas     float64
 		leaderElect  bool
 		accessMode   string // of the PVC; "" = no PVC
+		strategy     string
+		data         string
 	}{
-		{"natsKV", "replicas: 2\n" + chartNATSConfig + "  checkpoint: {natsKV: {sink: bus, bucket: kubebridge}}\n", 2, true, ""},
-		{"natsKV with persistence", "replicas: 3\npersistence: {enabled: true}\n" + chartNATSConfig + "  checkpoint: {natsKV: {sink: bus}}\n", 3, true, "ReadWriteOnce"},
-		{"file on a ReadWriteMany PVC", "replicas: 2\npersistence: {enabled: true, accessMode: ReadWriteMany}\n" + chartNATSConfig, 2, true, "ReadWriteMany"},
-		{"one replica with the file on an emptyDir", "replicas: 1\n" + chartNATSConfig, 1, true, ""},
-		{"one replica with the file on a ReadWriteOnce PVC", "persistence: {enabled: true}\n" + chartNATSConfig, 1, true, "ReadWriteOnce"},
-		{"leader election off", "leaderElection: {enabled: false}\n" + chartNATSConfig, 1, false, ""},
+		{"natsKV", "replicas: 2\n" + chartNATSConfig + "  checkpoint: {natsKV: {sink: bus, bucket: kubebridge}}\n", 2, true, "", "RollingUpdate", "emptyDir:1Gi"},
+		{"natsKV with persistence", "replicas: 3\npersistence: {enabled: true}\n" + chartNATSConfig + "  checkpoint: {natsKV: {sink: bus}}\n", 3, true, "", "RollingUpdate", "emptyDir:1Gi"},
+		{"natsKV on an embedded nats-server", embedded + "  checkpoint: {natsKV: {sink: bus}}\n", 1, true, "ReadWriteOnce", "Recreate", "pvc:kb-data"},
+		{"file on a ReadWriteMany PVC", "replicas: 2\npersistence: {accessMode: ReadWriteMany}\n" + chartNATSConfig, 2, true, "ReadWriteMany", "RollingUpdate", "pvc:kb-data"},
+		{"one replica with the file on an emptyDir", "replicas: 1\npersistence: {enabled: false, emptyDirSizeLimit: 300Mi}\n" + chartNATSConfig, 1, true, "", "RollingUpdate", "emptyDir:300Mi"},
+		{"one replica with the file on a ReadWriteOnce PVC", "persistence: {enabled: true}\n" + chartNATSConfig, 1, true, "ReadWriteOnce", "Recreate", "pvc:kb-data"},
+		{"one replica with the file on a ReadWriteMany PVC", "persistence: {accessMode: ReadWriteMany}\n" + chartNATSConfig, 1, true, "ReadWriteMany", "RollingUpdate", "pvc:kb-data"},
+		{"leader election off", "leaderElection: {enabled: false}\n" + chartNATSConfig, 1, false, "ReadWriteOnce", "Recreate", "pvc:kb-data"},
+		{"leader election off on a ReadWriteMany PVC", "leaderElection: {enabled: false}\npersistence: {accessMode: ReadWriteMany}\n" + chartNATSConfig, 1, false, "ReadWriteMany", "Recreate", "pvc:kb-data"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -299,6 +333,9 @@ func TestChartLeaderElectionWithASharedCheckpointRenders(t *testing.T) {
 			if got := strings.Contains(out, "- --leader-elect\n"); got != c.leaderElect {
 				t.Errorf("--leader-elect rendered = %v, want %v", got, c.leaderElect)
 			}
+			if strategy, data := storage(t, dep); strategy != c.strategy || data != c.data {
+				t.Errorf("strategy %s, data volume %s; want %s, %s", strategy, data, c.strategy, c.data)
+			}
 			pvc := renderedDoc(t, out, "PersistentVolumeClaim")
 			switch {
 			case c.accessMode == "" && pvc != nil:
@@ -318,11 +355,36 @@ func TestChartLeaderElectionWithASharedCheckpointRenders(t *testing.T) {
 	if err == nil || !strings.Contains(out, "accessMode") {
 		t.Errorf("persistence.accessMode=ReadWriteOncePod: err = %v, want a schema error naming it\n%s", err, out)
 	}
+	// A checkpoint file off the data volume would not survive the pod (or
+	// not be writable at all: the root filesystem is read-only).
+	out, err = helm(t, "template", "kb", chartDir, "--namespace", "kb-system", "--set", "config.checkpoint.file=/tmp/state.db")
+	if want := `config.checkpoint.file "/tmp/state.db" is not on the data volume: put it under /var/lib/kubebridge/`; err == nil || !strings.Contains(out, want) {
+		t.Errorf("checkpoint file in /tmp: err = %v, want %q\n%s", err, want, out)
+	}
+	if out, err := helm(t, "template", "kb", chartDir, "--namespace", "kb-system", "--set", "config.checkpoint.file=/var/lib/kubebridge/kb/state.db"); err != nil {
+		t.Errorf("checkpoint file on the data volume: %v\n%s", err, out)
+	}
 }
 
-// The default values render, safely: one replica with leader election and the
-// file checkpoint (on an emptyDir). The install notes warn that this gives no
-// failover; a shared checkpoint, or no leader election, silences the warning.
+// installNotes returns the NOTES part of helm's output.
+func installNotes(t *testing.T, out string) string {
+	t.Helper()
+	i := strings.Index(out, "NOTES:")
+	if i < 0 {
+		t.Fatalf("helm printed no NOTES:\n%s", out)
+	}
+	return out[i:]
+}
+
+const emptyDirWarning = `WARNING: persistence.enabled=false: the file checkpoint is on an emptyDir, which a pod
+does not hand to its replacement. Every restart on a new pod (helm upgrade, config change,
+node drain, eviction) starts from an empty checkpoint: it re-sends the whole view as added, under
+new ids, and the objects deleted while the pod was replaced are never delivered as deleted.`
+
+// The default values render, safely: one replica with leader election and
+// the file checkpoint on a ReadWriteOnce PVC, replaced with strategy
+// Recreate. The notes say there is no failover and warn only when the
+// checkpoint is on an emptyDir (persistence.enabled=false).
 func TestChartDefaultValuesRender(t *testing.T) {
 	out, err := helm(t, "template", "kb", chartDir, "--namespace", "kb-system")
 	if err != nil {
@@ -335,8 +397,11 @@ func TestChartDefaultValuesRender(t *testing.T) {
 	if got := fmt.Sprint(dep["spec"].(map[string]any)["replicas"]); got != "1" {
 		t.Errorf("default replicas = %s, want 1", got)
 	}
-	if renderedDoc(t, out, "PersistentVolumeClaim") != nil {
-		t.Errorf("a PVC rendered by default")
+	if strategy, data := storage(t, dep); strategy != "Recreate" || data != "pvc:kb-data" {
+		t.Errorf("default strategy %s, data volume %s; want Recreate on the PVC kb-data", strategy, data)
+	}
+	if pvc := renderedDoc(t, out, "PersistentVolumeClaim"); pvc == nil || fmt.Sprint(pvc["spec"]) != "map[accessModes:[ReadWriteOnce] resources:map[requests:map[storage:1Gi]]]" {
+		t.Errorf("default PVC: %v", pvc)
 	}
 	if _, _, err := config.Parse("defaults", []byte(renderedConfig(t, out)), components.SinkRegistry()); err != nil {
 		t.Errorf("the default config is invalid: %v", err)
@@ -349,24 +414,234 @@ func TestChartDefaultValuesRender(t *testing.T) {
 		if err != nil {
 			t.Fatalf("helm %v: %v\n%s", args, err, out)
 		}
-		i := strings.Index(out, "NOTES:")
-		if i < 0 {
-			t.Fatalf("helm %v printed no NOTES:\n%s", args, out)
-		}
-		return out[i:]
+		return installNotes(t, out)
 	}
-	const warning = "WARNING: leader election with one replica and the file checkpoint gives no failover"
-	if got := notes(); !strings.Contains(got, warning) || !strings.Contains(got, "The checkpoint is on an emptyDir") {
-		t.Errorf("default install notes lack the warning:\n%s", got)
+	const noFailover = "NOTE: one replica: no failover."
+	if got := notes(); !strings.Contains(got, noFailover) || !strings.Contains(got, "the replacement resumes from the checkpoint on the PVC") || strings.Contains(got, "WARNING") {
+		t.Errorf("default install notes: want the no-failover note and no warning:\n%s", got)
 	}
-	if got := notes("--set", "persistence.enabled=true"); !strings.Contains(got, warning) || strings.Contains(got, "emptyDir") {
-		t.Errorf("notes with persistence: want the warning without the emptyDir part:\n%s", got)
+	if got := notes("--set", "persistence.enabled=false"); !strings.Contains(got, emptyDirWarning) || !strings.Contains(got, noFailover) {
+		t.Errorf("notes without persistence lack the emptyDir warning:\n%s", got)
 	}
-	if got := notes("-f", chartValues(t, chartNATSConfig+"  checkpoint: {natsKV: {sink: bus}}\n")); strings.Contains(got, "WARNING") {
+	if got := notes("--set", "persistence.enabled=false", "-f", chartValues(t, strings.Replace(chartNATSConfig, `{url: "nats://nats.nats.svc:4222", jetstream: true}`, "{embedded: true, jetstream: true}", 1)+"  checkpoint: {natsKV: {sink: bus}}\n")); !strings.Contains(got, "WARNING: persistence.enabled=false: the embedded nats-server's KV checkpoint is on an emptyDir") {
+		t.Errorf("notes for an embedded KV on an emptyDir lack the warning:\n%s", got)
+	}
+	if got := notes("-f", chartValues(t, chartNATSConfig+"  checkpoint: {natsKV: {sink: bus}}\n")); strings.Contains(got, "WARNING") || strings.Contains(got, noFailover) {
 		t.Errorf("notes with natsKV warn:\n%s", got)
 	}
-	if got := notes("--set", "leaderElection.enabled=false"); strings.Contains(got, "WARNING") {
+	if got := notes("--set", "persistence.enabled=false", "-f", chartValues(t, chartNATSConfig+"  checkpoint: {natsKV: {sink: bus}}\n")); strings.Contains(got, "WARNING") {
+		t.Errorf("notes with natsKV and no persistence warn:\n%s", got)
+	}
+	if got := notes("--set", "leaderElection.enabled=false"); strings.Contains(got, "WARNING") || strings.Contains(got, noFailover) {
 		t.Errorf("notes without leader election warn:\n%s", got)
+	}
+}
+
+// Installed into the real apiserver (which validates every object), the
+// default values keep the checkpoint across pod replacement: a PVC mounted
+// at the data directory, the Deployment replaced with strategy Recreate, a
+// NetworkPolicy, every emptyDir with a sizeLimit. An upgrade from a release
+// on an emptyDir (which rolled) to the defaults is accepted (the rolling
+// parameters are dropped, with server-side and client-side apply), and back. The natsKV
+// checkpoint installs without a claim; persistence.enabled=false installs an
+// emptyDir with its sizeLimit, and the install notes warn. Every variant
+// passes kubectl apply --dry-run=server --validate=strict.
+func TestChartDefaultInstallKeepsItsCheckpoint(t *testing.T) {
+	cp := testenv.SharedControlPlane(t)
+	kc, err := cp.Kubeconfig(t.TempDir())
+	must(t, err)
+	cs := cp.Clientset(t)
+	ctx := context.Background()
+	const ns = "kb-storage"
+	install := func(verb, release string, values ...string) string {
+		t.Helper()
+		args := []string{verb, release, chartDir, "--namespace", ns, "--create-namespace", "--kubeconfig", kc}
+		if verb == "upgrade" {
+			args = append(args, "--reset-values") // (without values, helm would keep the last ones)
+		}
+		for _, v := range values {
+			if strings.HasPrefix(v, "--") {
+				args = append(args, v)
+				continue
+			}
+			args = append(args, "-f", chartValues(t, v))
+		}
+		out, err := helm(t, args...)
+		if err != nil {
+			t.Fatalf("helm %s %s: %v\n%s", verb, release, err, out)
+		}
+		return out
+	}
+	deployed := func(release string) (strategy, data, tmp string, pvcs []string) {
+		t.Helper()
+		dep, err := cs.AppsV1().Deployments(ns).Get(ctx, release, metav1.GetOptions{})
+		must(t, err)
+		strategy = string(dep.Spec.Strategy.Type)
+		if dep.Spec.Strategy.RollingUpdate != nil {
+			strategy += fmt.Sprintf("(maxSurge %v, maxUnavailable %v)", dep.Spec.Strategy.RollingUpdate.MaxSurge, dep.Spec.Strategy.RollingUpdate.MaxUnavailable)
+		}
+		for _, v := range dep.Spec.Template.Spec.Volumes {
+			desc := "?"
+			switch {
+			case v.PersistentVolumeClaim != nil:
+				desc = "pvc:" + v.PersistentVolumeClaim.ClaimName
+			case v.EmptyDir != nil && v.EmptyDir.SizeLimit != nil:
+				desc = "emptyDir:" + v.EmptyDir.SizeLimit.String()
+			case v.EmptyDir != nil:
+				desc = "emptyDir without sizeLimit"
+			}
+			switch v.Name {
+			case "data":
+				data = desc
+			case "tmp":
+				tmp = desc
+			}
+		}
+		for _, m := range dep.Spec.Template.Spec.Containers[0].VolumeMounts {
+			if m.Name == "data" && m.MountPath != "/var/lib/kubebridge" {
+				t.Errorf("data volume mounted at %s", m.MountPath)
+			}
+		}
+		list, err := cs.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + release})
+		must(t, err)
+		for _, p := range list.Items {
+			pvcs = append(pvcs, fmt.Sprintf("%s %v %s", p.Name, p.Spec.AccessModes, p.Spec.Resources.Requests.Storage()))
+		}
+		return strategy, data, tmp, pvcs
+	}
+
+	// A release as the chart made it before: the checkpoint on an emptyDir,
+	// a rolling update (with the apiserver's defaults).
+	out := install("install", "kbkeep", "persistence: {enabled: false}\n")
+	if got := installNotes(t, out); !strings.Contains(got, emptyDirWarning) {
+		t.Errorf("install notes with persistence.enabled=false lack the warning:\n%s", got)
+	}
+	if strategy, data, tmp, pvcs := deployed("kbkeep"); strategy != "RollingUpdate(maxSurge 25%, maxUnavailable 25%)" || data != "emptyDir:1Gi" || tmp != "emptyDir:256Mi" || pvcs != nil {
+		t.Errorf("persistence.enabled=false: strategy %s, data %s, tmp %s, claims %v", strategy, data, tmp, pvcs)
+	}
+	// Upgraded to the defaults: the claim, strategy Recreate.
+	out = install("upgrade", "kbkeep")
+	if got := installNotes(t, out); strings.Contains(got, "WARNING") {
+		t.Errorf("default notes warn:\n%s", got)
+	}
+	if strategy, data, tmp, pvcs := deployed("kbkeep"); strategy != "Recreate" || data != "pvc:kbkeep-data" || tmp != "emptyDir:256Mi" || fmt.Sprint(pvcs) != "[kbkeep-data [ReadWriteOnce] 1Gi]" {
+		t.Errorf("defaults: strategy %s, data %s, tmp %s, claims %v; want Recreate on the claim kbkeep-data", strategy, data, tmp, pvcs)
+	}
+	np, err := cs.NetworkingV1().NetworkPolicies(ns).Get(ctx, "kbkeep", metav1.GetOptions{})
+	must(t, err)
+	if got := fmt.Sprintf("%v ingress %d rule(s), ports %v from %v, egress %v", np.Spec.PolicyTypes, len(np.Spec.Ingress), np.Spec.Ingress[0].Ports[0].Port, np.Spec.Ingress[0].From, np.Spec.Egress); got != "[Ingress] ingress 1 rule(s), ports 8080 from [], egress []" {
+		t.Errorf("default NetworkPolicy: %s", got)
+	}
+	// And back (a rolling update again, with a new emptyDir).
+	install("upgrade", "kbkeep", "persistence: {enabled: false, emptyDirSizeLimit: 300Mi}\ntmpSizeLimit: 64Mi\n")
+	if strategy, data, tmp, _ := deployed("kbkeep"); strategy != "RollingUpdate(maxSurge 25%, maxUnavailable 25%)" || data != "emptyDir:300Mi" || tmp != "emptyDir:64Mi" {
+		t.Errorf("back to an emptyDir: strategy %s, data %s, tmp %s", strategy, data, tmp)
+	}
+
+	// The same with client-side apply (helm 3, or --server-side=false): the
+	// rolling parameters are dropped too.
+	install("install", "kbcsa", "persistence: {enabled: false}\n", "--server-side=false")
+	install("upgrade", "kbcsa")
+	if strategy, data, _, _ := deployed("kbcsa"); strategy != "Recreate" || data != "pvc:kbcsa-data" {
+		t.Errorf("client-side upgrade to the defaults: strategy %s, data %s; want Recreate on the claim kbcsa-data", strategy, data)
+	}
+
+	// The natsKV checkpoint on a NATS server outside the pod: no claim.
+	// Its credentials come from a Secret, whose directory is the one allowed.
+	install("install", "kbkv", chartNATSConfig+"  checkpoint: {natsKV: {sink: bus, bucket: kubebridge}}\n"+
+		"secretMounts: [{secretName: nats-creds, mountPath: /etc/kubebridge/nats}]\n")
+	if strategy, data, tmp, pvcs := deployed("kbkv"); !strings.HasPrefix(strategy, "RollingUpdate") || data != "emptyDir:1Gi" || tmp != "emptyDir:256Mi" || pvcs != nil {
+		t.Errorf("natsKV: strategy %s, data %s, tmp %s, claims %v; want no claim", strategy, data, tmp, pvcs)
+	}
+	dep, err := cs.AppsV1().Deployments(ns).Get(ctx, "kbkv", metav1.GetOptions{})
+	must(t, err)
+	if args := dep.Spec.Template.Spec.Containers[0].Args; !slices.Contains(args, "--credential-dirs=/etc/kubebridge/nats") {
+		t.Errorf("args %v lack --credential-dirs=/etc/kubebridge/nats", args)
+	}
+	// Every variant's objects pass the apiserver's strict validation
+	// (unknown or misspelt fields refused), as kubectl would apply them.
+	for name, values := range map[string]string{
+		"defaults":       "",
+		"emptyDir":       "persistence: {enabled: false}\n",
+		"natsKV":         chartNATSConfig + "  checkpoint: {natsKV: {sink: bus}}\nsecretMounts: [{secretName: nats-creds, mountPath: /etc/kubebridge/nats}]\ncredentialDirs: [/etc/tls]\n",
+		"ReadWriteMany":  "replicas: 2\npersistence: {accessMode: ReadWriteMany}\n",
+		"network policy": "networkPolicy:\n  metricsFrom: [{namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: monitoring}}}]\n  egress: [{ports: [{protocol: UDP, port: 53}]}]\n",
+	} {
+		args := []string{"template", "kbdry", chartDir, "--namespace", ns}
+		if values != "" {
+			args = append(args, "-f", chartValues(t, values))
+		}
+		manifests, err := helm(t, args...)
+		if err != nil {
+			t.Fatalf("%s: helm template: %v\n%s", name, err, manifests)
+		}
+		apply := exec.Command(testenv.Tool(t, "kubectl"), "apply", "--dry-run=server", "--validate=strict", "--kubeconfig", kc, "-f", "-")
+		apply.Stdin = strings.NewReader(manifests)
+		if out, err := apply.CombinedOutput(); err != nil {
+			t.Errorf("%s: kubectl apply --dry-run=server --validate=strict: %v\n%s", name, err, out)
+		}
+	}
+
+	for _, r := range []string{"kbkeep", "kbcsa", "kbkv"} {
+		if out, err := helm(t, "uninstall", r, "--namespace", ns, "--kubeconfig", kc); err != nil {
+			t.Errorf("helm uninstall %s: %v\n%s", r, err, out)
+		}
+	}
+}
+
+// The chart allows credential files in the directories it mounts Secrets
+// at, and in credentialDirs (--credential-dirs, each once); with none it
+// passes nothing, so the bridge's default applies. The service-account
+// directory is refused, as the bridge would; so are relative paths and
+// commas, which the flag cannot carry.
+func TestChartCredentialDirs(t *testing.T) {
+	args := func(t *testing.T, values string) ([]string, string, error) {
+		t.Helper()
+		out, err := helm(t, "template", "kb", chartDir, "--namespace", "kb-system", "-f", chartValues(t, values))
+		if err != nil {
+			return nil, out, err
+		}
+		dep := renderedDoc(t, out, "Deployment")
+		var got []string
+		for _, a := range dep["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)["args"].([]any) {
+			if strings.HasPrefix(fmt.Sprint(a), "--credential-dirs") {
+				got = append(got, fmt.Sprint(a))
+			}
+		}
+		return got, out, nil
+	}
+	for _, c := range []struct{ name, values, want string }{
+		{"none", "", "[]"},
+		{"secret mounts", "secretMounts:\n  - {secretName: nats-creds, mountPath: /etc/kubebridge/nats}\n  - {secretName: hook-token, mountPath: /etc/kubebridge/hook/}\n",
+			"[--credential-dirs=/etc/kubebridge/nats,/etc/kubebridge/hook]"},
+		{"secret mounts and credentialDirs", "secretMounts:\n  - {secretName: nats-creds, mountPath: /etc/kubebridge/nats}\ncredentialDirs: [/etc/tls, /etc/kubebridge/nats]\n",
+			"[--credential-dirs=/etc/kubebridge/nats,/etc/tls]"},
+		{"credentialDirs only", "credentialDirs: [/etc/kb creds]\n", "[--credential-dirs=/etc/kb creds]"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, out, err := args(t, c.values)
+			if err != nil {
+				t.Fatalf("helm template: %v\n%s", err, out)
+			}
+			if fmt.Sprint(got) != c.want {
+				t.Errorf("args %v, want %s", got, c.want)
+			}
+		})
+	}
+	for _, c := range []struct{ name, values, want string }{
+		{"the service-account directory", "credentialDirs: [/var/run/secrets/kubernetes.io/serviceaccount]\n",
+			`credential directory "/var/run/secrets/kubernetes.io/serviceaccount" is in the service-account directory /var/run/secrets/kubernetes.io/serviceaccount, whose token would let whoever edits the config read what the bridge may read`},
+		{"inside the service-account directory", "secretMounts:\n  - {secretName: x, mountPath: /run/secrets/kubernetes.io/serviceaccount/x}\n",
+			`credential directory "/run/secrets/kubernetes.io/serviceaccount/x" is in the service-account directory /run/secrets/kubernetes.io/serviceaccount`},
+		{"a relative directory", "credentialDirs: [etc/creds]\n", "credentialDirs"},
+		{"a comma", "secretMounts:\n  - {secretName: x, mountPath: \"/etc/a,b\"}\n", "mountPath"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, out, err := args(t, c.values)
+			if err == nil || !strings.Contains(out, c.want) {
+				t.Errorf("err = %v, want a failure with %q\n%s", err, c.want, out)
+			}
+		})
 	}
 }
 

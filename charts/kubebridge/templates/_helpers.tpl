@@ -156,3 +156,67 @@ checkpoint and never deliver the objects deleted during the handover.
 {{- end -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+kubebridge.dataVolume: what the data directory (/var/lib/kubebridge: the file
+checkpoint, an embedded nats-server's store) is mounted from: "pvc" when
+persistence is enabled and the checkpoint may live there (the file, or the KV
+of an embedded nats-server), "emptyDir" otherwise (persistence disabled, or
+the KV checkpoint on a NATS server outside the pod: the directory then only
+holds scratch files).
+*/}}
+{{- define "kubebridge.dataVolume" -}}
+{{- if and .Values.persistence.enabled (ne (include "kubebridge.checkpointKind" .) "natsKV") -}}
+pvc
+{{- else -}}
+emptyDir
+{{- end -}}
+{{- end -}}
+
+{{/*
+kubebridge.strategy: the Deployment's update strategy. On a PVC that one pod
+mounts at a time (ReadWriteOnce), or without leader election (nothing keeps
+two pods from opening the checkpoint), the old pod must stop (drain, write
+its checkpoint, release the volume) before the new one starts: Recreate.
+Otherwise the pods roll and the Lease keeps one delivering.
+*/}}
+{{- define "kubebridge.strategy" -}}
+{{- if and (eq (include "kubebridge.dataVolume" .) "pvc") (or (ne (toString .Values.persistence.accessMode) "ReadWriteMany") (not .Values.leaderElection.enabled)) -}}
+Recreate
+{{- else -}}
+RollingUpdate
+{{- end -}}
+{{- end -}}
+
+{{/*
+kubebridge.credentialDirs: the directories credential files may be read from
+(--credential-dirs): every secretMounts mountPath, then credentialDirs, each
+once. Empty: the flag is not passed (the bridge's default applies). A
+directory inside the service-account directory fails the render, as the
+bridge would refuse it.
+*/}}
+{{- define "kubebridge.credentialDirs" -}}
+{{- $dirs := list -}}
+{{- range .Values.secretMounts }}{{ $dirs = append $dirs (toString .mountPath | trimSuffix "/") }}{{ end -}}
+{{- range .Values.credentialDirs }}{{ $dirs = append $dirs (toString . | trimSuffix "/") }}{{ end -}}
+{{- range $d := $dirs -}}
+{{- range $sa := list "/var/run/secrets/kubernetes.io/serviceaccount" "/run/secrets/kubernetes.io/serviceaccount" -}}
+{{- if or (eq $d $sa) (hasPrefix (printf "%s/" $sa) $d) -}}
+{{- fail (printf "credential directory %q is in the service-account directory %s, whose token would let whoever edits the config read what the bridge may read: mount credentials elsewhere (secretMounts, credentialDirs)" $d $sa) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $dirs | uniq | join "," -}}
+{{- end -}}
+
+{{/*
+kubebridge.checkCheckpointFile fails the render when config.checkpoint.file
+is not on the data volume: the root filesystem is read-only, and /tmp is an
+emptyDir that a new pod does not keep.
+*/}}
+{{- define "kubebridge.checkCheckpointFile" -}}
+{{- $file := dig "checkpoint" "file" "" (.Values.config | default dict) | toString -}}
+{{- if and $file (not (hasPrefix "/var/lib/kubebridge/" (clean $file))) -}}
+{{- fail (printf "config.checkpoint.file %q is not on the data volume: put it under /var/lib/kubebridge/ (persistence), or leave it out (default /var/lib/kubebridge/state.db)" $file) -}}
+{{- end -}}
+{{- end -}}
