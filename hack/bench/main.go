@@ -82,6 +82,7 @@ func main() {
 	flag.DurationVar(&o.slowSample, "slow-sample", 500*time.Millisecond, "interval of the in-flight samples of the slow runs")
 	flag.DurationVar(&o.outage, "outage", 0, "duration of the sink outage run (0: none)")
 	flag.IntVar(&o.outageRate, "outage-rate", 30, "names created and then deleted per second during the outage")
+	flag.StringVar(&o.outageEvents, "outage-events", "", "the outage rule's events, e.g. deleted (default: all; with a partial set the final state check is left out: its consumer holds no view)")
 	flag.IntVar(&o.outageLive, "outage-live", 1000, "ConfigMaps that stay in place during the outage")
 	flag.DurationVar(&o.outageSample, "outage-sample", 15*time.Second, "interval of the outage's memory samples")
 	flag.BoolVar(&o.cbor, "cbor", false, "start the apiserver with CBORServingAndStorage=true")
@@ -119,6 +120,7 @@ type options struct {
 	slowMax, slowSample time.Duration
 	outage              time.Duration
 	outageRate          int
+	outageEvents        string
 	outageLive          int
 	outageSample        time.Duration
 	cbor                bool
@@ -618,6 +620,21 @@ func saveBody(resp *http.Response, path string) error {
 
 // metric reads one sample (the first whose name and labels start with
 // prefix) of the bridge's /metrics.
+// waitMetric waits until the metric's value is want.
+func (p *bridgeProc) waitMetric(prefix string, want float64, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		v, err := p.metric(prefix)
+		if err == nil && v == want {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s is %v, not %v, after %s (%v)", prefix, v, want, within, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 func (p *bridgeProc) metric(prefix string) (float64, error) {
 	resp, err := http.Get(p.admin + "/metrics")
 	if err != nil {
