@@ -86,9 +86,8 @@ func outcomeOf(ctx context.Context, err error) sendOutcome {
 // pushesBack reports whether err says the destination is down, busy or
 // slow: Unavailable, Throttle, a network error or a timeout.
 func pushesBack(err error) bool {
-	var u unavailableError
 	var ne net.Error
-	return errors.As(err, &u) || IsThrottle(err) || errors.As(err, &ne) ||
+	return IsUnavailable(err) || IsThrottle(err) || errors.As(err, &ne) ||
 		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded)
 }
 

@@ -182,6 +182,12 @@ func Unavailable(err error) error {
 	return unavailableError{err}
 }
 
+// IsUnavailable reports whether err was marked with Unavailable.
+func IsUnavailable(err error) bool {
+	var u unavailableError
+	return errors.As(err, &u)
+}
+
 // destinationError marks a refusal that says the destination or the
 // sink's config is wrong (a bad URL, an expired credential), not the event.
 type destinationError struct {

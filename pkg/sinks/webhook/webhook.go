@@ -4,12 +4,15 @@
 // batch mode (a JSON array of structured events) per request.
 //
 // A 2xx response acknowledges the request's events, and nothing else does.
-// Redirects are never followed (Go would re-send a POST as a body-less GET
-// and count its 200): a 3xx is retried, as are 408, 429, 5xx, timeouts and
-// connection errors, no sooner than a Retry-After says (capped at the retry
-// maxInterval); any other status is permanent: the events go to the
-// dead-letter. An event that cannot be encoded or carried in headers is
-// refused alone: its neighbours are still sent.
+// Other answers are classed by whether sending the same request again can
+// help (see classify): only 400, 413, 415 and 422 refuse the events
+// themselves (the dead-letter); 401, 403, 404, 410 and redirects (never
+// followed: Go would re-send a POST as a body-less GET and count its 200)
+// say the sink's URL or credential is wrong and are retried until it is
+// fixed, as are 408, 429, 5xx, timeouts and connection errors, no sooner
+// than a Retry-After says (capped at the retry maxInterval). An event that
+// cannot be encoded or carried in headers is refused alone: its neighbours
+// are still sent.
 //
 // ce-* header values are percent-encoded (the binding's rule), so any
 // object name can be carried. With signingSecretFile, each request carries
@@ -241,8 +244,8 @@ func (s *Sink) sendBatch(ctx context.Context, events []*event.Event) error {
 
 func (s *Sink) post(ctx context.Context, h http.Header, body []byte) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(body))
-	if err != nil {
-		return sinks.Permanent(fmt.Errorf("POST %s: %w", s.shownURL, withoutURL(err)))
+	if err != nil { // the sink's URL, whatever the event
+		return sinks.Destination(sinks.ReasonConfig, fmt.Errorf("POST %s: %w", s.shownURL, withoutURL(err)))
 	}
 	for k, v := range s.headers {
 		req.Header[k] = v
@@ -255,12 +258,32 @@ func (s *Sink) post(ctx context.Context, h http.Header, body []byte) error {
 	}
 	resp, err := s.client.Do(req)
 	if err != nil {
-		return fmt.Errorf("POST %s: %w", s.shownURL, withoutURL(err))
+		// Unreachable, refused, timed out: the destination, not the event.
+		return sinks.Unavailable(fmt.Errorf("POST %s: %w", s.shownURL, withoutURL(err)))
 	}
 	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20)) // reuse the connection
 	resp.Body.Close()
-	switch code := resp.StatusCode; {
+	return s.classify(resp, snippet)
+}
+
+// classify turns a non-2xx answer into its outcome, by whether sending the
+// same request again can help (DESIGN section 5):
+//
+//   - 400, 413, 415, 422: the payload itself is refused (Permanent: the
+//     dead-letter; for a batch refused as a whole the delivery splits it
+//     until the culprit is alone);
+//   - 401, 403, 404, 410, 3xx: the URL, route or credential is wrong, not
+//     the event (Destination: retried until a reload, a rotated credential
+//     or the receiver fixes it; never dead-lettered);
+//   - 429, 503: the receiver pushes back (Unavailable, or Throttle with a
+//     Retry-After);
+//   - anything else (408, 425, other 5xx and 4xx): retried, possibly this
+//     payload's failure (the object is parked while the others flow).
+func (s *Sink) classify(resp *http.Response, snippet []byte) error {
+	code := resp.StatusCode
+	err := fmt.Errorf("POST %s: %s: %s", s.shownURL, resp.Status, strings.TrimSpace(string(snippet)))
+	switch {
 	case code >= 200 && code < 300:
 		return nil
 	case code >= 300 && code < 400:
@@ -270,15 +293,27 @@ func (s *Sink) post(ctx context.Context, h http.Header, body []byte) error {
 		if l := resp.Header.Get("Location"); l != "" {
 			loc = "Location: " + s.location(l)
 		}
-		return fmt.Errorf("POST %s: %s (%s): redirects are not followed; set the sink's url to the final one", s.shownURL, resp.Status, loc)
-	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500:
-		err := fmt.Errorf("POST %s: %s: %s", s.shownURL, resp.Status, strings.TrimSpace(string(snippet)))
+		return sinks.Destination(sinks.ReasonRedirect, fmt.Errorf("POST %s: %s (%s): redirects are not followed; set the sink's url to the final one", s.shownURL, resp.Status, loc))
+	case code == http.StatusBadRequest, code == http.StatusRequestEntityTooLarge, code == http.StatusUnsupportedMediaType, code == http.StatusUnprocessableEntity:
+		return sinks.Permanent(err)
+	case code == http.StatusUnauthorized:
+		return sinks.Destination(sinks.ReasonUnauthorized, err)
+	case code == http.StatusForbidden:
+		return sinks.Destination(sinks.ReasonForbidden, err)
+	case code == http.StatusNotFound:
+		return sinks.Destination(sinks.ReasonNotFound, err)
+	case code == http.StatusGone:
+		return sinks.Destination(sinks.ReasonGone, err)
+	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
+		if d, ok := retryAfter(resp.Header.Get("Retry-After"), s.now(), s.maxDelay); ok {
+			return sinks.Throttle(err, d)
+		}
+		return sinks.Unavailable(err)
+	default:
 		if d, ok := retryAfter(resp.Header.Get("Retry-After"), s.now(), s.maxDelay); ok {
 			return sinks.Throttle(err, d)
 		}
 		return err
-	default:
-		return sinks.Permanent(fmt.Errorf("POST %s: %s: %s", s.shownURL, resp.Status, strings.TrimSpace(string(snippet))))
 	}
 }
 

@@ -739,3 +739,69 @@ func TestHostileNameIsPercentEncoded(t *testing.T) {
 		t.Errorf("ce-subject %q decodes to %q (%v)", raw, got, err)
 	}
 }
+
+// Each answer is classed by whether sending the same request again can
+// help: the payload (Permanent: dead-letter), the destination or its
+// config (Destination, by reason: retried, never dead-lettered), push-back
+// (Unavailable or Throttle), or a plain retryable failure. A refusal is
+// never a delivery.
+func TestStatusClasses(t *testing.T) {
+	const (
+		permanent = "permanent"
+		plain     = "retry"
+		pushback  = "unavailable"
+		throttle  = "throttle"
+	)
+	for code, want := range map[int]string{
+		400: permanent, 413: permanent, 415: permanent, 422: permanent,
+		401: sinks.ReasonUnauthorized, 403: sinks.ReasonForbidden, 404: sinks.ReasonNotFound, 410: sinks.ReasonGone,
+		301: sinks.ReasonRedirect, 302: sinks.ReasonRedirect, 307: sinks.ReasonRedirect, 308: sinks.ReasonRedirect,
+		429: pushback, 503: pushback,
+		408: plain, 409: plain, 425: plain, 500: plain, 502: plain, 504: plain,
+	} {
+		rec := newRecorder(t, func(w http.ResponseWriter, _ *http.Request, _ int) bool {
+			w.WriteHeader(code)
+			return true
+		})
+		s := newSink(t, rec.URL, "binary", nil)
+		err := s.Send(context.Background(), []*event.Event{sinkstest.NewSource(10).Next(0)})
+		reason, dest := sinks.DestinationReason(err)
+		var got string
+		switch {
+		case err == nil:
+			got = "delivered"
+		case sinks.IsPermanent(err):
+			got = permanent
+		case dest:
+			got = reason
+		case sinks.IsThrottle(err):
+			got = throttle
+		case sinks.IsUnavailable(err):
+			got = pushback
+		default:
+			got = plain
+		}
+		if got != want {
+			t.Errorf("status %d: %s (%v), want %s", code, got, err, want)
+		}
+	}
+	// A Retry-After on 503 asks for a pause.
+	rec := newRecorder(t, func(w http.ResponseWriter, _ *http.Request, _ int) bool {
+		w.Header().Set("Retry-After", "2")
+		w.WriteHeader(503)
+		return true
+	})
+	if err := newSink(t, rec.URL, "binary", nil).Send(context.Background(), []*event.Event{sinkstest.NewSource(10).Next(0)}); !sinks.IsThrottle(err) {
+		t.Errorf("503 with Retry-After: %v, want a throttle", err)
+	}
+	// Nobody listening: the destination is unavailable.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	if err := newSink(t, "http://"+addr+"/", "binary", nil).Send(context.Background(), []*event.Event{sinkstest.NewSource(10).Next(0)}); !sinks.IsUnavailable(err) || sinks.IsPermanent(err) {
+		t.Errorf("connection refused: %v, want unavailable", err)
+	}
+}
