@@ -100,3 +100,54 @@ current-context: c
 		t.Errorf("unreachable cluster: %+v", r)
 	}
 }
+
+// A config may not name the pod's service-account token (or any file
+// outside --credential-dirs) as a credential: validate and run refuse it
+// with the path, exit 2, before anything starts.
+func TestCredentialFilesOutsideAllowedDirsAreRefused(t *testing.T) {
+	cfg := func(token string) string {
+		return writeFile(t, "c.yaml", `apiVersion: kubebridge.io/v1alpha1
+kind: BridgeConfig
+cluster: dev
+sinks:
+  - name: hook
+    webhook:
+      url: https://collector.example.com/
+      bearerTokenFile: `+token+`
+rules:
+  - {name: r, resource: v1/configmaps, sinks: [hook]}
+`)
+	}
+	sa := cfg("/var/run/secrets/kubernetes.io/serviceaccount/token")
+	r := runBridge(t, "validate", "--config", sa, "--credential-dirs", "/")
+	if r.code != 2 || !strings.Contains(r.stderr, sa+":8: sinks[0].webhook.bearerTokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token is in the pod's service-account directory") {
+		t.Errorf("validate: %+v", r)
+	}
+	dir := t.TempDir()
+	token := filepath.Join(dir, "token")
+	if err := os.WriteFile(token, []byte("t0ken"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	outside := cfg(token)
+	r = runBridge(t, "validate", "--config", outside)
+	if r.code != 2 || !strings.Contains(r.stderr, "bearerTokenFile: "+token+" is not inside an allowed credential directory (--credential-dirs: /etc/kubebridge)") {
+		t.Errorf("validate, default dirs: %+v", r)
+	}
+	if r := runBridge(t, "validate", "--config", outside, "--credential-dirs", dir); r.code != 0 {
+		t.Errorf("validate, allowed: %+v", r)
+	}
+	if r := runBridge(t, "validate", "--config", outside, "--credential-dirs", "relative"); r.code != 2 || !strings.Contains(r.stderr, `--credential-dirs: "relative" is not an absolute directory`) {
+		t.Errorf("validate, bad flag: %+v", r)
+	}
+	// run: a link in the allowed directory to a file elsewhere is refused
+	// before the cluster is asked anything.
+	link := filepath.Join(dir, "link")
+	if err := os.Symlink("/etc/hostname", link); err != nil {
+		t.Fatal(err)
+	}
+	kc := writeFile(t, "kubeconfig", "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\ncurrent-context: c\nusers: [{name: u, user: {token: x}}]\n")
+	r = runBridge(t, "run", "--config", cfg(link), "--kubeconfig", kc, "--credential-dirs", dir, "--admin-addr", "127.0.0.1:0")
+	if r.code != 2 || !strings.Contains(r.stderr+r.stdout, link+" (a link to /etc/hostname) is not inside an allowed credential directory") {
+		t.Errorf("run: %+v", r)
+	}
+}

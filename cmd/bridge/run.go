@@ -11,10 +11,12 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"k8s.io/client-go/rest"
 
 	"github.com/kubebridge/kubebridge/internal/version"
@@ -27,6 +29,7 @@ func newRunCommand() *cobra.Command {
 	var (
 		file, kubeconfig, kubeContext, logFormat, logLevel  string
 		checkpointFile, adminAddr, profilingAddr, namespace string
+		credentialDirs                                      string
 		resetCheckpoint, leaderElect, reload, profiling     bool
 		allowSecretData, allowExecPlugins                   bool
 		le                                                  bridge.LeaderElection
@@ -61,6 +64,10 @@ Without --kubeconfig it uses the in-cluster service account.`,
 			if err != nil {
 				return &exitError{exitInvalid, err}
 			}
+			credDirs, err := config.ParseCredentialDirs(credentialDirs)
+			if err != nil {
+				return &exitError{exitInvalid, err}
+			}
 			cfg, rc, err := loadForCluster(cmd, file, kubeconfig, kubeContext, func(w config.Problem) { logger.Warn("config: " + w.Format(file)) })
 			if err != nil {
 				return err
@@ -70,7 +77,7 @@ Without --kubeconfig it uses the in-cluster service account.`,
 			defer stop()
 			opts := bridge.Options{Config: cfg, REST: rc, Logger: logger, SyncTimeout: syncTimeout,
 				CheckpointFile: checkpointFile, ResetCheckpoint: resetCheckpoint, CheckpointInterval: checkpointInterval,
-				AllowSecretData: allowSecretData, AllowExecPlugins: allowExecPlugins, Namespace: namespace}
+				AllowSecretData: allowSecretData, AllowExecPlugins: allowExecPlugins, Namespace: namespace, CredentialDirs: credDirs}
 			if leaderElect {
 				if le.RenewDeadline >= le.LeaseDuration || le.RetryPeriod >= le.RenewDeadline {
 					return &exitError{exitInvalid, errors.New("leader election: want --leader-elect-retry-period < --leader-elect-renew-deadline < --leader-elect-lease-duration")}
@@ -169,6 +176,7 @@ Without --kubeconfig it uses the in-cluster service account.`,
 	f.DurationVar(&le.RetryPeriod, "leader-elect-retry-period", 2*time.Second, "how often to try to acquire or renew")
 	f.BoolVar(&allowSecretData, "allow-secret-data", false, "honour rules that set allowSecretData: true (Secret data then leaves the cluster in their events); without it Secret data is always redacted, whatever the config says")
 	f.BoolVar(&allowExecPlugins, "allow-exec-plugins", false, "let exec sinks start the programs the config names (whoever may edit the config may then run code as the bridge)")
+	addCredentialDirsFlag(f, &credentialDirs)
 	addKubeCBORFlag(f)
 	addMemoryLimitFlag(f)
 	f.BoolVar(&resetCheckpoint, "reset-checkpoint", false, "move an unreadable checkpoint file aside and start empty (the full view is delivered again)")
@@ -292,4 +300,11 @@ func profilingHandler() http.Handler {
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	return mux
+}
+
+// addCredentialDirsFlag adds --credential-dirs: where the credential files
+// a config names may be (the pod's service-account directory never).
+func addCredentialDirsFlag(f *pflag.FlagSet, v *string) {
+	f.StringVar(v, "credential-dirs", strings.Join(config.DefaultCredentialDirs, ","),
+		"comma-separated directories the config's credential files (tokens, signing secrets, NATS creds, TLS keys: every *File key) must be in, symbolic links resolved; the pod's service-account directory is refused whatever this says")
 }

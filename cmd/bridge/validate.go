@@ -17,6 +17,7 @@ import (
 func newValidateCommand() *cobra.Command {
 	var (
 		file, kubeconfig, kubeContext string
+		credentialDirs                string
 		timeout                       time.Duration
 	)
 	cmd := &cobra.Command{
@@ -45,6 +46,18 @@ Exit status: 0 valid, 2 invalid, 1 when the cluster could not be asked.`,
 			if err != nil {
 				fmt.Fprintln(errOut, err)
 				return &exitError{exitInvalid, fmt.Errorf("%s is invalid (%s)", file, count(err.(*config.Error).Count(), "error"))}
+			}
+			dirs, err := config.ParseCredentialDirs(credentialDirs)
+			if err != nil {
+				return &exitError{exitInvalid, err}
+			}
+			// Offline the files need not exist here: lexically; run checks
+			// again with links resolved.
+			if problems := config.ConfineCredentials(cfg, dirs, false); len(problems) > 0 {
+				for _, p := range problems {
+					fmt.Fprintln(errOut, p.Format(file))
+				}
+				return &exitError{exitInvalid, fmt.Errorf("%s is invalid (%s)", file, count(len(problems), "error"))}
 			}
 			where := "offline"
 			if kubeconfig != "" {
@@ -77,6 +90,7 @@ Exit status: 0 valid, 2 invalid, 1 when the cluster could not be asked.`,
 	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "also check against the cluster of this kubeconfig")
 	cmd.Flags().StringVar(&kubeContext, "context", "", "kubeconfig context (default: its current context)")
 	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Second, "bound on the cluster checks")
+	addCredentialDirsFlag(cmd.Flags(), &credentialDirs)
 	return cmd
 }
 

@@ -55,6 +55,14 @@ type Options struct {
 	// may edit the config may run code. A setting outside the config file
 	// (bridge run --allow-exec-plugins, a chart value). Default false.
 	AllowExecPlugins bool
+	// CredentialDirs are the directories credential files the config names
+	// (every *File key: tokens, secrets, creds, TLS) must lie in, symbolic
+	// links resolved (bridge run --credential-dirs, default /etc/kubebridge;
+	// the chart passes its secret mounts). The pod's service-account
+	// directory is refused whatever they say. Nil: no directory is
+	// required (embedding and tests), the service-account directory still
+	// refused.
+	CredentialDirs []string
 	// AllowSecretData lets rules that set allowSecretData keep Secret data
 	// in their events. It is a setting outside the config file (bridge run
 	// --allow-secret-data, a chart value) so that whoever may edit the
@@ -75,9 +83,14 @@ func (e *ConfigError) Error() string {
 }
 
 // gated lists what cfg asks for that only a setting outside the config
-// may allow: exec sinks without AllowExecPlugins.
+// may allow: exec sinks without AllowExecPlugins, credential files outside
+// CredentialDirs.
 func (b *Bridge) gated(cfg *config.Config) []config.Problem {
-	var out []config.Problem
+	dirs := b.opts.CredentialDirs
+	if dirs == nil {
+		dirs = []string{"/"}
+	}
+	out := config.ConfineCredentials(cfg, dirs, true)
 	for i, s := range cfg.Sinks {
 		if s.Type == "exec" && !b.opts.AllowExecPlugins {
 			path := fmt.Sprintf("sinks[%d].exec", i)

@@ -60,7 +60,8 @@ func startBridgeArgs(t *testing.T, cp *testenv.ControlPlane, config string, extr
 		t.Fatal(err)
 	}
 	b.cmd = exec.Command(bridgeBin, append([]string{"run", "--config", cfgPath, "--kubeconfig", kc, "--log-format", "text", "--log-level", "debug",
-		"--checkpoint-file", filepath.Join(dir, "state.db"), "--admin-addr", "127.0.0.1:0"}, extra...)...)
+		"--checkpoint-file", filepath.Join(dir, "state.db"), "--admin-addr", "127.0.0.1:0",
+		"--credential-dirs", os.TempDir()}, extra...)...) // the tests' secrets are in their temp dirs
 	b.cmd.Stdout, b.cmd.Stderr = logFile, logFile
 	b.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := b.cmd.Start(); err != nil {

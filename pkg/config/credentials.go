@@ -1,0 +1,160 @@
+package config
+
+import (
+	"fmt"
+	"path/filepath"
+	"reflect"
+	"strings"
+)
+
+// DefaultCredentialDirs are where credential files may be, unless the
+// operator says otherwise (bridge run --credential-dirs; the chart passes
+// its secret mounts).
+var DefaultCredentialDirs = []string{"/etc/kubebridge"}
+
+// forbiddenCredentialDirs hold the pod's own credentials (the service
+// account token reads Secrets in clear): never a config's to send away,
+// whatever the allowed directories say.
+var forbiddenCredentialDirs = []string{"/var/run/secrets", "/run/secrets"}
+
+// CredentialFile is a file a config names for a sink to read and send or
+// use as a credential: every key ending in "File" (bearerTokenFile,
+// signingSecretFile, credentialsFile, tokenFile, tls.caFile...), in any
+// sink type's block.
+type CredentialFile struct {
+	Path string // the config key path, e.g. sinks[0].webhook.bearerTokenFile
+	File string
+}
+
+// CredentialFiles lists the credential files cfg names, in config order.
+func CredentialFiles(cfg *Config) []CredentialFile {
+	var out []CredentialFile
+	for i, s := range cfg.Sinks {
+		prefix := fmt.Sprintf("sinks[%d]", i)
+		walkFiles(reflect.ValueOf(s), prefix, &out)
+		if s.Spec != nil && s.Type != "" {
+			walkFiles(reflect.ValueOf(s.Spec), prefix+"."+s.Type, &out)
+		}
+	}
+	return out
+}
+
+// walkFiles appends the non-empty string fields of v whose yaml key ends
+// in "File".
+func walkFiles(v reflect.Value, path string, out *[]CredentialFile) {
+	for v.Kind() == reflect.Pointer || v.Kind() == reflect.Interface {
+		if v.IsNil() {
+			return
+		}
+		v = v.Elem()
+	}
+	switch v.Kind() {
+	case reflect.Struct:
+		t := v.Type()
+		for i := range t.NumField() {
+			f := t.Field(i)
+			key, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+			if !f.IsExported() || key == "-" || key == "" {
+				continue
+			}
+			fv := v.Field(i)
+			if fv.Kind() == reflect.String && strings.HasSuffix(key, "File") {
+				if fv.String() != "" {
+					*out = append(*out, CredentialFile{Path: path + "." + key, File: fv.String()})
+				}
+				continue
+			}
+			walkFiles(fv, path+"."+key, out)
+		}
+	case reflect.Slice, reflect.Array:
+		for i := range v.Len() {
+			walkFiles(v.Index(i), fmt.Sprintf("%s[%d]", path, i), out)
+		}
+	}
+}
+
+// ConfineCredentials checks that every credential file cfg names lies
+// inside one of dirs, and never in the pod's service-account directory: a
+// config editor must not be able to send the bridge's own token (or any
+// file it can read) to a URL of their choosing. The check is lexical (a
+// clean absolute path, no ".." escape); with resolve, symbolic links are
+// also followed for files that exist, so that a link inside an allowed
+// directory pointing at the token is refused too (bridge run does so).
+func ConfineCredentials(cfg *Config, dirs []string, resolve bool) []Problem {
+	var problems []Problem
+	for _, cf := range CredentialFiles(cfg) {
+		if msg := confine(cf.File, dirs, resolve); msg != "" {
+			problems = append(problems, Problem{Path: cf.Path, Line: cfg.LineOf(cf.Path), Message: msg})
+		}
+	}
+	return problems
+}
+
+func confine(file string, dirs []string, resolve bool) string {
+	allowed := "--credential-dirs: " + strings.Join(dirs, ",")
+	if !filepath.IsAbs(file) {
+		return fmt.Sprintf("%s is not an absolute path (credential files must be inside an allowed directory, %s)", file, allowed)
+	}
+	clean := filepath.Clean(file)
+	type candidate struct{ path, shown string }
+	paths := []candidate{{clean, file}}
+	if clean != file {
+		paths[0].shown = file + " (that is " + clean + ")"
+	}
+	if resolve {
+		if real, err := filepath.EvalSymlinks(file); err == nil && real != clean {
+			paths = append(paths, candidate{real, file + " (a link to " + real + ")"})
+		}
+	}
+	for _, c := range paths {
+		for _, f := range forbiddenCredentialDirs {
+			if within(c.path, f) {
+				return fmt.Sprintf("%s is in the pod's service-account directory (%s): a config may never send the bridge's own credentials", c.shown, f)
+			}
+		}
+		ok := false
+		for _, d := range dirs {
+			if within(c.path, d) || (resolve && within(c.path, resolved(d))) {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			return fmt.Sprintf("%s is not inside an allowed credential directory (%s)", c.shown, allowed)
+		}
+	}
+	return ""
+}
+
+// within reports whether the clean absolute path p is dir or below it.
+func within(p, dir string) bool {
+	dir = filepath.Clean(dir)
+	return p == dir || strings.HasPrefix(p, strings.TrimSuffix(dir, "/")+"/")
+}
+
+func resolved(dir string) string {
+	if r, err := filepath.EvalSymlinks(dir); err == nil {
+		return r
+	}
+	return dir
+}
+
+// ParseCredentialDirs parses a --credential-dirs value: comma-separated
+// absolute directories.
+func ParseCredentialDirs(v string) ([]string, error) {
+	var dirs []string
+	for _, d := range strings.Split(v, ",") {
+		d = strings.TrimSpace(d)
+		if d == "" {
+			continue
+		}
+		if !filepath.IsAbs(d) {
+			return nil, fmt.Errorf("--credential-dirs: %q is not an absolute directory", d)
+		}
+		dirs = append(dirs, filepath.Clean(d))
+	}
+	if len(dirs) == 0 {
+		return nil, fmt.Errorf("--credential-dirs: no directory given")
+	}
+	return dirs, nil
+}
