@@ -392,7 +392,7 @@ func TestJetStreamStreamDeletedMidBatch(t *testing.T) {
 	err = s.Send(context.Background(), batch)
 	deleted.Wait()
 	failed := checkSuffixes(t, batch, err)
-	must(t, s.ensureStream(context.Background(), c))
+	must(t, s.ensureStream(context.Background(), s.cur.Load().js, c))
 	resend(t, s, failed)
 	got := newJSRemote(t, srv, "k8s.>").Received(t)
 	if len(got) != len(failed) {

@@ -138,7 +138,7 @@ func BenchmarkRawJetStream(b *testing.B) {
 
 // rawMessages prepares the messages the sink would send, once.
 func rawMessages(b *testing.B, nc *natsgo.Conn, evs []*event.Event) []*natsgo.Msg {
-	s := &Sink{nc: nc}
+	s := &Sink{}
 	s.subject, _ = parseTemplate("k8s.{cluster}.{group}.{resource}.{namespace}.{name}.{type}")
 	out := make([]*natsgo.Msg, len(evs))
 	for i, e := range evs {

@@ -22,9 +22,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -53,14 +53,29 @@ var ackTimeout = flushTimeout
 // Sink publishes to NATS.
 type Sink struct {
 	name     string
-	nc       *natsgo.Conn
-	js       jetstream.JetStream // nil for core NATS
+	cfg      Config
+	jet      bool // JetStream: publishes await their PubAck
 	subject  subjectTemplate
 	logger   *slog.Logger
 	embedded *server.Server // when the sink runs its own server
-	closed   chan struct{}  // closed with the connection
 	window   chan struct{}  // JetStream: a slot per publish awaiting its PubAck
 	msgs     sync.Pool      // *natsgo.Msg to reuse
+
+	cur      atomic.Pointer[link]
+	mu       sync.Mutex // serializes rebuilds and Close
+	shut     bool       // Close was called: never rebuild
+	rebuilt  time.Time  // the last rebuild, to space them
+	rebuilds atomic.Int64
+}
+
+// link is one connection of the sink. nats.go reconnects by itself for
+// ever; a connection it closes for good (a protocol error the server ends
+// it with, an authorization it gave up on) is replaced by a new link on
+// the next Send, with credentials read again.
+type link struct {
+	nc     *natsgo.Conn
+	js     jetstream.JetStream // nil for core NATS
+	closed chan struct{}       // closed with the connection
 }
 
 func create(ctx context.Context, s sinks.Settings) (sinks.Sink, error) {
@@ -100,37 +115,87 @@ func Connect(ctx context.Context, name string, c *Config, logger *slog.Logger) (
 	if err != nil {
 		return nil, err
 	}
-	closed := make(chan struct{})
-	var closeOnce sync.Once
-	opts = append(opts, natsgo.ClosedHandler(func(*natsgo.Conn) { closeOnce.Do(func() { close(closed) }) }))
-	nc, err := natsgo.Connect(c.URL, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("connecting to %s: %w", redact(c.URL), err)
-	}
-	s := &Sink{name: name, nc: nc, subject: tmpl, logger: logger, closed: closed}
+	s := &Sink{name: name, cfg: *c, jet: c.JetStream, subject: tmpl, logger: logger}
 	if c.JetStream {
 		window := c.MaxPending
 		if window <= 0 {
 			window = DefaultMaxPending
 		}
 		s.window = make(chan struct{}, window)
+	}
+	l, err := s.dial(opts)
+	if err != nil {
+		return nil, err
+	}
+	s.cur.Store(l)
+	if l.js != nil && c.Stream != nil {
+		if err := s.ensureStream(ctx, l.js, c); err != nil {
+			l.nc.Close()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// dial makes a link with opts.
+func (s *Sink) dial(opts []natsgo.Option) (*link, error) {
+	l := &link{closed: make(chan struct{})}
+	var closeOnce sync.Once
+	opts = append(opts, natsgo.ClosedHandler(func(*natsgo.Conn) { closeOnce.Do(func() { close(l.closed) }) }))
+	nc, err := natsgo.Connect(s.cfg.URL, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to %s: %w", redact(s.cfg.URL), err)
+	}
+	l.nc = nc
+	if s.jet {
 		// The sink's window bounds what is pending; the client's own limit
 		// is a backstop, above what a Send that gave up may leave behind
 		// until the client times it out. The timeout also frees the client
 		// of publishes whose PubAck never comes.
-		s.js, err = jetstream.New(nc, jetstream.WithPublishAsyncTimeout(ackTimeout), jetstream.WithPublishAsyncMaxPending(2*window))
+		l.js, err = jetstream.New(nc, jetstream.WithPublishAsyncTimeout(ackTimeout), jetstream.WithPublishAsyncMaxPending(2*cap(s.window)))
 		if err != nil {
 			nc.Close()
 			return nil, err
 		}
-		if c.Stream != nil {
-			if err := s.ensureStream(ctx, c); err != nil {
-				nc.Close()
-				return nil, err
-			}
-		}
 	}
-	return s, nil
+	return l, nil
+}
+
+// rebuildEvery spaces rebuilds of a connection closed for good: the
+// delivery's backoff already spaces Sends, this bounds what a misbehaving
+// server can make the sink do.
+const rebuildEvery = time.Second
+
+// link returns the sink's connection, replacing one closed for good.
+func (s *Sink) link() (*link, error) {
+	l := s.cur.Load()
+	if !l.nc.IsClosed() {
+		return l, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l = s.cur.Load(); !l.nc.IsClosed() {
+		return l, nil
+	}
+	if s.shut {
+		return nil, sinks.Unavailable(natsgo.ErrConnectionClosed)
+	}
+	if time.Since(s.rebuilt) < rebuildEvery {
+		return nil, sinks.Unavailable(fmt.Errorf("the NATS connection was closed; reconnecting: %w", natsgo.ErrConnectionClosed))
+	}
+	s.rebuilt = time.Now()
+	opts, err := Options(s.name, &s.cfg, s.logger)
+	if err != nil { // a credential file gone or unreadable
+		return nil, sinks.Destination(sinks.ReasonConfig, err)
+	}
+	nl, err := s.dial(opts)
+	if err != nil {
+		return nil, sinks.Unavailable(err)
+	}
+	s.cur.Store(nl)
+	s.rebuilds.Add(1)
+	s.logger.Warn("nats connection was closed by the client for good; replaced", "error", l.nc.LastError())
+	return nl, nil
 }
 
 // Options are the connection options of c (auth, TLS, reconnects); other
@@ -163,32 +228,51 @@ func Options(name string, c *Config, logger *slog.Logger) ([]natsgo.Option, erro
 		}
 		opts = append(opts, o)
 	case c.TokenFile != "":
-		tok, err := os.ReadFile(c.TokenFile)
+		// Read again on every (re)connect when the file changed: a rotated
+		// token is picked up when the server drops the old one.
+		tok, err := sinks.OpenCredentialFile(c.TokenFile, sinks.TrimSpace)
 		if err != nil {
 			return nil, fmt.Errorf("tokenFile: %w", err)
 		}
-		opts = append(opts, natsgo.Token(strings.TrimSpace(string(tok))))
+		opts = append(opts, natsgo.TokenHandler(func() string { v, _ := tok.Value(); return string(v) }))
 	case c.User != "":
-		pw, err := os.ReadFile(c.PasswordFile)
+		pw, err := sinks.OpenCredentialFile(c.PasswordFile, sinks.TrimLine)
 		if err != nil {
 			return nil, fmt.Errorf("passwordFile: %w", err)
 		}
-		opts = append(opts, natsgo.UserInfo(c.User, strings.TrimRight(string(pw), "\r\n")))
+		user := c.User
+		opts = append(opts, natsgo.UserInfoHandler(func() (string, string) { v, _ := pw.Value(); return user, string(v) }))
 	}
 	if c.TLS != nil {
-		tc, err := sinks.TLSConfig(c.TLS)
+		tf, err := sinks.OpenTLS(c.TLS)
 		if err != nil {
 			return nil, err
 		}
 		if c.TLS.InsecureSkipVerify {
 			logger.Warn("TLS server certificates are not verified (insecureSkipVerify)")
 		}
-		opts = append(opts, natsgo.Secure(tc))
+		opts = append(opts, natsgo.Secure(tf.Base()))
+		// Called on every (re)connect: renewed certificates are used on
+		// the next connection.
+		var certCB natsgo.TLSCertHandler
+		if tf.HasCertificate() {
+			certCB = tf.Certificate
+		}
+		var rootsCB natsgo.RootCAsHandler
+		if c.TLS.CAFile != "" {
+			rootsCB = tf.RootCAs
+		}
+		if certCB != nil || rootsCB != nil {
+			opts = append(opts, natsgo.ClientTLSConfig(certCB, rootsCB))
+		}
 	}
+	// An authorization refused on reconnect keeps it reconnecting (with
+	// the credential read again) instead of closing the connection.
+	opts = append(opts, natsgo.IgnoreAuthErrorAbort())
 	return opts, nil
 }
 
-func (s *Sink) ensureStream(ctx context.Context, c *Config) error {
+func (s *Sink) ensureStream(ctx context.Context, js jetstream.JetStream, c *Config) error {
 	st := c.Stream
 	subjects := st.Subjects
 	if len(subjects) == 0 {
@@ -202,7 +286,7 @@ func (s *Sink) ensureStream(ctx context.Context, c *Config) error {
 	var err error
 	for attempt := 0; attempt < 30; attempt++ { // the server may still be starting
 		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err = s.js.CreateOrUpdateStream(sctx, sc)
+		_, err = js.CreateOrUpdateStream(sctx, sc)
 		cancel()
 		if err == nil || ctx.Err() != nil {
 			break
@@ -215,18 +299,23 @@ func (s *Sink) ensureStream(ctx context.Context, c *Config) error {
 	return nil
 }
 
-// Conn is the sink's connection, shared with dead-letters and checkpoints.
-func (s *Sink) Conn() *natsgo.Conn { return s.nc }
+// Conn is the sink's current connection, shared with dead-letters and
+// checkpoints.
+func (s *Sink) Conn() *natsgo.Conn { return s.cur.Load().nc }
 
 // Send publishes the batch and waits for its acknowledgement.
 func (s *Sink) Send(ctx context.Context, events []*event.Event) error {
 	if len(events) == 0 {
 		return nil
 	}
-	if s.js != nil {
-		return s.sendJetStream(ctx, events)
+	l, err := s.link()
+	if err != nil {
+		return err
 	}
-	return s.sendCore(ctx, events)
+	if l.js != nil {
+		return s.sendJetStream(ctx, l, events)
+	}
+	return s.sendCore(ctx, l, events)
 }
 
 // outcomes collects the per-event results of a batch; the slice is only
@@ -252,7 +341,7 @@ func (o *outcomes) result() error {
 	return sinks.Outcome(o.errs)
 }
 
-func (s *Sink) sendCore(ctx context.Context, events []*event.Event) error {
+func (s *Sink) sendCore(ctx context.Context, l *link, events []*event.Event) error {
 	out := outcomes{n: len(events)}
 	published := false
 	// Core publish copies the message into the connection's buffer at
@@ -261,12 +350,12 @@ func (s *Sink) sendCore(ctx context.Context, events []*event.Event) error {
 	defer s.putMsg(msg)
 	var subj [128]byte
 	buf := subj[:0]
-	limit := s.nc.MaxPayload()
+	limit := l.nc.MaxPayload()
 	for i, e := range events {
 		var err error
 		buf, err = s.fill(msg, e, buf, limit)
 		if err == nil {
-			err = classify(s.nc.PublishMsg(msg))
+			err = classify(l.nc.PublishMsg(msg))
 		}
 		if err == nil {
 			published = true
@@ -284,7 +373,7 @@ func (s *Sink) sendCore(ctx context.Context, events []*event.Event) error {
 	}
 	if published {
 		fctx, cancel := context.WithTimeout(ctx, flushTimeout)
-		err := s.nc.FlushWithContext(fctx)
+		err := l.nc.FlushWithContext(fctx)
 		cancel()
 		if err != nil {
 			err = classify(err)
@@ -311,7 +400,7 @@ var pubOpts = []jetstream.PublishOpt{jetstream.WithRetryAttempts(0)}
 // all objects go out at once, window permitting. An object whose event
 // failed retryably has its later events reported failed, unpublished; a
 // lost connection or a PubAck timeout stops all publishing of the batch.
-func (s *Sink) sendJetStream(ctx context.Context, events []*event.Event) error {
+func (s *Sink) sendJetStream(ctx context.Context, l *link, events []*event.Event) error {
 	n := len(events)
 	out := outcomes{n: n}
 	// next[i] is the index of the next event of events[i]'s object, or -1;
@@ -340,7 +429,7 @@ func (s *Sink) sendJetStream(ctx context.Context, events []*event.Event) error {
 	flights := make([]flight, 0, min(n, cap(s.window)))
 	var subj [128]byte
 	buf := subj[:0]
-	limit := s.nc.MaxPayload()
+	limit := l.nc.MaxPayload()
 	var stop error // set when nothing more is published
 	// holdBack fails the events of i's object after i.
 	holdBack := func(i int, cause error) {
@@ -365,7 +454,7 @@ func (s *Sink) sendJetStream(ctx context.Context, events []*event.Event) error {
 		buf, err = s.fill(msg, events[i], buf, limit)
 		var f jetstream.PubAckFuture
 		if err == nil {
-			f, err = s.js.PublishMsgAsync(msg, pubOpts...)
+			f, err = l.js.PublishMsgAsync(msg, pubOpts...)
 			err = classify(err)
 		}
 		if err == nil {
@@ -396,7 +485,7 @@ func (s *Sink) sendJetStream(ctx context.Context, events []*event.Event) error {
 			}
 			// Holding no slot, wait for one: the Sends holding them
 			// only wait for their own PubAcks, which come or time out.
-			if stop = s.acquire(ctx); stop == nil {
+			if stop = s.acquire(ctx, l); stop == nil {
 				publish()
 			}
 		}
@@ -408,7 +497,7 @@ func (s *Sink) sendJetStream(ctx context.Context, events []*event.Event) error {
 			win = s.window
 		}
 		fl := flights[0]
-		slot, resolved, err := s.await(ctx, fl.f, win)
+		slot, resolved, err := s.await(ctx, l, fl.f, win)
 		if slot { // freed by another Send
 			publish()
 			continue
@@ -466,13 +555,13 @@ func (s *Sink) tryAcquire() bool {
 }
 
 // acquire waits for a slot of the window.
-func (s *Sink) acquire(ctx context.Context) error {
+func (s *Sink) acquire(ctx context.Context, l *link) error {
 	select {
 	case s.window <- struct{}{}:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-s.closed:
+	case <-l.closed:
 		return natsgo.ErrConnectionClosed
 	}
 }
@@ -483,7 +572,7 @@ func (s *Sink) release() { <-s.window }
 // a disconnect), or, when win is not nil, for a slot of the window (slot:
 // the caller holds it now). resolved is false when it gave up first (ctx,
 // closed connection): the client may still hold the message.
-func (s *Sink) await(ctx context.Context, f jetstream.PubAckFuture, win chan struct{}) (slot, resolved bool, err error) {
+func (s *Sink) await(ctx context.Context, l *link, f jetstream.PubAckFuture, win chan struct{}) (slot, resolved bool, err error) {
 	select {
 	case <-f.Ok():
 		return false, true, nil
@@ -492,7 +581,7 @@ func (s *Sink) await(ctx context.Context, f jetstream.PubAckFuture, win chan str
 	case win <- struct{}{}:
 		return true, false, nil
 	case <-ctx.Done():
-	case <-s.closed:
+	case <-l.closed:
 	}
 	select { // what did arrive still counts
 	case <-f.Ok():
@@ -545,6 +634,12 @@ func (s *Sink) fill(msg *natsgo.Msg, e *event.Event, buf []byte, limit int64) ([
 		return buf, sinks.Permanent(fmt.Errorf("encoding event %s: %w", e.ID, err))
 	}
 	buf = s.subject.appendTo(buf[:0], e)
+	if len(buf) > MaxSubject {
+		// Past the server's control-line limit the server answers with an
+		// error that makes nats.go close the connection for good: this
+		// event is refused alone instead (an object's name can be long).
+		return buf, sinks.Permanent(fmt.Errorf("event %s: its subject is %d bytes, over the %d a NATS server takes in a publish's control line", e.ID, len(buf), MaxSubject))
+	}
 	if msg.Subject != string(buf) {
 		msg.Subject = string(buf)
 	}
@@ -561,7 +656,7 @@ func (s *Sink) fill(msg *natsgo.Msg, e *event.Event, buf []byte, limit int64) ([
 	}
 	delete(h, "ce-kbreplay") // a reused message may hold the previous event's
 	delete(h, "ce-kbreason")
-	if s.js != nil {
+	if s.jet {
 		set(jetstream.MsgIDHeader, e.ID)
 	}
 	// Percent-encoded as in the CloudEvents HTTP binding: nats.go would
@@ -609,18 +704,58 @@ func ceHeader(name string) string {
 	return "ce-" + name
 }
 
-// classify marks what retrying cannot fix: the event is too large for the
-// server or the stream, or its subject is invalid.
+// MaxSubject is the longest subject the sink publishes: a publish's
+// control line ("HPUB <subject> <header bytes> <total bytes>") must fit the
+// server's max_control_line, 4096 bytes by default, with room for the rest.
+const MaxSubject = 4096 - 64
+
+// Healthy reports a connection that cannot deliver: closed for good
+// (replaced on the next Send) or not connected (nats.go reconnecting).
+func (s *Sink) Healthy() error {
+	nc := s.cur.Load().nc
+	switch {
+	case nc.IsClosed():
+		return fmt.Errorf("the NATS connection is closed: %v", nc.LastError())
+	case !nc.IsConnected():
+		if err := nc.LastError(); err != nil {
+			return fmt.Errorf("not connected to NATS (%s): %v", nc.Status(), err)
+		}
+		return fmt.Errorf("not connected to NATS (%s)", nc.Status())
+	}
+	return nil
+}
+
+// classify says whether retrying can help: an event too large for the
+// server or the stream, or with an invalid subject, is refused alone for
+// good; an authorization or permission the server refuses is the
+// destination's config (retried, never given up); a lost connection, a
+// timeout or a stream that does not answer pushes back.
 func classify(err error) error {
-	if errors.Is(err, natsgo.ErrMaxPayload) || errors.Is(err, natsgo.ErrBadSubject) || errors.Is(err, jetstream.ErrStreamMessageExceedsMaximum) {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, natsgo.ErrMaxPayload) || errors.Is(err, natsgo.ErrBadSubject) || errors.Is(err, jetstream.ErrStreamMessageExceedsMaximum):
 		return sinks.Permanent(err)
+	case errors.Is(err, natsgo.ErrAuthorization) || errors.Is(err, natsgo.ErrAuthExpired):
+		return sinks.Destination(sinks.ReasonUnauthorized, err)
+	case errors.Is(err, natsgo.ErrPermissionViolation):
+		return sinks.Destination(sinks.ReasonForbidden, err)
+	case errors.Is(err, natsgo.ErrConnectionClosed) || errors.Is(err, natsgo.ErrDisconnected) ||
+		errors.Is(err, natsgo.ErrTimeout) || errors.Is(err, jetstream.ErrAsyncPublishTimeout) ||
+		errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, natsgo.ErrNoResponders):
+		// No responders: no stream takes the subject, or its leader is
+		// being elected; both pass.
+		return sinks.Unavailable(err)
 	}
 	return err
 }
 
 // Close drains nothing (unacknowledged events stay queued) and closes.
 func (s *Sink) Close(context.Context) error {
-	s.nc.Close()
+	s.mu.Lock()
+	s.shut = true
+	s.mu.Unlock()
+	s.cur.Load().nc.Close()
 	if s.embedded != nil {
 		s.embedded.Shutdown()
 		s.embedded.WaitForShutdown()

@@ -35,10 +35,10 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/net/http/httpguts"
@@ -69,10 +69,18 @@ type Sink struct {
 	mode     string
 	batch    *Batch
 	headers  http.Header
-	secret   []byte
-	client   *http.Client
+	token    *sinks.CredentialFile // bearerTokenFile, read again when it changes
+	secret   *sinks.CredentialFile // signingSecretFile, likewise
+	tls      *sinks.TLSFiles       // the tls block's files, likewise
+	logger   *slog.Logger
 	now      func() time.Time
 	maxDelay time.Duration // cap on Retry-After
+	timeout  time.Duration
+
+	mu     sync.Mutex
+	client *http.Client // replaced when the TLS files change
+	tlsGen int          // the TLS files' generation client was built with
+	idle   int          // idle connections kept (keepConns)
 }
 
 func create(_ context.Context, s sinks.Settings) (sinks.Sink, error) {
@@ -94,54 +102,102 @@ func New(c *Config, logger *slog.Logger) (*Sink, error) {
 	for k, v := range c.Headers {
 		s.headers.Set(k, v)
 	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	s.logger = logger
+	var err error
 	if c.BearerTokenFile != "" {
-		tok, err := os.ReadFile(c.BearerTokenFile)
-		if err != nil {
+		if s.token, err = sinks.OpenCredentialFile(c.BearerTokenFile, sinks.TrimSpace); err != nil {
 			return nil, fmt.Errorf("bearerTokenFile: %w", err)
 		}
-		v := "Bearer " + strings.TrimSpace(string(tok))
-		if !httpguts.ValidHeaderFieldValue(v) {
-			return nil, fmt.Errorf("bearerTokenFile %s: the token has control characters", c.BearerTokenFile)
+		if _, err := s.authorization(); err != nil {
+			return nil, err
 		}
-		s.headers.Set("Authorization", v)
 	}
 	if c.SigningSecretFile != "" {
-		secret, err := os.ReadFile(c.SigningSecretFile)
-		if err != nil {
+		if s.secret, err = sinks.OpenCredentialFile(c.SigningSecretFile, sinks.TrimLine); err != nil {
 			return nil, fmt.Errorf("signingSecretFile: %w", err)
 		}
-		s.secret = bytes.TrimRight(secret, "\r\n")
-		if len(s.secret) == 0 {
-			return nil, fmt.Errorf("signingSecretFile %s is empty", c.SigningSecretFile)
+	}
+	if c.TLS != nil {
+		if s.tls, err = sinks.OpenTLS(c.TLS); err != nil {
+			return nil, err
+		}
+		if c.TLS.InsecureSkipVerify {
+			logger.Warn("TLS server certificates are not verified (insecureSkipVerify)")
 		}
 	}
+	s.timeout = c.Timeout.D()
+	s.idle = config.DefaultConcurrencyMax
+	if s.client, err = s.newClient(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// newClient builds the HTTP client with the TLS files as they are now.
+func (s *Sink) newClient() (*http.Client, error) {
 	transport := http.DefaultTransport.(*http.Transport).Clone()
-	if c.TLS != nil {
-		tc, err := sinks.TLSConfig(c.TLS)
+	if s.tls != nil {
+		s.tlsGen = s.tls.Generation()
+		tc, err := s.tls.Config()
 		if err != nil {
 			return nil, err
 		}
-		if c.TLS.InsecureSkipVerify && logger != nil {
-			logger.Warn("TLS server certificates are not verified (insecureSkipVerify)")
-		}
 		transport.TLSClientConfig = tc
 	}
-	s.client = &http.Client{
-		Timeout:   c.Timeout.D(),
+	transport.MaxIdleConnsPerHost = s.idle
+	transport.MaxIdleConns = max(transport.MaxIdleConns, s.idle)
+	return &http.Client{
+		Timeout:   s.timeout,
 		Transport: transport,
 		// Only the configured URL may acknowledge: following a 301/302/303
 		// turns the POST into a body-less GET whose 200 would count as a
 		// delivery, and a 307/308 hands the events to another host.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}, nil
+}
+
+// currentClient returns the client, rebuilt first when the TLS files
+// changed (a renewed client certificate, a rotated CA). Files caught
+// half-written keep the client that works until they are whole.
+func (s *Sink) currentClient() *http.Client {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.tls == nil || s.tls.Generation() == s.tlsGen {
+		return s.client
 	}
-	s.keepConns(config.DefaultConcurrencyMax)
-	return s, nil
+	old := s.client
+	c, err := s.newClient()
+	if err != nil {
+		s.logger.Warn("TLS files changed but cannot be used yet; keeping the previous ones", "error", err)
+		return old
+	}
+	s.logger.Info("TLS files changed; new connections use them")
+	s.client = c
+	old.CloseIdleConnections()
+	return c
+}
+
+// authorization is the Authorization header from the token file as it is
+// now.
+func (s *Sink) authorization() (string, error) {
+	tok, _ := s.token.Value()
+	v := "Bearer " + string(tok)
+	if !httpguts.ValidHeaderFieldValue(v) {
+		return "", sinks.Destination(sinks.ReasonConfig, fmt.Errorf("bearerTokenFile %s: the token has control characters", s.token.Path()))
+	}
+	return v, nil
 }
 
 // keepConns keeps up to n idle connections to the receiver: one per
 // request the delivery may have in flight (its concurrency), so that
 // connections are reused instead of opened and closed per request.
 func (s *Sink) keepConns(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.idle = n
 	if t, ok := s.client.Transport.(*http.Transport); ok {
 		t.MaxIdleConnsPerHost = n
 		t.MaxIdleConns = max(t.MaxIdleConns, n)
@@ -253,10 +309,18 @@ func (s *Sink) post(ctx context.Context, h http.Header, body []byte) error {
 	for k, v := range h {
 		req.Header[k] = v
 	}
-	if s.secret != nil {
-		req.Header.Set(SignatureHeader, Sign(s.secret, s.now(), req.Header, body))
+	if s.token != nil {
+		auth, err := s.authorization()
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Authorization", auth)
 	}
-	resp, err := s.client.Do(req)
+	if s.secret != nil {
+		secret, _ := s.secret.Value()
+		req.Header.Set(SignatureHeader, Sign(secret, s.now(), req.Header, body))
+	}
+	resp, err := s.currentClient().Do(req)
 	if err != nil {
 		// Unreachable, refused, timed out: the destination, not the event.
 		return sinks.Unavailable(fmt.Errorf("POST %s: %w", s.shownURL, withoutURL(err)))
@@ -264,7 +328,21 @@ func (s *Sink) post(ctx context.Context, h http.Header, body []byte) error {
 	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20)) // reuse the connection
 	resp.Body.Close()
+	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
+		// The credential may have been rotated since it was last read:
+		// the retry reads the files again.
+		s.refreshCredentials()
+	}
 	return s.classify(resp, snippet)
+}
+
+func (s *Sink) refreshCredentials() {
+	if s.token != nil {
+		s.token.Refresh()
+	}
+	if s.secret != nil {
+		s.secret.Refresh()
+	}
 }
 
 // classify turns a non-2xx answer into its outcome, by whether sending the
