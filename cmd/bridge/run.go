@@ -34,6 +34,7 @@ func newRunCommand() *cobra.Command {
 		allowSecretData, allowExecPlugins                   bool
 		le                                                  bridge.LeaderElection
 		drainTimeout, syncTimeout, checkpointInterval       time.Duration
+		resourcePoll                                        time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "run --config FILE [--kubeconfig FILE]",
@@ -77,7 +78,8 @@ Without --kubeconfig it uses the in-cluster service account.`,
 			defer stop()
 			opts := bridge.Options{Config: cfg, REST: rc, Logger: logger, SyncTimeout: syncTimeout,
 				CheckpointFile: checkpointFile, ResetCheckpoint: resetCheckpoint, CheckpointInterval: checkpointInterval,
-				AllowSecretData: allowSecretData, AllowExecPlugins: allowExecPlugins, Namespace: namespace, CredentialDirs: credDirs}
+				AllowSecretData: allowSecretData, AllowExecPlugins: allowExecPlugins, Namespace: namespace, CredentialDirs: credDirs,
+				ResourcePoll: resourcePoll}
 			if leaderElect {
 				if le.RenewDeadline >= le.LeaseDuration || le.RetryPeriod >= le.RenewDeadline {
 					return &exitError{exitInvalid, errors.New("leader election: want --leader-elect-retry-period < --leader-elect-renew-deadline < --leader-elect-lease-duration")}
@@ -162,6 +164,7 @@ Without --kubeconfig it uses the in-cluster service account.`,
 	f.DurationVar(&drainTimeout, "drain-timeout", 10*time.Second, "on shutdown, how long queues may drain into their sinks")
 	f.DurationVar(&syncTimeout, "sync-timeout", 2*time.Minute, "how long to wait for the informers' first sync")
 	f.StringVar(&checkpointFile, "checkpoint-file", "", "checkpoint file, instead of the config's checkpoint (file or natsKV)")
+	f.DurationVar(&resourcePoll, "resource-poll", 10*time.Second, "how often to ask the cluster whether each rule's resource is served (a rule whose CRD is absent waits for it; one whose CRD is deleted delivers its objects' deletions)")
 	f.DurationVar(&checkpointInterval, "checkpoint-interval", time.Second, "how often acknowledged events are written to the checkpoint (the most a crash redelivers)")
 	f.StringVar(&adminAddr, "admin-addr", ":8080", "address of /healthz, /readyz, /metrics and /replay (empty: none)")
 	f.StringVar(&namespace, "namespace", envOr("POD_NAMESPACE", "default"), "the namespace the bridge runs in: callers of /replay need create on replays.kubebridge.io there")

@@ -75,8 +75,10 @@ Exit status: 0 valid, 2 invalid, 1 when the cluster could not be asked.`,
 				for _, p := range problems {
 					fmt.Fprintln(errOut, p.Format(file))
 				}
-				if len(problems) > 0 {
-					return &exitError{exitInvalid, fmt.Errorf("%s does not fit the cluster at %s (%s)", file, rc.Host, count(len(problems), "error"))}
+				// Warnings (a resource the cluster does not serve: its rule
+				// waits for it) do not refuse the config.
+				if errs := bridge.Errors(problems); len(errs) > 0 {
+					return &exitError{exitInvalid, fmt.Errorf("%s does not fit the cluster at %s (%s)", file, rc.Host, count(len(errs), "error"))}
 				}
 				where = "and checked against " + rc.Host
 			}

@@ -25,7 +25,8 @@ import (
 // AdminHandler serves the bridge's admin endpoints:
 //
 //	/healthz  200 while the process serves
-//	/readyz   200 once the caches synced and the checkpoint was reconciled
+//	/readyz   200 once the caches synced and the checkpoint was reconciled,
+//	          and while every sink can deliver; ?verbose lists each check
 //	/metrics  Prometheus metrics (per-sink counts, queue depth, latency, ...)
 //	/replay   POST ?sink=S[&rule=R]: queue the full view to one sink
 //
@@ -36,16 +37,90 @@ import (
 func (b *Bridge) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !b.started.Load() || !b.Ready() {
-			http.Error(w, "not ready: caches syncing or checkpoint not reconciled", http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ok")
-	})
+	mux.HandleFunc("/readyz", b.serveReady)
 	mux.Handle("/metrics", promhttp.HandlerFor(b.metrics.registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/replay", b.serveReplay)
 	return mux
+}
+
+// Check is one line of /readyz: a failed check with Degraded set is
+// reported but keeps the bridge ready (a rule waiting for its resource is
+// a state of the cluster the bridge handles, not a fault of the bridge).
+type Check struct {
+	Name     string
+	Err      error
+	Degraded bool
+}
+
+// Checks are what /readyz reports: the caches, then each sink that runs
+// on this replica (a destination failing as a whole, a connection closed
+// for good), then each rule that waits.
+func (b *Bridge) Checks() []Check {
+	var checks []Check
+	switch {
+	case !b.started.Load() || !b.Ready():
+		checks = append(checks, Check{Name: "informers", Err: errors.New("not ready: caches syncing or checkpoint not reconciled")})
+	default:
+		checks = append(checks, Check{Name: "informers"})
+	}
+	set := b.currentSet()
+	if set != nil {
+		for _, r := range set.order {
+			if r.delivery == nil {
+				continue
+			}
+			checks = append(checks, Check{Name: "sink " + r.cfg.Name, Err: r.delivery.Healthy()})
+		}
+	}
+	for _, w := range b.waitingRules() {
+		checks = append(checks, Check{Name: "rule " + w.rule, Err: w.err, Degraded: true})
+	}
+	return checks
+}
+
+// serveReady answers 503 while a check fails (not a degraded one), with
+// the failing checks; ?verbose lists them all, as kube-apiserver does.
+func (b *Bridge) serveReady(w http.ResponseWriter, r *http.Request) {
+	_, verbose := r.URL.Query()["verbose"]
+	var out strings.Builder
+	ready := true
+	for _, c := range b.Checks() {
+		switch {
+		case c.Err == nil:
+			if verbose {
+				fmt.Fprintf(&out, "[+]%s ok\n", c.Name)
+			}
+		case c.Degraded:
+			fmt.Fprintf(&out, "[!]%s degraded: %s\n", c.Name, oneLine(c.Err.Error()))
+		default:
+			ready = false
+			fmt.Fprintf(&out, "[-]%s failed: %s\n", c.Name, oneLine(c.Err.Error()))
+		}
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	if !ready {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprint(w, out.String())
+		fmt.Fprintln(w, "readyz check failed")
+		return
+	}
+	fmt.Fprint(w, out.String())
+	fmt.Fprintln(w, "ok")
+}
+
+// oneLine keeps an error on its line of /readyz, printable.
+func oneLine(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return ' '
+		}
+		return r
+	}, s)
+	if len(s) > 512 {
+		s = s[:512] + "..."
+	}
+	return s
 }
 
 // ReplayProgress is one line of a /replay response.

@@ -63,6 +63,10 @@ type Options struct {
 	// required (embedding and tests), the service-account directory still
 	// refused.
 	CredentialDirs []string
+	// ResourcePoll is how often the cluster is asked whether the rules'
+	// resources are served (a rule whose CRD is absent waits for it; one
+	// whose CRD is deleted delivers its objects' deletions). Default 10s.
+	ResourcePoll time.Duration
 	// AllowSecretData lets rules that set allowSecretData keep Secret data
 	// in their events. It is a setting outside the config file (bridge run
 	// --allow-secret-data, a chart value) so that whoever may edit the
@@ -240,9 +244,10 @@ func (b *Bridge) prepare(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("checking the config against the cluster: %w", err)
 	}
-	if len(problems) > 0 {
-		return &ConfigError{Problems: problems}
+	if errs := Errors(problems); len(errs) > 0 {
+		return &ConfigError{Problems: errs}
 	}
+	b.warn(problems)
 	return b.buildInformers(cfg, info)
 }
 
@@ -278,12 +283,18 @@ func (b *Bridge) buildInformers(cfg *config.Config, info *ClusterInfo) error {
 		return &ConfigError{Problems: compileProblems}
 	}
 	plan := informer.Plan(rules, sel, info.Namespaced)
+	for i := range plan {
+		plan[i].Absent = info.Absent[plan[i].Spec.GVR]
+	}
 	replayEvery := map[string]time.Duration{}
 	for _, sc := range cfg.Sinks {
 		replayEvery[sc.Name] = sc.ReplayEvery.D()
 	}
 	informers, err := informer.New(dyn, plan, b.notify, replayEvery, b.logger)
 	if err != nil {
+		return err
+	}
+	if err := b.followResources(informers); err != nil {
 		return err
 	}
 	nsSource = informers

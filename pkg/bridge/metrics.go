@@ -5,6 +5,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/kubebridge/kubebridge/internal/version"
+	"github.com/kubebridge/kubebridge/pkg/filters"
 )
 
 // metrics is the bridge's Prometheus registry. Counters are read from the
@@ -46,6 +47,7 @@ var (
 	descDestErrors = prometheus.NewDesc("kubebridge_sink_destination_errors_total", "Failed attempts that say the destination or the sink's config is wrong (retried, never dead-lettered), by reason: unauthorized, forbidden, not_found, gone, redirect, config.", []string{"sink", "reason"}, nil)
 	descReceived   = prometheus.NewDesc("kubebridge_rule_received_total", "Notifications the rule evaluated.", []string{"rule"}, nil)
 	descMatched    = prometheus.NewDesc("kubebridge_rule_matched_total", "Events the rule produced (received minus matched were filtered out).", []string{"rule"}, nil)
+	descWaiting    = prometheus.NewDesc("kubebridge_rule_waiting", "1 while the rule waits for its resource: the cluster does not serve it (a CRD not installed) or its informer has not listed it yet.", []string{"rule"}, nil)
 	descLag        = prometheus.NewDesc("kubebridge_checkpoint_lag", "Acknowledged changes not yet written to the checkpoint.", nil, nil)
 	descLeader     = prometheus.NewDesc("kubebridge_leader", "1 while this replica delivers (the leader, or the only one).", nil, nil)
 	descEvalErrors = prometheus.NewDesc("kubebridge_rule_where_errors_total", "where evaluations that failed (the event was not delivered).", []string{"rule"}, nil)
@@ -82,8 +84,17 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descDestErrors, prometheus.CounterValue, float64(n), d.Name, reason)
 		}
 	}
-	rules, _ := b.snapshot()
+	rules, in := b.snapshot()
+	var waiting map[*filters.Rule]error
+	if in != nil {
+		waiting = in.Waiting()
+	}
 	for _, r := range rules {
+		w := 0.0
+		if waiting[r] != nil {
+			w = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descWaiting, prometheus.GaugeValue, w, r.Name)
 		received, matched := r.Counts()
 		ch <- prometheus.MustNewConstMetric(descReceived, prometheus.CounterValue, float64(received), r.Name)
 		ch <- prometheus.MustNewConstMetric(descMatched, prometheus.CounterValue, float64(matched), r.Name)

@@ -40,8 +40,9 @@ func RESTConfig(kubeconfig, context string) (*rest.Config, error) {
 // watchVerbs are what a shared informer needs: an initial list, then a watch.
 var watchVerbs = []string{"list", "watch"}
 
-// Preflight checks cfg against a live cluster: that each rule's resource
-// exists (discovery, so CRDs count once installed), that it can be listed and
+// Preflight checks cfg against a live cluster: whether each rule's resource
+// exists (discovery, so CRDs count once installed; one that does not is a
+// warning: the rule waits for it), that it can be listed and
 // watched, that namespace settings fit its scope, and that the current
 // identity may list and watch it wherever the rule looks. A missing permission
 // is reported as the RBAC rule that would grant it. Problems carry the
@@ -52,7 +53,7 @@ func Preflight(ctx context.Context, cfg *config.Config, rc *rest.Config) (*Clust
 		return nil, nil, err
 	}
 	p := &preflight{ctx: ctx, cs: cs, cfg: cfg, groups: map[string]*metav1.APIResourceList{}, access: map[authzv1.ResourceAttributes]bool{},
-		info: &ClusterInfo{Namespaced: map[schema.GroupVersionResource]bool{}}}
+		info: &ClusterInfo{Namespaced: map[schema.GroupVersionResource]bool{}, Absent: map[schema.GroupVersionResource]bool{}}}
 	if err := p.whoAmI(); err != nil {
 		return nil, nil, err
 	}
@@ -67,6 +68,20 @@ func Preflight(ctx context.Context, cfg *config.Config, rc *rest.Config) (*Clust
 // ClusterInfo is what Preflight learnt about the rules' resources.
 type ClusterInfo struct {
 	Namespaced map[schema.GroupVersionResource]bool
+	// Absent are the resources the cluster does not serve: their rules
+	// wait for them.
+	Absent map[schema.GroupVersionResource]bool
+}
+
+// Errors are the problems that refuse a config (not the warnings).
+func Errors(problems []config.Problem) []config.Problem {
+	var out []config.Problem
+	for _, p := range problems {
+		if !p.Warning {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 type preflight struct {
@@ -78,6 +93,10 @@ type preflight struct {
 	access   map[authzv1.ResourceAttributes]bool
 	problems []config.Problem
 	info     *ClusterInfo
+}
+
+func (p *preflight) warnf(path, format string, args ...any) {
+	p.problems = append(p.problems, config.Problem{Path: path, Line: p.cfg.LineOf(path), Message: fmt.Sprintf(format, args...), Warning: true})
 }
 
 func (p *preflight) addf(path, format string, args ...any) {
@@ -125,8 +144,7 @@ func (p *preflight) checkRule(i int) error {
 		return err
 	}
 	if list == nil {
-		p.addf(path+".resource", "the cluster does not serve %s (is the CRD installed?)", gv)
-		return nil
+		return p.absent(i, gvr, fmt.Sprintf("the cluster does not serve %s (is the CRD installed?)", gv))
 	}
 	var res *metav1.APIResource
 	var names []string
@@ -142,8 +160,7 @@ func (p *preflight) checkRule(i int) error {
 	}
 	if res == nil {
 		slices.Sort(names)
-		p.addf(path+".resource", "the cluster has no resource %q in %s (have: %s)", gvr.Resource, gv, strings.Join(names, ", "))
-		return nil
+		return p.absent(i, gvr, fmt.Sprintf("the cluster has no resource %q in %s (have: %s)", gvr.Resource, gv, strings.Join(names, ", ")))
 	}
 	for _, v := range watchVerbs {
 		if !slices.Contains(res.Verbs, v) {
@@ -174,6 +191,28 @@ func (p *preflight) checkRule(i int) error {
 	}
 	if r.NamespaceSelector != "" {
 		return p.checkAccess(path+".namespaceSelector", schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}, "")
+	}
+	return nil
+}
+
+// absent records that rule i's resource is not served: a state of the
+// cluster (a CRD not installed yet, or uninstalled), not a mistake in the
+// config, so the rule waits for it while the others run (a warning). What
+// the identity may do is still checked: RBAC names resources whether they
+// exist or not.
+func (p *preflight) absent(i int, gvr schema.GroupVersionResource, msg string) error {
+	r := p.cfg.Rules[i]
+	path := fmt.Sprintf("rules[%d]", i)
+	p.warnf(path+".resource", "%s; the rule waits for it (the other rules run)", msg)
+	p.info.Absent[gvr] = true
+	namespaces := r.Namespaces
+	if len(namespaces) == 0 {
+		namespaces = []string{""}
+	}
+	for _, ns := range namespaces {
+		if err := p.checkAccess(path, gvr, ns); err != nil {
+			return err
+		}
 	}
 	return nil
 }

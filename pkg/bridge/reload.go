@@ -53,9 +53,10 @@ func (b *Bridge) Reload(ctx context.Context, cfg *config.Config) error {
 	if err != nil {
 		return fmt.Errorf("checking the new config against the cluster: %w", err)
 	}
-	if len(problems) > 0 {
-		return &ConfigError{Problems: problems}
+	if errs := Errors(problems); len(errs) > 0 {
+		return &ConfigError{Problems: errs}
 	}
+	b.warn(problems)
 
 	// Build the new sinks before anything changes: a sink that cannot be
 	// built leaves the running config as it is.

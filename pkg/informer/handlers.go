@@ -33,13 +33,13 @@ type Notify func(n Notification)
 // With replays set (a sink's own registration, with its resync period), an
 // informer resync (an update with an unchanged resourceVersion) is a
 // replay; other registrations never see resyncs.
-func (run *running) handler(in *Informers, targets map[*filters.Rule][]string, replays bool) cache.ResourceEventHandler {
+func handler(in *Informers, idx cache.Indexer, targets map[*filters.Rule][]string, replays bool) cache.ResourceEventHandler {
 	notify := func(obj any, state, gone *unstructured.Unstructured, resync, initial bool) {
 		key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
 		if err != nil {
 			return
 		}
-		in.notify(Notification{Key: key, Targets: targets, Cache: run.informer.GetIndexer(), Object: state, Gone: gone, Resync: resync, Initial: initial})
+		in.notify(Notification{Key: key, Targets: targets, Cache: idx, Object: state, Gone: gone, Resync: resync, Initial: initial})
 	}
 	return cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc: func(obj any, initialList bool) {
@@ -107,7 +107,7 @@ func (in *Informers) syncNamespace(r *filters.Rule, ns string) {
 		if !slices.Contains(run.Rules, r) {
 			continue
 		}
-		objs, err := run.informer.GetIndexer().ByIndex(cache.NamespaceIndex, ns)
+		objs, err := run.inf().GetIndexer().ByIndex(cache.NamespaceIndex, ns)
 		if err != nil {
 			in.logger.Error("namespace index lookup failed", "rule", r.Name, "namespace", ns, "error", err)
 			continue
@@ -117,7 +117,7 @@ func (in *Informers) syncNamespace(r *filters.Rule, ns string) {
 			if err != nil {
 				continue
 			}
-			in.notify(Notification{Key: key, Targets: targets, Cache: run.informer.GetIndexer()})
+			in.notify(Notification{Key: key, Targets: targets, Cache: run.inf().GetIndexer()})
 		}
 	}
 }

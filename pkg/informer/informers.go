@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,32 +29,70 @@ type Informers struct {
 	// without it they are notified with Initial set.
 	SkipInitialList bool
 
-	logger  *slog.Logger
-	notify  Notify
-	running []*running
-	ns      cache.SharedIndexInformer // namespaces, when a rule selects them by label
-	nsRules []*filters.Rule
+	// Discover, when set, says whether the cluster serves a resource now;
+	// it is asked every PollEvery (default 10s) once started, so that a
+	// rule whose resource is absent (a CRD not installed, or deleted)
+	// waits and starts when it appears, and a resource that goes away has
+	// its informer stopped and its objects reported gone (OnChange).
+	Discover  func(ctx context.Context, gvr schema.GroupVersionResource) (bool, error)
+	PollEvery time.Duration
+	// OnChange is called, on the poller's goroutine, with the rules of an
+	// informer that stopped because its resource went away (its cache is
+	// empty now) or that synced after its resource appeared: the caller
+	// reconciles their views. It must not call Stop.
+	OnChange func(rules []*filters.Rule)
+
+	logger      *slog.Logger
+	notify      Notify
+	client      dynamic.Interface
+	replayEvery map[string]time.Duration
+	running     []*running
+	ns          cache.SharedIndexInformer // namespaces, when a rule selects them by label
+	nsRules     []*filters.Rule
 
 	wg     sync.WaitGroup
+	runCtx context.Context
 	cancel context.CancelFunc
 }
 
-// running is a Watch's informer and its handler registrations.
+// running is a Watch and its informer: the informer runs while the
+// cluster serves the resource; one whose resource goes away is stopped
+// and replaced by a fresh one (empty), started when it comes back.
 type running struct {
 	Watch
+	cur     atomic.Pointer[instance]
+	absent  atomic.Bool  // the cluster does not serve the resource
+	late    atomic.Bool  // started after Start: not part of readiness
+	lastErr atomic.Value // string: the last list or watch error
+}
+
+// instance is one informer of a running and its handler registrations.
+type instance struct {
 	informer cache.SharedIndexInformer
 	regs     []cache.ResourceEventHandlerRegistration
+	cancel   context.CancelFunc // set once started
+	done     chan struct{}      // closed when it stopped running
 }
+
+// inf is the current informer.
+func (run *running) inf() cache.SharedIndexInformer { return run.cur.Load().informer }
 
 // synced reports whether every handler registration has been handed the
 // initial list, not only whether the cache has it.
-func (run *running) synced() bool {
-	for _, reg := range run.regs {
+func (inst *instance) synced() bool {
+	for _, reg := range inst.regs {
 		if !reg.HasSynced() {
 			return false
 		}
 	}
 	return true
+}
+
+// synced is readiness: an absent resource's empty view is in sync, and
+// so is one that appeared after the start (it is reported as waiting until
+// its list is in, see Waiting, without making the bridge unready).
+func (run *running) synced() bool {
+	return run.absent.Load() || run.late.Load() || run.cur.Load().synced()
 }
 
 // New prepares the informers of plan; nothing runs before Start.
@@ -64,7 +103,7 @@ func (run *running) synced() bool {
 // resync), carrying its live events too, so that replays and live events
 // reach it in order. The other sinks share one registration without resync.
 func New(client dynamic.Interface, plan []Watch, notify Notify, replayEvery map[string]time.Duration, logger *slog.Logger) (*Informers, error) {
-	in := &Informers{logger: logger, notify: notify}
+	in := &Informers{logger: logger, notify: notify, client: client, replayEvery: replayEvery}
 	for _, w := range plan {
 		for _, r := range w.Rules {
 			if r.HasNamespaceSelector() && !slices.Contains(in.nsRules, r) {
@@ -80,18 +119,22 @@ func New(client dynamic.Interface, plan []Watch, notify Notify, replayEvery map[
 		}
 	}
 	for _, w := range plan {
-		run, err := in.prepare(client, w, replayEvery)
+		run := &running{Watch: w}
+		run.absent.Store(w.Absent)
+		inst, err := in.prepare(run)
 		if err != nil {
 			return nil, err
 		}
+		run.cur.Store(inst)
 		in.running = append(in.running, run)
 	}
 	return in, nil
 }
 
-// prepare creates w's informer, with an index per index key of its rules,
-// and registers its handlers (see New).
-func (in *Informers) prepare(client dynamic.Interface, w Watch, replayEvery map[string]time.Duration) (*running, error) {
+// prepare creates an informer of run's Watch, with an index per index key
+// of its rules, and registers its handlers (see New).
+func (in *Informers) prepare(run *running) (*instance, error) {
+	w, client, replayEvery := run.Watch, in.client, in.replayEvery
 	spec := w.Spec
 	indexers := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
 	for _, r := range w.Rules {
@@ -123,10 +166,14 @@ func (in *Informers) prepare(client dynamic.Interface, w Watch, replayEvery map[
 	}
 	_ = inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
 		cache.DefaultWatchErrorHandler(ctx, r, err)
+		run.lastErr.Store(err.Error())
+		if run.absent.Load() {
+			return // the poller stops it
+		}
 		in.logger.Warn("watch failed; the informer relists and retries", "informer", spec.String(), "error", err)
 	})
 
-	run := &running{Watch: w, informer: inf}
+	inst := &instance{informer: inf, done: make(chan struct{})}
 	common := map[*filters.Rule][]string{}
 	for _, r := range w.Rules {
 		for _, sink := range r.Sinks {
@@ -135,7 +182,7 @@ func (in *Informers) prepare(client dynamic.Interface, w Watch, replayEvery map[
 			}
 		}
 	}
-	if err := run.register(in, common, false, 0); err != nil {
+	if err := inst.register(in, common, false, 0); err != nil {
 		return nil, err
 	}
 	for _, sink := range replaying {
@@ -145,21 +192,21 @@ func (in *Informers) prepare(client dynamic.Interface, w Watch, replayEvery map[
 				targets[r] = []string{sink}
 			}
 		}
-		if err := run.register(in, targets, true, replayEvery[sink]); err != nil {
+		if err := inst.register(in, targets, true, replayEvery[sink]); err != nil {
 			return nil, err
 		}
 	}
-	return run, nil
+	return inst, nil
 }
 
 // register adds a handler for targets to the informer, with its own resync
 // period (0: none).
-func (run *running) register(in *Informers, targets map[*filters.Rule][]string, replays bool, resync time.Duration) error {
-	reg, err := run.informer.AddEventHandlerWithResyncPeriod(run.handler(in, targets, replays), resync)
+func (inst *instance) register(in *Informers, targets map[*filters.Rule][]string, replays bool, resync time.Duration) error {
+	reg, err := inst.informer.AddEventHandlerWithResyncPeriod(handler(in, inst.informer.GetIndexer(), targets, replays), resync)
 	if err != nil {
 		return err
 	}
-	run.regs = append(run.regs, reg)
+	inst.regs = append(inst.regs, reg)
 	return nil
 }
 
@@ -169,7 +216,7 @@ func (run *running) register(in *Informers, targets map[*filters.Rule][]string, 
 // is called.
 func (in *Informers) Start(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(context.Background())
-	in.cancel = cancel
+	in.runCtx, in.cancel = runCtx, cancel
 	if in.ns != nil {
 		if _, err := in.ns.AddEventHandler(in.namespaceHandler()); err != nil {
 			return err
@@ -181,8 +228,19 @@ func (in *Informers) Start(ctx context.Context) error {
 	}
 	synced := make([]cache.InformerSynced, 0, len(in.running))
 	for _, r := range in.running {
-		in.goRun(runCtx, r.informer)
+		if r.absent.Load() {
+			in.logger.Warn("the cluster does not serve this resource; its rules wait for it", "informer", r.Spec.String(), "rules", ruleNames(r.Rules))
+			continue
+		}
+		in.startInstance(r.cur.Load())
 		synced = append(synced, r.synced)
+	}
+	if in.Discover != nil {
+		in.wg.Add(1)
+		go func() {
+			defer in.wg.Done()
+			in.poll(runCtx)
+		}()
 	}
 	if !waitFor(ctx, synced...) {
 		if errors.Is(ctx.Err(), context.Canceled) {
@@ -228,6 +286,18 @@ func (in *Informers) goRun(ctx context.Context, inf cache.SharedIndexInformer) {
 	go func() {
 		defer in.wg.Done()
 		inf.RunWithContext(ctx)
+	}()
+}
+
+// startInstance runs inst until Stop, or until the poller stops it.
+func (in *Informers) startInstance(inst *instance) {
+	ctx, cancel := context.WithCancel(in.runCtx)
+	inst.cancel = cancel
+	in.wg.Add(1)
+	go func() {
+		defer in.wg.Done()
+		defer close(inst.done)
+		inst.informer.RunWithContext(ctx)
 	}()
 }
 

@@ -158,8 +158,8 @@ rules:
 				b.Fatal(err)
 			}
 			run := in.running[0]
-			store := run.informer.GetIndexer()
-			h := run.handler(in, map[*filters.Rule][]string{r: {"out"}}, false)
+			store := run.inf().GetIndexer()
+			h := handler(in, store, map[*filters.Rule][]string{r: {"out"}}, false)
 
 			// Each pass updates every object once, to a newer resourceVersion
 			// (the view skips a state older than what the sink was handed).
@@ -315,14 +315,14 @@ func TestHandlerNotifies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(in.running) != 1 || len(in.running[0].regs) != 2 {
+	if len(in.running) != 1 || len(in.running[0].cur.Load().regs) != 2 {
 		t.Fatalf("want one informer with two registrations (shared, and the replaying sink's): %d informers", len(in.running))
 	}
 	run := in.running[0]
-	store := run.informer.GetIndexer()
+	store := run.inf().GetIndexer()
 	live := map[*filters.Rule][]string{r: {"live"}}
 	replayed := map[*filters.Rule][]string{r: {"replayed"}}
-	h, hr := run.handler(in, live, false), run.handler(in, replayed, true)
+	h, hr := handler(in, store, live, false), handler(in, store, replayed, true)
 
 	type want struct {
 		key     string
@@ -417,7 +417,7 @@ func TestNamespaceHandlerNotifies(t *testing.T) {
 	if in.ns == nil || !reflect.DeepEqual(in.nsRules, []*filters.Rule{sel}) {
 		t.Fatalf("namespace informer %v, rules %v: want one, for the rule with a namespaceSelector", in.ns, in.nsRules)
 	}
-	store := in.running[0].informer.GetIndexer()
+	store := in.running[0].inf().GetIndexer()
 	x, y, z := object("a", "x", "1", nil), object("a", "y", "1", nil), object("b", "z", "1", nil)
 	for _, o := range []*unstructured.Unstructured{x, y, z} {
 		if err := store.Add(o); err != nil {
@@ -488,7 +488,7 @@ func TestCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	bx := object("b", "x", "1", nil)
-	if err := in.running[1].informer.GetIndexer().Add(bx); err != nil {
+	if err := in.running[1].inf().GetIndexer().Add(bx); err != nil {
 		t.Fatal(err)
 	}
 	if cur := in.Cache(two, "b/x"); cur == nil {

@@ -40,6 +40,9 @@ func (s Spec) String() string {
 type Watch struct {
 	Spec  Spec
 	Rules []*filters.Rule
+	// Absent: the cluster does not serve the resource (yet); the informer
+	// starts when Discover finds it.
+	Absent bool
 }
 
 // RuleSelectors are a rule's selectors as written, for planning.

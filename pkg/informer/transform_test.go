@@ -371,14 +371,6 @@ func TestValuesCachedWhenDelivered(t *testing.T) {
 	}
 }
 
-func ruleNames(rs []*filters.Rule) []string {
-	var out []string
-	for _, r := range rs {
-		out = append(out, r.Name)
-	}
-	return out
-}
-
 // BenchmarkTransformSecret is the cache transform's cost per decoded
 // Secret whose values are digested (a 4 KiB value and three small ones,
 // two annotations redacted), paid once per watch event.
@@ -441,7 +433,7 @@ func TestSecretInformerCacheHoldsNoPlaintext(t *testing.T) {
 	defer in.Stop()
 	values := []string{secretValues["password"], secretValues["tls.crt"], secretValues["token"], secretValues["kubectl.kubernetes.io/last-applied-configuration"]}
 	cached := func() *unstructured.Unstructured {
-		objs := in.running[0].informer.GetIndexer().List()
+		objs := in.running[0].inf().GetIndexer().List()
 		if len(objs) != 1 {
 			t.Fatalf("%d objects cached, want 1", len(objs))
 		}

@@ -23,16 +23,16 @@ func (in *Informers) View(r *filters.Rule) []*unstructured.Unstructured {
 		var objs []any
 		if indexed {
 			for _, v := range values {
-				got, err := run.informer.GetIndexer().ByIndex(name, v)
+				got, err := run.inf().GetIndexer().ByIndex(name, v)
 				if err != nil {
 					in.logger.Error("index lookup failed; scanning", "rule", r.Name, "index", name, "error", err)
-					objs = run.informer.GetStore().List()
+					objs = run.inf().GetStore().List()
 					break
 				}
 				objs = append(objs, got...)
 			}
 		} else {
-			objs = run.informer.GetStore().List()
+			objs = run.inf().GetStore().List()
 		}
 		seen := map[*unstructured.Unstructured]bool{}
 		for _, o := range objs {
@@ -52,7 +52,7 @@ func (in *Informers) Cache(r *filters.Rule, key string) cache.KeyGetter {
 	ns, _, _ := cache.SplitMetaNamespaceKey(key)
 	for _, run := range in.running {
 		if slices.Contains(run.Rules, r) && (run.Spec.Namespace == "" || run.Spec.Namespace == ns) {
-			return run.informer.GetIndexer()
+			return run.inf().GetIndexer()
 		}
 	}
 	return nil

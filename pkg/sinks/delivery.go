@@ -220,6 +220,19 @@ func (d *Delivery) Stats() Stats {
 		Parked: parked, OldestParked: oldest, Failing: d.gate.isFailing(), DestinationErrors: dest}
 }
 
+// Healthy reports why the delivery cannot deliver now, nil when it can:
+// the destination failing as a whole (one object parked is not that), or
+// the sink's own check (see HealthChecker).
+func (d *Delivery) Healthy() error {
+	if err := d.gate.health(time.Now()); err != nil {
+		return err
+	}
+	if hc, ok := d.sink.(HealthChecker); ok {
+		return hc.Healthy()
+	}
+	return nil
+}
+
 // Pending counts events not yet acknowledged: queued, in flight or parked.
 func (d *Delivery) Pending() int { return d.queue.Len() + int(d.inFlight.Load()) }
 

@@ -3,6 +3,7 @@ package sinks
 import (
 	"container/heap"
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -158,7 +159,8 @@ type gate struct {
 	since   time.Time
 	probeAt time.Time
 	wait    time.Duration
-	active  int // batches being delivered
+	active  int   // batches being delivered
+	lastErr error // the destination's last failure while failing
 }
 
 // turn waits until the dispatcher may start a batch: at once while the
@@ -210,6 +212,17 @@ func (g *gate) idle() bool {
 	return g.active == 0
 }
 
+// health is the destination's failure while it fails as a whole (not
+// one object's).
+func (g *gate) health(now time.Time) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.failing || g.wait == 0 {
+		return nil
+	}
+	return fmt.Errorf("the destination fails (for %s): %w", now.Sub(g.since).Round(time.Second), g.lastErr)
+}
+
 func (g *gate) isFailing() bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -256,7 +269,7 @@ func (g *gate) fail(now time.Time, err error, wide bool, delay time.Duration, r 
 	} else {
 		g.wait = min(2*g.wait, max(r.MaxInterval.D(), r.InitialInterval.D()))
 	}
-	g.failing = true
+	g.failing, g.lastErr = true, err
 	g.wait = max(g.wait, time.Millisecond)
 	g.probeAt = now.Add(jitter(g.wait))
 	if d := min(delay, max(r.MaxInterval.D(), g.wait)); now.Add(d).After(g.probeAt) {
