@@ -106,6 +106,9 @@ type Delivery struct {
 // NewDelivery prepares delivery of cfg's queue into sink; Run starts it.
 // deadLetter may be nil (permanent refusals then stay parked and counted).
 func NewDelivery(cfg config.Sink, sink Sink, deadLetter DeadLetter, logger *slog.Logger) *Delivery {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
 	d := &Delivery{
 		Name:       cfg.Name,
 		queue:      queue.New(cfg.Queue.Capacity, Coalesce),

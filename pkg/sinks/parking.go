@@ -220,7 +220,13 @@ func (g *gate) health(now time.Time) error {
 	if !g.failing || g.wait == 0 {
 		return nil
 	}
-	return fmt.Errorf("the destination fails (for %s): %w", now.Sub(g.since).Round(time.Second), g.lastErr)
+	// The class, not the error: /readyz is open, and an error may quote
+	// what the receiver answered.
+	for_ := now.Sub(g.since).Round(time.Second)
+	if reason, ok := DestinationReason(g.lastErr); ok {
+		return fmt.Errorf("the destination refuses the sink's requests (%s) for %s", reason, for_)
+	}
+	return fmt.Errorf("the destination fails for %s", for_)
 }
 
 func (g *gate) isFailing() bool {

@@ -715,11 +715,8 @@ func (s *Sink) Healthy() error {
 	nc := s.cur.Load().nc
 	switch {
 	case nc.IsClosed():
-		return fmt.Errorf("the NATS connection is closed: %v", nc.LastError())
+		return errors.New("the NATS connection is closed (replaced on the next delivery)")
 	case !nc.IsConnected():
-		if err := nc.LastError(); err != nil {
-			return fmt.Errorf("not connected to NATS (%s): %v", nc.Status(), err)
-		}
 		return fmt.Errorf("not connected to NATS (%s)", nc.Status())
 	}
 	return nil
