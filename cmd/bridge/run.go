@@ -79,7 +79,7 @@ Without --kubeconfig it uses the in-cluster service account.`,
 			opts := bridge.Options{Config: cfg, REST: rc, Logger: logger, SyncTimeout: syncTimeout,
 				CheckpointFile: checkpointFile, ResetCheckpoint: resetCheckpoint, CheckpointInterval: checkpointInterval,
 				AllowSecretData: allowSecretData, AllowExecPlugins: allowExecPlugins, Namespace: namespace, CredentialDirs: credDirs,
-				ResourcePoll: resourcePoll}
+				ResourcePoll: resourcePoll, ReloadDrain: drainTimeout}
 			if leaderElect {
 				if le.RenewDeadline >= le.LeaseDuration || le.RetryPeriod >= le.RenewDeadline {
 					return &exitError{exitInvalid, errors.New("leader election: want --leader-elect-retry-period < --leader-elect-renew-deadline < --leader-elect-lease-duration")}
@@ -161,7 +161,7 @@ Without --kubeconfig it uses the in-cluster service account.`,
 	f.StringVar(&kubeContext, "context", "", "kubeconfig context (default: its current context)")
 	f.StringVar(&logFormat, "log-format", "json", "log format: json or text")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	f.DurationVar(&drainTimeout, "drain-timeout", 10*time.Second, "on shutdown, how long queues may drain into their sinks")
+	f.DurationVar(&drainTimeout, "drain-timeout", 10*time.Second, "on shutdown, how long queues may drain into their sinks; on a reload, how long a replaced sink may (what is left is sent again from the checkpoint)")
 	f.DurationVar(&syncTimeout, "sync-timeout", 2*time.Minute, "how long to wait for the informers' first sync")
 	f.StringVar(&checkpointFile, "checkpoint-file", "", "checkpoint file, instead of the config's checkpoint (file or natsKV)")
 	f.DurationVar(&resourcePoll, "resource-poll", 10*time.Second, "how often to ask the cluster whether each rule's resource is served (a rule whose CRD is absent waits for it; one whose CRD is deleted delivers its objects' deletions)")

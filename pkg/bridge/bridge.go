@@ -63,6 +63,10 @@ type Options struct {
 	// required (embedding and tests), the service-account directory still
 	// refused.
 	CredentialDirs []string
+	// ReloadDrain bounds how long a sink a reload replaces may drain its
+	// queue into its old settings before the new ones start from the
+	// checkpoint. Default 30s.
+	ReloadDrain time.Duration
 	// ResourcePoll is how often the cluster is asked whether the rules'
 	// resources are served (a rule whose CRD is absent waits for it; one
 	// whose CRD is deleted delivers its objects' deletions). Default 10s.
@@ -169,6 +173,9 @@ func New(opts Options) *Bridge {
 	}
 	if opts.SyncTimeout == 0 {
 		opts.SyncTimeout = 2 * time.Minute
+	}
+	if opts.ReloadDrain == 0 {
+		opts.ReloadDrain = defaultReloadDrain
 	}
 	if opts.CheckpointInterval == 0 {
 		opts.CheckpointInterval = time.Second

@@ -13,8 +13,11 @@ import (
 	"github.com/kubebridge/kubebridge/pkg/filters"
 )
 
-// reloadDrain bounds how long a removed sink may drain its queue.
-const reloadDrain = 30 * time.Second
+// defaultReloadDrain bounds how long a replaced sink may drain its queue
+// (Options.ReloadDrain). What it leaves is not lost: its successor starts
+// from the checkpoint, which holds what the old one had acknowledged, and
+// the reconciliation sends the rest.
+const defaultReloadDrain = 30 * time.Second
 
 // ErrReloadAborted wraps a reload that failed after the swap began: the
 // bridge then stops (Fatal), and the next start reconciles from the
@@ -74,7 +77,7 @@ func (b *Bridge) Reload(ctx context.Context, cfg *config.Config) error {
 	// it: the old and the new one never run side by side, and what the old
 	// one had acknowledged is written before the new one loads its view.
 	for _, s := range retired {
-		s.retire(ctx, reloadDrain, b.logger)
+		s.retire(ctx, b.opts.ReloadDrain, b.logger)
 	}
 	if err := recorder.Flush(ctx); err != nil {
 		b.logger.Warn("checkpoint write before the reload failed; replaced sinks may receive events again", "error", err)

@@ -93,8 +93,9 @@ func (set *sinkSet) deliveries() []*sinks.Delivery {
 
 // retire stops a run a reload replaced: its view takes no more
 // notifications, its queue drains into the sink for up to drain (what is
-// left is dropped: the next reconciliation resends it), then the delivery
-// stops and the sink closes.
+// left is dropped: the successor's reconciliation against the checkpoint,
+// which holds only what was acknowledged, sends it again), then the
+// delivery stops and the sink closes.
 func (s *sinkRun) retire(ctx context.Context, drain time.Duration, logger *slog.Logger) {
 	if s.delivery != nil {
 		s.views.Stop()
@@ -102,7 +103,7 @@ func (s *sinkRun) retire(ctx context.Context, drain time.Duration, logger *slog.
 		select {
 		case <-s.delivery.Done():
 		case <-time.After(drain):
-			logger.Warn("sink did not drain in time; its queue is dropped (the next reconciliation resends it)", "sink", s.cfg.Name, "pending", s.delivery.Pending())
+			logger.Warn("sink did not drain in time; its queue is dropped (its successor resends it from the checkpoint)", "sink", s.cfg.Name, "pending", s.delivery.Pending())
 		}
 		s.cancel()
 		<-s.delivery.Done()

@@ -138,7 +138,7 @@ func TestOneFailingObjectNeverHoldsUpTheOthers(t *testing.T) {
 	for i := range 20 {
 		d.Offer(cm(fmt.Sprint("ok-", i), 10))
 	}
-	eventually(t, 2*time.Second, "20 other objects delivered", func() bool { return rcv.count("ns/ok-") == 20 })
+	eventually(t, 2*time.Second, "20 other objects delivered and acknowledged", func() bool { return rcv.count("ns/ok-") == 20 && d.Stats().Delivered == 20 })
 	st := d.Stats()
 	if st.Parked != 1 || st.OldestParked <= 0 || st.Delivered != 20 || st.Failed != 0 {
 		t.Errorf("stats %+v", st)

@@ -1,0 +1,162 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubebridge/kubebridge/internal/testenv"
+)
+
+// deletionHook records the subjects of the deletions it is sent.
+type deletionHook struct {
+	srv *httptest.Server
+	mu  sync.Mutex
+	got []string
+}
+
+func newDeletionHook(t *testing.T) *deletionHook {
+	h := &deletionHook{}
+	h.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var e ce
+		if err := json.Unmarshal(body, &e); err == nil && e.change() == "deleted" {
+			h.mu.Lock()
+			h.got = append(h.got, e.Subject)
+			h.mu.Unlock()
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(h.srv.Close)
+	return h
+}
+
+func (h *deletionHook) subjects() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := slices.Clone(h.got)
+	slices.Sort(out)
+	return out
+}
+
+// A rule that sends only deletions, its webhook down (a wrong URL): the
+// deletions wait in the sink's queue. A reload that fixes the URL drops
+// that queue after the drain timeout, and a SIGTERM whose drain times out
+// drops it too; neither loses a deletion. The objects' entries were
+// recorded when they entered the view (nothing of them was pending), so
+// the fixed sink's reconciliation against the checkpoint sends exactly the
+// deletions it had not been handed.
+func TestDeletionsOnlyRuleLosesNothingWhenItsQueueIsDropped(t *testing.T) {
+	cp := testenv.SharedControlPlane(t)
+	cs := cp.Clientset(t)
+	ctx := context.Background()
+	const ns = "dropped"
+	testenv.EnsureNamespace(t, cp, ns)
+	hook := newDeletionHook(t)
+	config := func(url string) string {
+		return `apiVersion: kubebridge.io/v1alpha1
+kind: BridgeConfig
+cluster: e2e
+sinks:
+  - name: hook
+    webhook: {url: "` + url + `", mode: structured}
+    retry: {initialInterval: 100ms, maxInterval: 500ms}
+rules:
+  - name: dels
+    resource: v1/configmaps
+    namespaces: [` + ns + `]
+    events: [deleted]
+    sinks: [hook]
+`
+	}
+	down := "http://127.0.0.1:1/events" // nothing listens: refused
+	state := filepath.Join(t.TempDir(), "state.db")
+	b := startBridgeArgs(t, cp, config(down), "--drain-timeout", "1s", "--checkpoint-file", state)
+	create := func(names ...string) {
+		for _, n := range names {
+			_, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{})
+			must(t, err)
+		}
+	}
+	del := func(names ...string) {
+		for _, n := range names {
+			must(t, cs.CoreV1().ConfigMaps(ns).Delete(ctx, n, metav1.DeleteOptions{}))
+		}
+	}
+	subjects := func(names ...string) []string {
+		var out []string
+		for _, n := range names {
+			out = append(out, ns+"/"+n)
+		}
+		slices.Sort(out)
+		return out
+	}
+	// The sink fails as a whole first (x's deletion cannot be sent), so
+	// that it is probed one batch at a time: what enters the view then
+	// must not wait behind it to be recorded.
+	create("x")
+	time.Sleep(500 * time.Millisecond)
+	del("x")
+	testenv.Eventually(t, 10*time.Second, "the sink failing", func() bool { return strings.Contains(b.log(), "the destination fails") })
+	create("a", "b", "c", "d", "e", "f", "h", "i", "j", "k")
+	time.Sleep(1500 * time.Millisecond) // the checkpoint writes every second
+	del("a", "b", "c")
+	time.Sleep(500 * time.Millisecond)
+
+	// A reload that fixes the URL: the old queue is dropped after 1s.
+	before := strings.Count(b.log(), "config reloaded")
+	must(t, os.WriteFile(b.configPath, []byte(config(hook.srv.URL+"/events")), 0o600))
+	testenv.Eventually(t, 30*time.Second, "the reload", func() bool { return strings.Count(b.log(), "config reloaded") > before })
+	testenv.Eventually(t, 15*time.Second, "the four deletions at the fixed URL", func() bool { return len(hook.subjects()) >= 4 })
+	time.Sleep(time.Second) // a duplicate would show by now
+	if got, want := hook.subjects(), subjects("a", "b", "c", "x"); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("after the reload the receiver got deletions %v, want %v", got, want)
+	}
+
+	// Down again; two deletions wait; SIGTERM with a 1s drain drops them;
+	// the next start, with the URL fixed, sends them.
+	before = strings.Count(b.log(), "config reloaded")
+	must(t, os.WriteFile(b.configPath, []byte(config(down)), 0o600))
+	testenv.Eventually(t, 30*time.Second, "the reload to the down URL", func() bool { return strings.Count(b.log(), "config reloaded") > before })
+	create("y")
+	time.Sleep(500 * time.Millisecond)
+	del("y")
+	testenv.Eventually(t, 10*time.Second, "the sink failing again", func() bool {
+		return strings.Count(b.log(), "the destination fails") >= 2
+	})
+	create("g")
+	time.Sleep(1500 * time.Millisecond)
+	del("d", "g")
+	time.Sleep(time.Second)
+	// The drain times out: the bridge says so and exits 1.
+	must(t, b.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case <-b.done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no exit within 30s of SIGTERM:\n%s", b.log())
+	}
+	if !strings.Contains(b.log(), "shutdown deadline reached with 3 events undelivered") {
+		t.Fatalf("the drain did not time out with the three deletions queued:\n%s", b.log())
+	}
+	b2 := startBridgeArgs(t, cp, config(hook.srv.URL+"/events"), "--drain-timeout", "1s", "--checkpoint-file", state)
+	testenv.Eventually(t, 15*time.Second, "the three deletions after the restart", func() bool { return len(hook.subjects()) >= 7 })
+	time.Sleep(time.Second)
+	if got, want := hook.subjects(), subjects("a", "b", "c", "d", "g", "x", "y"); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("after the restart the receiver got deletions %v, want %v", got, want)
+	}
+	b2.stop(t)
+}
