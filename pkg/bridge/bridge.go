@@ -137,6 +137,9 @@ type Bridge struct {
 	store          checkpoint.Store
 	recorder       atomic.Pointer[checkpoint.Recorder]
 	conns          map[string]*natssink.Sink // NATS connections the bridge owns, by connection settings
+	embeddedMu     sync.Mutex
+	embedded       map[string]*natssink.Embedded // embedded nats-servers, by their settings
+	embeddedOrder  []*natssink.Embedded
 	closers        []func(context.Context) error
 	deliveryCtx    context.Context
 	cancelDelivery context.CancelFunc
@@ -183,7 +186,7 @@ func New(opts Options) *Bridge {
 	if opts.Namespace == "" {
 		opts.Namespace = "default"
 	}
-	b := &Bridge{opts: opts, logger: opts.Logger, fatal: make(chan error, 1), conns: map[string]*natssink.Sink{}}
+	b := &Bridge{opts: opts, logger: opts.Logger, fatal: make(chan error, 1), conns: map[string]*natssink.Sink{}, embedded: map[string]*natssink.Embedded{}}
 	b.leadStop, b.stopLead = context.WithCancel(context.Background())
 	b.replays.limit = rate.NewLimiter(rate.Every(10*time.Second), 3)
 	b.replays.reviews = rate.NewLimiter(10, 20)
@@ -343,7 +346,11 @@ func (b *Bridge) lead(ctx context.Context) error {
 func (b *Bridge) startDelivering(ctx context.Context) error {
 	cfg := b.opts.Config
 	b.deliveryCtx, b.cancelDelivery = context.WithCancel(context.Background())
-	set, _, err := buildSinkSet(ctx, b.opts.Sinks, cfg.Sinks, nil, b.logger)
+	cfgs, err := b.sinkConfigs(cfg.Sinks)
+	if err != nil {
+		return err
+	}
+	set, _, err := buildSinkSet(ctx, b.opts.Sinks, cfgs, nil, b.logger)
 	if err != nil {
 		return err
 	}
@@ -491,6 +498,7 @@ func (b *Bridge) closeAll(ctx context.Context) error {
 		errs = append(errs, c(ctx))
 	}
 	b.closers = nil
+	b.closeEmbedded()
 	return errors.Join(errs...)
 }
 

@@ -64,7 +64,11 @@ func (b *Bridge) Reload(ctx context.Context, cfg *config.Config) error {
 	// Build the new sinks before anything changes: a sink that cannot be
 	// built leaves the running config as it is.
 	prev := b.currentSet()
-	next, retired, err := buildSinkSet(ctx, b.opts.Sinks, cfg.Sinks, prev, b.logger)
+	cfgs, err := b.sinkConfigs(cfg.Sinks)
+	if err != nil {
+		return err
+	}
+	next, retired, err := buildSinkSet(ctx, b.opts.Sinks, cfgs, prev, b.logger)
 	if err != nil {
 		return err
 	}

@@ -23,7 +23,7 @@ import (
 func (b *Bridge) openCheckpoint(ctx context.Context, set *sinkSet) error {
 	cp := b.opts.Config.Checkpoint
 	if kv := cp.NATSKV; kv != nil && b.opts.CheckpointFile == "" {
-		nc, err := b.natsConn(ctx, kv.Sink, set)
+		nc, err := b.natsConn(ctx, kv.Sink)
 		if err != nil {
 			return fmt.Errorf("checkpoint.natsKV: %w", err)
 		}
@@ -49,9 +49,10 @@ func (b *Bridge) openCheckpoint(ctx context.Context, set *sinkSet) error {
 
 // natsConn returns a NATS connection to the server of the nats sink named
 // sinkName, owned by the bridge (shared by the KV checkpoint and the
-// dead-letters that connect alike, closed at shutdown). An
-// embedded server lives inside its sink: its connection is borrowed.
-func (b *Bridge) natsConn(ctx context.Context, sinkName string, set *sinkSet) (*natsgo.Conn, error) {
+// dead-letters that connect alike, closed at shutdown). An embedded server
+// is the bridge's too (see embeddedServer): the connection is to it, not
+// borrowed from the sink, so a reload of the sink closes neither.
+func (b *Bridge) natsConn(ctx context.Context, sinkName string) (*natsgo.Conn, error) {
 	var sc *config.Sink
 	for i := range b.opts.Config.Sinks {
 		if b.opts.Config.Sinks[i].Name == sinkName {
@@ -66,14 +67,11 @@ func (b *Bridge) natsConn(ctx context.Context, sinkName string, set *sinkSet) (*
 		return nil, fmt.Errorf("sink %q is not a nats sink", sinkName)
 	}
 	if nc.Embedded {
-		var ns *natssink.Sink
-		if run := set.run(sinkName); run != nil {
-			ns, _ = run.sink.(*natssink.Sink)
+		srv, err := b.embeddedServer(sinkName, nc)
+		if err != nil {
+			return nil, err
 		}
-		if ns == nil {
-			return nil, fmt.Errorf("sink %q is not running", sinkName)
-		}
-		return ns.Conn(), nil
+		nc = nc.WithServer(srv.URL)
 	}
 	// Keyed by what the connection is made of, not what the sink publishes
 	// (the subject is only checked by Connect; streams stay the sink's).
@@ -92,6 +90,55 @@ func (b *Bridge) natsConn(ctx context.Context, sinkName string, set *sinkSet) (*
 	return s.Conn(), nil
 }
 
+// embeddedServer returns the nats-server an embedded sink configures,
+// started at its first use and kept, across reloads of the sink, until
+// shutdown (closeAll): the sink, the KV checkpoint and dead-letters are
+// its clients. A reload that changes the server's own settings starts
+// another one (the previous keeps serving the clients that still use it).
+func (b *Bridge) embeddedServer(name string, c *natssink.Config) (*natssink.Embedded, error) {
+	b.embeddedMu.Lock()
+	defer b.embeddedMu.Unlock()
+	key := natssink.EmbeddedKey(name, c)
+	if srv := b.embedded[key]; srv != nil {
+		return srv, nil
+	}
+	srv, err := natssink.StartEmbedded(name, c)
+	if err != nil {
+		return nil, err
+	}
+	b.logger.Info("embedded nats-server started", "sink", name, "url", srv.URL)
+	b.embedded[key] = srv
+	b.embeddedOrder = append(b.embeddedOrder, srv)
+	return srv, nil
+}
+
+// sinkConfigs returns cfgs as the sinks are built from them: an embedded
+// nats sink becomes a client of the bridge's server.
+func (b *Bridge) sinkConfigs(cfgs []config.Sink) ([]config.Sink, error) {
+	out := make([]config.Sink, len(cfgs))
+	for i, sc := range cfgs {
+		out[i] = sc
+		if nc, ok := sc.Spec.(*natssink.Config); ok && nc.Embedded {
+			srv, err := b.embeddedServer(sc.Name, nc)
+			if err != nil {
+				return nil, fmt.Errorf("sink %q: %w", sc.Name, err)
+			}
+			out[i].Spec = nc.WithServer(srv.URL)
+		}
+	}
+	return out, nil
+}
+
+// closeEmbedded shuts the embedded servers down, after their clients.
+func (b *Bridge) closeEmbedded() {
+	b.embeddedMu.Lock()
+	defer b.embeddedMu.Unlock()
+	for _, srv := range b.embeddedOrder {
+		srv.Close()
+	}
+	b.embedded, b.embeddedOrder = map[string]*natssink.Embedded{}, nil
+}
+
 // deadLetter builds the dead-letter of sink s, if it has one.
 func (b *Bridge) deadLetter(ctx context.Context, s *sinkRun) (sinks.DeadLetter, error) {
 	switch dl := s.cfg.DeadLetter; {
@@ -105,7 +152,7 @@ func (b *Bridge) deadLetter(ctx context.Context, s *sinkRun) (sinks.DeadLetter, 
 		s.closers = append(s.closers, func(context.Context) error { return f.Close() })
 		return f, nil
 	default:
-		nc, err := b.natsConn(ctx, dl.NATS.Sink, b.currentSet())
+		nc, err := b.natsConn(ctx, dl.NATS.Sink)
 		if err != nil {
 			return nil, err
 		}

@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"context"
+	"net"
 	"testing"
 
 	"github.com/kubebridge/kubebridge/internal/testenv"
@@ -28,15 +29,15 @@ func TestNATSConnectionsAreSharedByConnectionSettings(t *testing.T) {
 		{Name: "w", Type: "webhook"},
 	}}
 	b := New(Options{Config: cfg, Logger: discard})
-	ca, err := b.natsConn(ctx, "a", nil)
+	ca, err := b.natsConn(ctx, "a")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cb, err := b.natsConn(ctx, "b", nil)
+	cb, err := b.natsConn(ctx, "b")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cc, err := b.natsConn(ctx, "c", nil)
+	cc, err := b.natsConn(ctx, "c")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,10 +47,10 @@ func TestNATSConnectionsAreSharedByConnectionSettings(t *testing.T) {
 	if ca == cc {
 		t.Error("sink c connects elsewhere but shares a's connection")
 	}
-	if _, err := b.natsConn(ctx, "w", nil); err == nil || err.Error() != `sink "w" is not a nats sink` {
+	if _, err := b.natsConn(ctx, "w"); err == nil || err.Error() != `sink "w" is not a nats sink` {
 		t.Errorf("webhook sink: err = %v", err)
 	}
-	if _, err := b.natsConn(ctx, "nope", nil); err == nil {
+	if _, err := b.natsConn(ctx, "nope"); err == nil {
 		t.Error("unknown sink: no error")
 	}
 	if err := b.closeAll(ctx); err != nil {
@@ -60,25 +61,58 @@ func TestNATSConnectionsAreSharedByConnectionSettings(t *testing.T) {
 	}
 }
 
-// An embedded server lives inside its sink: its connection is borrowed
-// from the running sink, and there is none while the sink does not run.
-func TestNATSConnectionOfAnEmbeddedServerIsBorrowed(t *testing.T) {
+// An embedded server is the bridge's: the sink and the bridge's own
+// connection (KV checkpoint, dead-letters) are its clients, so closing or
+// replacing the sink (a reload) leaves the bridge's connection working;
+// the server stops at closeAll, after its clients.
+func TestEmbeddedServerIsTheBridges(t *testing.T) {
 	ctx := context.Background()
-	sc := config.Sink{Name: "bus", Type: "nats", Spec: &natssink.Config{Embedded: true, Subject: natssink.DefaultSubject}}
+	t.Setenv("KUBEBRIDGE_DATA_DIR", t.TempDir())
+	l, err := net.Listen("tcp", "127.0.0.1:0") // a free port
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	sc := config.Sink{Name: "bus", Type: "nats", Spec: &natssink.Config{Embedded: true, URL: "nats://" + addr, Subject: natssink.DefaultSubject, JetStream: true}}
 	b := New(Options{Config: &config.Config{Sinks: []config.Sink{sc}}, Logger: discard})
-	if _, err := b.natsConn(ctx, "bus", nil); err == nil || err.Error() != `sink "bus" is not running` {
-		t.Errorf("err = %v", err)
-	}
-	set, _, err := buildSinkSet(ctx, b.opts.Sinks, []config.Sink{sc}, nil, discard)
+	cfgs, err := b.sinkConfigs(b.opts.Config.Sinks)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer set.order[0].close(ctx)
-	nc, err := b.natsConn(ctx, "bus", set)
+	set, _, err := buildSinkSet(ctx, b.opts.Sinks, cfgs, nil, discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if nc != set.order[0].sink.(*natssink.Sink).Conn() {
-		t.Error("not the sink's own connection")
+	nc, err := b.natsConn(ctx, "bus")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sinkConn := set.order[0].sink.(*natssink.Sink).Conn()
+	if nc == sinkConn {
+		t.Fatal("the bridge borrows the sink's connection")
+	}
+	if err := set.order[0].close(ctx); err != nil { // as a reload retires it
+		t.Fatal(err)
+	}
+	if !sinkConn.IsClosed() {
+		t.Error("the sink's connection is open after its close")
+	}
+	if err := nc.Publish("k8s.test", []byte("x")); err != nil || nc.Flush() != nil || !nc.IsConnected() {
+		t.Errorf("the bridge's connection does not work after the sink closed: %v", err)
+	}
+	// Built again (a reload): the same server.
+	again, err := b.sinkConfigs(b.opts.Config.Sinks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again[0].Spec.(*natssink.Config).URL != cfgs[0].Spec.(*natssink.Config).URL {
+		t.Error("a second server was started for the same settings")
+	}
+	if err := b.closeAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !nc.IsClosed() {
+		t.Error("the bridge's connection is open after closeAll")
 	}
 }

@@ -92,6 +92,45 @@ func startEmbedded(name string, c *Config) (*server.Server, string, error) {
 	return srv, srv.ClientURL(), nil
 }
 
+// Embedded is a nats-server run inside the bridge, owned by whoever
+// started it: the bridge starts one per embedded sink's server settings
+// and keeps it across reloads of that sink, so that the connections of
+// the KV checkpoint and of dead-letters to it outlive the sink.
+type Embedded struct {
+	srv *server.Server
+	// URL is where its clients connect.
+	URL string
+}
+
+// StartEmbedded runs the server an embedded sink named name configures.
+func StartEmbedded(name string, c *Config) (*Embedded, error) {
+	srv, url, err := startEmbedded(name, c)
+	if err != nil {
+		return nil, err
+	}
+	return &Embedded{srv: srv, URL: url}, nil
+}
+
+// Close shuts the server down and waits for it.
+func (e *Embedded) Close() {
+	e.srv.Shutdown()
+	e.srv.WaitForShutdown()
+}
+
+// EmbeddedKey identifies the server an embedded sink configures: what
+// startEmbedded reads (its name names the store directory).
+func EmbeddedKey(name string, c *Config) string {
+	return strings.Join([]string{name, c.URL, c.TokenFile, c.User, c.PasswordFile}, "\x00")
+}
+
+// WithServer returns a copy of c that connects to the server at url as a
+// client of it, instead of running one (the bridge runs it).
+func (c *Config) WithServer(url string) *Config {
+	cc := *c
+	cc.Embedded, cc.URL = false, url
+	return &cc
+}
+
 // loopback says whether host (a listen address) is reachable from this
 // machine only.
 func loopback(host string) bool {
