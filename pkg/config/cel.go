@@ -247,6 +247,9 @@ const (
 	MaxCELListSize    = 10_000
 	// MaxCELSortSize bounds the lists sort and distinct take.
 	MaxCELSortSize = 10_000
+	// MaxCELAllocBytes bounds what the guarded calls of one evaluation
+	// allocate together (see CELBudget).
+	MaxCELAllocBytes = 16 << 20
 )
 
 // CELProgramOptions are the options every where program is built with:
@@ -259,15 +262,73 @@ func CELProgramOptions() []cel.ProgramOption {
 	}
 }
 
+// A guard checks a guarded call's arguments before the call runs: err is
+// set when the result would pass a bound, and alloc is about what the call
+// allocates, charged to the evaluation's budget (see CELBudget).
+type guard func(args []ref.Val) (alloc int64, err ref.Val)
+
 // guardedFunctions are the calls that build their result (or sort) in one
-// step, before the cost tracker sees it: each gets a check of its
-// arguments' sizes first.
-var guardedFunctions = map[string]func(args []ref.Val) ref.Val{
-	"replace":  checkReplace,
-	"join":     checkJoin,
-	"format":   checkFormat,
-	"sort":     checkSortable,
-	"distinct": checkSortable,
+// step, before the cost tracker sees it, or whose cost the tracker does not
+// know when their arguments are dyn (object fields are: dyn(s) + dyn(s)
+// costs 1 whatever the strings' sizes, which is how 3,000 concatenations of
+// a 1 MiB string once cost 72,014): each gets a check of its arguments'
+// sizes first, and what it allocates is charged to the evaluation.
+var guardedFunctions = map[string]guard{
+	"replace":       checkReplace,
+	"join":          checkJoin,
+	"format":        checkFormat,
+	"sort":          checkSortable,
+	"distinct":      checkSortable,
+	"_+_":           checkAdd,
+	"reverse":       checkReverse,
+	"strings.quote": scaled("strings.quote", 6, true), // \uXXXX escapes
+	"base64.encode": scaled("base64.encode", 2, true), // 4/3, rounded up
+	"base64.decode": scaled("base64.decode", 1, false),
+	"json.encode":   scaled("json.encode", 2, true),
+	"flatten":       scaled("flatten", 1, false),
+	"slice":         scaled("slice", 1, false),
+	"split":         scaled("split", 2, false),
+	"lowerAscii":    scaled("lowerAscii", 1, false),
+	"upperAscii":    scaled("upperAscii", 1, false),
+	"trim":          scaled("trim", 1, false),
+	// These convert their string to runes, 4 bytes each, per call.
+	"charAt":      scaled("charAt", 4, false),
+	"indexOf":     scaled("indexOf", 4, false),
+	"lastIndexOf": scaled("lastIndexOf", 4, false),
+	"substring":   scaled("substring", 4, false),
+	"string":      scaled("string", 1, false),
+	"bytes":       scaled("bytes", 1, false),
+}
+
+// unguarded are overloads of guarded functions that allocate nothing
+// (number arithmetic): left as they are, on the hot path.
+var unguarded = map[string]bool{
+	"add_int64": true, "add_uint64": true, "add_double": true,
+	"add_duration_duration": true, "add_duration_timestamp": true, "add_timestamp_duration": true,
+	"int64_to_string": true, "uint64_to_string": true, "double_to_string": true, "bool_to_string": true,
+	"string_to_string": true, "bytes_to_bytes": true, "timestamp_to_string": true, "duration_to_string": true,
+}
+
+// CELBudget is what one evaluation of a where expression may allocate in
+// guarded calls together (MaxCELAllocBytes): each call is bounded on its
+// own, and this bounds a comprehension that repeats one (a map over a
+// range). The evaluation's activation resolves CELBudgetVar to it; one
+// evaluation runs on one goroutine, so it needs no lock.
+type CELBudget struct{ used int64 }
+
+// CELBudgetVar is the name under which an activation hands its budget to
+// the guards; not a CEL identifier, so no expression can name it.
+const CELBudgetVar = "@kubebridge.alloc"
+
+func budgetOf(a interpreter.Activation) *CELBudget {
+	if a == nil {
+		return nil
+	}
+	if v, ok := a.ResolveName(CELBudgetVar); ok {
+		b, _ := v.(*CELBudget)
+		return b
+	}
+	return nil
 }
 
 // overloadImpls are the implementations of the guarded functions by
@@ -301,7 +362,7 @@ func boundAllocations(i interpreter.InterpretableV2) (interpreter.InterpretableV
 		return i, nil
 	}
 	check := guardedFunctions[call.Function()]
-	if check == nil {
+	if check == nil || unguarded[call.OverloadID()] {
 		return i, nil
 	}
 	impl := overloadImpls()[call.OverloadID()]
@@ -322,18 +383,18 @@ func boundAllocations(i interpreter.InterpretableV2) (interpreter.InterpretableV
 type guardedCall struct {
 	interpreter.InterpretableCall
 	impl  *functions.Overload
-	check func(args []ref.Val) ref.Val
+	check guard
 }
 
 func (g guardedCall) Eval(a interpreter.Activation) ref.Val {
-	return g.run(func(x interpreter.InterpretableV2) ref.Val { return x.Eval(a) })
+	return g.run(budgetOf(a), func(x interpreter.InterpretableV2) ref.Val { return x.Eval(a) })
 }
 
 func (g guardedCall) Exec(f *interpreter.ExecutionFrame) ref.Val {
-	return g.run(func(x interpreter.InterpretableV2) ref.Val { return x.Exec(f) })
+	return g.run(budgetOf(f), func(x interpreter.InterpretableV2) ref.Val { return x.Exec(f) })
 }
 
-func (g guardedCall) run(eval func(interpreter.InterpretableV2) ref.Val) ref.Val {
+func (g guardedCall) run(budget *CELBudget, eval func(interpreter.InterpretableV2) ref.Val) ref.Val {
 	argNodes := g.Args()
 	args := make([]ref.Val, len(argNodes))
 	for i, x := range argNodes {
@@ -342,8 +403,15 @@ func (g guardedCall) run(eval func(interpreter.InterpretableV2) ref.Val) ref.Val
 			return args[i]
 		}
 	}
-	if err := g.check(args); err != nil {
+	alloc, err := g.check(args)
+	if err != nil {
 		return err
+	}
+	if budget != nil && alloc > 0 {
+		budget.used += alloc
+		if budget.used > MaxCELAllocBytes {
+			return types.NewErr("%s: the expression allocates more than %d bytes in one evaluation", g.Function(), MaxCELAllocBytes)
+		}
 	}
 	switch {
 	case len(args) == 1 && g.impl.Unary != nil:
@@ -356,15 +424,15 @@ func (g guardedCall) run(eval func(interpreter.InterpretableV2) ref.Val) ref.Val
 	return types.NewErr("no such overload: %s", g.Function())
 }
 
-func checkReplace(args []ref.Val) ref.Val {
+func checkReplace(args []ref.Val) (int64, ref.Val) {
 	if len(args) < 3 {
-		return nil
+		return 0, nil
 	}
 	s, ok1 := args[0].(types.String)
 	old, ok2 := args[1].(types.String)
 	repl, ok3 := args[2].(types.String)
 	if !ok1 || !ok2 || !ok3 {
-		return nil // the call itself reports what is wrong
+		return 0, nil // the call itself reports what is wrong
 	}
 	limit := int64(-1)
 	if len(args) == 4 {
@@ -372,13 +440,14 @@ func checkReplace(args []ref.Val) ref.Val {
 			limit = int64(l)
 		}
 	}
-	if size := replaceSize(string(s), string(old), string(repl), limit); size > MaxCELStringBytes {
-		return types.NewErr("replace would build a string of %d bytes, more than %d", size, MaxCELStringBytes)
+	size := replaceSize(string(s), string(old), string(repl), limit)
+	if size > MaxCELStringBytes {
+		return 0, types.NewErr("replace would build a string of %d bytes, more than %d", size, MaxCELStringBytes)
 	}
-	return nil
+	return size, nil
 }
 
-func checkJoin(args []ref.Val) ref.Val {
+func checkJoin(args []ref.Val) (int64, ref.Val) {
 	size := valueSize(args[0], 0)
 	if len(args) == 2 {
 		if sep, ok := args[1].(types.String); ok {
@@ -390,31 +459,101 @@ func checkJoin(args []ref.Val) ref.Val {
 		}
 	}
 	if size > MaxCELStringBytes {
-		return types.NewErr("join would build a string of about %d bytes, more than %d", size, MaxCELStringBytes)
+		return 0, types.NewErr("join would build a string of about %d bytes, more than %d", size, MaxCELStringBytes)
 	}
-	return nil
+	return size, nil
 }
 
-func checkFormat(args []ref.Val) ref.Val {
+func checkFormat(args []ref.Val) (int64, ref.Val) {
 	var size int64
 	for _, a := range args {
 		size += valueSize(a, 0)
 	}
 	if size > MaxCELStringBytes {
-		return types.NewErr("format would build a string of about %d bytes, more than %d", size, MaxCELStringBytes)
+		return 0, types.NewErr("format would build a string of about %d bytes, more than %d", size, MaxCELStringBytes)
 	}
-	return nil
+	return size, nil
 }
 
 // checkSortable bounds the lists sort and distinct work on (CPU spent
 // before the cost check).
-func checkSortable(args []ref.Val) ref.Val {
+func checkSortable(args []ref.Val) (int64, ref.Val) {
 	if l, ok := args[0].(traits.Lister); ok {
-		if n, ok := l.Size().(types.Int); ok && int64(n) > MaxCELSortSize {
-			return types.NewErr("%d elements to sort, more than %d", n, MaxCELSortSize)
+		if n, ok := l.Size().(types.Int); ok {
+			if int64(n) > MaxCELSortSize {
+				return 0, types.NewErr("%d elements to sort, more than %d", n, MaxCELSortSize)
+			}
+			return 16 * int64(n), nil
 		}
 	}
-	return nil
+	return 0, nil
+}
+
+// checkAdd bounds a string or bytes concatenation by its result (a list
+// concatenation is a view of its operands: it copies nothing).
+func checkAdd(args []ref.Val) (int64, ref.Val) {
+	if len(args) != 2 {
+		return 0, nil
+	}
+	var size int64
+	switch a := args[0].(type) {
+	case types.String:
+		b, ok := args[1].(types.String)
+		if !ok {
+			return 0, nil
+		}
+		size = int64(len(a)) + int64(len(b))
+	case types.Bytes:
+		b, ok := args[1].(types.Bytes)
+		if !ok {
+			return 0, nil
+		}
+		size = int64(len(a)) + int64(len(b))
+	default:
+		return 0, nil
+	}
+	if size > MaxCELStringBytes {
+		return 0, types.NewErr("_+_ would build a string of %d bytes, more than %d", size, MaxCELStringBytes)
+	}
+	return size, nil
+}
+
+// checkReverse bounds reverse: of a string (its runes), of a list.
+func checkReverse(args []ref.Val) (int64, ref.Val) {
+	switch x := args[0].(type) {
+	case types.String:
+		if len(x) > MaxCELStringBytes {
+			return 0, types.NewErr("reverse of a string of %d bytes, more than %d", len(x), MaxCELStringBytes)
+		}
+		return 4 * int64(len(x)), nil
+	case traits.Lister:
+		n, ok := x.Size().(types.Int)
+		if !ok {
+			return 0, nil
+		}
+		if int64(n) > MaxCELListSize {
+			return 0, types.NewErr("reverse of a list of %d elements, more than %d", n, MaxCELListSize)
+		}
+		return 16 * int64(n), nil
+	}
+	return 0, nil
+}
+
+// scaled is the guard of a function whose result (or scratch space) is
+// about factor times the size of its arguments; bounded checks the result
+// against MaxCELStringBytes, else only the budget counts it.
+func scaled(name string, factor int64, bounded bool) guard {
+	return func(args []ref.Val) (int64, ref.Val) {
+		var size int64
+		for _, a := range args {
+			size += valueSize(a, 0)
+		}
+		size *= factor
+		if bounded && size > MaxCELStringBytes {
+			return 0, types.NewErr("%s would build about %d bytes, more than %d", name, size, MaxCELStringBytes)
+		}
+		return size, nil
+	}
 }
 
 // valueSize approximates the bytes a value takes when written out:

@@ -62,6 +62,7 @@ func (t *indexTerm) matches(obj *unstructured.Unstructured) bool {
 type activation struct {
 	object, oldObject map[string]any
 	typ               event.Change
+	budget            config.CELBudget // what this evaluation's guarded calls allocated
 }
 
 func (a *activation) ResolveName(name string) (any, bool) {
@@ -75,6 +76,8 @@ func (a *activation) ResolveName(name string) (any, bool) {
 		return a.oldObject, true
 	case config.CELType:
 		return string(a.typ), true
+	case config.CELBudgetVar:
+		return &a.budget, true
 	}
 	return nil, false
 }

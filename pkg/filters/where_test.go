@@ -172,3 +172,90 @@ func TestSecretFiltersSeeTheRedactedSecret(t *testing.T) {
 		t.Error("with allowSecretData, filters do not see the data")
 	}
 }
+
+// The issue's expression, and its kin: calls whose cost the tracker does
+// not know when their arguments are dyn (3,000 concatenations of a 1 MiB
+// value once cost 72,014, ran 30 s and allocated 6 GB), and calls that
+// build in one step. Each fails fast, as an evaluation error, within a few
+// MiB: a call over the per-call bound at once, a comprehension of calls
+// each under it at the evaluation's budget (config.MaxCELAllocBytes).
+func TestWhereAllocationsAreBoundedWhateverTheCall(t *testing.T) {
+	huge := cm("a", "x", "1", nil, map[string]any{"s": strings.Repeat("a", 1<<20), "m": strings.Repeat("a", 400<<10)})
+	for _, expr := range []string{
+		`lists.range(3000).map(i, dyn(object).data.s + dyn(object).data.s).size() > 0`,
+		`lists.range(3000).map(i, dyn(object).data.m + dyn(object).data.m).size() > 0`, // 800 KiB each: the budget
+		`lists.range(3000).map(i, object.data.m + 'x').size() > 0`,
+		`lists.range(3000).map(i, dyn(object).data.m.reverse()).size() > 0`,
+		`lists.range(3000).map(i, base64.encode(bytes(dyn(object).data.m))).size() > 0`,
+		`lists.range(3000).map(i, strings.quote(dyn(object).data.m)).size() > 0`,
+		`lists.range(3000).map(i, dyn(object).data.m.upperAscii()).size() > 0`,
+		`lists.range(3000).map(i, dyn(object).data.m.substring(1)).size() > 0`,
+		`lists.range(3000).map(i, dyn(object).data.m.charAt(5)).size() > 0`,
+		`base64.encode(bytes(dyn(object).data.s)) != ''`,
+		`strings.quote(dyn(object).data.s) != ''`,
+		`bytes(dyn(object).data.s) + bytes(dyn(object).data.s) != b''`,
+	} {
+		r := compile(t, "    resource: v1/configmaps\n    where: \""+strings.ReplaceAll(expr, `"`, `\"`)+"\"\n", nil)
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		start := time.Now()
+		if r.InView(huge) || r.EvalErrors() != 1 {
+			t.Errorf("%.70s: in the view or not an evaluation error (%d)", expr, r.EvalErrors())
+		}
+		took := time.Since(start)
+		runtime.ReadMemStats(&after)
+		if grew := after.TotalAlloc - before.TotalAlloc; grew > 64<<20 {
+			t.Errorf("%.70s: allocated %d MiB (%s)", expr, grew>>20, took)
+		}
+	}
+	// Within the bounds the same calls work and give the right values.
+	small := cm("a", "x", "1", nil, map[string]any{"s": "abc"})
+	for _, expr := range []string{
+		`dyn(object).data.s + dyn(object).data.s == 'abcabc'`,
+		`object.data.s + '-' + object.metadata.name == 'abc-x'`,
+		`1 + 2 == 3 && 1.5 + 1.0 == 2.5`,
+		`[1, 2] + [3] == [1, 2, 3]`,
+		`dyn(object).data.s.reverse() == 'cba'`,
+		`[1, 2, 3].reverse() == [3, 2, 1]`,
+		`base64.encode(bytes(dyn(object).data.s)) == 'YWJj'`,
+		`strings.quote(dyn(object).data.s) == '"abc"'`,
+		`dyn(object).data.s.upperAscii() == 'ABC'`,
+		`dyn(object).data.s.substring(1) == 'bc' && dyn(object).data.s.charAt(0) == 'a'`,
+		`lists.range(100).map(i, object.data.s + string(i)).size() == 100`,
+	} {
+		r := compile(t, "    resource: v1/configmaps\n    where: \""+strings.ReplaceAll(expr, `"`, `\"`)+"\"\n", nil)
+		if !r.InView(small) || r.EvalErrors() != 0 {
+			t.Errorf("%s: false or an error (%d)", expr, r.EvalErrors())
+		}
+	}
+}
+
+// The budget is per evaluation: one program evaluated from many
+// goroutines at once (the informers share rules) charges each evaluation
+// alone, so evaluations under the budget all pass, under -race.
+func TestWhereBudgetIsPerEvaluation(t *testing.T) {
+	obj := cm("a", "x", "1", nil, map[string]any{"m": strings.Repeat("a", 100<<10)})
+	// 30 concatenations of 100 KiB, 3 MiB per evaluation (and within the
+	// cost limit), under the 16 MiB budget; the 40 evaluations below
+	// sharing one budget would pass it six times over.
+	r := compile(t, "    resource: v1/configmaps\n    where: \"lists.range(30).map(i, dyn(object).data.m + 'x').size() == 30\"\n", nil)
+	done := make(chan bool)
+	for range 8 {
+		go func() {
+			ok := true
+			for range 5 {
+				ok = ok && r.InView(obj)
+			}
+			done <- ok
+		}()
+	}
+	for range 8 {
+		if !<-done {
+			t.Error("an evaluation under the budget failed")
+		}
+	}
+	if r.EvalErrors() != 0 {
+		t.Errorf("%d evaluation errors", r.EvalErrors())
+	}
+}

@@ -40,7 +40,7 @@ func TestHealthyFollowsTheDestination(t *testing.T) {
 // healthSink is a sink with its own check.
 type healthSink struct{ flaky }
 
-func (healthSink) Healthy() error { return errors.New("connection closed") }
+func (*healthSink) Healthy() error { return errors.New("connection closed") }
 
 func TestHealthyAsksTheSink(t *testing.T) {
 	d := NewDelivery(sinkConfig(), &healthSink{}, nil, slog.New(slog.DiscardHandler))
