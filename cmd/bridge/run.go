@@ -269,7 +269,12 @@ func newLogger(format, level string) (*slog.Logger, error) {
 // serve serves h on ln until the returned stop is called, which waits
 // for the server's goroutine.
 func serve(ln net.Listener, h http.Handler) (stop func()) {
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	// Bounded for clients that open connections and hold them: headers
+	// and the (empty) body within 10s/30s, idle keep-alives closed after
+	// 2 minutes, 64 KiB of headers. No write timeout: /replay streams its
+	// progress for as long as a replay takes.
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+		IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

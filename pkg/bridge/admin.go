@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -204,12 +205,46 @@ type replayGate struct {
 	running sync.Mutex    // one replay at a time: each sends a sink its whole view
 	limit   *rate.Limiter // and not in a loop
 	reviews *rate.Limiter // TokenReviews + SubjectAccessReviews asked of the apiserver
+	clients clientLimits  // and per client address, so one client cannot use them all
 	once    sync.Once
 	client  kubernetes.Interface
 	err     error
 
 	mu      sync.Mutex
 	decided map[[32]byte]decision // by sha256 of token and sink, for reviewTTL
+}
+
+// clientLimits are the per-client limits of token reviews: a client whose
+// tokens are not cached (new or invalid ones) gets one review a second,
+// five at once, so that a flood from one address leaves the shared
+// budget to the others. At most 4,096 clients are tracked (then it starts
+// over: a bound on memory, not on any one client).
+type clientLimits struct {
+	mu  sync.Mutex
+	per map[string]*rate.Limiter
+}
+
+func (c *clientLimits) allow(addr string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l := c.per[addr]
+	if l == nil {
+		if c.per == nil || len(c.per) >= 4096 {
+			c.per = map[string]*rate.Limiter{}
+		}
+		l = rate.NewLimiter(1, 5)
+		c.per[addr] = l
+	}
+	return l.Allow()
+}
+
+// clientAddr is the caller's IP (its port changes per connection).
+func clientAddr(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
 }
 
 // decision is a cached answer of authorize.
@@ -239,7 +274,7 @@ func (b *Bridge) authorize(r *http.Request, sink string) (user string, code int,
 	if d, ok := g.cached(key); ok {
 		return d.user, d.code, d.msg
 	}
-	if !g.reviews.Allow() {
+	if !g.clients.allow(clientAddr(r)) || !g.reviews.Allow() {
 		return "", http.StatusTooManyRequests, "too many authentication attempts; try again later"
 	}
 	user, code, msg = b.review(r, g, token, sink)

@@ -63,3 +63,31 @@ func TestReplayReviewsAreRateLimited(t *testing.T) {
 		t.Errorf("answers %v: want most of a burst of 40 refused with 429 before any review", codes)
 	}
 }
+
+// One client's flood of made-up tokens is cut off by its own limit (five
+// at once) and leaves the shared budget of reviews to another client,
+// whose first attempts still reach the review (503 here: no cluster).
+func TestReplayReviewsAreLimitedPerClient(t *testing.T) {
+	b := New(Options{Config: &config.Config{}, Logger: discard})
+	h := b.AdminHandler()
+	try := func(addr string, i int) int {
+		req := httptest.NewRequest("POST", "/replay?sink=a", nil)
+		req.RemoteAddr = addr
+		req.Header.Set("Authorization", fmt.Sprintf("Bearer junk-%s-%d", addr, i))
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		return w.Code
+	}
+	flood := map[int]int{}
+	for i := range 100 {
+		flood[try("10.0.0.1:1234", i)]++
+	}
+	if flood[http.StatusServiceUnavailable] > 6 || flood[http.StatusTooManyRequests] < 94 {
+		t.Errorf("the flooding client got %v: want all but its first five refused with 429", flood)
+	}
+	for i := range 3 {
+		if code := try("10.0.0.2:999", i); code != http.StatusServiceUnavailable {
+			t.Errorf("another client's attempt %d = %d, want 503 (reviewed, no cluster to ask)", i, code)
+		}
+	}
+}
