@@ -393,13 +393,18 @@ func (s *Sink) attachLocked(id, key string, notify chan<- *call) (*call, bool, e
 		c.waiters = append(c.waiters, notify)
 		return c, false, nil
 	}
+	// Nothing was handed to the plugin: the destination is down (being
+	// restarted), not this batch's fault. A plugin that exits while it
+	// holds events is a plain failure instead: the payload may be what
+	// crashed it, and the delivery tells that apart by trying another
+	// object.
 	switch {
 	case s.closing:
-		return nil, false, errClosed
+		return nil, false, sinks.Unavailable(errClosed)
 	case s.proc == nil:
-		return nil, false, fmt.Errorf("exec sink: plugin not running: %w", s.downErr)
+		return nil, false, sinks.Unavailable(fmt.Errorf("exec sink: plugin not running: %w", s.downErr))
 	case s.proc.stopping:
-		return nil, false, fmt.Errorf("exec sink: plugin stopping: %w", s.proc.reasonLocked())
+		return nil, false, sinks.Unavailable(fmt.Errorf("exec sink: plugin stopping: %w", s.proc.reasonLocked()))
 	}
 	return nil, false, nil
 }
