@@ -3,6 +3,7 @@
 package tail
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -94,7 +95,7 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 			return nil
 		case m := <-msgs:
 			if o.JSON {
-				fmt.Fprintf(out, "%s\n", m.Data)
+				fmt.Fprintf(out, "%s\n", SafeJSON(m.Data))
 			} else {
 				fmt.Fprint(out, Format(m.Subject, m.Data))
 			}
@@ -171,6 +172,48 @@ func Format(natsSubject string, body []byte) string {
 // otherwise quoted with Go escapes: a name or path from the cluster (RBAC
 // objects are barely validated) must not move the cursor, recolour or
 // retitle the terminal of whoever tails the events.
+// SafeJSON is data as one line that cannot drive a terminal: valid JSON
+// is compacted (JSON has raw control characters only as white space
+// between tokens) and its DEL, C1 controls and line separators, which
+// JSON allows raw in strings, escaped as \uXXXX: the same JSON value.
+// Anything else (whoever may publish on the subject can send it) is
+// printed quoted, as a JSON string.
+func SafeJSON(data []byte) []byte {
+	if !json.Valid(data) {
+		q, _ := json.Marshal(string(bytes.ToValidUTF8(data, []byte("\uFFFD"))))
+		return escapeControls(q)
+	}
+	var b bytes.Buffer
+	if err := json.Compact(&b, data); err != nil {
+		return []byte(strconv.Quote(string(data)))
+	}
+	return escapeControls(b.Bytes())
+}
+
+// escapeControls replaces the runes JSON strings may hold raw but a
+// terminal acts on.
+func escapeControls(data []byte) []byte {
+	clean := true
+	for _, r := range string(data) {
+		if r == 0x7f || (r >= 0x80 && r <= 0x9f) || r == 0x2028 || r == 0x2029 || r < 0x20 {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return data
+	}
+	out := make([]byte, 0, len(data)+16)
+	for _, r := range string(data) {
+		if r == 0x7f || (r >= 0x80 && r <= 0x9f) || r == 0x2028 || r == 0x2029 || r < 0x20 {
+			out = fmt.Appendf(out, "\\u%04x", r)
+			continue
+		}
+		out = utf8.AppendRune(out, r)
+	}
+	return out
+}
+
 func Printable(s string) string {
 	for _, r := range s {
 		if r == utf8.RuneError || !unicode.IsPrint(r) {

@@ -3,8 +3,10 @@ package tail
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -126,5 +128,37 @@ func TestRunWithToken(t *testing.T) {
 			return
 		case <-time.After(100 * time.Millisecond): // until tail has subscribed
 		}
+	}
+}
+
+// -o json never prints a byte that drives a terminal, whatever is
+// published on the subject, and valid JSON stays the same JSON value.
+func TestSafeJSON(t *testing.T) {
+	for _, in := range []string{
+		`{"a":"x\u001b[2Jy","b":"bel\u0007"}`,
+		"{\"del\":\"x\x7fy\",\"c1\":\"\u0085\u009b\",\"ls\":\"\u2028\"}",
+		"{\n\t\"spaced\": true\r\n}",
+		"not json \x1b[2J \x07 \xff",
+		`{"plain":"ok"}`,
+	} {
+		out := SafeJSON([]byte(in))
+		for _, r := range string(out) {
+			if r < 0x20 || r == 0x7f || (r >= 0x80 && r <= 0x9f) || r == 0x2028 || r == 0x2029 {
+				t.Errorf("SafeJSON(%q) = %q holds %U", in, out, r)
+			}
+		}
+		if !json.Valid(out) {
+			t.Errorf("SafeJSON(%q) = %q is not JSON", in, out)
+			continue
+		}
+		var want, got any
+		if json.Unmarshal([]byte(in), &want) == nil {
+			if err := json.Unmarshal(out, &got); err != nil || !reflect.DeepEqual(got, want) {
+				t.Errorf("SafeJSON(%q) = %q: another value", in, out)
+			}
+		}
+	}
+	if got := SafeJSON([]byte(`{"plain":"ok"}`)); string(got) != `{"plain":"ok"}` {
+		t.Errorf("clean JSON changed: %s", got)
 	}
 }
