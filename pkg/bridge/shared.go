@@ -145,7 +145,7 @@ func (b *Bridge) deadLetter(ctx context.Context, s *sinkRun) (sinks.DeadLetter, 
 	case dl == nil:
 		return nil, nil
 	case dl.File != "":
-		f, err := sinks.OpenFileDeadLetter(dl.File)
+		f, err := sinks.OpenFileDeadLetter(dl.File, int64(dl.MaxSizeMB)<<20, dl.MaxBackups)
 		if err != nil {
 			return nil, err
 		}

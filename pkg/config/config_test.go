@@ -200,6 +200,8 @@ func TestInvalidConfigs(t *testing.T) {
 			[]string{`config.yaml:13: sinks[2].file.path: required (a file path, or "-" for stdout)`}},
 		{"file size zero", "file: {path: /tmp/events.jsonl}", "file: {path: /x, maxSizeMB: 0}",
 			[]string{`config.yaml:13: sinks[2].file.maxSizeMB: must be at least 1, got 0`}},
+		{"dead-letter file size", "file: {path: /tmp/events.jsonl}", "file: {path: /tmp/events.jsonl}\n    deadLetter: {file: /tmp/dl.jsonl, maxSizeMB: -1, maxBackups: -2}",
+			[]string{`config.yaml:14: sinks[2].deadLetter.maxSizeMB: must be at least 1, got -1`, `config.yaml:14: sinks[2].deadLetter.maxBackups: must not be negative, got -2`}},
 		{"unknown sink in rule", "    sinks: [bus, archive]", "    sinks: [bus, bsu]",
 			[]string{`config.yaml:18: rules[0].sinks[1]: unknown sink "bsu" (have: bus, hook, archive)`, `config.yaml:12: warning: sinks[2]: sink "archive" is not used by any rule`}},
 		{"sink listed twice", "    sinks: [bus, archive]", "    sinks: [bus, archive, bus]",

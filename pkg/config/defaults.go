@@ -34,6 +34,9 @@ func (c *Config) applyLateDefaults() {
 
 func (k *NATSKVCheckpoint) SetDefaults() { k.Bucket = DefaultKVBucket }
 
+// SetDefaults: a dead-letter file rotates at 100 MiB, keeping 5.
+func (d *DeadLetter) SetDefaults() { d.MaxSizeMB, d.MaxBackups = 100, 5 }
+
 func (s *Sink) SetDefaults() {
 	s.Queue.Capacity = DefaultQueueCapacity
 	s.Retry.InitialInterval = Duration(DefaultInitialInterval)

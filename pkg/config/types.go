@@ -85,6 +85,10 @@ type Sink struct {
 type DeadLetter struct {
 	// File appends each refused event with its error as a JSON line.
 	File string `yaml:"file"`
+	// MaxSizeMB rotates the file when it reaches this size (with file). Default 100.
+	MaxSizeMB int `yaml:"maxSizeMB"`
+	// MaxBackups is how many rotated files are kept (with file). Default 5.
+	MaxBackups int `yaml:"maxBackups"`
 	// NATS publishes each refused event, with its error in the Kubebridge-Error header, through a nats sink's connection.
 	NATS *DeadLetterNATS `yaml:"nats"`
 }

@@ -199,7 +199,14 @@ func (d *DeadLetter) Validate() error {
 	if (d.File == "") == (d.NATS == nil) {
 		return ErrorAt("", "set exactly one of file and nats")
 	}
-	return nil
+	var errs []error
+	if d.MaxSizeMB < 1 {
+		errs = append(errs, ErrorAt("maxSizeMB", "must be at least 1, got %d", d.MaxSizeMB))
+	}
+	if d.MaxBackups < 0 {
+		errs = append(errs, ErrorAt("maxBackups", "must not be negative, got %d", d.MaxBackups))
+	}
+	return errors.Join(errs...)
 }
 
 // Validate checks the subject; the sink reference is checked by Config.Validate.

@@ -1,30 +1,31 @@
 package sinks
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
+	"github.com/kubebridge/kubebridge/internal/rotatefile"
 	"github.com/kubebridge/kubebridge/pkg/event"
 )
 
 // FileDeadLetter appends each refused event as a JSON line
-// {"time":…, "sink":…, "error":…, "event":{…}} and fsyncs.
+// {"time":…, "sink":…, "error":…, "event":{…}} and fsyncs; the file
+// rotates by size (maxSizeMB, maxBackups), so a destination that refuses
+// everything for days fills no disk.
 type FileDeadLetter struct {
-	mu sync.Mutex
-	f  *os.File
+	mu  sync.Mutex
+	f   *rotatefile.File
+	buf bytes.Buffer
 }
 
-// OpenFileDeadLetter opens (creating) the dead-letter file at path.
-func OpenFileDeadLetter(path string) (*FileDeadLetter, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return nil, err
-	}
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
+// OpenFileDeadLetter opens (creating) the dead-letter file at path, which
+// rotates at maxSize bytes keeping maxBackups old files.
+func OpenFileDeadLetter(path string, maxSize int64, maxBackups int) (*FileDeadLetter, error) {
+	f, err := rotatefile.Open(path, maxSize, maxBackups)
 	if err != nil {
 		return nil, fmt.Errorf("dead-letter file: %w", err)
 	}
@@ -42,15 +43,25 @@ type deadLetterRecord struct {
 func (d *FileDeadLetter) Put(_ context.Context, sink string, events []*event.Event, cause error) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	enc := json.NewEncoder(d.f)
+	// One write (and fsync) for the batch: a rotation happens between
+	// writes, never inside one, so every file holds whole records.
+	d.buf.Reset()
+	enc := json.NewEncoder(&d.buf)
 	now := time.Now().UTC()
 	for _, e := range events {
 		if err := enc.Encode(deadLetterRecord{Time: now, Sink: sink, Error: cause.Error(), Event: e}); err != nil {
 			return err
 		}
 	}
-	return d.f.Sync()
+	if err := d.f.Write(d.buf.Bytes()); err != nil {
+		return fmt.Errorf("dead-letter file: %w", err)
+	}
+	return nil
 }
 
 // Close closes the file.
-func (d *FileDeadLetter) Close() error { return d.f.Close() }
+func (d *FileDeadLetter) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.f.Close()
+}
