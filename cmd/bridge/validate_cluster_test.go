@@ -97,13 +97,31 @@ rules:
 `)
 		r := runBridge(t, "validate", "--config", bad, "--kubeconfig", admin)
 		want := []string{
-			bad + `:9: rules[0].resource: the cluster has no resource "gadgets" in example.kubebridge.io/v1 (have: widgets)`,
-			bad + `:12: rules[1].resource: the cluster does not serve example.kubebridge.io/v2 (is the CRD installed?)`,
+			// A CRD's resource not served is the cluster's state: the rule
+			// waits for it (a warning); a misplaced setting is a mistake.
+			bad + `:9: warning: rules[0].resource: the cluster has no resource "gadgets" in example.kubebridge.io/v1 (have: widgets); the rule waits for it (the other rules run)`,
+			bad + `:12: warning: rules[1].resource: the cluster does not serve example.kubebridge.io/v2 (is the CRD installed?); the rule waits for it (the other rules run)`,
 			bad + `:16: rules[2].namespaces: v1/namespaces is cluster-scoped; namespaces do not apply`,
-			"bridge: " + bad + " does not fit the cluster at " + cp.Host + " (3 errors)",
+			"bridge: " + bad + " does not fit the cluster at " + cp.Host + " (1 error)",
 		}
 		if r.code != 2 || r.stderr != strings.Join(want, "\n")+"\n" {
 			t.Errorf("exit %d, stderr:\n%s\nwant:\n%s", r.code, r.stderr, strings.Join(want, "\n"))
+		}
+		// Warnings alone: valid.
+		waits := writeFile(t, "waits.yaml", `apiVersion: kubebridge.io/v1alpha1
+kind: BridgeConfig
+cluster: test
+sinks:
+  - name: archive
+    file: {path: "-"}
+rules:
+  - name: gadgets
+    resource: example.kubebridge.io/v1/gadgets
+    sinks: [archive]
+`)
+		r = runBridge(t, "validate", "--config", waits, "--kubeconfig", admin)
+		if r.code != 0 || !strings.Contains(r.stderr, "warning: rules[0].resource") {
+			t.Errorf("only a waiting rule: exit %d, stderr %q; want 0 with the warning", r.code, r.stderr)
 		}
 	})
 

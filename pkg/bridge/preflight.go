@@ -200,9 +200,17 @@ func (p *preflight) checkRule(i int) error {
 // config, so the rule waits for it while the others run (a warning). What
 // the identity may do is still checked: RBAC names resources whether they
 // exist or not.
+//
+// A group without a dot (the core group, apps, batch...) is built in:
+// no CRD can add to it (a CRD's group is a domain), so a resource missing
+// there is a typo, refused as one.
 func (p *preflight) absent(i int, gvr schema.GroupVersionResource, msg string) error {
 	r := p.cfg.Rules[i]
 	path := fmt.Sprintf("rules[%d]", i)
+	if !strings.Contains(gvr.Group, ".") {
+		p.addf(path+".resource", "%s", msg)
+		return nil
+	}
 	p.warnf(path+".resource", "%s; the rule waits for it (the other rules run)", msg)
 	p.info.Absent[gvr] = true
 	namespaces := r.Namespaces

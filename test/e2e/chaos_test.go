@@ -44,6 +44,15 @@ type hookReceiver struct {
 	// batch gets the most permanent of its events' statuses (a 4xx before
 	// a 5xx), as a receiver that validates the whole body would.
 	refuse func(e ce) int
+	// token, when set, is the bearer token it takes; others get 401.
+	token string
+}
+
+// setToken sets the token the receiver takes (a rotation on its side).
+func (h *hookReceiver) setToken(tok string) {
+	h.mu.Lock()
+	h.token = tok
+	h.mu.Unlock()
 }
 
 // setRefuse sets (nil: clears) the receiver's refusals.
@@ -65,6 +74,13 @@ func (h *hookReceiver) up(t *testing.T) {
 	must(t, err)
 	h.srv = &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
+		h.mu.Lock()
+		want := h.token
+		h.mu.Unlock()
+		if want != "" && r.Header.Get("Authorization") != "Bearer "+want {
+			http.Error(w, "bad token", http.StatusUnauthorized)
+			return
+		}
 		var batch []json.RawMessage
 		if err := json.Unmarshal(body, &batch); err != nil {
 			http.Error(w, err.Error(), 400)

@@ -24,8 +24,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -42,7 +44,9 @@ import (
 // that refuses some objects for a while — retryably (500) or permanently
 // (422), so that no refusal may be recorded as a delivery — and churn
 // (objects created and deleted) while the webhook is down, under rules that
-// send only deletions too). The bridge
+// send only deletions too; a rotation of the webhook's bearer token, 401
+// until the bridge reads the new token file; a CRD deleted, its objects
+// with it, and installed again, under rules on its resource). The bridge
 // runs as a subprocess with a file checkpoint and three sinks: a file, a
 // JetStream stream and a webhook. After quiescence a checker compares what
 // each sink received with the apiserver's truth:
@@ -66,8 +70,8 @@ import (
 //	KUBEBRIDGE_MODEL_SEED    first seed (default: time-based); each run logs its seed
 //	KUBEBRIDGE_MODEL_OPS     operations per run (default 60)
 //	KUBEBRIDGE_MODEL_RUNS    runs, with seeds SEED, SEED+1, ... (default 1)
-//	KUBEBRIDGE_MODEL_FAULTS  comma list of kill,term,hook,reload,apiserver,nats,refuse,churn; "none"; default all
-//	KUBEBRIDGE_MODEL_RULES   comma list of rule names to configure (default all: a-all,a-del,b-all,b-upd,c-all,c-del)
+//	KUBEBRIDGE_MODEL_FAULTS  comma list of kill,term,hook,reload,apiserver,nats,refuse,churn,rotate,crd; "none"; default all
+//	KUBEBRIDGE_MODEL_RULES   comma list of rule names to configure (default all: a-all,a-del,b-all,b-upd,c-all,c-del,g-all,g-del)
 //	KUBEBRIDGE_MODEL_KEEP    a directory: on failure, the bridge log and what each sink received are copied there
 //
 // The seed fixes the schedule (operations, their targets, fault kinds and
@@ -119,7 +123,7 @@ func modelEnvInt(name string, def int) int {
 }
 
 var (
-	modelFaultKinds = []string{"kill", "term", "hook", "reload", "apiserver", "nats", "refuse", "churn"}
+	modelFaultKinds = []string{"kill", "term", "hook", "reload", "apiserver", "nats", "refuse", "churn", "rotate", "crd"}
 	modelNamespaces = []string{"mdl-a", "mdl-b", "mdl-c", "mdl-d"}
 	modelNames      = []string{"o0", "o1", "o2", "o3", "o4", "o5"}
 	modelSinks      = []string{"file", "bus", "hook"}
@@ -140,6 +144,10 @@ var modelRules = []modelRule{
 	{"b-upd", "b", []string{"updated", "deleted"}},
 	{"c-all", "c", modelAllEvents},
 	{"c-del", "c", []string{"deleted"}},
+	// Family g watches gadgets, a CRD the crd fault deletes (its objects go
+	// with it) and installs again.
+	{"g-all", "g", modelAllEvents},
+	{"g-del", "g", []string{"deleted"}},
 }
 
 func (r modelRule) full() bool { return len(r.events) == 3 }
@@ -147,6 +155,7 @@ func (r modelRule) full() bool { return len(r.events) == 3 }
 // modelSelectors are a family's selectors in a config variant (0 or 1;
 // a hot reload switches variants).
 type modelSelectors struct {
+	resource          string // "" for configmaps
 	namespaces        []string
 	namespaceSelector string
 	labelSelector     string
@@ -161,6 +170,8 @@ func modelFamily(family string, variant int) modelSelectors {
 		return modelSelectors{namespaces: []string{"mdl-a", "mdl-b"}, labelSelector: "team=red"}
 	case "b":
 		return modelSelectors{namespaceSelector: "kbmodel=on", labelSelector: "tier!=skip"}
+	case "g":
+		return modelSelectors{resource: "gadgets"}
 	default:
 		if variant == 1 {
 			return modelSelectors{namespaces: []string{"mdl-a", "mdl-c"}, labelSelector: "team!=green"}
@@ -171,6 +182,9 @@ func modelFamily(family string, variant int) modelSelectors {
 
 // matches applies the selectors to an object, as the bridge should.
 func (s modelSelectors) matches(o modelObj, nsLabels map[string]map[string]string) bool {
+	if o.resource != s.resource {
+		return false
+	}
 	if len(s.namespaces) > 0 && !slices.Contains(s.namespaces, o.ns) {
 		return false
 	}
@@ -191,6 +205,7 @@ func (s modelSelectors) matches(o modelObj, nsLabels map[string]map[string]strin
 
 // modelObj is an object as the apiserver holds it.
 type modelObj struct {
+	resource          string // "" for configmaps
 	ns, name, uid, rv string
 	labels            map[string]string
 }
@@ -222,6 +237,11 @@ type modelRun struct {
 	variant                                   int
 	hookUpAt                                  time.Time // zero while the webhook is up
 	refuseUntil                               time.Time // zero while the webhook refuses nothing
+	tokenPath                                 string    // the webhook's bearerTokenFile
+	token                                     string    // what the webhook takes
+	rotateAt                                  time.Time // when the token file gets the new token; zero: done
+	dyn                                       dynamic.Interface
+	gadgets                                   int // gadgets made so far (names)
 
 	start time.Time
 	opLog []string
@@ -285,6 +305,11 @@ func (m *modelRun) run() {
 	m.ckptPath = filepath.Join(m.dir, "state.db")
 	m.logPath = filepath.Join(m.dir, "bridge.log")
 	m.filePath = filepath.Join(m.dir, "events.jsonl")
+	m.tokenPath = filepath.Join(m.dir, "hook-token")
+	m.token = "token-0"
+	must(t, os.WriteFile(m.tokenPath, []byte(m.token+"\n"), 0o600))
+	m.hook.setToken(m.token)
+	m.dyn = dynamic.NewForConfigOrDie(m.cp.RESTConfig())
 
 	ctx := context.Background()
 	m.start = time.Now()
@@ -302,6 +327,12 @@ func (m *modelRun) run() {
 	for range 4 { // objects that exist before the bridge starts (its first list)
 		m.opCreate(m.cs)
 	}
+	if m.rulesOn("g") {
+		installGadgets(t, m.dyn)
+		for range 2 {
+			m.createGadget()
+		}
+	}
 	m.writeConfig()
 	m.startBridge()
 	t.Cleanup(m.stopBridgeAtEnd)
@@ -314,6 +345,7 @@ func (m *modelRun) run() {
 	for i, kind := range schedule {
 		m.maybeHookUp(false)
 		m.maybeAccept(false)
+		m.maybeRotate(false)
 		m.checkBridgeAlive()
 		m.do(kind, i)
 		if d := m.rng.IntN(10); d < 6 {
@@ -322,6 +354,7 @@ func (m *modelRun) run() {
 	}
 	m.maybeHookUp(true)
 	m.maybeAccept(true)
+	m.maybeRotate(true)
 	m.checkBridgeAlive()
 	m.logOp("schedule done; waiting for quiescence")
 	m.verify()
@@ -335,7 +368,8 @@ func (m *modelRun) schedule() []string {
 		weight int
 	}
 	weights := []w{{"create", 22}, {"update", 20}, {"delete", 9}, {"recreate", 8}, {"relabel", 14}, {"nsflip", 7},
-		{"kill", 4}, {"term", 2}, {"hook", 3}, {"reload", 4}, {"apiserver", 2}, {"nats", 2}, {"refuse", 3}, {"churn", 2}}
+		{"kill", 4}, {"term", 2}, {"hook", 3}, {"reload", 4}, {"apiserver", 2}, {"nats", 2}, {"refuse", 3}, {"churn", 2},
+		{"rotate", 2}, {"crd", 2}}
 	total := 0
 	for _, x := range weights {
 		if m.isFault(x.kind) && !m.faults[x.kind] {
@@ -461,6 +495,37 @@ func (m *modelRun) do(kind string, i int) {
 				m.forget(ns, permanent)
 			}
 		}
+	case "rotate":
+		// The receiver takes a new token at once; the token file follows a
+		// little later, as a Secret's mounted copy does. Meanwhile the
+		// webhook answers 401: retried, never dead-lettered, nothing lost.
+		if !m.rotateAt.IsZero() {
+			m.opUpdate(m.cs, i)
+			return
+		}
+		m.token = fmt.Sprintf("token-%d", i)
+		m.hook.setToken(m.token)
+		d := time.Duration(300+m.rng.IntN(2000)) * time.Millisecond
+		m.rotateAt = time.Now().Add(d)
+		m.logOp("webhook token rotated; the token file follows in %s", d)
+		m.opUpdate(m.cs, i)
+	case "crd":
+		if !m.rulesOn("g") {
+			m.opUpdate(m.cs, i)
+			return
+		}
+		for range 1 + m.rng.IntN(2) {
+			m.createGadget()
+		}
+		time.Sleep(time.Duration(m.rng.IntN(800)) * time.Millisecond)
+		deleteGadgets(m.t, m.dyn)
+		m.logOp("gadgets CRD deleted (its objects with it)")
+		time.Sleep(time.Duration(m.rng.IntN(1500)) * time.Millisecond)
+		installGadgets(m.t, m.dyn)
+		m.logOp("gadgets CRD installed again")
+		for range m.rng.IntN(3) {
+			m.createGadget()
+		}
 	case "churn":
 		// Objects created and deleted while the webhook is down: every rule,
 		// the deletions-only ones included, must end right when it is back.
@@ -484,6 +549,34 @@ func (m *modelRun) do(kind string, i int) {
 			}
 		}
 	}
+}
+
+// maybeRotate writes the rotated token to the token file when due (or now).
+func (m *modelRun) maybeRotate(now bool) {
+	if m.rotateAt.IsZero() || (!now && time.Now().Before(m.rotateAt)) {
+		return
+	}
+	tmp := m.tokenPath + ".new"
+	must(m.t, os.WriteFile(tmp, []byte(m.token+"\n"), 0o600))
+	must(m.t, os.Rename(tmp, m.tokenPath)) // a new file, as a Secret volume swaps it
+	m.rotateAt = time.Time{}
+	m.logOp("token file rotated")
+}
+
+// rulesOn says whether a rule of family is configured.
+func (m *modelRun) rulesOn(family string) bool {
+	return slices.ContainsFunc(m.rules(), func(r modelRule) bool { return r.family == family })
+}
+
+// createGadget creates a gadget in a model namespace.
+func (m *modelRun) createGadget() {
+	ns := modelNamespaces[m.rng.IntN(len(modelNamespaces))]
+	name := fmt.Sprintf("g%d", m.gadgets)
+	m.gadgets++
+	g := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "missing.kubebridge.io/v1", "kind": "Gadget",
+		"metadata": map[string]any{"name": name, "namespace": ns}, "spec": map[string]any{"n": m.gadgets}}}
+	_, err := m.dyn.Resource(gadgetGVR).Namespace(ns).Create(context.Background(), g, metav1.CreateOptions{})
+	m.logOp("create gadget %s/%s: %v", ns, name, err)
 }
 
 // maybeAccept ends the webhook's refusals when their time is over (or now).
@@ -655,13 +748,17 @@ sinks:
     nats: {url: "%s", jetstream: true, stream: {name: MODEL, duplicateWindow: 10m}}
     retry: {initialInterval: 100ms, maxInterval: 1s}
   - name: hook
-    webhook: {url: "http://%s/", timeout: 2s, batch: {maxEvents: 50, maxWait: 20ms}}
+    webhook: {url: "http://%s/", timeout: 2s, batch: {maxEvents: 50, maxWait: 20ms}, bearerTokenFile: %s}
     retry: {initialInterval: 100ms, maxInterval: 1s}
 rules:
-`, m.filePath, m.nats.ClientURL(), m.hook.addr)
+`, m.filePath, m.nats.ClientURL(), m.hook.addr, m.tokenPath)
 	for _, r := range m.rules() {
 		s := modelFamily(r.family, m.variant)
-		fmt.Fprintf(&b, "  - name: %s\n    resource: v1/configmaps\n", r.name)
+		resource := "v1/configmaps"
+		if s.resource == "gadgets" {
+			resource = "missing.kubebridge.io/v1/gadgets"
+		}
+		fmt.Fprintf(&b, "  - name: %s\n    resource: %s\n", r.name, resource)
 		if len(s.namespaces) > 0 {
 			fmt.Fprintf(&b, "    namespaces: [%s]\n", strings.Join(s.namespaces, ", "))
 		}
@@ -974,6 +1071,14 @@ func (m *modelRun) truth() modelTruth {
 	must(m.t, err)
 	for _, cm := range cms.Items {
 		tr.objs[string(cm.UID)] = modelObj{ns: cm.Namespace, name: cm.Name, uid: string(cm.UID), rv: cm.ResourceVersion, labels: cm.Labels}
+	}
+	if m.rulesOn("g") {
+		gs, err := m.dyn.Resource(gadgetGVR).Namespace("").List(ctx, metav1.ListOptions{})
+		if err == nil { // not served (between a deletion and an install): none
+			for _, g := range gs.Items {
+				tr.objs[string(g.GetUID())] = modelObj{resource: "gadgets", ns: g.GetNamespace(), name: g.GetName(), uid: string(g.GetUID()), rv: g.GetResourceVersion(), labels: g.GetLabels()}
+			}
+		}
 	}
 	return tr
 }
