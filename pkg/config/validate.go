@@ -247,12 +247,26 @@ func (r *Retry) Validate() error {
 }
 
 // RedactURL hides what may be a secret in a URL, for messages, logs and
-// dead-letter records: the userinfo and the query (tokens live there).
+// dead-letter records: the userinfo, the query, and path segments that
+// look like tokens (Slack's and Discord's webhook URLs carry theirs in the
+// path). An unparsable URL is never echoed.
 func RedactURL(raw string) string {
 	raw = strings.TrimSpace(raw)
 	u, err := url.Parse(raw)
 	if err != nil {
 		return "(unparsable URL)"
+	}
+	if segs := strings.Split(u.EscapedPath(), "/"); slices.ContainsFunc(segs, tokenLike) {
+		for i, seg := range segs {
+			if tokenLike(seg) {
+				segs[i] = "redacted"
+			}
+		}
+		u.RawPath = strings.Join(segs, "/")
+		u.Path, _ = url.PathUnescape(u.RawPath)
+		if u.User == nil && u.RawQuery == "" && u.Fragment == "" {
+			return u.String()
+		}
 	}
 	if u.User == nil && u.RawQuery == "" && u.Fragment == "" {
 		return raw
@@ -265,6 +279,28 @@ func RedactURL(raw string) string {
 	}
 	u.Fragment, u.RawFragment = "", ""
 	return u.String()
+}
+
+// tokenLike says whether a path segment looks like a secret: 20 or more
+// characters of letters and digits (and -_.~=), with both letters and
+// digits, as generated tokens are and words and ids are not.
+func tokenLike(seg string) bool {
+	if len(seg) < 20 {
+		return false
+	}
+	letters, digits := false, false
+	for _, c := range seg {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z':
+			letters = true
+		case c >= '0' && c <= '9':
+			digits = true
+		case strings.ContainsRune("-_.~=%", c):
+		default:
+			return false
+		}
+	}
+	return letters && digits
 }
 
 // Validate checks that a client certificate comes with its key.
