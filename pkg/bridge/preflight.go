@@ -179,7 +179,14 @@ func (p *preflight) checkRule(i int) error {
 			return nil
 		}
 	}
+	return p.checkRuleAccess(i, gvr)
+}
 
+// checkRuleAccess checks that the identity may list and watch rule i's
+// resource wherever the rule looks, and namespaces for a namespaceSelector.
+func (p *preflight) checkRuleAccess(i int, gvr schema.GroupVersionResource) error {
+	r := p.cfg.Rules[i]
+	path := fmt.Sprintf("rules[%d]", i)
 	namespaces := r.Namespaces
 	if len(namespaces) == 0 {
 		namespaces = []string{""}
@@ -205,7 +212,6 @@ func (p *preflight) checkRule(i int) error {
 // no CRD can add to it (a CRD's group is a domain), so a resource missing
 // there is a typo, refused as one.
 func (p *preflight) absent(i int, gvr schema.GroupVersionResource, msg string) error {
-	r := p.cfg.Rules[i]
 	path := fmt.Sprintf("rules[%d]", i)
 	if !strings.Contains(gvr.Group, ".") {
 		p.addf(path+".resource", "%s", msg)
@@ -213,16 +219,7 @@ func (p *preflight) absent(i int, gvr schema.GroupVersionResource, msg string) e
 	}
 	p.warnf(path+".resource", "%s; the rule waits for it (the other rules run)", msg)
 	p.info.Absent[gvr] = true
-	namespaces := r.Namespaces
-	if len(namespaces) == 0 {
-		namespaces = []string{""}
-	}
-	for _, ns := range namespaces {
-		if err := p.checkAccess(path, gvr, ns); err != nil {
-			return err
-		}
-	}
-	return nil
+	return p.checkRuleAccess(i, gvr)
 }
 
 // checkAccess asks the apiserver whether the identity may list and watch gvr
