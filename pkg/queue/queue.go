@@ -145,26 +145,6 @@ func New[T any](capacity int, merge Merge[T]) *Queue[T] {
 // Offer adds an item that is its own group. It never blocks.
 func (q *Queue[T]) Offer(key string, value T) { q.OfferIn(key, key, value) }
 
-// OfferBusy adds an item of a group, as OfferIn, if the group has items
-// pending or is held, and reports whether it did. An item of an idle group
-// is not added: nothing of its group is pending, so the caller may settle
-// it at once, in order (quiet transitions a sink never sees).
-func (q *Queue[T]) OfferBusy(group, key string, value T) bool {
-	q.mu.Lock()
-	g := q.groups[group]
-	busy := g != nil && (g.head != nil || g.held)
-	q.mu.Unlock()
-	if !busy {
-		return false
-	}
-	// The group cannot turn idle in between: only taking and releasing
-	// it, which happen after its items were offered, do; and an offer to
-	// a group being emptied by a concurrent take is in order either way,
-	// since it lands behind what that take holds.
-	q.OfferIn(group, key, value)
-	return true
-}
-
 // OfferIn adds an item of a group: items of one group are taken in the
 // order offered, and not while the group is held. Every item of one key
 // must be offered in the same group. It never blocks.

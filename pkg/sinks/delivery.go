@@ -183,24 +183,7 @@ func fold(events []*event.Event) (out []*event.Event, coalesced, cancelled uint6
 }
 
 // Offer enqueues an event. It never blocks.
-//
-// A quiet event of an object with nothing pending (queued, in flight or
-// parked) is reported to OnAck at once, not queued: there is nothing for it
-// to wait behind, and recording it now means that what a rule that does
-// not send additions knows of its view never waits on the destination (a
-// queue dropped at a reload or by a drain that timed out, a crash while
-// the sink is down, would otherwise lose the object's entry, and with it
-// the deletion the rule exists to send). The caller serializes offers of
-// one object (pkg/view does), so reports stay in order per object.
-func (d *Delivery) Offer(ev *event.Event) {
-	if !ev.Quiet {
-		d.queue.OfferIn(ev.Key, ev.QueueKey, ev)
-		return
-	}
-	if !d.queue.OfferBusy(ev.Key, ev.QueueKey, ev) && d.OnAck != nil {
-		d.OnAck([]*event.Event{ev})
-	}
-}
+func (d *Delivery) Offer(ev *event.Event) { d.queue.OfferIn(ev.Key, ev.QueueKey, ev) }
 
 // Close stops accepting events; Run drains what is queued and parked (an
 // object refused permanently with nothing newer is left for the next
