@@ -183,6 +183,24 @@ func CompileWhere(expr string) (*cel.Ast, []error) {
 	if err != nil {
 		return nil, []error{fmt.Errorf("CEL environment: %w", err)}
 	}
+	ast, errs := compileCEL(env, expr)
+	if errs != nil {
+		return nil, errs
+	}
+	// Assignable from bool: bool, dyn and the like, whose value is only
+	// known when evaluated.
+	if t := ast.OutputType(); !t.IsAssignableType(cel.BoolType) {
+		return nil, []error{fmt.Errorf("must be a boolean expression, got %s", t)}
+	}
+	return ast, nil
+}
+
+// compileCEL compiles expr in env: each issue is one error with its
+// column (and line, for a multi-line expression); a replace of literals
+// over the bound is refused, since literal arguments are evaluated when
+// the program is planned, before any cost check (others are bounded when
+// evaluated).
+func compileCEL(env *cel.Env, expr string) (*cel.Ast, []error) {
 	ast, iss := env.Compile(expr)
 	if iss != nil && iss.Err() != nil {
 		var errs []error
@@ -199,14 +217,6 @@ func CompileWhere(expr string) (*cel.Ast, []error) {
 		}
 		return nil, errs
 	}
-	// Assignable from bool: bool, dyn and the like, whose value is only
-	// known when evaluated.
-	if t := ast.OutputType(); !t.IsAssignableType(cel.BoolType) {
-		return nil, []error{fmt.Errorf("must be a boolean expression, got %s", t)}
-	}
-	// Literal arguments are evaluated when the program is planned, before
-	// any cost check: a replace of literals that would build a string over
-	// the bound is refused now (others are bounded when evaluated).
 	var tooBig error
 	celast.PreOrderVisit(ast.NativeRep().Expr(), celast.NewExprVisitor(func(e celast.Expr) {
 		if e.Kind() != celast.CallKind || e.AsCall().FunctionName() != "replace" || tooBig != nil {
@@ -557,7 +567,9 @@ func scaled(name string, factor int64, bounded bool) guard {
 }
 
 // valueSize approximates the bytes a value takes when written out:
-// strings and bytes by their length, lists and maps by their elements.
+// strings and bytes by their length, lists and maps by their elements. It
+// stops counting once past MaxCELStringBytes; a value nested deeper than
+// 64 levels (no Kubernetes object is) counts as over it.
 func valueSize(v ref.Val, depth int) int64 {
 	switch x := v.(type) {
 	case types.String:
@@ -565,8 +577,8 @@ func valueSize(v ref.Val, depth int) int64 {
 	case types.Bytes:
 		return int64(len(x))
 	case traits.Lister:
-		if depth > 8 {
-			return 0
+		if depth > 64 {
+			return MaxCELStringBytes + 1
 		}
 		var size int64
 		it := x.Iterator()
@@ -578,8 +590,8 @@ func valueSize(v ref.Val, depth int) int64 {
 		}
 		return size
 	case traits.Mapper:
-		if depth > 8 {
-			return 0
+		if depth > 64 {
+			return MaxCELStringBytes + 1
 		}
 		var size int64
 		it := x.Iterator()

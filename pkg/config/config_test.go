@@ -192,6 +192,8 @@ func TestInvalidConfigs(t *testing.T) {
 			[]string{`config.yaml:12: sinks[1].webhook.headers["bad header"]: invalid header name`}},
 		{"webhook batch size", "      url: https://hooks.example.com/k8s\n", "      url: https://hooks.example.com/k8s\n      batch: {maxEvents: 0}\n",
 			[]string{`config.yaml:12: sinks[1].webhook.batch.maxEvents: must be between 1 and 10000, got 0`}},
+		{"webhook request template", "      url: https://hooks.example.com/k8s\n", "      url: https://hooks.example.com/k8s\n      request:\n        body: \"{'name': objekt.metadata.name}\"\n",
+			[]string{`config.yaml:13: sinks[1].webhook.request.body: undeclared reference to 'objekt' (column 10)`}},
 		{"webhook timeout", "      url: https://hooks.example.com/k8s\n", "      url: https://hooks.example.com/k8s\n      timeout: 0s\n",
 			[]string{`config.yaml:12: sinks[1].webhook.timeout: must be positive, got 0s`}},
 		{"tls cert without key", "      url: https://hooks.example.com/k8s\n", "      url: https://hooks.example.com/k8s\n      tls: {certFile: /c}\n",

@@ -284,6 +284,40 @@ type data struct {
 }
 
 func (e *Event) renderData() (json.RawMessage, error) {
+	d, err := e.payload()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(d)
+}
+
+// Payload is what the event's data carries, as values: the object (or its
+// metadata) and the previous state as the rule includes them, redacted as
+// the data is, and for updates the JSON patch as a list of
+// {"op", "path", "value"} maps. Request templates read it; it must not be
+// modified.
+func (e *Event) Payload() (object, oldObject map[string]any, patch []any, err error) {
+	d, err := e.payload()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if d.Patch != nil {
+		patch = make([]any, len(d.Patch))
+		for i, op := range d.Patch {
+			m := map[string]any{"op": op.Type, "path": op.Path}
+			if op.Value != nil {
+				m["value"] = op.Value
+			}
+			if op.From != "" {
+				m["from"] = op.From
+			}
+			patch[i] = m
+		}
+	}
+	return d.Object, d.OldObject, patch, nil
+}
+
+func (e *Event) payload() (data, error) {
 	r := e.rule
 	redact := !r.AllowSecretData && IsSecret(r.GVR)
 	var d data
@@ -308,7 +342,7 @@ func (e *Event) renderData() (json.RawMessage, error) {
 	if r.IncludePatch && e.Change == Updated && e.oldObject != nil && e.object != nil {
 		p, err := jsondiff.Compare(e.oldObject.Object, e.object.Object)
 		if err != nil {
-			return nil, err
+			return data{}, err
 		}
 		if redact {
 			p = redactPatch(p, r.SecretAnnotations)
@@ -318,7 +352,7 @@ func (e *Event) renderData() (json.RawMessage, error) {
 			d.Patch = []jsondiff.Operation{}
 		}
 	}
-	return json.Marshal(d)
+	return d, nil
 }
 
 // Attributes calls f with each CloudEvents context attribute of e, in a

@@ -39,6 +39,8 @@ type Config struct {
 	Batch *Batch `yaml:"batch"`
 	// TLS configures the client's TLS.
 	TLS *config.TLS `yaml:"tls"`
+	// Request shapes each request with CEL instead of sending a CloudEvent (docs/actions.md). Default: CloudEvents.
+	Request *Request `yaml:"request"`
 }
 
 // Batch bounds a batch of events sent in one request.
@@ -99,6 +101,9 @@ func (w *Config) Validate() error {
 	}
 	if w.Timeout <= 0 {
 		errs = append(errs, config.ErrorAt("timeout", "must be positive, got %s", w.Timeout))
+	}
+	if w.Request != nil && w.Batch != nil {
+		errs = append(errs, config.ErrorAt("request", "a request shaped by CEL is one per event: it does not go with batch"))
 	}
 	return errors.Join(errs...)
 }

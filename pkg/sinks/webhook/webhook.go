@@ -69,6 +69,7 @@ type Sink struct {
 	mode     string
 	batch    *Batch
 	headers  http.Header
+	request  *shapedRequest        // the request shaped by CEL, instead of a CloudEvent
 	token    *sinks.CredentialFile // bearerTokenFile, read again when it changes
 	secret   *sinks.CredentialFile // signingSecretFile, likewise
 	tls      *sinks.TLSFiles       // the tls block's files, likewise
@@ -107,6 +108,11 @@ func New(c *Config, logger *slog.Logger) (*Sink, error) {
 	}
 	s.logger = logger
 	var err error
+	if c.Request != nil {
+		if s.request, err = compileRequest(c.URL, c.Request); err != nil {
+			return nil, fmt.Errorf("request: %w", err)
+		}
+	}
 	if c.BearerTokenFile != "" {
 		if s.token, err = sinks.OpenCredentialFile(c.BearerTokenFile, sinks.TrimSpace); err != nil {
 			return nil, fmt.Errorf("bearerTokenFile: %w", err)
@@ -221,9 +227,19 @@ func (s *Sink) Send(ctx context.Context, events []*event.Event) error {
 	if s.batch != nil {
 		return s.sendBatch(ctx, events)
 	}
+	if s.request != nil {
+		return s.each(ctx, events, s.sendRequest)
+	}
+	return s.each(ctx, events, s.sendOne)
+}
+
+// each sends the events one request each, in order: an event refused
+// (its payload or its template) fails alone; a failure of the destination
+// stops the rest, so no later event of an object overtakes one to retry.
+func (s *Sink) each(ctx context.Context, events []*event.Event, send func(context.Context, *event.Event) error) error {
 	errs := make([]error, len(events))
 	for i, e := range events {
-		err := s.sendOne(ctx, e)
+		err := send(ctx, e)
 		if err == nil || sinks.IsPermanent(err) {
 			errs[i] = err // a refusal is this event's alone
 			continue
@@ -299,9 +315,19 @@ func (s *Sink) sendBatch(ctx context.Context, events []*event.Event) error {
 }
 
 func (s *Sink) post(ctx context.Context, h http.Header, body []byte) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(body))
+	return s.do(ctx, http.MethodPost, s.url, h, body)
+}
+
+// do sends one request to target (the sink's URL, or one a template built
+// on it) and classifies the answer. Messages name the sink's URL, redacted.
+func (s *Sink) do(ctx context.Context, method, target string, h http.Header, body []byte) error {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, target, rd)
 	if err != nil { // the sink's URL, whatever the event
-		return sinks.Destination(sinks.ReasonConfig, fmt.Errorf("POST %s: %w", s.shownURL, withoutURL(err)))
+		return sinks.Destination(sinks.ReasonConfig, fmt.Errorf("%s %s: %w", method, s.shownURL, withoutURL(err)))
 	}
 	for k, v := range s.headers {
 		req.Header[k] = v
@@ -323,7 +349,7 @@ func (s *Sink) post(ctx context.Context, h http.Header, body []byte) error {
 	resp, err := s.currentClient().Do(req)
 	if err != nil {
 		// Unreachable, refused, timed out: the destination, not the event.
-		return sinks.Unavailable(fmt.Errorf("POST %s: %w", s.shownURL, withoutURL(err)))
+		return sinks.Unavailable(fmt.Errorf("%s %s: %w", method, s.shownURL, withoutURL(err)))
 	}
 	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20)) // reuse the connection

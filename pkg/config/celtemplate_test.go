@@ -1,0 +1,104 @@
+package config
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+func templateVars() *TemplateVars {
+	return &TemplateVars{
+		Object: map[string]any{"apiVersion": "v1", "kind": "Pod",
+			"metadata": map[string]any{"name": "web-1", "namespace": "prod", "labels": map[string]any{"app": "web"}},
+			"status":   map[string]any{"phase": "Failed", "message": "a \"quoted\" </script>\u2028 line\nbreak"}},
+		Type:  "updated",
+		Event: map[string]string{"id": "u.1.updated", "type": "io.kubebridge.pods.core.updated", "rule": "failed-pods", "cluster": "prod-eu"},
+		Patch: []any{map[string]any{"op": "replace", "path": "/status/phase", "value": "Failed"}},
+	}
+}
+
+// A body is JSON by construction: whatever an object's strings hold
+// (quotes, tags, line separators), it stays one string value.
+func TestJSONTemplate(t *testing.T) {
+	tmpl, errs := CompileJSONTemplate(`{
+		"text": "Pod " + object.metadata.namespace + "/" + object.metadata.name + " is " + dyn(object).status.phase,
+		"detail": dyn(object).status.message,
+		"labels": object.metadata.labels,
+		"cluster": event.cluster,
+		"changed": patch.map(p, p.path),
+		"n": 3, "ok": true, "none": null
+	}`)
+	if errs != nil {
+		t.Fatal(errs)
+	}
+	b, err := tmpl.JSON(templateVars())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatalf("%s: %v", b, err)
+	}
+	if got["text"] != "Pod prod/web-1 is Failed" || got["detail"] != "a \"quoted\" </script>\u2028 line\nbreak" || got["cluster"] != "prod-eu" ||
+		got["n"] != 3.0 || got["ok"] != true || got["none"] != nil {
+		t.Errorf("body %s", b)
+	}
+	if l, _ := got["changed"].([]any); len(l) != 1 || l[0] != "/status/phase" {
+		t.Errorf("changed = %v", got["changed"])
+	}
+	if strings.ContainsAny(string(b), "\n\t") {
+		t.Errorf("not compact: %s", b)
+	}
+}
+
+// Mistakes are load errors with a column; a template of the wrong type
+// says what it got.
+func TestTemplateLoadErrors(t *testing.T) {
+	for _, tc := range []struct {
+		expr, json, want string
+	}{
+		{`objekt.metadata.name`, "", "undeclared reference to 'objekt' (column 1)"},
+		{`object.metadata.nmae`, "", "undefined field 'nmae'"},
+		{`object.metadata.generation`, "", "must be a string expression, got int"},
+		{`object.metadata.name`, "json", ""},
+		{`timestamp('2024-01-01T00:00:00Z')`, "json", "must be a JSON value"},
+	} {
+		var errs []error
+		if tc.json != "" {
+			_, errs = CompileJSONTemplate(tc.expr)
+		} else {
+			_, errs = CompileStringTemplate(tc.expr)
+		}
+		switch {
+		case tc.want == "" && errs != nil:
+			t.Errorf("%s: %v", tc.expr, errs)
+		case tc.want != "" && (errs == nil || !strings.Contains(errs[0].Error(), tc.want)):
+			t.Errorf("%s: %v, want %q", tc.expr, errs, tc.want)
+		}
+	}
+}
+
+// Templates are bounded like where: cost, and size of what they build.
+func TestTemplateBounds(t *testing.T) {
+	v := templateVars()
+	v.Object["data"] = map[string]any{"s": strings.Repeat("a", 600<<10)}
+	for _, expr := range []string{
+		`{"x": dyn(object).data.s + dyn(object).data.s}`,
+		`lists.range(3000).map(i, dyn(object).data.s)`,
+	} {
+		tmpl, errs := CompileJSONTemplate(expr)
+		if errs != nil {
+			t.Fatal(errs)
+		}
+		if _, err := tmpl.JSON(v); err == nil {
+			t.Errorf("%s: no error", expr)
+		}
+	}
+	s, errs := CompileStringTemplate(`dyn(object).data.s + 'x'`)
+	if errs != nil {
+		t.Fatal(errs)
+	}
+	if got, err := s.String(v); err != nil || len(got) != 600<<10+1 {
+		t.Errorf("a string under the bound: %d bytes, %v", len(got), err)
+	}
+}

@@ -1,0 +1,204 @@
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kubebridge/kubebridge/pkg/config"
+	"github.com/kubebridge/kubebridge/pkg/event"
+	"github.com/kubebridge/kubebridge/pkg/sinks"
+)
+
+var podRule = &event.Rule{Name: "failed-pods", Cluster: "prod-eu", GVR: schema.GroupVersionResource{Version: "v1", Resource: "pods"}, IncludeObject: true}
+
+func pod(ns, name, phase, message string) *event.Event {
+	u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Pod",
+		"status": map[string]any{"phase": phase, "message": message}}}
+	if phase == "" {
+		delete(u.Object, "status")
+	}
+	u.SetNamespace(ns)
+	u.SetName(name)
+	u.SetUID(types.UID("uid-" + name))
+	u.SetResourceVersion("7")
+	return event.New(podRule, event.Added, u, nil, time.Now())
+}
+
+type seen struct {
+	method, path, rawQuery string
+	header               http.Header
+	body                 []byte
+}
+
+func recordRequests(t *testing.T) (*httptest.Server, func() []seen) {
+	var mu sync.Mutex
+	var got []seen
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		got = append(got, seen{r.Method, r.URL.EscapedPath(), r.URL.RawQuery, r.Header.Clone(), body})
+		mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(srv.Close)
+	return srv, func() []seen {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]seen(nil), got...)
+	}
+}
+
+func shaped(t *testing.T, url string, r *Request, extra func(*Config)) *Sink {
+	t.Helper()
+	if r.Method == "" {
+		r.Method = http.MethodPost
+	}
+	c := &Config{URL: url, Mode: "binary", Timeout: config.Duration(5 * time.Second), Request: r}
+	if extra != nil {
+		extra(c)
+	}
+	if err := r.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	return s
+}
+
+// The request a template builds reaches the receiver as written: method,
+// the path under the url's (each part escaped: an object's name cannot add
+// a query or a segment), the query, headers, and a JSON body whose strings
+// hold whatever the object's do (quotes, braces, newlines) as values.
+func TestShapedRequest(t *testing.T) {
+	srv, got := recordRequests(t)
+	s := shaped(t, srv.URL+"/api/v2?static=1", &Request{
+		Method:  http.MethodPut,
+		Path:    `'alerts/' + object.metadata.namespace + '/' + object.metadata.name`,
+		Query:   map[string]string{"rule": `event.rule`},
+		Headers: map[string]string{"X-Phase": `dyn(object).status.phase`},
+		Body:    `{"summary": "Pod " + object.metadata.name + " is " + dyn(object).status.phase, "message": dyn(object).status.message, "cluster": event.cluster, "id": event.id}`,
+	}, nil)
+	hostile := "\"}, \"admin\": true, {\"x\": \"\n"
+	e := pod("prod", "web?x=1#frag", "Failed", hostile)
+	if err := s.Send(context.Background(), []*event.Event{e}); err != nil {
+		t.Fatal(err)
+	}
+	reqs := got()
+	if len(reqs) != 1 {
+		t.Fatalf("%d requests", len(reqs))
+	}
+	r := reqs[0]
+	if r.method != http.MethodPut || r.path != "/api/v2/alerts/prod/web%3Fx=1%23frag" || r.rawQuery != "rule=failed-pods&static=1" {
+		t.Errorf("%s %s ? %s", r.method, r.path, r.rawQuery)
+	}
+	if r.header.Get("X-Phase") != "Failed" || r.header.Get("Content-Type") != "application/json" {
+		t.Errorf("headers %v", r.header)
+	}
+	var body map[string]any
+	if err := json.Unmarshal(r.body, &body); err != nil {
+		t.Fatalf("body %s: %v", r.body, err)
+	}
+	if len(body) != 4 || body["message"] != hostile || body["summary"] != "Pod web?x=1#frag is Failed" || body["cluster"] != "prod-eu" || body["id"] != e.ID {
+		t.Errorf("body %s", r.body)
+	}
+}
+
+// A template that fails on one object (a field it lacks, a path part that
+// climbs out) refuses that event alone, permanently (the dead-letter's):
+// its neighbours are sent.
+func TestTemplateFailureIsTheEventsAlone(t *testing.T) {
+	srv, got := recordRequests(t)
+	s := shaped(t, srv.URL, &Request{
+		Path: `object.metadata.name == 'up' ? '..' : 'pods/' + object.metadata.name`,
+		Body: `{"phase": dyn(object).status.phase}`,
+	}, nil)
+	batch := []*event.Event{pod("a", "ok-1", "Failed", ""), pod("a", "nostatus", "", ""), pod("a", "up", "Failed", ""), pod("a", "ok-2", "Failed", "")}
+	err := s.Send(context.Background(), batch)
+	var ee *sinks.EventErrors
+	if !errors.As(err, &ee) || len(ee.Errs) != 4 {
+		t.Fatalf("Send = %v", err)
+	}
+	if ee.Errs[0] != nil || ee.Errs[3] != nil || !sinks.IsPermanent(ee.Errs[1]) || !sinks.IsPermanent(ee.Errs[2]) {
+		t.Errorf("outcomes %v", ee.Errs)
+	}
+	if !strings.Contains(ee.Errs[1].Error(), "body") || !strings.Contains(ee.Errs[2].Error(), "path") {
+		t.Errorf("errors do not name the template: %v", ee.Errs)
+	}
+	if n := len(got()); n != 2 {
+		t.Errorf("%d requests, want the two that rendered", n)
+	}
+}
+
+// A shaped request is signed like any other (v2 over its body) and
+// carries the bearer token.
+func TestShapedRequestSigned(t *testing.T) {
+	srv, got := recordRequests(t)
+	dir := t.TempDir()
+	secret := filepath.Join(dir, "hmac")
+	must(t, os.WriteFile(secret, []byte("s3cr3t\n"), 0o600))
+	s := shaped(t, srv.URL, &Request{Body: `{"n": object.metadata.name}`}, func(c *Config) { c.SigningSecretFile = secret })
+	must(t, s.Send(context.Background(), []*event.Event{pod("a", "p", "Failed", "")}))
+	r := got()[0]
+	if err := verifyV2([]byte("s3cr3t"), r.header, r.body, time.Now()); err != nil {
+		t.Errorf("signature: %v", err)
+	}
+}
+
+// Mistakes are load errors naming the key; a template with batch is
+// refused.
+func TestRequestValidation(t *testing.T) {
+	r := &Request{Method: "GET", Path: `objekt.x`, Headers: map[string]string{"X-A": `object.metadata.generation`, "Authorization": `'x'`}, Body: `{"a": object.metadata.nmae}`}
+	err := r.Validate()
+	for _, want := range []string{
+		`method: must be one of POST, PUT, PATCH, DELETE, got "GET"`,
+		`path: undeclared reference to 'objekt' (column 1)`,
+		`headers.X-A: must be a string expression, got int`,
+		`headers.Authorization: is set by kubebridge`,
+		`body: undefined field 'nmae'`,
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate = %v, want %q", err, want)
+		}
+	}
+	c := &Config{URL: "http://x", Mode: "binary", Timeout: config.Duration(time.Second), Request: &Request{Method: "POST"}, Batch: &Batch{MaxEvents: 1}}
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "does not go with batch") {
+		t.Errorf("request with batch: %v", err)
+	}
+}
+
+// BenchmarkRenderRequest is the cost of shaping one event's request
+// (path, a header, a body of five fields), without sending it.
+func BenchmarkRenderRequest(b *testing.B) {
+	r, err := compileRequest("http://receiver:8080/api", &Request{Method: "POST",
+		Path:    `'alerts/' + object.metadata.namespace + '/' + object.metadata.name`,
+		Headers: map[string]string{"X-Rule": `event.rule`},
+		Body:    `{"summary": "Pod " + object.metadata.name + " failed", "phase": dyn(object).status.phase, "message": dyn(object).status.message, "cluster": event.cluster, "id": event.id}`,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	e := pod("prod", "web-1", "Failed", "OOMKilled: the container used more than its limit")
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, _, err := r.render(e); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
