@@ -40,8 +40,8 @@ func pod(ns, name, phase, message string) *event.Event {
 
 type seen struct {
 	method, path, rawQuery string
-	header               http.Header
-	body                 []byte
+	header                 http.Header
+	body                   []byte
 }
 
 func recordRequests(t *testing.T) (*httptest.Server, func() []seen) {
