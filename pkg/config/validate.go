@@ -194,7 +194,12 @@ func (c *Concurrency) Validate() error {
 	return nil
 }
 
-// Validate checks that exactly one destination is set.
+// maxDeadLetterSizeMB bounds a dead-letter file's maxSizeMB (1 TiB): in
+// bytes it must fit an int64, or the size would wrap negative and every
+// write rotate, leaving only the last few records.
+const maxDeadLetterSizeMB = 1 << 20
+
+// Validate checks that exactly one destination is set, and the rotation bounds.
 func (d *DeadLetter) Validate() error {
 	if (d.File == "") == (d.NATS == nil) {
 		return ErrorAt("", "set exactly one of file and nats")
@@ -202,6 +207,8 @@ func (d *DeadLetter) Validate() error {
 	var errs []error
 	if d.MaxSizeMB < 1 {
 		errs = append(errs, ErrorAt("maxSizeMB", "must be at least 1, got %d", d.MaxSizeMB))
+	} else if d.MaxSizeMB > maxDeadLetterSizeMB {
+		errs = append(errs, ErrorAt("maxSizeMB", "must be at most %d (1 TiB), got %d", maxDeadLetterSizeMB, d.MaxSizeMB))
 	}
 	if d.MaxBackups < 0 {
 		errs = append(errs, ErrorAt("maxBackups", "must not be negative, got %d", d.MaxBackups))
