@@ -25,11 +25,13 @@ func newTailCommand() *cobra.Command {
 		Long: `Tail subscribes to kubebridge's NATS subjects and prints each event: time,
 change, resource, object, rule, and for updates the changed paths. With
 --jetstream it reads the stream from its start; otherwise only what is
-published from now on. -o json prints each event's JSON as received.
-Names and paths that hold control characters are printed quoted, with Go
-escapes, so that an object name cannot drive the terminal. It authenticates
-as a nats sink does (--creds, --nkey, --token-file, --user/--password-file,
---tls-*).`,
+published from now on. -o json prints each event's JSON as one line, the
+same JSON value with DEL, C1 controls and line separators escaped (\u009b);
+a message that is not JSON is printed as a JSON string. Names and paths
+that hold control characters are printed quoted, with Go escapes. Either
+way an object's name, labels or annotations cannot drive the terminal.
+It authenticates as a nats sink does (--creds, --nkey, --token-file,
+--user/--password-file, --tls-*).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if tlsCA != "" || tlsCert != "" || tlsKey != "" {

@@ -194,7 +194,12 @@ func (c *Concurrency) Validate() error {
 	return nil
 }
 
-// Validate checks that exactly one destination is set.
+// maxDeadLetterSizeMB bounds a dead-letter file's maxSizeMB (1 TiB): in
+// bytes it must fit an int64, or the size would wrap negative and every
+// write rotate, leaving only the last few records.
+const maxDeadLetterSizeMB = 1 << 20
+
+// Validate checks that exactly one destination is set, and the rotation bounds.
 func (d *DeadLetter) Validate() error {
 	if (d.File == "") == (d.NATS == nil) {
 		return ErrorAt("", "set exactly one of file and nats")
@@ -202,6 +207,8 @@ func (d *DeadLetter) Validate() error {
 	var errs []error
 	if d.MaxSizeMB < 1 {
 		errs = append(errs, ErrorAt("maxSizeMB", "must be at least 1, got %d", d.MaxSizeMB))
+	} else if d.MaxSizeMB > maxDeadLetterSizeMB {
+		errs = append(errs, ErrorAt("maxSizeMB", "must be at most %d (1 TiB), got %d", maxDeadLetterSizeMB, d.MaxSizeMB))
 	}
 	if d.MaxBackups < 0 {
 		errs = append(errs, ErrorAt("maxBackups", "must not be negative, got %d", d.MaxBackups))
@@ -246,19 +253,23 @@ func (r *Retry) Validate() error {
 	return errors.Join(errs...)
 }
 
+// UnparsableURL is what RedactURL shows for a URL that does not parse:
+// its text may hold a token, so none of it is shown.
+const UnparsableURL = "(unparsable URL)"
+
 // RedactURL hides what may be a secret in a URL, for messages, logs and
 // dead-letter records: the userinfo, the query, and path segments that
 // look like tokens (Slack's and Discord's webhook URLs carry theirs in the
-// path). An unparsable URL is never echoed.
+// path; see secretSegment). An unparsable URL is never echoed.
 func RedactURL(raw string) string {
 	raw = strings.TrimSpace(raw)
 	u, err := url.Parse(raw)
 	if err != nil {
-		return "(unparsable URL)"
+		return UnparsableURL
 	}
-	if segs := strings.Split(u.EscapedPath(), "/"); slices.ContainsFunc(segs, tokenLike) {
-		for i, seg := range segs {
-			if tokenLike(seg) {
+	if segs := strings.Split(u.EscapedPath(), "/"); anySecretSegment(segs) {
+		for i := len(segs) - 1; i >= 0; i-- { // from the end: a Slack secret is told by the segments before it
+			if secretSegment(segs, i) {
 				segs[i] = "redacted"
 			}
 		}
@@ -279,6 +290,57 @@ func RedactURL(raw string) string {
 	}
 	u.Fragment, u.RawFragment = "", ""
 	return u.String()
+}
+
+// anySecretSegment reports whether any of the path segments looks like a secret.
+func anySecretSegment(segs []string) bool {
+	for i := range segs {
+		if secretSegment(segs, i) {
+			return true
+		}
+	}
+	return false
+}
+
+// slackID matches the workspace (T…) and channel or app (B…) ids of a
+// Slack-style incoming-webhook path.
+var slackID = regexp.MustCompile(`^[TB][A-Z0-9]+$`)
+
+// secretSegment reports whether segs[i] (escaped) looks like a secret: a
+// token (tokenLike), or the last part of a Slack-style webhook path,
+// /services/T…/B…/<secret>, whatever it looks like (Slack's are 24
+// letters and digits, without a digit now and then; Slack-compatible
+// receivers take any).
+func secretSegment(segs []string, i int) bool {
+	if tokenLike(segs[i]) {
+		return true
+	}
+	return i >= 3 && segs[i] != "" && segs[i-3] == "services" && slackID.MatchString(segs[i-2]) && slackID.MatchString(segs[i-1])
+}
+
+// ErrUnparsableURL is what ParseURL's errors wrap.
+var ErrUnparsableURL = errors.New("unparsable URL")
+
+// quotedText matches a Go-quoted string in an error message.
+var quotedText = regexp.MustCompile(`\s*"(?:[^"\\]|\\.)*"`)
+
+// ParseURL is url.Parse with an error that shows none of raw. url.Parse's
+// errors quote the whole URL, and the error they wrap (what errors.Unwrap
+// gives) quotes the piece that failed: the port of
+// https://host:<token>/, an escape. Either may be a secret. ParseURL's
+// error says why without them ("unparsable URL: invalid port after host")
+// and wraps only ErrUnparsableURL, so unwrapping it cannot reach the text.
+func ParseURL(raw string) (*url.URL, error) {
+	u, err := url.Parse(raw)
+	if err == nil {
+		return u, nil
+	}
+	var ue *url.Error
+	if !errors.As(err, &ue) {
+		return nil, ErrUnparsableURL
+	}
+	why := strings.TrimPrefix(quotedText.ReplaceAllString(ue.Err.Error(), ""), "net/url: ")
+	return nil, fmt.Errorf("%w: %s", ErrUnparsableURL, why)
 }
 
 // tokenLike says whether a path segment looks like a secret: 20 or more

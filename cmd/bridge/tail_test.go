@@ -1,0 +1,108 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+
+	"github.com/kubebridge/kubebridge/internal/testenv"
+)
+
+// rawControl returns the first rune in s, but the line end, that a
+// terminal may act on: C0, DEL, C1, U+2028/2029.
+func rawControl(s string) (rune, bool) {
+	for _, r := range s {
+		if r != '\n' && (r < 0x20 || (r >= 0x7f && r < 0xa0) || r == 0x2028 || r == 0x2029) {
+			return r, true
+		}
+	}
+	return 0, false
+}
+
+// tailOnce runs `bridge tail --count 1` with args against srv, publishing
+// data until it has printed it, and returns what it printed.
+func tailOnce(t *testing.T, srv *testenv.NATS, data string, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var out bytes.Buffer
+	cmd := newTailCommand()
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	cmd.SetArgs(append([]string{"--nats", srv.ClientURL(), "--subject", "k8s.>", "--count", "1"}, args...))
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(ctx) }()
+	nc, err := natsgo.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for { // publish until tail, subscribing concurrently, has seen one
+		_ = nc.Publish("k8s.ns.cm.updated", []byte(data))
+		select {
+		case err = <-done:
+		case <-tick.C:
+			continue
+		}
+		break
+	}
+	if err != nil {
+		t.Fatalf("tail: %v\n%s", err, out.String())
+	}
+	return out.String()
+}
+
+// An object's labels and annotations can hold escape sequences: whatever
+// an event carries, `bridge tail` prints no raw ESC, BEL or other control
+// character, and -o json prints JSON of the same value, one line an event.
+func TestTailPrintsNoControlCharacters(t *testing.T) {
+	srv := testenv.StartNATS(t)
+	// As the sinks send it: C0 escaped; DEL, C1 and U+2028, which JSON
+	// allows raw, raw.
+	ev := "{\"specversion\":\"1.0\",\"id\":\"u.1.updated\",\"type\":\"io.kubebridge.configmaps.core.updated\",\"subject\":\"ns/cm\\u001b[2J\\u0007\",\"time\":\"2026-11-21T20:00:00Z\",\"kbrule\":\"r\"," +
+		"\"data\":{\"object\":{\"metadata\":{\"labels\":{\"l\":\"\\u001b[2J\"},\"annotations\":{\"a\":\"ding\\u0007\",\"b\":\"\x7f\u009b31m\u2028\"}}}}}"
+	var want any
+	if err := json.Unmarshal([]byte(ev), &want); err != nil {
+		t.Fatal(err)
+	}
+
+	got := tailOnce(t, srv, ev, "-o", "json")
+	if r, ok := rawControl(got); ok {
+		t.Fatalf("-o json printed a raw %U: %q", r, got)
+	}
+	var v any
+	if err := json.Unmarshal([]byte(got), &v); err != nil || strings.Count(got, "\n") != 1 {
+		t.Fatalf("-o json printed %q, not one line of JSON: %v", got, err)
+	}
+	if !reflect.DeepEqual(v, want) {
+		t.Errorf("-o json decodes to %#v, want %#v", v, want)
+	}
+
+	// From anything else that can publish on the subject: raw ESC and BEL
+	// (not JSON any more); it is printed as a JSON string of its text.
+	raw := strings.NewReplacer(`\u001b`, "\x1b", `\u0007`, "\x07").Replace(ev)
+	got = tailOnce(t, srv, raw, "-o", "json")
+	if r, ok := rawControl(got); ok {
+		t.Fatalf("-o json printed a raw %U: %q", r, got)
+	}
+	var s string
+	if err := json.Unmarshal([]byte(got), &s); err != nil || s != raw {
+		t.Errorf("-o json of what is not JSON: %q (%v), want the text as a JSON string", got, err)
+	}
+
+	got = tailOnce(t, srv, ev, "-o", "text")
+	if r, ok := rawControl(got); ok {
+		t.Fatalf("-o text printed a raw %U: %q", r, got)
+	}
+	if !strings.Contains(got, `"ns/cm\x1b[2J\a"`) {
+		t.Errorf("-o text does not show the subject escaped: %q", got)
+	}
+}
