@@ -201,7 +201,7 @@ func TestInvalidConfigs(t *testing.T) {
 		{"file path empty", "file: {path: /tmp/events.jsonl}", "file: {path: \"\"}",
 			[]string{`config.yaml:13: sinks[2].file.path: required (a file path, or "-" for stdout)`}},
 		{"file size zero", "file: {path: /tmp/events.jsonl}", "file: {path: /x, maxSizeMB: 0}",
-			[]string{`config.yaml:13: sinks[2].file.maxSizeMB: must be at least 1, got 0`}},
+			[]string{`config.yaml:13: sinks[2].file.maxSizeMB: must be between 1 and 1048576 (1 TiB), got 0`}},
 		{"dead-letter file size", "file: {path: /tmp/events.jsonl}", "file: {path: /tmp/events.jsonl}\n    deadLetter: {file: /tmp/dl.jsonl, maxSizeMB: -1, maxBackups: -2}",
 			[]string{`config.yaml:14: sinks[2].deadLetter.maxSizeMB: must be at least 1, got -1`, `config.yaml:14: sinks[2].deadLetter.maxBackups: must not be negative, got -2`}},
 		{"unknown sink in rule", "    sinks: [bus, archive]", "    sinks: [bus, bsu]",

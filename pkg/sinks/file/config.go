@@ -34,8 +34,8 @@ func (f *Config) Validate() error {
 	if f.Path == "" {
 		errs = append(errs, config.ErrorAt("path", `required (a file path, or "-" for stdout)`))
 	}
-	if f.MaxSizeMB < 1 {
-		errs = append(errs, config.ErrorAt("maxSizeMB", "must be at least 1, got %d", f.MaxSizeMB))
+	if f.MaxSizeMB < 1 || f.MaxSizeMB > 1<<20 { // 1 TiB: more would wrap negative in bytes
+		errs = append(errs, config.ErrorAt("maxSizeMB", "must be between 1 and 1048576 (1 TiB), got %d", f.MaxSizeMB))
 	}
 	if f.MaxBackups < 0 {
 		errs = append(errs, config.ErrorAt("maxBackups", "must not be negative, got %d", f.MaxBackups))

@@ -116,10 +116,10 @@ func (n *Config) Validate() error {
 		errs = append(errs, config.ErrorAt("url", "required unless embedded: true"))
 	case n.URL != "":
 		for _, raw := range strings.Split(n.URL, ",") {
-			u, err := url.Parse(strings.TrimSpace(raw))
+			u, err := config.ParseURL(strings.TrimSpace(raw)) // its error quotes none of the URL
 			switch {
 			case err != nil:
-				errs = append(errs, config.ErrorAt("url", "invalid URL: %v", errors.Unwrap(err)))
+				errs = append(errs, config.ErrorAt("url", "%v", err))
 			case !slices.Contains(natsSchemes, u.Scheme):
 				errs = append(errs, config.ErrorAt("url", "URL %q: scheme must be nats, tls, ws or wss", config.RedactURL(raw)))
 			case u.Host == "":

@@ -2,7 +2,6 @@ package webhook
 
 import (
 	"errors"
-	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -71,8 +70,8 @@ func (w *Config) Validate() error {
 	var errs []error
 	if w.URL == "" {
 		errs = append(errs, config.ErrorAt("url", "required"))
-	} else if u, err := url.Parse(w.URL); err != nil {
-		errs = append(errs, config.ErrorAt("url", "invalid URL: %v", errors.Unwrap(err)))
+	} else if u, err := config.ParseURL(w.URL); err != nil { // its error quotes none of the URL
+		errs = append(errs, config.ErrorAt("url", "%v", err))
 	} else if u.Scheme != "http" && u.Scheme != "https" {
 		errs = append(errs, config.ErrorAt("url", "URL %q: scheme must be http or https", config.RedactURL(w.URL)))
 	} else if u.Host == "" {
