@@ -1,19 +1,19 @@
 package config
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"reflect"
+	"math"
+	"slices"
+	"strconv"
 	"sync"
 
 	"github.com/google/cel-go/cel"
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/common/types/ref"
+	"github.com/google/cel-go/common/types/traits"
 	"github.com/google/cel-go/interpreter"
-	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // The variables a template (a request shaped by CEL) sees besides those of
@@ -161,39 +161,102 @@ func (t *Template) String(v *TemplateVars) (string, error) {
 	return string(s), nil
 }
 
-var jsonValueType = reflect.TypeOf(&structpb.Value{})
-
 // JSON evaluates a JSON template and encodes its value: JSON by
-// construction (through protobuf's JSON value, no string building), so
-// nothing an object holds can break out of a string.
+// construction (each value encoded by its type, strings by
+// encoding/json), so nothing an object holds can break out of a string.
 func (t *Template) JSON(v *TemplateVars) ([]byte, error) {
 	out, err := t.eval(v)
 	if err != nil {
 		return nil, err
 	}
-	// Sized before it is copied: a list of references to one large value
-	// is small until it is encoded.
+	// Sized before it is encoded: a list of references to one large value
+	// is small until it is written out.
 	if valueSize(out, 0) > MaxCELStringBytes {
 		return nil, ErrTemplateTooLarge
 	}
-	native, err := out.ConvertToNative(jsonValueType)
-	if err != nil {
-		return nil, fmt.Errorf("not a JSON value: %w", err)
-	}
-	b, err := protojson.Marshal(native.(*structpb.Value))
+	b, err := appendJSON(make([]byte, 0, 256), out, 0)
 	if err != nil {
 		return nil, err
 	}
 	if len(b) > MaxCELStringBytes {
 		return nil, ErrTemplateTooLarge
 	}
-	// protojson's output is not stable in white space: compact it, so that
-	// a body (and its signature) is the same for the same value.
-	var c bytes.Buffer
-	if err := json.Compact(&c, b); err != nil {
+	return b, nil
+}
+
+// appendJSON appends v as JSON: null, bools, numbers (NaN and infinities
+// are not JSON), strings, lists, and maps with string keys (sorted, so a
+// body and its signature are the same for the same value).
+func appendJSON(b []byte, v ref.Val, depth int) ([]byte, error) {
+	if depth > 64 {
+		return nil, errors.New("nested deeper than 64 levels")
+	}
+	switch x := v.(type) {
+	case types.Null:
+		return append(b, "null"...), nil
+	case types.Bool:
+		return strconv.AppendBool(b, bool(x)), nil
+	case types.Int:
+		return strconv.AppendInt(b, int64(x), 10), nil
+	case types.Uint:
+		return strconv.AppendUint(b, uint64(x), 10), nil
+	case types.Double:
+		f := float64(x)
+		if math.IsNaN(f) || math.IsInf(f, 0) {
+			return nil, fmt.Errorf("%v is not a JSON number", f)
+		}
+		return strconv.AppendFloat(b, f, 'g', -1, 64), nil
+	case types.String:
+		return appendJSONString(b, string(x))
+	case traits.Lister:
+		b = append(b, '[')
+		it := x.Iterator()
+		for first := true; it.HasNext() == types.True; first = false {
+			if !first {
+				b = append(b, ',')
+			}
+			var err error
+			if b, err = appendJSON(b, it.Next(), depth+1); err != nil {
+				return nil, err
+			}
+		}
+		return append(b, ']'), nil
+	case traits.Mapper:
+		var keys []string
+		it := x.Iterator()
+		for it.HasNext() == types.True {
+			k, ok := it.Next().(types.String)
+			if !ok {
+				return nil, errors.New("a map key is not a string")
+			}
+			keys = append(keys, string(k))
+		}
+		slices.Sort(keys)
+		b = append(b, '{')
+		for i, k := range keys {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			var err error
+			if b, err = appendJSONString(b, k); err != nil {
+				return nil, err
+			}
+			b = append(b, ':')
+			if b, err = appendJSON(b, x.Get(types.String(k)), depth+1); err != nil {
+				return nil, err
+			}
+		}
+		return append(b, '}'), nil
+	}
+	return nil, fmt.Errorf("a %s is not a JSON value", v.Type())
+}
+
+func appendJSONString(b []byte, s string) ([]byte, error) {
+	q, err := json.Marshal(s)
+	if err != nil {
 		return nil, err
 	}
-	return c.Bytes(), nil
+	return append(b, q...), nil
 }
 
 func (t *Template) eval(v *TemplateVars) (ref.Val, error) {

@@ -202,3 +202,38 @@ func BenchmarkRenderRequest(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkSendShapedVsCloudEvent sends the same pod events one request
+// each to a local receiver, as a CloudEvent (binary mode) and as a shaped
+// request: the render's share of a real round trip.
+func BenchmarkSendShapedVsCloudEvent(b *testing.B) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer srv.Close()
+	req := &Request{Method: "POST",
+		Path:    `'alerts/' + object.metadata.namespace + '/' + object.metadata.name`,
+		Headers: map[string]string{"X-Rule": `event.rule`},
+		Body:    `{"summary": "Pod " + object.metadata.name + " failed", "phase": dyn(object).status.phase, "message": dyn(object).status.message, "cluster": event.cluster, "id": event.id}`,
+	}
+	for _, tc := range []struct {
+		name string
+		req  *Request
+	}{{"cloudevent", nil}, {"shaped", req}} {
+		b.Run(tc.name, func(b *testing.B) {
+			s, err := New(&Config{URL: srv.URL, Mode: "binary", Timeout: config.Duration(5 * time.Second), Request: tc.req}, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close(context.Background())
+			b.ReportAllocs()
+			for b.Loop() {
+				// A fresh event each time: CloudEvents cache their encoding.
+				if err := s.Send(context.Background(), []*event.Event{pod("prod", "web-1", "Failed", "OOMKilled")}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
