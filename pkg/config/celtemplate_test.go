@@ -102,3 +102,34 @@ func TestTemplateBounds(t *testing.T) {
 		t.Errorf("a string under the bound: %d bytes, %v", len(got), err)
 	}
 }
+
+// Whatever an object's string holds, the body is valid JSON holding it as
+// the same value, and nothing panics.
+func FuzzJSONTemplateHoldsAnyString(f *testing.F) {
+	tmpl, errs := CompileJSONTemplate(`{"v": dyn(object).data.v, "l": [dyn(object).data.v], "k": {dyn(object).data.v: 1}}`)
+	if errs != nil {
+		f.Fatal(errs)
+	}
+	for _, s := range []string{"", "\"}", "\x00\x1b[2J", "\u2028</script>", "\xff\xfe", "a\"b\\c"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		v := &TemplateVars{Object: map[string]any{"data": map[string]any{"v": s}}}
+		b, err := tmpl.JSON(v)
+		if err != nil {
+			return // a bound, or an invalid string CEL refused: an error, not a panic
+		}
+		var got struct {
+			V string         `json:"v"`
+			L []string       `json:"l"`
+			K map[string]int `json:"k"`
+		}
+		if err := json.Unmarshal(b, &got); err != nil {
+			t.Fatalf("%q: body %s is not JSON: %v", s, b, err)
+		}
+		want := string([]rune(s)) // each invalid byte as U+FFFD, as encoding/json writes it
+		if got.V != want || len(got.L) != 1 || got.L[0] != want || got.K[want] != 1 {
+			t.Fatalf("%q: body %s holds another value", s, b)
+		}
+	})
+}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -236,4 +237,29 @@ func BenchmarkSendShapedVsCloudEvent(b *testing.B) {
 			}
 		})
 	}
+}
+
+// Whatever a template's path holds, the URL stays under the url's host and
+// path, with no query or fragment of its own.
+func FuzzJoinPathStaysUnderTheBase(f *testing.F) {
+	for _, s := range []string{"a/b", "../x", "a?b#c", "%2e%2e/x", "//evil.example/x", "a/./b", "\x00/\n"} {
+		f.Add(s)
+	}
+	base, _ := url.Parse("https://receiver.example/api/v1?static=1")
+	f.Fuzz(func(t *testing.T, p string) {
+		path, raw, err := joinPath(*base, p)
+		if err != nil {
+			return
+		}
+		u := *base
+		u.Path, u.RawPath = path, raw
+		got, err := url.Parse(u.String())
+		if err != nil {
+			t.Fatalf("%q: %s does not parse: %v", p, u.String(), err)
+		}
+		if got.Host != "receiver.example" || got.Scheme != "https" || got.RawQuery != "static=1" || got.Fragment != "" ||
+			!strings.HasPrefix(got.Path, "/api/v1/") || strings.Contains("/"+got.Path+"/", "/../") {
+			t.Fatalf("%q: %s leaves the base", p, u.String())
+		}
+	})
 }
