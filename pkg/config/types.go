@@ -1,5 +1,7 @@
 package config
 
+import "math"
+
 // APIVersion and Kind identify a kubebridge config document.
 const (
 	APIVersion = "kubebridge.io/v1alpha1"
@@ -79,6 +81,24 @@ type Sink struct {
 	Workers int `yaml:"workers"`
 	// DeadLetter receives events the sink refused permanently (e.g. HTTP 400), with the error. Default: logged and counted only.
 	DeadLetter *DeadLetter `yaml:"deadLetter"`
+	// RateLimit holds the events sent to the sink to a rate, dropping none: what waits stays queued, in order, coalescing per object past the queue's capacity. Default: no limit.
+	RateLimit *RateLimit `yaml:"rateLimit"`
+}
+
+// RateLimit is a token bucket over the events a sink is sent.
+type RateLimit struct {
+	// EventsPerSecond is the sustained rate (e.g. 0.5: one event every 2 s). Required.
+	EventsPerSecond float64 `yaml:"eventsPerSecond"`
+	// Burst is how many may go at once after a quiet spell; batches are cut to it. Default: eventsPerSecond rounded up, at least 1.
+	Burst int `yaml:"burst"`
+}
+
+// BurstOrDefault is Burst, or its default.
+func (r *RateLimit) BurstOrDefault() int {
+	if r.Burst > 0 {
+		return r.Burst
+	}
+	return max(1, int(math.Ceil(r.EventsPerSecond)))
 }
 
 // DeadLetter says where permanently refused events go. Exactly one of file and nats.

@@ -187,6 +187,18 @@ func (s *Sink) Validate() error {
 }
 
 // Validate checks the ceiling.
+// Validate checks the rate and the burst.
+func (r *RateLimit) Validate() error {
+	var errs []error
+	if !(r.EventsPerSecond > 0) || r.EventsPerSecond > 1e6 {
+		errs = append(errs, ErrorAt("eventsPerSecond", "must be positive and at most 1000000, got %v", r.EventsPerSecond))
+	}
+	if r.Burst < 0 || r.Burst > 10_000 {
+		errs = append(errs, ErrorAt("burst", "must be between 1 and 10000 (0: the rate rounded up), got %d", r.Burst))
+	}
+	return errors.Join(errs...)
+}
+
 func (c *Concurrency) Validate() error {
 	if c.Max < 1 || c.Max > maxConcurrency {
 		return ErrorAt("max", "must be between 1 and %d, got %d", maxConcurrency, c.Max)

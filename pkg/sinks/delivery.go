@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
 	"github.com/kubebridge/kubebridge/pkg/queue"
@@ -66,6 +68,7 @@ type Delivery struct {
 
 	queue      *queue.Queue[*event.Event]
 	limiter    *limiter
+	rate       *rate.Limiter // rateLimit: nil for none
 	sink       Sink
 	retry      config.Retry
 	batchMax   int
@@ -125,6 +128,11 @@ func NewDelivery(cfg config.Sink, sink Sink, deadLetter DeadLetter, logger *slog
 	if b, ok := sink.(Batcher); ok {
 		d.batchMax, d.batchWait = b.Batching()
 		d.batchMax = max(d.batchMax, 1)
+	}
+	if r := cfg.RateLimit; r != nil {
+		burst := r.BurstOrDefault()
+		d.rate = rate.NewLimiter(rate.Limit(r.EventsPerSecond), burst)
+		d.batchMax = min(d.batchMax, burst) // a batch takes its tokens at once
 	}
 	d.parking.kick = d.signal
 	return d
@@ -851,6 +859,13 @@ func (d *Delivery) putDeadLetter(ctx context.Context, events []*event.Event, cau
 // attempt's outcome adjusts), the fence, then the sink. reached says
 // whether the sink was asked.
 func (d *Delivery) send(ctx context.Context, events []*event.Event) (reached bool, _ error) {
+	if d.rate != nil {
+		// Held, never dropped: the batch waits for its tokens (a refused
+		// batch split in parts takes a token per event again).
+		if err := d.rate.WaitN(ctx, min(len(events), d.rate.Burst())); err != nil {
+			return false, err
+		}
+	}
 	start, err := d.limiter.acquire(ctx)
 	if err != nil {
 		return false, err

@@ -1,0 +1,58 @@
+package sinks
+
+import (
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/kubebridge/kubebridge/pkg/config"
+	"github.com/kubebridge/kubebridge/pkg/event"
+)
+
+// A rate limit holds events, never drops them: within a window no more
+// than the burst plus the rate's share reach the sink (slow machines send
+// fewer, never more), and every event arrives, each object's in order.
+func TestRateLimitHoldsEvents(t *testing.T) {
+	f := &flaky{}
+	cfg := sinkConfig()
+	cfg.RateLimit = &config.RateLimit{EventsPerSecond: 40, Burst: 4}
+	d := NewDelivery(cfg, f, nil, slog.New(slog.DiscardHandler))
+	var want []string
+	for i := range 30 {
+		e := ev(fmt.Sprint("o", i%5), fmt.Sprint(i+1), event.Updated)
+		want = append(want, e.ID)
+		d.Offer(e)
+	}
+	start := time.Now()
+	stop := run(t, d)
+	defer stop()
+	time.Sleep(250 * time.Millisecond)
+	early := len(f.received())
+	if limit := 4 + int(40*time.Since(start).Seconds()) + 1; early > limit {
+		t.Errorf("%d events within %s, more than the burst and the rate allow (%d)", early, time.Since(start), limit)
+	}
+	waitFor(t, func() bool { return len(f.received()) == 30 })
+	got := f.received()
+	// Per object, in the order offered.
+	pos := map[string]int{}
+	for i, id := range got {
+		pos[id] = i
+	}
+	for i := 5; i < len(want); i++ {
+		if pos[want[i]] < pos[want[i-5]] {
+			t.Errorf("object %d: event %d arrived before event %d", i%5, i, i-5)
+		}
+	}
+}
+
+func TestRateLimitValidation(t *testing.T) {
+	for _, r := range []config.RateLimit{{EventsPerSecond: 0}, {EventsPerSecond: -1}, {EventsPerSecond: 1, Burst: -1}} {
+		if err := r.Validate(); err == nil {
+			t.Errorf("%+v: valid", r)
+		}
+	}
+	if b := (&config.RateLimit{EventsPerSecond: 0.5}).BurstOrDefault(); b != 1 {
+		t.Errorf("burst of 0.5/s = %d, want 1", b)
+	}
+}
