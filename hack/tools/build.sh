@@ -4,6 +4,8 @@
 #   kube-apiserver  hack/tools/kube (k8s.io/kubernetes + its staging modules)
 #   kubectl         hack/tools/kube
 #   helm            helm.sh/helm/v4/cmd/helm@$HELM_VERSION
+#   alertmanager    github.com/prometheus/alertmanager/cmd/alertmanager@$ALERTMANAGER_VERSION
+#                   (v0.32+ embed UI assets the module lacks)
 # into a cache folder keyed by those versions and the Go toolchain, and points
 # <repo>/.tools (git-ignored) at it. When nothing changed it only relinks.
 # Prebuilt binaries are never downloaded.
@@ -11,6 +13,7 @@ set -euo pipefail
 
 KUBE_VERSION=v1.37.1   # must match hack/tools/kube/go.mod
 HELM_VERSION=v4.3.1
+ALERTMANAGER_VERSION=v0.31.1
 
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
@@ -44,6 +47,14 @@ if [ ! -f "$dir/.complete" ]; then
   done
   printf 'kube %s\nhelm %s\n%s\n' "$KUBE_VERSION" "$HELM_VERSION" "$(go version)" > "$dir/.complete"
   echo "built in $(( $(date +%s) - start ))s"
+fi
+
+# Added to the same folder when missing (a cache built before it had none).
+if [ ! -x "$dir/alertmanager" ]; then
+  echo "  alertmanager ($ALERTMANAGER_VERSION)"
+  (cd "$dir" && GOBIN="$dir" GOFLAGS= go install \
+     "github.com/prometheus/alertmanager/cmd/alertmanager@$ALERTMANAGER_VERSION")
+  [ -x "$dir/alertmanager" ] || { echo "missing $dir/alertmanager after build" >&2; exit 1; }
 fi
 
 ln -sfn "$dir" "$repo/.tools"
