@@ -10,7 +10,7 @@ all: build
 build: ## the bridge binary, into bin/
 	$(GO) build -o $(BIN)/bridge ./cmd/bridge
 
-tools: ## etcd, kube-apiserver, kubectl and helm built from Go modules (cached; cold ~5 min)
+tools: ## etcd, kube-apiserver, kubectl, helm and alertmanager built from Go modules (cached; cold ~6 min)
 	bash hack/tools/build.sh
 
 test: tools ## everything: lint, unit and integration tests (real apiserver, etcd, NATS) with -race
