@@ -19,7 +19,7 @@ import (
 // The variables a template (a request shaped by CEL) sees besides those of
 // where: the event's attributes and, for updates, the JSON patch.
 const (
-	CELEvent = "event" // id, type, subject, rule, cluster, change, reason, replay, time
+	CELEvent = "event" // id, type, subject, source, rule, cluster, change, reason, replay, time, entered
 	CELPatch = "patch" // list of {op, path, value}; empty unless the event is an update with a patch
 )
 
@@ -59,6 +59,12 @@ func CompileStringTemplate(expr string) (*Template, []error) {
 	return compileTemplate(expr, "string")
 }
 
+// CompileBoolTemplate compiles an expression that yields a bool (whether
+// to send).
+func CompileBoolTemplate(expr string) (*Template, []error) {
+	return compileTemplate(expr, "bool")
+}
+
 // CompileJSONTemplate compiles an expression that yields a JSON value
 // (map, list, string, number, bool, null): a request body.
 func CompileJSONTemplate(expr string) (*Template, []error) {
@@ -78,6 +84,8 @@ func compileTemplate(expr, want string) (*Template, []error) {
 	switch {
 	case want == "string" && !t.IsAssignableType(cel.StringType):
 		return nil, []error{fmt.Errorf("must be a string expression, got %s", t)}
+	case want == "bool" && !t.IsAssignableType(cel.BoolType):
+		return nil, []error{fmt.Errorf("must be a boolean expression, got %s", t)}
 	case want == "json" && !jsonType(t):
 		return nil, []error{fmt.Errorf("must be a JSON value (map, list, string, number, bool or null), got %s", t)}
 	}
@@ -159,6 +167,19 @@ func (t *Template) String(v *TemplateVars) (string, error) {
 		return "", ErrTemplateTooLarge
 	}
 	return string(s), nil
+}
+
+// Bool evaluates a bool template.
+func (t *Template) Bool(v *TemplateVars) (bool, error) {
+	out, err := t.eval(v)
+	if err != nil {
+		return false, err
+	}
+	b, ok := out.(types.Bool)
+	if !ok {
+		return false, fmt.Errorf("evaluated to %s, not a bool", out.Type())
+	}
+	return bool(b), nil
 }
 
 // JSON evaluates a JSON template and encodes its value: JSON by

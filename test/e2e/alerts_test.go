@@ -104,3 +104,53 @@ func TestAlertsResolveThemselves(t *testing.T) {
 	testenv.Eventually(t, 30*time.Second, "batch's alert resolved after the restart", func() bool { _, ok := active()["batch"]; return !ok })
 	b2.stop(t)
 }
+
+// for: a request's when, re-evaluated at every replay, waits out how long
+// the object has been in the view (event.entered, checkpointed): the alert
+// fires only once the pod stayed Failed that long, and resolves as usual.
+func TestAlertFiresOnlyAfterFor(t *testing.T) {
+	am := testenv.StartAlertmanager(t)
+	cp := testenv.SharedControlPlane(t)
+	cs := cp.Clientset(t)
+	ctx := context.Background()
+	const ns = "alerts-for"
+	testenv.EnsureNamespace(t, cp, ns)
+	root, err := testenv.RepoRoot()
+	must(t, err)
+	example, err := os.ReadFile(filepath.Join(root, "config", "failed-pods-to-alertmanager.yaml"))
+	must(t, err)
+	cfg := strings.NewReplacer(
+		"http://127.0.0.1:9093", am.URL,
+		"replayEvery: 1m", "replayEvery: 1s",
+		"resource: v1/pods", "resource: v1/pods\n    namespaces: ["+ns+"]",
+		"      request:\n", "      request:\n        when: \"type == 'deleted' || timestamp(event.time) - timestamp(event.entered) >= duration('4s')\"\n",
+	).Replace(string(example))
+	b := startBridgeArgs(t, cp, cfg)
+	_, err = cs.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "slow"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}, metav1.CreateOptions{})
+	must(t, err)
+	p, err := cs.CoreV1().Pods(ns).Get(ctx, "slow", metav1.GetOptions{})
+	must(t, err)
+	p.Status.Phase = corev1.PodFailed
+	_, err = cs.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+	must(t, err)
+	failedAt := time.Now()
+	firing := func() bool {
+		for _, a := range am.Active(t) {
+			if a.Labels["namespace"] == ns && a.Labels["pod"] == "slow" {
+				return true
+			}
+		}
+		return false
+	}
+	for time.Since(failedAt) < 2*time.Second {
+		if firing() {
+			t.Fatalf("fired %s after the pod failed, before its 4 s", time.Since(failedAt))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	testenv.Eventually(t, 20*time.Second, "the alert once the pod stayed Failed 4 s", firing)
+	must(t, cs.CoreV1().Pods(ns).Delete(ctx, "slow", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}))
+	testenv.Eventually(t, 15*time.Second, "the alert resolved", func() bool { return !firing() })
+	b.stop(t)
+}

@@ -34,6 +34,8 @@ type Request struct {
 	Headers map[string]string `yaml:"headers"`
 	// Body is a CEL expression whose value is the JSON body (map, list, string, number, bool or null), sent as application/json. Default: no body.
 	Body string `yaml:"body"`
+	// When is a CEL bool: false handles the event without a request (it counts as delivered; a later change or replay is evaluated again). With replayEvery it waits out a duration: timestamp(event.time) - timestamp(event.entered) > duration('5m'). Default: always.
+	When string `yaml:"when"`
 }
 
 // SetDefaults POSTs.
@@ -78,6 +80,10 @@ func (r *Request) Validate() error {
 		_, es := config.CompileJSONTemplate(r.Body)
 		add("body", es)
 	}
+	if r.When != "" {
+		_, es := config.CompileBoolTemplate(r.When)
+		add("when", es)
+	}
 	return errors.Join(errs...)
 }
 
@@ -98,6 +104,7 @@ type shapedRequest struct {
 	query   []namedTemplate
 	headers []namedTemplate
 	body    *config.Template
+	when    *config.Template
 }
 
 type namedTemplate struct {
@@ -158,6 +165,13 @@ func compileRequest(rawURL string, r *Request) (*shapedRequest, error) {
 			return nil, err
 		}
 	}
+	if r.When != "" {
+		t, errs := config.CompileBoolTemplate(r.When)
+		if errs != nil {
+			return nil, fmt.Errorf("when: %w", errors.Join(errs...))
+		}
+		out.when = t
+	}
 	return out, nil
 }
 
@@ -171,18 +185,33 @@ func vars(e *event.Event) (*config.TemplateVars, error) {
 	ev := map[string]string{
 		"id": e.ID, "type": e.Type, "subject": e.Subject, "rule": e.Rule, "cluster": e.Cluster,
 		"change": string(e.Change), "reason": e.Reason, "replay": e.Replay, "time": e.Time.Format(time.RFC3339Nano),
-		"source": e.Source,
+		"source": e.Source, "entered": time.Unix(0, e.Entered).UTC().Format(time.RFC3339Nano),
 	}
 	return &config.TemplateVars{Object: obj, OldObject: old, Type: string(e.Change), Event: ev, Patch: patch}, nil
 }
 
-// render builds e's request: target URL, headers and body. An error is
-// the event's alone (its data does not fit the template).
-func (r *shapedRequest) render(e *event.Event) (target string, h http.Header, body []byte, err error) {
+// render builds e's request: target URL, headers and body; skip when the
+// request's when is false. An error is the event's alone (its data does
+// not fit the template).
+func (r *shapedRequest) render(e *event.Event) (target string, h http.Header, body []byte, skip bool, err error) {
 	v, err := vars(e)
 	if err != nil {
-		return "", nil, nil, err
+		return "", nil, nil, false, err
 	}
+	if r.when != nil {
+		ok, err := r.when.Bool(v)
+		if err != nil {
+			return "", nil, nil, false, fmt.Errorf("when: %w", err)
+		}
+		if !ok {
+			return "", nil, nil, true, nil
+		}
+	}
+	target, h, body, err = r.build(v)
+	return target, h, body, false, err
+}
+
+func (r *shapedRequest) build(v *config.TemplateVars) (target string, h http.Header, body []byte, err error) {
 	u := *r.base
 	if r.path != nil {
 		p, err := r.path.String(v)
@@ -248,9 +277,12 @@ func joinPath(u url.URL, p string) (path, raw string, err error) {
 // sendRequest sends e as the request its templates build. A template
 // that fails on this event refuses it alone (permanent: the dead-letter).
 func (s *Sink) sendRequest(ctx context.Context, e *event.Event) error {
-	target, h, body, err := s.request.render(e)
+	target, h, body, skip, err := s.request.render(e)
 	if err != nil {
 		return sinks.Permanent(fmt.Errorf("request template for event %s: %w", e.ID, err))
+	}
+	if skip {
+		return nil // handled: when said no request
 	}
 	return s.do(ctx, s.request.method, target, h, body)
 }

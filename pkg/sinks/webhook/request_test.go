@@ -198,7 +198,7 @@ func BenchmarkRenderRequest(b *testing.B) {
 	e := pod("prod", "web-1", "Failed", "OOMKilled: the container used more than its limit")
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, _, _, err := r.render(e); err != nil {
+		if _, _, _, _, err := r.render(e); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -262,4 +262,26 @@ func FuzzJoinPathStaysUnderTheBase(f *testing.F) {
 			t.Fatalf("%q: %s leaves the base", p, u.String())
 		}
 	})
+}
+
+// when decides per event whether a request is made: false handles the
+// event without one (a later change or replay asks again). event.entered
+// is when the object entered the view, for waiting out a duration.
+func TestShapedRequestWhen(t *testing.T) {
+	srv, got := recordRequests(t)
+	s := shaped(t, srv.URL, &Request{
+		When: `dyn(object).?status.?phase.orValue('') == 'Failed' && timestamp(event.time) - timestamp(event.entered) >= duration('0s')`,
+		Body: `{"n": object.metadata.name}`,
+	}, nil)
+	batch := []*event.Event{pod("a", "running", "Running", ""), pod("a", "failed", "Failed", ""), pod("a", "none", "", "")}
+	if err := s.Send(context.Background(), batch); err != nil {
+		t.Fatalf("Send = %v, want every event handled", err)
+	}
+	reqs := got()
+	if len(reqs) != 1 || !strings.Contains(string(reqs[0].body), `"failed"`) {
+		t.Errorf("requests %v, want only the failed pod's", reqs)
+	}
+	if err := (&Request{Method: "POST", When: `object.metadata.name`}).Validate(); err == nil || !strings.Contains(err.Error(), "when: must be a boolean expression, got string") {
+		t.Errorf("a string when: %v", err)
+	}
 }
