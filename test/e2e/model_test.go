@@ -126,7 +126,7 @@ var (
 	modelFaultKinds = []string{"kill", "term", "hook", "reload", "apiserver", "nats", "refuse", "churn", "rotate", "crd"}
 	modelNamespaces = []string{"mdl-a", "mdl-b", "mdl-c", "mdl-d"}
 	modelNames      = []string{"o0", "o1", "o2", "o3", "o4", "o5"}
-	modelSinks      = []string{"file", "bus", "hook"}
+	modelSinks      = []string{"file", "bus", "hook", "shaped"}
 	modelAllEvents  = []string{"added", "updated", "deleted"}
 )
 
@@ -231,6 +231,10 @@ type modelRun struct {
 	nc   *natsgo.Conn
 	js   jetstream.JetStream
 	hook *hookReceiver
+	// shaped receives a webhook sink whose request is shaped by CEL (a
+	// one-element list in the CloudEvents layout), so that the same
+	// checker holds templated requests to the same promise.
+	shaped *hookReceiver
 
 	dir, cfgPath, ckptPath, logPath, filePath string
 	bridge                                    *modelBridge
@@ -299,6 +303,9 @@ func (m *modelRun) run() {
 			m.hook.down()
 		}
 	})
+	m.shaped = &hookReceiver{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(testenv.FreePort()))}
+	m.shaped.up(t)
+	t.Cleanup(m.shaped.down)
 
 	m.dir = t.TempDir()
 	m.cfgPath = filepath.Join(m.dir, "config.yaml")
@@ -750,8 +757,20 @@ sinks:
   - name: hook
     webhook: {url: "http://%s/", timeout: 2s, batch: {maxEvents: 50, maxWait: 20ms}, bearerTokenFile: %s}
     retry: {initialInterval: 100ms, maxInterval: 1s}
+  - name: shaped
+    webhook:
+      url: "http://%s/"
+      timeout: 2s
+      request:
+        method: PUT
+        path: "'objects/' + event.subject"
+        body: >-
+          [{"specversion": "1.0", "id": event.id, "type": event.type, "subject": event.subject,
+            "kbrule": event.rule, "kbcluster": event.cluster, "kbreason": event.reason, "kbreplay": event.replay,
+            "data": {"object": dyn(object)}}]
+    retry: {initialInterval: 100ms, maxInterval: 1s}
 rules:
-`, m.filePath, m.nats.ClientURL(), m.hook.addr, m.tokenPath)
+`, m.filePath, m.nats.ClientURL(), m.hook.addr, m.tokenPath, m.shaped.addr)
 	for _, r := range m.rules() {
 		s := modelFamily(r.family, m.variant)
 		resource := "v1/configmaps"
@@ -990,6 +1009,9 @@ func (m *modelRun) received() (map[string][]modelEvent, []string) {
 	for _, e := range m.hook.received() {
 		add("hook", e)
 	}
+	for _, e := range m.shaped.received() {
+		add("shaped", e)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	if st, err := m.js.Stream(ctx, "MODEL"); err == nil {
@@ -1027,7 +1049,7 @@ func (m *modelRun) counts() string {
 			busN = info.State.Msgs
 		}
 	}
-	return fmt.Sprintf("file=%d bus=%d hook=%d", n, busN, len(m.hook.received()))
+	return fmt.Sprintf("file=%d bus=%d hook=%d shaped=%d", n, busN, len(m.hook.received()), len(m.shaped.received()))
 }
 
 // quiesce waits until the sinks stop receiving for 3s with nothing pending.
