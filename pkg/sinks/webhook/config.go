@@ -40,6 +40,8 @@ type Config struct {
 	TLS *config.TLS `yaml:"tls"`
 	// Request shapes each request with CEL instead of sending a CloudEvent (docs/actions.md). Default: CloudEvents.
 	Request *Request `yaml:"request"`
+	// Preset is a named request for a known receiver (slack, teams, github-dispatch, alertmanager, generic) whose fields request overrides one by one (docs/actions.md). Default: none.
+	Preset string `yaml:"preset"`
 }
 
 // Batch bounds a batch of events sent in one request.
@@ -103,6 +105,13 @@ func (w *Config) Validate() error {
 	}
 	if w.Request != nil && w.Batch != nil {
 		errs = append(errs, config.ErrorAt("request", "a request shaped by CEL is one per event: it does not go with batch"))
+	}
+	if w.Preset != "" {
+		if _, ok := Presets[w.Preset]; !ok {
+			errs = append(errs, config.ErrorAt("preset", "unknown preset %q (have: %s)", w.Preset, strings.Join(PresetNames(), ", ")))
+		} else if w.Batch != nil {
+			errs = append(errs, config.ErrorAt("preset", "a preset is one request per event: it does not go with batch"))
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -108,7 +108,13 @@ func New(c *Config, logger *slog.Logger) (*Sink, error) {
 	}
 	s.logger = logger
 	var err error
-	if c.Request != nil {
+	switch {
+	case c.Preset != "":
+		r := withPreset(c.Preset, c.Request)
+		if s.request, err = compileRequest(c.URL, &r); err != nil {
+			return nil, fmt.Errorf("preset %s: %w", c.Preset, err)
+		}
+	case c.Request != nil:
 		if s.request, err = compileRequest(c.URL, c.Request); err != nil {
 			return nil, fmt.Errorf("request: %w", err)
 		}

@@ -1,0 +1,156 @@
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/kubebridge/kubebridge/pkg/config"
+	"github.com/kubebridge/kubebridge/pkg/event"
+)
+
+func presetSink(t *testing.T, url, preset string, r *Request, extra func(*Config)) *Sink {
+	t.Helper()
+	c := &Config{URL: url, Mode: "binary", Timeout: config.Duration(5 * time.Second), Preset: preset, Request: r}
+	if extra != nil {
+		extra(c)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	return s
+}
+
+// Each preset's request, as its receiver's documentation says it must be
+// (the check beside each), including for an object whose name is longer
+// than the receiver takes: cut, ending in "…", not refused.
+func TestPresetsFollowTheirReceiversSchemas(t *testing.T) {
+	long := strings.Repeat("n", 50_000)
+	events := []*event.Event{pod("prod", "web-1", "Failed", "OOMKilled"), pod("prod", long, "Failed", "")}
+	for _, tc := range []struct {
+		preset string
+		check  func(t *testing.T, r seen)
+	}{
+		{"slack", func(t *testing.T, r seen) { // api.slack.com/messaging/webhooks: {"text": string}, 40,000 characters
+			var b struct {
+				Text string `json:"text"`
+			}
+			mustJSON(t, r.body, &b)
+			if b.Text == "" || utf8.RuneCountInString(b.Text) > 40_000 {
+				t.Errorf("text of %d characters", utf8.RuneCountInString(b.Text))
+			}
+		}},
+		{"teams", func(t *testing.T, r seen) { // a message with an Adaptive Card attachment (learn.microsoft.com, Teams workflows)
+			var b struct {
+				Type        string `json:"type"`
+				Attachments []struct {
+					ContentType string `json:"contentType"`
+					Content     struct {
+						Type    string           `json:"type"`
+						Version string           `json:"version"`
+						Body    []map[string]any `json:"body"`
+					} `json:"content"`
+				} `json:"attachments"`
+			}
+			mustJSON(t, r.body, &b)
+			if b.Type != "message" || len(b.Attachments) != 1 || b.Attachments[0].ContentType != "application/vnd.microsoft.card.adaptive" ||
+				b.Attachments[0].Content.Type != "AdaptiveCard" || b.Attachments[0].Content.Version != "1.4" || len(b.Attachments[0].Content.Body) == 0 {
+				t.Errorf("not a Teams Adaptive Card message: %.300s", r.body)
+			}
+			if text, _ := b.Attachments[0].Content.Body[0]["text"].(string); utf8.RuneCountInString(text) > 2000 {
+				t.Errorf("card text of %d characters", utf8.RuneCountInString(text))
+			}
+		}},
+		{"github-dispatch", func(t *testing.T, r seen) { // docs.github.com: event_type ≤ 100 characters, client_payload ≤ 10 keys
+			var b struct {
+				EventType     string         `json:"event_type"`
+				ClientPayload map[string]any `json:"client_payload"`
+			}
+			mustJSON(t, r.body, &b)
+			if b.EventType == "" || utf8.RuneCountInString(b.EventType) > 100 || len(b.ClientPayload) == 0 || len(b.ClientPayload) > 10 {
+				t.Errorf("event_type %q, %d payload keys", b.EventType, len(b.ClientPayload))
+			}
+			if r.header.Get("Accept") != "application/vnd.github+json" || r.header.Get("X-GitHub-Api-Version") == "" || r.header.Get("Authorization") != "Bearer ghp-test" {
+				t.Errorf("headers %v", r.header)
+			}
+		}},
+		{"alertmanager", func(t *testing.T, r seen) { // prometheus.io/docs/alerting/latest/clients: a list of alerts with labels
+			var b []struct {
+				Labels      map[string]string `json:"labels"`
+				Annotations map[string]string `json:"annotations"`
+				StartsAt    time.Time         `json:"startsAt"`
+				EndsAt      time.Time         `json:"endsAt"`
+			}
+			mustJSON(t, r.body, &b)
+			if len(b) != 1 || b[0].Labels["alertname"] != "failed-pods" || b[0].Labels["uid"] == "" || !b[0].EndsAt.After(b[0].StartsAt) {
+				t.Errorf("alerts %.300s", r.body)
+			}
+		}},
+		{"generic", func(t *testing.T, r seen) {
+			var b map[string]any
+			mustJSON(t, r.body, &b)
+			if b["change"] != "added" || b["object"] == nil {
+				t.Errorf("body %.300s", r.body)
+			}
+		}},
+	} {
+		t.Run(tc.preset, func(t *testing.T) {
+			srv, got := recordRequests(t)
+			tok := filepath.Join(t.TempDir(), "token")
+			must(t, os.WriteFile(tok, []byte("ghp-test\n"), 0o600))
+			s := presetSink(t, srv.URL, tc.preset, nil, func(c *Config) { c.BearerTokenFile = tok })
+			if err := s.Send(context.Background(), events); err != nil {
+				t.Fatal(err)
+			}
+			reqs := got()
+			if len(reqs) != 2 {
+				t.Fatalf("%d requests", len(reqs))
+			}
+			for _, r := range reqs {
+				if r.method != http.MethodPost || r.header.Get("Content-Type") != "application/json" {
+					t.Errorf("%s, Content-Type %q", r.method, r.header.Get("Content-Type"))
+				}
+				tc.check(t, r)
+			}
+			// Where the receiver limits a text (Slack, Teams), the long name
+			// is cut there, visibly (the checks above bound the lengths).
+			if (tc.preset == "slack" || tc.preset == "teams") && (strings.Contains(string(reqs[1].body), long) || !strings.Contains(string(reqs[1].body), "…")) {
+				t.Errorf("the long name was not cut visibly: %d bytes", len(reqs[1].body))
+			}
+		})
+	}
+}
+
+// A sink's request overrides a preset field by field; headers merge.
+func TestPresetOverrides(t *testing.T) {
+	srv, got := recordRequests(t)
+	s := presetSink(t, srv.URL, "github-dispatch", &Request{Method: "POST", Body: `{"event_type": "custom", "client_payload": {}}`,
+		Headers: map[string]string{"X-Extra": `'1'`}}, nil)
+	must(t, s.Send(context.Background(), []*event.Event{pod("a", "p", "Failed", "")}))
+	r := got()[0]
+	if string(r.body) != `{"client_payload":{},"event_type":"custom"}` || r.header.Get("X-Extra") != "1" || r.header.Get("Accept") != "application/vnd.github+json" {
+		t.Errorf("body %s, headers %v", r.body, r.header)
+	}
+	c := &Config{URL: "http://x", Mode: "binary", Timeout: config.Duration(time.Second), Preset: "pagerdooty"}
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), `unknown preset "pagerdooty" (have: alertmanager, generic, github-dispatch, slack, teams)`) {
+		t.Errorf("unknown preset: %v", err)
+	}
+}
+
+func mustJSON(t *testing.T, b []byte, v any) {
+	t.Helper()
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatalf("%.300s: %v", b, err)
+	}
+}
