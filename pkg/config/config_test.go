@@ -109,6 +109,10 @@ func TestExplicitValuesOverrideDefaults(t *testing.T) {
 	if n, adaptive := cfg.Sinks[0].InFlight(); n != 3 || adaptive {
 		t.Errorf("workers 3: %d, adaptive %v; want exactly 3", n, adaptive)
 	}
+	cfg = mustParse(t, mutate(t, base, "      jetstream: true\n", "      jetstream: true\n    rateLimit: {eventsPerSecond: 0.5}\n"))
+	if r := cfg.Sinks[0].RateLimit; r == nil || r.EventsPerSecond != 0.5 || r.BurstOrDefault() != 1 {
+		t.Errorf("rateLimit = %+v", r)
+	}
 	cfg = mustParse(t, mutate(t, base, "cluster: prod-eu-1\n", "cluster: prod-eu-1\ncheckpoint: {natsKV: {sink: bus}}\n"))
 	if cfg.Checkpoint.File != "" || cfg.Checkpoint.NATSKV.Bucket != DefaultKVBucket {
 		t.Errorf("checkpoint = %+v / %+v", cfg.Checkpoint, cfg.Checkpoint.NATSKV)
@@ -202,6 +206,10 @@ func TestInvalidConfigs(t *testing.T) {
 			[]string{`config.yaml:13: sinks[2].file.path: required (a file path, or "-" for stdout)`}},
 		{"file size zero", "file: {path: /tmp/events.jsonl}", "file: {path: /x, maxSizeMB: 0}",
 			[]string{`config.yaml:13: sinks[2].file.maxSizeMB: must be between 1 and 1048576 (1 TiB), got 0`}},
+		{"rate limit not a number", "file: {path: /tmp/events.jsonl}", "file: {path: /tmp/events.jsonl}\n    rateLimit: {eventsPerSecond: fast}",
+			[]string{`config.yaml:14: sinks[2].rateLimit.eventsPerSecond: expected a number, got "fast"`}},
+		{"rate limit zero", "file: {path: /tmp/events.jsonl}", "file: {path: /tmp/events.jsonl}\n    rateLimit: {eventsPerSecond: 0}",
+			[]string{`config.yaml:14: sinks[2].rateLimit.eventsPerSecond: must be positive and at most 1000000, got 0`}},
 		{"dead-letter file size", "file: {path: /tmp/events.jsonl}", "file: {path: /tmp/events.jsonl}\n    deadLetter: {file: /tmp/dl.jsonl, maxSizeMB: -1, maxBackups: -2}",
 			[]string{`config.yaml:14: sinks[2].deadLetter.maxSizeMB: must be at least 1, got -1`, `config.yaml:14: sinks[2].deadLetter.maxBackups: must not be negative, got -2`}},
 		{"unknown sink in rule", "    sinks: [bus, archive]", "    sinks: [bus, bsu]",

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"math"
 	"reflect"
 	"sort"
 	"strconv"
@@ -133,6 +134,14 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 			return
 		}
 		v.SetInt(int64(i))
+	case reflect.Float64:
+		var f float64
+		tag := n.ShortTag()
+		if n.Kind != yaml.ScalarNode || (tag != "!!int" && tag != "!!float") || n.Decode(&f) != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+			d.errorf(path, n.Line, "expected a number, got %s", describeNode(n))
+			return
+		}
+		v.SetFloat(f)
 	case reflect.Bool:
 		var b bool
 		if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!bool" || n.Decode(&b) != nil {
