@@ -10,6 +10,8 @@ import (
 	"sync"
 
 	"github.com/google/cel-go/cel"
+	celast "github.com/google/cel-go/common/ast"
+	"github.com/google/cel-go/common/operators"
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/common/types/ref"
 	"github.com/google/cel-go/common/types/traits"
@@ -21,6 +23,12 @@ import (
 const (
 	CELEvent = "event" // id, type, subject, source, rule, cluster, change, reason, replay, time, entered
 	CELPatch = "patch" // list of {op, path, value}; empty unless the event is an update with a patch
+	// CELCredentials maps the names a sink declares (webhook
+	// credentialFiles) to their files' current contents: an API key that
+	// goes in a body or a header (PagerDuty's routing_key, Opsgenie's
+	// GenieKey). Only credentials.<name> reads it, so a template names each
+	// credential it sends and the config can be checked for it.
+	CELCredentials = "credentials"
 )
 
 var (
@@ -42,6 +50,7 @@ func CELTemplateEnv() (*cel.Env, error) {
 		celTemplateEnv, celTemplateEnvErr = env.Extend(
 			cel.Variable(CELEvent, cel.MapType(cel.StringType, cel.StringType)),
 			cel.Variable(CELPatch, cel.ListType(cel.DynType)),
+			cel.Variable(CELCredentials, cel.MapType(cel.StringType, cel.StringType)),
 		)
 	})
 	return celTemplateEnv, celTemplateEnvErr
@@ -49,8 +58,22 @@ func CELTemplateEnv() (*cel.Env, error) {
 
 // Template is a compiled template expression.
 type Template struct {
-	prg  cel.Program
-	want string // "string" or "json"
+	prg         cel.Program
+	want        string   // "string" or "json"
+	credentials []string // the names of credentials.<name> it reads
+}
+
+// Credentials lists the credentials the template reads, by name.
+func (t *Template) Credentials() []string { return t.credentials }
+
+// CompileTemplate compiles expr to yield want: "string", "bool" or
+// "json".
+func CompileTemplate(expr, want string) (*Template, []error) {
+	switch want {
+	case "string", "bool", "json":
+		return compileTemplate(expr, want)
+	}
+	return nil, []error{fmt.Errorf("a template yields string, bool or json, not %q", want)}
 }
 
 // CompileStringTemplate compiles an expression that yields a string (a
@@ -89,11 +112,55 @@ func compileTemplate(expr, want string) (*Template, []error) {
 	case want == "json" && !jsonType(t):
 		return nil, []error{fmt.Errorf("must be a JSON value (map, list, string, number, bool or null), got %s", t)}
 	}
+	creds, err := credentialRefs(ast.NativeRep().Expr())
+	if err != nil {
+		return nil, []error{err}
+	}
 	prg, err := env.Program(ast, CELProgramOptions()...)
 	if err != nil {
 		return nil, []error{err}
 	}
-	return &Template{prg: prg, want: want}, nil
+	return &Template{prg: prg, want: want, credentials: creds}, nil
+}
+
+// credentialRefs lists the names e reads as credentials.<name> (or
+// credentials["name"]); any other use of credentials (the whole map, a
+// computed key) is refused, so that what a template can send is known
+// from the config.
+func credentialRefs(e celast.Expr) ([]string, error) {
+	var names []string
+	var err error
+	isCreds := func(x celast.Expr) bool {
+		return x.Kind() == celast.IdentKind && x.AsIdent() == CELCredentials
+	}
+	seen := map[int64]bool{} // the credentials idents used by name
+	celast.PreOrderVisit(e, celast.NewExprVisitor(func(x celast.Expr) {
+		switch x.Kind() {
+		case celast.SelectKind:
+			if sel := x.AsSelect(); isCreds(sel.Operand()) && !sel.IsTestOnly() {
+				names = append(names, sel.FieldName())
+				seen[sel.Operand().ID()] = true
+			}
+		case celast.CallKind:
+			c := x.AsCall()
+			if c.FunctionName() == operators.Index && len(c.Args()) == 2 && isCreds(c.Args()[0]) &&
+				c.Args()[1].Kind() == celast.LiteralKind {
+				if k, ok := c.Args()[1].AsLiteral().(types.String); ok {
+					names = append(names, string(k))
+					seen[c.Args()[0].ID()] = true
+				}
+			}
+		case celast.IdentKind:
+			if isCreds(x) && !seen[x.ID()] && err == nil {
+				err = fmt.Errorf("%s is read by name only: %s.<name>, one of the sink's credentialFiles", CELCredentials, CELCredentials)
+			}
+		}
+	}))
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(names)
+	return slices.Compact(names), nil
 }
 
 // jsonType says whether values of t can be JSON (dyn may be).
@@ -112,6 +179,7 @@ type TemplateVars struct {
 	Type              string
 	Event             map[string]string
 	Patch             []any
+	Credentials       map[string]string
 }
 
 // templateActivation resolves TemplateVars, with the evaluation's
@@ -142,6 +210,11 @@ func (a *templateActivation) ResolveName(name string) (any, bool) {
 			return []any{}, true
 		}
 		return a.v.Patch, true
+	case CELCredentials:
+		if a.v.Credentials == nil {
+			return map[string]string{}, true
+		}
+		return a.v.Credentials, true
 	case CELBudgetVar:
 		return &a.budget, true
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 )
 
@@ -19,8 +20,9 @@ var forbiddenCredentialDirs = []string{"/var/run/secrets", "/run/secrets"}
 
 // CredentialFile is a file a config names for a sink to read and send or
 // use as a credential: every key ending in "File" (bearerTokenFile,
-// signingSecretFile, credentialsFile, tokenFile, tls.caFile...), in any
-// sink type's block.
+// signingSecretFile, credentialsFile, tokenFile, tls.caFile...), and every
+// value of a map whose key ends in "Files" (credentialFiles), in any sink
+// type's block.
 type CredentialFile struct {
 	Path string // the config key path, e.g. sinks[0].webhook.bearerTokenFile
 	File string
@@ -61,6 +63,20 @@ func walkFiles(v reflect.Value, path string, out *[]CredentialFile) {
 			if fv.Kind() == reflect.String && strings.HasSuffix(key, "File") {
 				if fv.String() != "" {
 					*out = append(*out, CredentialFile{Path: path + "." + key, File: fv.String()})
+				}
+				continue
+			}
+			// A map of them by name (webhook credentialFiles).
+			if fv.Kind() == reflect.Map && fv.Type().Key().Kind() == reflect.String && fv.Type().Elem().Kind() == reflect.String && strings.HasSuffix(key, "Files") {
+				names := make([]string, 0, fv.Len())
+				for _, k := range fv.MapKeys() {
+					names = append(names, k.String())
+				}
+				slices.Sort(names)
+				for _, name := range names {
+					if f := fv.MapIndex(reflect.ValueOf(name)).String(); f != "" {
+						*out = append(*out, CredentialFile{Path: JoinKey(path+"."+key, name), File: f})
+					}
 				}
 				continue
 			}

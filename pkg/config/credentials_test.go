@@ -23,8 +23,14 @@ sinks:
       tls: {caFile: /etc/kubebridge/../../etc/ssl/private/key.pem}
   - name: bus
     nats: {url: "nats://nats:4222", tokenFile: relative/token, tls: {certFile: /etc/kubebridge/nats/tls.crt, keyFile: /etc/kubebridge/nats/tls.key}}
+  - name: pd
+    webhook:
+      url: https://events.pagerduty.com/v2/enqueue
+      preset: pagerduty
+      credentialFiles:
+        routingKey: /var/run/secrets/kubernetes.io/serviceaccount/token
 rules:
-  - {name: r, resource: v1/configmaps, sinks: [hook, bus]}
+  - {name: r, resource: v1/configmaps, sinks: [hook, bus, pd]}
 `), components.SinkRegistry())
 	if err != nil {
 		t.Fatal(err)
@@ -33,7 +39,7 @@ rules:
 	for _, cf := range config.CredentialFiles(cfg) {
 		got = append(got, cf.Path+"="+cf.File)
 	}
-	want := "sinks[0].webhook.signingSecretFile=/etc/kubebridge/hmac sinks[0].webhook.bearerTokenFile=/var/run/secrets/kubernetes.io/serviceaccount/token sinks[0].webhook.tls.caFile=/etc/kubebridge/../../etc/ssl/private/key.pem sinks[1].nats.tokenFile=relative/token sinks[1].nats.tls.certFile=/etc/kubebridge/nats/tls.crt sinks[1].nats.tls.keyFile=/etc/kubebridge/nats/tls.key"
+	want := "sinks[0].webhook.signingSecretFile=/etc/kubebridge/hmac sinks[0].webhook.bearerTokenFile=/var/run/secrets/kubernetes.io/serviceaccount/token sinks[0].webhook.tls.caFile=/etc/kubebridge/../../etc/ssl/private/key.pem sinks[1].nats.tokenFile=relative/token sinks[1].nats.tls.certFile=/etc/kubebridge/nats/tls.crt sinks[1].nats.tls.keyFile=/etc/kubebridge/nats/tls.key sinks[2].webhook.credentialFiles.routingKey=/var/run/secrets/kubernetes.io/serviceaccount/token"
 	if strings.Join(got, " ") != want {
 		t.Errorf("credential files\n got %s\nwant %s", strings.Join(got, " "), want)
 	}
@@ -45,12 +51,13 @@ rules:
 		"c.yaml:8: sinks[0].webhook.bearerTokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token is in the pod's service-account directory (/var/run/secrets): a config may never send the bridge's own credentials",
 		"c.yaml:10: sinks[0].webhook.tls.caFile: /etc/kubebridge/../../etc/ssl/private/key.pem (that is /etc/ssl/private/key.pem) is not inside an allowed credential directory (--credential-dirs: /etc/kubebridge)",
 		"c.yaml:12: sinks[1].nats.tokenFile: relative/token is not an absolute path (credential files must be inside an allowed directory, --credential-dirs: /etc/kubebridge)",
+		"c.yaml:18: sinks[2].webhook.credentialFiles.routingKey: /var/run/secrets/kubernetes.io/serviceaccount/token is in the pod's service-account directory (/var/run/secrets): a config may never send the bridge's own credentials",
 	}
 	if strings.Join(msgs, "\n") != strings.Join(wantMsgs, "\n") {
 		t.Errorf("problems\n got %s\nwant %s", strings.Join(msgs, "\n"), strings.Join(wantMsgs, "\n"))
 	}
 	// Allowing everything still never allows the service-account directory.
-	if p := config.ConfineCredentials(cfg, []string{"/"}, false); len(p) != 2 || !strings.Contains(p[0].Message, "service-account") {
+	if p := config.ConfineCredentials(cfg, []string{"/"}, false); len(p) != 3 || !strings.Contains(p[0].Message, "service-account") {
 		t.Errorf("with / allowed: %v", p)
 	}
 }

@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"errors"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -40,7 +41,9 @@ type Config struct {
 	TLS *config.TLS `yaml:"tls"`
 	// Request shapes each request with CEL instead of sending a CloudEvent (docs/actions.md). Default: CloudEvents.
 	Request *Request `yaml:"request"`
-	// Preset is a named request for a known receiver (slack, teams, github-dispatch, alertmanager, generic) whose fields request overrides one by one (docs/actions.md). Default: none.
+	// CredentialFiles names files whose contents a request template may send, as credentials.<name>: an API key that goes in a body or a header (PagerDuty's routing_key, Opsgenie's GenieKey). Each is read again when it changes, and kept out of logs and dead-letters. Default: none.
+	CredentialFiles map[string]string `yaml:"credentialFiles"`
+	// Preset is a named request for a known receiver (slack, teams, pagerduty, opsgenie, github-dispatch, alertmanager, generic) whose fields request overrides one by one (docs/actions.md). Default: none.
 	Preset string `yaml:"preset"`
 }
 
@@ -109,12 +112,78 @@ func (w *Config) Validate() error {
 	if w.Preset != "" {
 		if _, ok := Presets[w.Preset]; !ok {
 			errs = append(errs, config.ErrorAt("preset", "unknown preset %q (have: %s)", w.Preset, strings.Join(PresetNames(), ", ")))
+			return errors.Join(errs...)
 		} else if w.Batch != nil {
 			errs = append(errs, config.ErrorAt("preset", "a preset is one request per event: it does not go with batch"))
 		}
 	}
-	return errors.Join(errs...)
+	return errors.Join(append(errs, w.validateRequestCredentials()...)...)
 }
+
+// request is the request the sink sends, its preset's fields under its
+// own; nil for CloudEvents.
+func (w *Config) request() *Request {
+	switch {
+	case w.Preset != "":
+		r := withPreset(w.Preset, w.Request)
+		return &r
+	case w.Request != nil:
+		return w.Request
+	}
+	return nil
+}
+
+// validateRequestCredentials checks what the request (with its preset)
+// and credentialFiles say of each other: every credentials.<name> a
+// template reads is declared, every declared file is read by one, and an
+// Authorization header is either bearerTokenFile's or the request's.
+func (w *Config) validateRequestCredentials() []error {
+	var errs []error
+	names := sortedKeys(w.CredentialFiles)
+	for _, name := range names {
+		if !celIdent.MatchString(name) {
+			errs = append(errs, config.ErrorAt(config.JoinKey("credentialFiles", name), "a credential's name must be a CEL identifier (letters, digits, _), as templates read it as credentials.%s", name))
+		}
+	}
+	r := w.request()
+	if r == nil {
+		if len(names) > 0 {
+			errs = append(errs, config.ErrorAt("credentialFiles", "only a request shaped by CEL (request or preset) reads credentialFiles"))
+		}
+		return errs
+	}
+	// Where a field came from: the sink's request, or its preset.
+	at := func(field, name string) string {
+		if w.Request != nil && w.Request.has(field, name) {
+			return "request." + templateKey(field, name)
+		}
+		return "preset"
+	}
+	read := map[string]bool{}
+	r.each(func(field, name, expr, want string) {
+		t, es := config.CompileTemplate(expr, want)
+		if es != nil {
+			return // reported by Request.Validate, or a preset's own test
+		}
+		for _, c := range t.Credentials() {
+			read[c] = true
+			if _, ok := w.CredentialFiles[c]; !ok {
+				errs = append(errs, config.ErrorAt(at(field, name), "reads credentials.%s, which credentialFiles does not declare (credentialFiles: {%s: /etc/kubebridge/...})", c, c))
+			}
+		}
+		if field == "headers" && strings.EqualFold(name, "authorization") && w.BearerTokenFile != "" {
+			errs = append(errs, config.ErrorAt(at(field, name), "the Authorization header is bearerTokenFile's: set one or the other"))
+		}
+	})
+	for _, name := range names {
+		if !read[name] && celIdent.MatchString(name) {
+			errs = append(errs, config.ErrorAt(config.JoinKey("credentialFiles", name), "no template reads credentials.%s", name))
+		}
+	}
+	return errs
+}
+
+var celIdent = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // Validate checks the batch bounds.
 func (b *Batch) Validate() error {

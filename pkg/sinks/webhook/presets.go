@@ -50,6 +50,42 @@ var Presets = map[string]Request{
 			"startsAt": event.time,
 			"endsAt": type == "deleted" ? event.time : string(timestamp(event.time) + duration("5m"))}]`,
 	},
+	// PagerDuty Events API v2 (developer.pagerduty.com/docs/events-api-v2/trigger-events,
+	// .../resolve-events): url https://events.pagerduty.com/v2/enqueue,
+	// credentialFiles {routingKey: <the integration key's file>}. An object
+	// that enters the view triggers, one that leaves resolves, by
+	// dedup_key (cluster/rule/uid, at most 255 characters); summary at
+	// most 1,024 characters, source and severity required.
+	"pagerduty": {
+		Method: "POST",
+		Body: `type == "deleted"
+			? {"routing_key": credentials.routingKey, "event_action": "resolve", "dedup_key": ` + truncated(alertKey("/"), 255) + `}
+			: {"routing_key": credentials.routingKey, "event_action": "trigger", "dedup_key": ` + truncated(alertKey("/"), 255) + `,
+			   "client": "kubebridge",
+			   "payload": {"summary": ` + truncated(summary, 1024) + `, "source": ` + truncated(`event.cluster`, 255) + `, "severity": "error",
+			               "timestamp": event.time, "component": ` + truncated(`event.subject`, 255) + `, "class": event.rule,
+			               "group": object.metadata.?namespace.orValue(""),
+			               "custom_details": {"rule": event.rule, "cluster": event.cluster, "change": event.change, "subject": event.subject, "uid": object.metadata.uid}}}`,
+	},
+	// Opsgenie Alert API (docs.opsgenie.com/docs/alert-api): url
+	// https://api.opsgenie.com/v2/alerts (api.eu.opsgenie.com in the EU),
+	// credentialFiles {apiKey: <an API integration key's file>}. An object
+	// that enters the view creates an alert (POST /v2/alerts), one that
+	// leaves closes it (POST /v2/alerts/<alias>/close?identifierType=alias);
+	// alias kubebridge.<cluster>.<rule>.<uid> (512 characters); message at
+	// most 130 characters, description 15,000, source 100, entity 512.
+	"opsgenie": {
+		Method:  "POST",
+		Path:    `type == "deleted" ? ` + truncated(alertKey("."), 512) + ` + "/close" : ""`,
+		Query:   map[string]string{"identifierType": `type == "deleted" ? "alias" : ""`},
+		Headers: map[string]string{"Authorization": `"GenieKey " + credentials.apiKey`},
+		Body: `type == "deleted"
+			? {"source": "kubebridge", "note": ` + truncated(summary, 25000) + `}
+			: {"message": ` + truncated(summary, 130) + `, "alias": ` + truncated(alertKey("."), 512) + `,
+			   "description": ` + truncated(summary, 15000) + `, "source": "kubebridge", "entity": ` + truncated(`event.subject`, 512) + `,
+			   "tags": ["kubebridge", ` + truncated(`event.rule`, 50) + `], "priority": "P3",
+			   "details": {"rule": event.rule, "cluster": event.cluster, "change": event.change, "subject": event.subject, "uid": object.metadata.uid}}`,
+	},
 	// A plain JSON request any receiver can take: the change and the object.
 	"generic": {
 		Method: "POST",
@@ -61,6 +97,13 @@ var Presets = map[string]Request{
 // summary is one line about the change, e.g. "updated Pod prod/web-1 (rule
 // failed-pods, cluster prod-eu-1)".
 const summary = `event.change + " " + dyn(object).?kind.orValue("object") + " " + event.subject + " (rule " + event.rule + ", cluster " + event.cluster + ")"`
+
+// alertKey is an alert's identity, the same for its fire and its
+// resolve: kubebridge<sep>cluster<sep>rule<sep>uid (cluster and rule are
+// DNS labels, so sep cannot occur in them).
+func alertKey(sep string) string {
+	return `"kubebridge` + sep + `" + event.cluster + "` + sep + `" + event.rule + "` + sep + `" + object.metadata.uid`
+}
 
 // truncated is expr cut to n characters, ending in "…" when cut.
 func truncated(expr string, n int) string {

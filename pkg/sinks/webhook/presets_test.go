@@ -143,7 +143,7 @@ func TestPresetOverrides(t *testing.T) {
 		t.Errorf("body %s, headers %v", r.body, r.header)
 	}
 	c := &Config{URL: "http://x", Mode: "binary", Timeout: config.Duration(time.Second), Preset: "pagerdooty"}
-	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), `unknown preset "pagerdooty" (have: alertmanager, generic, github-dispatch, slack, teams)`) {
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), `unknown preset "pagerdooty" (have: alertmanager, generic, github-dispatch, opsgenie, pagerduty, slack, teams)`) {
 		t.Errorf("unknown preset: %v", err)
 	}
 }

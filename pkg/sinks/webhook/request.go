@@ -26,9 +26,9 @@ import (
 type Request struct {
 	// Method is the HTTP method: POST, PUT, PATCH or DELETE. Default POST.
 	Method string `yaml:"method"`
-	// Path is a CEL string appended to the url's path; each "/"-separated part is escaped (an empty, "." or ".." part fails the event). Default: the url's path.
+	// Path is a CEL string appended to the url's path; each "/"-separated part is escaped (an empty, "." or ".." part fails the event; an empty string adds nothing). Default: the url's path.
 	Path string `yaml:"path"`
-	// Query maps query parameters to CEL strings, added to the url's query.
+	// Query maps query parameters to CEL strings, added to the url's query (an empty value leaves the parameter out).
 	Query map[string]string `yaml:"query"`
 	// Headers maps header names to CEL strings.
 	Headers map[string]string `yaml:"headers"`
@@ -50,41 +50,59 @@ func (r *Request) Validate() error {
 	if !slices.Contains(requestMethods, r.Method) {
 		errs = append(errs, config.ErrorAt("method", "must be one of %s, got %q", strings.Join(requestMethods, ", "), r.Method))
 	}
-	add := func(key string, es []error) {
-		for _, e := range es {
-			errs = append(errs, config.ErrorAt(key, "%v", e))
+	r.each(func(field, name, expr, want string) {
+		if field == "headers" {
+			switch lower := strings.ToLower(name); {
+			case !httpguts.ValidHeaderFieldName(name):
+				errs = append(errs, config.ErrorAt(templateKey(field, name), "invalid header name"))
+				return
+			case lower == "content-length" || lower == "x-kubebridge-signature" || lower == "host":
+				errs = append(errs, config.ErrorAt(templateKey(field, name), "is set by kubebridge and cannot be a template"))
+				return
+			}
 		}
-	}
+		_, es := config.CompileTemplate(expr, want)
+		for _, e := range es {
+			errs = append(errs, config.ErrorAt(templateKey(field, name), "%v", e))
+		}
+	})
+	return errors.Join(errs...)
+}
+
+// each calls f with every expression of r, in a fixed order: its field
+// (path, query, headers, body, when), its name within query or headers,
+// the expression and what it must yield (see config.CompileTemplate).
+func (r *Request) each(f func(field, name, expr, want string)) {
 	if r.Path != "" {
-		_, es := config.CompileStringTemplate(r.Path)
-		add("path", es)
+		f("path", "", r.Path, "string")
 	}
 	for _, k := range sortedKeys(r.Query) {
-		_, es := config.CompileStringTemplate(r.Query[k])
-		add(config.JoinKey("query", k), es)
+		f("query", k, r.Query[k], "string")
 	}
-	for _, name := range sortedKeys(r.Headers) {
-		lower := strings.ToLower(name)
-		switch {
-		case !httpguts.ValidHeaderFieldName(name):
-			errs = append(errs, config.ErrorAt(config.JoinKey("headers", name), "invalid header name"))
-			continue
-		case lower == "content-length" || lower == "authorization" || lower == "x-kubebridge-signature" || lower == "host":
-			errs = append(errs, config.ErrorAt(config.JoinKey("headers", name), "is set by kubebridge and cannot be a template"))
-			continue
-		}
-		_, es := config.CompileStringTemplate(r.Headers[name])
-		add(config.JoinKey("headers", name), es)
+	for _, k := range sortedKeys(r.Headers) {
+		f("headers", k, r.Headers[k], "string")
 	}
 	if r.Body != "" {
-		_, es := config.CompileJSONTemplate(r.Body)
-		add("body", es)
+		f("body", "", r.Body, "json")
 	}
 	if r.When != "" {
-		_, es := config.CompileBoolTemplate(r.When)
-		add("when", es)
+		f("when", "", r.When, "bool")
 	}
-	return errors.Join(errs...)
+}
+
+// templateKey is the config key of an expression each names.
+func templateKey(field, name string) string {
+	if name == "" {
+		return field
+	}
+	return config.JoinKey(field, name)
+}
+
+// has says whether r sets the expression at field and name.
+func (r *Request) has(field, name string) bool {
+	found := false
+	r.each(func(f, n, _, _ string) { found = found || (f == field && n == name) })
+	return found
 }
 
 func sortedKeys(m map[string]string) []string {
@@ -105,6 +123,8 @@ type shapedRequest struct {
 	headers []namedTemplate
 	body    *config.Template
 	when    *config.Template
+	// credentials are the names the templates read (credentials.<name>).
+	credentials []string
 }
 
 type namedTemplate struct {
@@ -128,56 +148,38 @@ func compileRequest(rawURL string, r *Request) (*shapedRequest, error) {
 	if out.method == "" {
 		out.method = http.MethodPost
 	}
-	compile := func(key, expr string, json bool) (*config.Template, error) {
-		var t *config.Template
-		var errs []error
-		if json {
-			t, errs = config.CompileJSONTemplate(expr)
-		} else {
-			t, errs = config.CompileStringTemplate(expr)
-		}
-		if errs != nil {
-			return nil, fmt.Errorf("%s: %w", key, errors.Join(errs...))
-		}
-		return t, nil
-	}
-	if r.Path != "" {
-		if out.path, err = compile("path", r.Path, false); err != nil {
-			return nil, err
-		}
-	}
-	for _, k := range sortedKeys(r.Query) {
-		t, err := compile("query."+k, r.Query[k], false)
+	r.each(func(field, name, expr, want string) {
 		if err != nil {
-			return nil, err
+			return
 		}
-		out.query = append(out.query, namedTemplate{k, t})
-	}
-	for _, k := range sortedKeys(r.Headers) {
-		t, err := compile("headers."+k, r.Headers[k], false)
-		if err != nil {
-			return nil, err
-		}
-		out.headers = append(out.headers, namedTemplate{http.CanonicalHeaderKey(k), t})
-	}
-	if r.Body != "" {
-		if out.body, err = compile("body", r.Body, true); err != nil {
-			return nil, err
-		}
-	}
-	if r.When != "" {
-		t, errs := config.CompileBoolTemplate(r.When)
+		t, errs := config.CompileTemplate(expr, want)
 		if errs != nil {
-			return nil, fmt.Errorf("when: %w", errors.Join(errs...))
+			err = fmt.Errorf("%s: %w", templateKey(field, name), errors.Join(errs...))
+			return
 		}
-		out.when = t
+		out.credentials = append(out.credentials, t.Credentials()...)
+		switch field {
+		case "path":
+			out.path = t
+		case "body":
+			out.body = t
+		case "when":
+			out.when = t
+		case "query":
+			out.query = append(out.query, namedTemplate{name, t})
+		case "headers":
+			out.headers = append(out.headers, namedTemplate{http.CanonicalHeaderKey(name), t})
+		}
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }
 
 // vars are the values e's templates see: its data as the rule includes it
 // (redacted as its data is) and its attributes.
-func vars(e *event.Event) (*config.TemplateVars, error) {
+func vars(e *event.Event, creds map[string]string) (*config.TemplateVars, error) {
 	obj, old, patch, err := e.Payload()
 	if err != nil {
 		return nil, err
@@ -187,14 +189,14 @@ func vars(e *event.Event) (*config.TemplateVars, error) {
 		"change": string(e.Change), "reason": e.Reason, "replay": e.Replay, "time": e.Time.Format(time.RFC3339Nano),
 		"source": e.Source, "entered": time.Unix(0, e.Entered).UTC().Format(time.RFC3339Nano),
 	}
-	return &config.TemplateVars{Object: obj, OldObject: old, Type: string(e.Change), Event: ev, Patch: patch}, nil
+	return &config.TemplateVars{Object: obj, OldObject: old, Type: string(e.Change), Event: ev, Patch: patch, Credentials: creds}, nil
 }
 
 // render builds e's request: target URL, headers and body; skip when the
 // request's when is false. An error is the event's alone (its data does
 // not fit the template).
-func (r *shapedRequest) render(e *event.Event) (target string, h http.Header, body []byte, skip bool, err error) {
-	v, err := vars(e)
+func (r *shapedRequest) render(e *event.Event, creds map[string]string) (target string, h http.Header, body []byte, skip bool, err error) {
+	v, err := vars(e, creds)
 	if err != nil {
 		return "", nil, nil, false, err
 	}
@@ -218,8 +220,10 @@ func (r *shapedRequest) build(v *config.TemplateVars) (target string, h http.Hea
 		if err != nil {
 			return "", nil, nil, fmt.Errorf("path: %w", err)
 		}
-		if u.Path, u.RawPath, err = joinPath(u, p); err != nil {
-			return "", nil, nil, fmt.Errorf("path: %w", err)
+		if p != "" { // nothing to add (e.g. a create beside a close at <alias>/close)
+			if u.Path, u.RawPath, err = joinPath(u, p); err != nil {
+				return "", nil, nil, fmt.Errorf("path: %w", err)
+			}
 		}
 	}
 	if len(r.query) > 0 {
@@ -229,7 +233,9 @@ func (r *shapedRequest) build(v *config.TemplateVars) (target string, h http.Hea
 			if err != nil {
 				return "", nil, nil, fmt.Errorf("query.%s: %w", nt.name, err)
 			}
-			q.Add(nt.name, val)
+			if val != "" { // an empty value leaves the parameter out
+				q.Add(nt.name, val)
+			}
 		}
 		u.RawQuery = q.Encode()
 	}
@@ -277,12 +283,31 @@ func joinPath(u url.URL, p string) (path, raw string, err error) {
 // sendRequest sends e as the request its templates build. A template
 // that fails on this event refuses it alone (permanent: the dead-letter).
 func (s *Sink) sendRequest(ctx context.Context, e *event.Event) error {
-	target, h, body, skip, err := s.request.render(e)
+	var creds map[string]string
+	if len(s.creds) > 0 {
+		creds = make(map[string]string, len(s.creds))
+		for name, f := range s.creds {
+			v, _ := f.Value()
+			creds[name] = string(v)
+		}
+	}
+	target, h, body, skip, err := s.request.render(e, creds)
 	if err != nil {
-		return sinks.Permanent(fmt.Errorf("request template for event %s: %w", e.ID, err))
+		// A CEL error may quote a value it failed on: never a credential's.
+		return sinks.Permanent(fmt.Errorf("request template for event %s: %s", e.ID, scrub(err.Error(), creds)))
 	}
 	if skip {
 		return nil // handled: when said no request
 	}
 	return s.do(ctx, s.request.method, target, h, body)
+}
+
+// scrub replaces every credential value in msg by <redacted>.
+func scrub(msg string, creds map[string]string) string {
+	for _, v := range creds {
+		if v != "" {
+			msg = strings.ReplaceAll(msg, v, "<redacted>")
+		}
+	}
+	return msg
 }

@@ -69,10 +69,11 @@ type Sink struct {
 	mode     string
 	batch    *Batch
 	headers  http.Header
-	request  *shapedRequest        // the request shaped by CEL, instead of a CloudEvent
-	token    *sinks.CredentialFile // bearerTokenFile, read again when it changes
-	secret   *sinks.CredentialFile // signingSecretFile, likewise
-	tls      *sinks.TLSFiles       // the tls block's files, likewise
+	request  *shapedRequest                   // the request shaped by CEL, instead of a CloudEvent
+	token    *sinks.CredentialFile            // bearerTokenFile, read again when it changes
+	secret   *sinks.CredentialFile            // signingSecretFile, likewise
+	creds    map[string]*sinks.CredentialFile // credentialFiles, by name, likewise
+	tls      *sinks.TLSFiles                  // the tls block's files, likewise
 	logger   *slog.Logger
 	now      func() time.Time
 	maxDelay time.Duration // cap on Retry-After
@@ -108,16 +109,23 @@ func New(c *Config, logger *slog.Logger) (*Sink, error) {
 	}
 	s.logger = logger
 	var err error
-	switch {
-	case c.Preset != "":
-		r := withPreset(c.Preset, c.Request)
-		if s.request, err = compileRequest(c.URL, &r); err != nil {
-			return nil, fmt.Errorf("preset %s: %w", c.Preset, err)
-		}
-	case c.Request != nil:
-		if s.request, err = compileRequest(c.URL, c.Request); err != nil {
+	if r := c.request(); r != nil {
+		if s.request, err = compileRequest(c.URL, r); err != nil {
+			if c.Preset != "" {
+				return nil, fmt.Errorf("preset %s: %w", c.Preset, err)
+			}
 			return nil, fmt.Errorf("request: %w", err)
 		}
+	}
+	for _, name := range sortedKeys(c.CredentialFiles) {
+		f, err := sinks.OpenCredentialFile(c.CredentialFiles[name], sinks.TrimSpace)
+		if err != nil {
+			return nil, fmt.Errorf("credentialFiles.%s: %w", name, err)
+		}
+		if s.creds == nil {
+			s.creds = map[string]*sinks.CredentialFile{}
+		}
+		s.creds[name] = f
 	}
 	if c.BearerTokenFile != "" {
 		if s.token, err = sinks.OpenCredentialFile(c.BearerTokenFile, sinks.TrimSpace); err != nil {
@@ -374,6 +382,9 @@ func (s *Sink) refreshCredentials() {
 	}
 	if s.secret != nil {
 		s.secret.Refresh()
+	}
+	for _, f := range s.creds {
+		f.Refresh()
 	}
 }
 
