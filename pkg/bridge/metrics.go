@@ -43,6 +43,7 @@ var (
 	// Failure per object (pkg/sinks parking).
 	descParked     = prometheus.NewDesc("kubebridge_sink_parked_objects", "Objects whose delivery failed, waiting for their own retry (their later events held behind them); others flow meanwhile.", []string{"sink"}, nil)
 	descParkedAge  = prometheus.NewDesc("kubebridge_sink_oldest_parked_seconds", "How long the oldest parked object has waited.", []string{"sink"}, nil)
+	descThrottled  = prometheus.NewDesc("kubebridge_sink_throttled_objects", "Objects waiting out the sink's updateWindow: their change was sent, their next updates wait and coalesce until the window ends.", []string{"sink"}, nil)
 	descFailing    = prometheus.NewDesc("kubebridge_sink_destination_failing", "1 while the destination fails as a whole and is probed one batch at a time.", []string{"sink"}, nil)
 	descDestErrors = prometheus.NewDesc("kubebridge_sink_destination_errors_total", "Failed attempts that say the destination or the sink's config is wrong (retried, never dead-lettered), by reason: unauthorized, forbidden, not_found, gone, redirect, config.", []string{"sink", "reason"}, nil)
 	descReceived   = prometheus.NewDesc("kubebridge_rule_received_total", "Notifications the rule evaluated.", []string{"rule"}, nil)
@@ -75,6 +76,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descCapacity, prometheus.GaugeValue, float64(s.Capacity), d.Name)
 		ch <- prometheus.MustNewConstMetric(descParked, prometheus.GaugeValue, float64(s.Parked), d.Name)
 		ch <- prometheus.MustNewConstMetric(descParkedAge, prometheus.GaugeValue, s.OldestParked.Seconds(), d.Name)
+		ch <- prometheus.MustNewConstMetric(descThrottled, prometheus.GaugeValue, float64(s.Throttled), d.Name)
 		failing := 0.0
 		if s.Failing {
 			failing = 1

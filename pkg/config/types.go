@@ -83,6 +83,8 @@ type Sink struct {
 	DeadLetter *DeadLetter `yaml:"deadLetter"`
 	// RateLimit holds the events sent to the sink to a rate, dropping none: what waits stays queued, in order, coalescing per object past the queue's capacity. Default: no limit.
 	RateLimit *RateLimit `yaml:"rateLimit"`
+	// UpdateWindow sends at most one update per object per window: updates in between coalesce (the latest state wins); an added, a deleted and a replay are never held back or dropped. Default 0: every update.
+	UpdateWindow Duration `yaml:"updateWindow"`
 }
 
 // RateLimit is a token bucket over the events a sink is sent.

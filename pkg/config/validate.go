@@ -17,7 +17,8 @@ import (
 // Limits that keep a config from asking for something absurd.
 const (
 	maxQueueCapacity  = 10_000_000
-	minReplayEvery    = time.Second // client-go's minimum resync period
+	minReplayEvery    = time.Second    // client-go's minimum resync period
+	maxUpdateWindow   = 24 * time.Hour // an object's updates held longer are a view no one can trust
 	maxWhereExprBytes = 10_000
 	maxConcurrency    = 256
 	maxSinks          = 100
@@ -180,13 +181,15 @@ func (s *Sink) Validate() error {
 	if s.Workers > 0 && s.Concurrency != nil {
 		errs = append(errs, ErrorAt("concurrency", "set either workers (a fixed number of batches in flight) or concurrency (adaptive), not both"))
 	}
+	if s.UpdateWindow < 0 || s.UpdateWindow.D() > maxUpdateWindow {
+		errs = append(errs, ErrorAt("updateWindow", "must be between 0 (every update) and %s, got %s", maxUpdateWindow, s.UpdateWindow))
+	}
 	if s.ReplayEvery < 0 || (s.ReplayEvery > 0 && s.ReplayEvery.D() < minReplayEvery) {
 		errs = append(errs, ErrorAt("replayEvery", "must be 0 (never) or at least %s, got %s", minReplayEvery, s.ReplayEvery))
 	}
 	return errors.Join(errs...)
 }
 
-// Validate checks the ceiling.
 // Validate checks the rate and the burst.
 func (r *RateLimit) Validate() error {
 	var errs []error
@@ -199,6 +202,7 @@ func (r *RateLimit) Validate() error {
 	return errors.Join(errs...)
 }
 
+// Validate checks the ceiling.
 func (c *Concurrency) Validate() error {
 	if c.Max < 1 || c.Max > maxConcurrency {
 		return ErrorAt("max", "must be between 1 and %d, got %d", maxConcurrency, c.Max)

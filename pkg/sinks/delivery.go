@@ -57,6 +57,12 @@ type DeadLetter interface {
 // object: the delivery probes it with one batch at a time, backing off,
 // until an attempt succeeds again; the rest waits in the queue.
 //
+// With an update window, an object whose change was just acknowledged is
+// parked the same way, without events, for the window: its next updates
+// wait behind it and coalesce (the latest state wins), and are sent when
+// the window ends; an added, a deleted or a replay ends the wait at once,
+// so none is held back or dropped.
+//
 // Quiet events (transitions the rule does not send) pass through the queue
 // like the others, so that OnAck reports every transition in order, but are
 // never handed to the sink. Several batches may be in flight at once: as
@@ -97,6 +103,13 @@ type Delivery struct {
 	kick    chan struct{} // wakes the dispatcher: a batch ended, an object parked or came due
 	closing atomic.Bool
 
+	// The update window: the objects waiting it out, by event key. windowMu
+	// orders Offer's put and lookup against a throttle's take and insert,
+	// so that an urgent event is never left behind a window.
+	window    time.Duration
+	windowMu  sync.Mutex
+	throttled map[string]*batch
+
 	delivered, failed, retried, deadLettered atomic.Uint64
 	coalesced, cancelled                     atomic.Uint64 // folded into a parked object's retry
 	inFlight                                 atomic.Int64  // events taken from the queue, not yet settled (parked included)
@@ -124,6 +137,10 @@ func NewDelivery(cfg config.Sink, sink Sink, deadLetter DeadLetter, logger *slog
 		kick:       make(chan struct{}, 1),
 		destErrs:   map[string]uint64{},
 		done:       make(chan struct{}),
+		window:     cfg.UpdateWindow.D(),
+	}
+	if d.window > 0 {
+		d.throttled = map[string]*batch{}
 	}
 	if b, ok := sink.(Batcher); ok {
 		d.batchMax, d.batchWait = b.Batching()
@@ -169,10 +186,10 @@ func Coalesce(pending, newer *event.Event) (merged *event.Event, keep bool) {
 	return newer, true
 }
 
-// fold coalesces an object's consecutive events of one incarnation, in
+// foldEvents coalesces an object's consecutive events of one incarnation, in
 // order: what a retry sends once newer events joined the parked ones. It
 // counts them as the queue counts its own.
-func fold(events []*event.Event) (out []*event.Event, coalesced, cancelled uint64) {
+func foldEvents(events []*event.Event) (out []*event.Event, coalesced, cancelled uint64) {
 	out = make([]*event.Event, 0, len(events))
 	for _, e := range events {
 		if n := len(out); n > 0 && out[n-1].QueueKey == e.QueueKey {
@@ -191,7 +208,69 @@ func fold(events []*event.Event) (out []*event.Event, coalesced, cancelled uint6
 }
 
 // Offer enqueues an event. It never blocks.
-func (d *Delivery) Offer(ev *event.Event) { d.queue.OfferIn(ev.Key, ev.QueueKey, ev) }
+func (d *Delivery) Offer(ev *event.Event) {
+	if d.window == 0 {
+		d.queue.OfferIn(ev.Key, ev.QueueKey, ev)
+		return
+	}
+	d.windowMu.Lock()
+	defer d.windowMu.Unlock()
+	d.queue.OfferIn(ev.Key, ev.QueueKey, ev)
+	if b := d.throttled[ev.Key]; b != nil && urgent(ev) {
+		d.parking.expedite(b)
+	}
+}
+
+// urgent says whether e ends an update window at once: only updates wait.
+func urgent(e *event.Event) bool { return e.Change != event.Updated || e.Replay != "" }
+
+// throttle parks the acknowledged objects for the update window, with
+// the events queued behind them meanwhile; due at once if one of those
+// is urgent.
+func (d *Delivery) throttle(objects []object, now time.Time) {
+	d.windowMu.Lock()
+	defer d.windowMu.Unlock()
+	var items []queue.Item[*event.Event]
+	for _, o := range objects {
+		items = d.queue.TakeFrom(o.hold, items[:0])
+		b := &batch{objects: []object{{hold: o.hold}}, prepared: true, throttled: o.events[0].Key}
+		due := now.Add(d.window)
+		for _, it := range items {
+			b.objects[0].events = append(b.objects[0].events, it.Value)
+			b.prepared = d.BeforeSend == nil
+			if urgent(it.Value) {
+				due = now
+			}
+		}
+		d.inFlight.Add(int64(len(items)))
+		d.throttled[b.throttled] = b
+		d.parking.put(b, due)
+	}
+}
+
+// unthrottle forgets b's window: it left the parking.
+func (d *Delivery) unthrottle(b *batch) {
+	d.windowMu.Lock()
+	if d.throttled[b.throttled] == b {
+		delete(d.throttled, b.throttled)
+	}
+	d.windowMu.Unlock()
+	b.throttled = ""
+}
+
+// throttles says whether an object whose events were all taken waits out
+// the window: its last change sent was not a deletion.
+func (d *Delivery) throttles(o object) bool {
+	if d.window == 0 || d.closing.Load() {
+		return false
+	}
+	for i := len(o.events) - 1; i >= 0; i-- {
+		if e := o.events[i]; !e.Quiet {
+			return e.Change != event.Deleted
+		}
+	}
+	return false
+}
 
 // Close stops accepting events; Run drains what is queued and parked (an
 // object refused permanently with nothing newer is left for the next
@@ -210,13 +289,14 @@ type Stats struct {
 	Capacity                                 int
 	Parked                                   int           // objects parked (failed, waiting for their retry)
 	OldestParked                             time.Duration // how long the oldest parked object has waited
+	Throttled                                int           // objects waiting out the update window (acknowledged; their next updates held)
 	Failing                                  bool          // the destination fails as a whole: probed one batch at a time
 	DestinationErrors                        map[string]uint64
 }
 
 // Stats returns the delivery's counts.
 func (d *Delivery) Stats() Stats {
-	parked, oldest := d.parking.stats(time.Now())
+	parked, oldest, throttled := d.parking.stats(time.Now())
 	d.destMu.Lock()
 	dest := make(map[string]uint64, len(d.destErrs))
 	for k, v := range d.destErrs {
@@ -228,7 +308,7 @@ func (d *Delivery) Stats() Stats {
 	q.Cancelled += d.cancelled.Load()
 	return Stats{Delivered: d.delivered.Load(), Failed: d.failed.Load(), Retried: d.retried.Load(), DeadLettered: d.deadLettered.Load(),
 		Pending: d.Pending(), Queue: q, Capacity: d.queue.Capacity(),
-		Parked: parked, OldestParked: oldest, Failing: d.gate.isFailing(), DestinationErrors: dest}
+		Parked: parked, OldestParked: oldest, Throttled: throttled, Failing: d.gate.isFailing(), DestinationErrors: dest}
 }
 
 // Healthy reports why the delivery cannot deliver now, nil when it can:
@@ -280,6 +360,10 @@ type batch struct {
 	refused  bool      // refused permanently (no dead-letter to take it): retried at maxInterval
 	wide     bool      // failed as the destination as a whole does: the next probe, whenever due
 	err      error     // the last failure
+	// throttled is the object's key while it waits out the update window
+	// (acknowledged; what it holds arrived since).
+	throttled string
+	slot      int // its index in the parking's heap, while parked
 }
 
 func (b *batch) events() []*event.Event {
@@ -396,11 +480,16 @@ func (d *Delivery) next(ctx context.Context, buf *[]queue.Item[*event.Event]) (*
 	for {
 		if d.closing.Load() {
 			d.expediteRefused()
+			d.parking.each(func(b *batch) bool { return b.throttled != "" }) // a drain does not wait out windows
 		}
 		// While the destination fails as a whole, the probe is a batch
 		// that failed so, rather than a new object taken from the queue.
 		if b := d.parking.due(time.Now(), d.gate.isFailing()); b != nil {
-			if b = d.refresh(b); b != nil {
+			fold := b.throttled != ""
+			if fold {
+				d.unthrottle(b)
+			}
+			if b = d.refresh(b, fold); b != nil {
 				return b, nil
 			}
 			continue
@@ -476,10 +565,11 @@ func (d *Delivery) take(ctx context.Context, buf *[]queue.Item[*event.Event], n 
 // refresh joins the events queued behind a parked batch's objects to it,
 // in order, so that the retry sends them too. They coalesce (the newest
 // state is what is retried) when the object was refused permanently, whose
-// payload a newer state replaces, or when more than the queue's capacity is
-// pending, as the queue itself would. It returns nil when nothing is left
-// to send (every object's events cancelled out).
-func (d *Delivery) refresh(b *batch) *batch {
+// payload a newer state replaces, when fold (an update window ended), or
+// when more than the queue's capacity is pending, as the queue itself
+// would. It returns nil when nothing is left to send (every object's
+// events cancelled out, or none arrived during a window).
+func (d *Delivery) refresh(b *batch, fold bool) *batch {
 	kept := b.objects[:0]
 	var items []queue.Item[*event.Event]
 	for _, o := range b.objects {
@@ -491,9 +581,9 @@ func (d *Delivery) refresh(b *batch) *batch {
 				evs = append(evs, it.Value)
 			}
 			o.events = evs
-			if b.refused || d.Pending()+len(items) > d.queue.Capacity() {
+			if b.refused || fold || d.Pending()+len(items) > d.queue.Capacity() {
 				var coalesced, cancelled uint64
-				o.events, coalesced, cancelled = fold(evs)
+				o.events, coalesced, cancelled = foldEvents(evs)
 				d.coalesced.Add(coalesced)
 				d.cancelled.Add(cancelled)
 			}
@@ -707,7 +797,7 @@ func (d *Delivery) settle(ctx context.Context, b *batch, events []*event.Event, 
 
 	// What was taken, in order per object.
 	var done []*event.Event
-	var park []object
+	var park, throttle []object
 	var release []queue.Hold[*event.Event]
 	var cause error
 	delivered := 0
@@ -720,7 +810,11 @@ func (d *Delivery) settle(ctx context.Context, b *batch, events []*event.Event, 
 		}
 		done = append(done, o.events[:out.cut]...)
 		if out.cut == len(o.events) {
-			release = append(release, o.hold)
+			if d.throttles(o) {
+				throttle = append(throttle, o)
+			} else {
+				release = append(release, o.hold)
+			}
 			continue
 		}
 		rest := o.events[out.cut:]
@@ -740,6 +834,9 @@ func (d *Delivery) settle(ctx context.Context, b *batch, events []*event.Event, 
 		d.OnAck(done) // before the objects are released: their next events are acknowledged after these
 	}
 	d.queue.Release(release...)
+	if len(throttle) > 0 {
+		d.throttle(throttle, now)
+	}
 
 	// The destination as a whole: it answered, or it failed.
 	switch {

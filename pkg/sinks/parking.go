@@ -34,8 +34,15 @@ type parkHeap []parked
 
 func (h parkHeap) Len() int           { return len(h) }
 func (h parkHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
-func (h parkHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *parkHeap) Push(x any)        { *h = append(*h, x.(parked)) }
+func (h parkHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].b.slot, h[j].b.slot = i, j
+}
+func (h *parkHeap) Push(x any) {
+	p := x.(parked)
+	p.b.slot = len(*h)
+	*h = append(*h, p)
+}
 func (h *parkHeap) Pop() any {
 	old := *h
 	x := old[len(old)-1]
@@ -48,7 +55,9 @@ func (h *parkHeap) Pop() any {
 func (p *parking) put(b *batch, due time.Time) {
 	p.mu.Lock()
 	heap.Push(&p.h, parked{b, due})
-	p.objects += len(b.objects)
+	if b.throttled == "" {
+		p.objects += len(b.objects)
+	}
 	p.arm()
 	p.mu.Unlock()
 }
@@ -77,9 +86,22 @@ func (p *parking) due(now time.Time, probing bool) *batch {
 		}
 	}
 	x := heap.Remove(&p.h, i).(parked)
-	p.objects -= len(x.b.objects)
+	if x.b.throttled == "" {
+		p.objects -= len(x.b.objects)
+	}
 	p.arm()
 	return x.b
+}
+
+// expedite makes b due at once, if it is still parked.
+func (p *parking) expedite(b *batch) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if i := b.slot; i < len(p.h) && p.h[i].b == b && p.h[i].due.After(time.Now()) {
+		p.h[i].due = time.Now()
+		heap.Fix(&p.h, i)
+		p.arm()
+	}
 }
 
 // each makes due at once the batches f picks.
@@ -112,14 +134,19 @@ func (p *parking) onlyRefused() bool {
 	return true
 }
 
-// stats returns the objects parked and how long the oldest has waited.
-func (p *parking) stats(now time.Time) (objects int, oldest time.Duration) {
+// stats returns the objects parked (failed) and how long the oldest has
+// waited, and the objects waiting out an update window.
+func (p *parking) stats(now time.Time) (objects int, oldest time.Duration, throttled int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, x := range p.h {
+		if x.b.throttled != "" {
+			throttled++
+			continue
+		}
 		oldest = max(oldest, now.Sub(x.b.parkedAt))
 	}
-	return p.objects, oldest
+	return p.objects, oldest, throttled
 }
 
 // arm sets the timer to the earliest retry; mu is held.
