@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -148,4 +149,75 @@ rules:
 		}
 		return false
 	})
+}
+
+// updateWindow through the real bridge and apiserver: ten quick updates
+// of a ConfigMap after it was sent become one request with the latest
+// value, when the window ends; another object is not held by it; the
+// deletion goes at once, not after the window.
+func TestUpdateWindowSendsTheLatestStateOnce(t *testing.T) {
+	cp := testenv.SharedControlPlane(t)
+	cs := cp.Clientset(t)
+	ctx := context.Background()
+	const ns = "window"
+	const window = 4 * time.Second
+	testenv.EnsureNamespace(t, cp, ns)
+	hook := newShapedHook(t)
+	startBridge(t, cp, `apiVersion: kubebridge.io/v1alpha1
+kind: BridgeConfig
+cluster: e2e
+sinks:
+  - name: hook
+    webhook:
+      url: "`+hook.srv.URL+`/"
+      request:
+        body: >-
+          {"name": object.metadata.name, "v": dyn(object).?data.?v.orValue(""), "change": event.change}
+    updateWindow: `+window.String()+`
+    retry: {initialInterval: 100ms, maxInterval: 1s}
+rules:
+  - name: settings
+    resource: v1/configmaps
+    namespaces: [`+ns+`]
+    sinks: [hook]
+`)
+	seen := func(name, change string) []string {
+		var vs []string
+		for _, r := range hook.got() {
+			if r.body["name"] == name && r.body["change"] == change {
+				vs = append(vs, r.body["v"].(string))
+			}
+		}
+		return vs
+	}
+	_, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "w"}, Data: map[string]string{"v": "0"}}, metav1.CreateOptions{})
+	must(t, err)
+	testenv.Eventually(t, 30*time.Second, "w's added", func() bool { return len(seen("w", "added")) == 1 })
+	sentAt := time.Now()
+	for i := 1; i <= 10; i++ {
+		_, err := cs.CoreV1().ConfigMaps(ns).Patch(ctx, "w", types.MergePatchType, []byte(fmt.Sprintf(`{"data":{"v":"%d"}}`, i)), metav1.PatchOptions{})
+		must(t, err)
+	}
+	_, err = cs.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "x"}, Data: map[string]string{"v": "x"}}, metav1.CreateOptions{})
+	must(t, err)
+	testenv.Eventually(t, 10*time.Second, "x's added, while w waits", func() bool { return len(seen("x", "added")) == 1 })
+	if got := seen("w", "updated"); len(got) != 0 && time.Since(sentAt) < window-500*time.Millisecond {
+		t.Fatalf("w's updates went out inside the window: %q", got)
+	}
+	testenv.Eventually(t, window+10*time.Second, "w's latest state after the window", func() bool { return len(seen("w", "updated")) > 0 })
+	if got := seen("w", "updated"); len(got) != 1 || got[0] != "10" || time.Since(sentAt) < window-500*time.Millisecond {
+		t.Errorf("w's updates: %q after %s; want one, 10, after the %s window", got, time.Since(sentAt), window)
+	}
+	// w is in its window again: the deletion does not wait for it.
+	_, err = cs.CoreV1().ConfigMaps(ns).Patch(ctx, "w", types.MergePatchType, []byte(`{"data":{"v":"11"}}`), metav1.PatchOptions{})
+	must(t, err)
+	deletedAt := time.Now()
+	must(t, cs.CoreV1().ConfigMaps(ns).Delete(ctx, "w", metav1.DeleteOptions{}))
+	testenv.Eventually(t, 10*time.Second, "w's deletion", func() bool { return len(seen("w", "deleted")) == 1 })
+	if el := time.Since(deletedAt); el > window/2 {
+		t.Errorf("the deletion took %s: it waited for the window", el)
+	}
+	if got := seen("w", "updated"); len(got) != 1 {
+		t.Errorf("w's updates %q: the one before the deletion was sent", got)
+	}
 }
