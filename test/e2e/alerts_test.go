@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,8 +10,10 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kubebridge/kubebridge/internal/testenv"
 )
@@ -152,5 +155,96 @@ func TestAlertFiresOnlyAfterFor(t *testing.T) {
 	testenv.Eventually(t, 20*time.Second, "the alert once the pod stayed Failed 4 s", firing)
 	must(t, cs.CoreV1().Pods(ns).Delete(ctx, "slow", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}))
 	testenv.Eventually(t, 15*time.Second, "the alert resolved", func() bool { return !firing() })
+	b.stop(t)
+}
+
+// The shipped example config/deployment-unavailable-to-pagerduty.yaml
+// (its URL, key file and periods shortened) through the real bridge and
+// apiserver, against a receiver that checks PagerDuty's Events API v2
+// schema and keeps the open incidents by dedup_key: a Deployment with
+// unavailable replicas triggers only once it stayed so for its "for", with
+// the routing key read from its file; one that recovers sooner never
+// triggers; the incident resolves when the Deployment recovers.
+func TestPagerDutyExample(t *testing.T) {
+	in, srv := testenv.ServeIncidents(t, http.StatusAccepted, testenv.PagerDutyEvent)
+	cp := testenv.SharedControlPlane(t)
+	cs := cp.Clientset(t)
+	ctx := context.Background()
+	const ns = "pagerduty"
+	testenv.EnsureNamespace(t, cp, ns)
+	root, err := testenv.RepoRoot()
+	must(t, err)
+	example, err := os.ReadFile(filepath.Join(root, "config", "deployment-unavailable-to-pagerduty.yaml"))
+	must(t, err)
+	dir := t.TempDir()
+	keyFile := filepath.Join(dir, "routing-key")
+	must(t, os.WriteFile(keyFile, []byte("R0UTING-KEY-e2e\n"), 0o600))
+	cfg := string(example)
+	for old, repl := range map[string]string{
+		"https://events.pagerduty.com":             srv.URL,
+		"/etc/kubebridge/pagerduty/routing-key":    keyFile,
+		"/var/lib/kubebridge/dead/pagerduty.jsonl": filepath.Join(dir, "dead.jsonl"),
+		"duration('10m')":                          "duration('4s')",
+		"replayEvery: 1m":                          "replayEvery: 1s",
+		"resource: apps/v1/deployments":            "resource: apps/v1/deployments\n    namespaces: [" + ns + "]",
+	} {
+		if !strings.Contains(cfg, old) {
+			t.Fatalf("the example no longer has %q", old)
+		}
+		cfg = strings.Replace(cfg, old, repl, 1)
+	}
+	b := startBridgeArgs(t, cp, cfg)
+	deploy := func(name string) *appsv1.Deployment {
+		labels := map[string]string{"app": name}
+		d, err := cs.AppsV1().Deployments(ns).Create(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: labels},
+				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+					Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}}}, metav1.CreateOptions{})
+		must(t, err)
+		return d
+	}
+	unavailable := func(name string, n int32) {
+		d, err := cs.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+		must(t, err)
+		d.Status.Replicas, d.Status.UnavailableReplicas = 1, n
+		_, err = cs.AppsV1().Deployments(ns).UpdateStatus(ctx, d, metav1.UpdateOptions{})
+		must(t, err)
+	}
+	isOpen := func(uid types.UID) bool {
+		open, refused, _ := in.State()
+		if len(refused) > 0 {
+			t.Fatalf("PagerDuty would refuse: %v\n%s", refused, b.log())
+		}
+		for _, k := range open {
+			if strings.HasSuffix(k, "/"+string(uid)) {
+				return true
+			}
+		}
+		return false
+	}
+	api, blip := deploy("api"), deploy("blip")
+	unavailable("api", 1)
+	unavailable("blip", 1)
+	since := time.Now()
+	time.Sleep(1500 * time.Millisecond)
+	unavailable("blip", 0) // recovers before its 4 s
+	for time.Since(since) < 3*time.Second {
+		if isOpen(api.UID) {
+			t.Fatalf("triggered %s after the replicas went unavailable, before its 4 s", time.Since(since))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	testenv.Eventually(t, 20*time.Second, "api's incident once it stayed unavailable 4 s", func() bool { return isOpen(api.UID) })
+	if isOpen(blip.UID) {
+		t.Error("blip recovered before its 4 s and still triggered")
+	}
+	if _, _, keys := in.State(); keys[len(keys)-1] != "R0UTING-KEY-e2e" {
+		t.Errorf("routing key %q", keys[len(keys)-1])
+	}
+	if strings.Contains(b.log(), "R0UTING-KEY") {
+		t.Error("the routing key is in the bridge's log")
+	}
+	unavailable("api", 0)
+	testenv.Eventually(t, 15*time.Second, "api's incident resolved", func() bool { return !isOpen(api.UID) })
 	b.stop(t)
 }
