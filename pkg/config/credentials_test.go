@@ -1,6 +1,7 @@
 package config_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -103,5 +104,30 @@ rules:
 		if ok != (len(p) == 0) || (!ok && !strings.Contains(p[0].Message, "(a link to "+filepath.Join(outside, "secret")+") is not inside")) {
 			t.Errorf("%s resolved: %v", file, p)
 		}
+	}
+}
+
+// A request's for needs the sink's replay, its timer: refused without
+// replayEvery, naming the key.
+func TestForNeedsReplayEvery(t *testing.T) {
+	doc := `apiVersion: kubebridge.io/v1alpha1
+kind: BridgeConfig
+cluster: dev
+sinks:
+  - name: am
+    webhook:
+      url: http://127.0.0.1:9093/api/v2/alerts
+      preset: alertmanager
+      request: {for: 5m}
+%s
+rules:
+  - {name: r, resource: v1/pods, sinks: [am]}
+`
+	_, _, err := config.Parse("c.yaml", []byte(fmt.Sprintf(doc, "")), components.SinkRegistry())
+	if err == nil || !strings.Contains(err.Error(), "c.yaml:9: sinks[0].webhook.request.for: waits for a timer, which is the sink's replay: set replayEvery") {
+		t.Errorf("without replayEvery: %v", err)
+	}
+	if _, _, err := config.Parse("c.yaml", []byte(fmt.Sprintf(doc, "    replayEvery: 1m")), components.SinkRegistry()); err != nil {
+		t.Errorf("with replayEvery: %v", err)
 	}
 }

@@ -110,6 +110,14 @@ func (c *Config) Validate() error {
 			errs = append(errs, ErrorAt(p, "sink %q is not a nats sink", s.DeadLetter.NATS.Sink))
 		}
 	}
+	for i, s := range c.Sinks {
+		if w, ok := s.Spec.(replayWaiter); ok && s.ReplayEvery == 0 {
+			if key := w.WaitsForReplay(); key != "" {
+				errs = append(errs, ErrorAt(fmt.Sprintf("sinks[%d].%s.%s", i, s.Type, key),
+					"waits for a timer, which is the sink's replay: set replayEvery (shorter than the wait, e.g. 1m), or the wait ends only at the object's next change"))
+			}
+		}
+	}
 	if kv := c.Checkpoint.NATSKV; kv != nil && kv.Sink != "" {
 		i, ok := sinkIndex[kv.Sink]
 		switch {
@@ -141,6 +149,11 @@ func (r *Redaction) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// replayWaiter is implemented by the config of a sink type that can wait
+// for time to pass (a request's for): the sink's replay re-asks it, so it
+// needs replayEvery. WaitsForReplay returns the key that waits, or "".
+type replayWaiter interface{ WaitsForReplay() string }
 
 // kvHolder is implemented by the config of a sink type whose connection can
 // hold the checkpoint's KV bucket (nats).

@@ -108,8 +108,8 @@ func TestAlertsResolveThemselves(t *testing.T) {
 	b2.stop(t)
 }
 
-// for: a request's when, re-evaluated at every replay, waits out how long
-// the object has been in the view (event.entered, checkpointed): the alert
+// A request's for, asked again at every replay, waits out how long the
+// object has been in the view (when it entered is checkpointed): the alert
 // fires only once the pod stayed Failed that long, and resolves as usual.
 func TestAlertFiresOnlyAfterFor(t *testing.T) {
 	am := testenv.StartAlertmanager(t)
@@ -126,7 +126,7 @@ func TestAlertFiresOnlyAfterFor(t *testing.T) {
 		"http://127.0.0.1:9093", am.URL,
 		"replayEvery: 1m", "replayEvery: 1s",
 		"resource: v1/pods", "resource: v1/pods\n    namespaces: ["+ns+"]",
-		"      request:\n", "      request:\n        when: \"type == 'deleted' || timestamp(event.time) - timestamp(event.entered) >= duration('4s')\"\n",
+		"      request:\n", "      request:\n        for: 4s\n",
 	).Replace(string(example))
 	b := startBridgeArgs(t, cp, cfg)
 	_, err = cs.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "slow"},
@@ -184,9 +184,9 @@ func TestPagerDutyExample(t *testing.T) {
 		"https://events.pagerduty.com":             srv.URL,
 		"/etc/kubebridge/pagerduty/routing-key":    keyFile,
 		"/var/lib/kubebridge/dead/pagerduty.jsonl": filepath.Join(dir, "dead.jsonl"),
-		"duration('10m')":                          "duration('4s')",
-		"replayEvery: 1m":                          "replayEvery: 1s",
-		"resource: apps/v1/deployments":            "resource: apps/v1/deployments\n    namespaces: [" + ns + "]",
+		"for: 10m":                      "for: 4s",
+		"replayEvery: 1m":               "replayEvery: 1s",
+		"resource: apps/v1/deployments": "resource: apps/v1/deployments\n    namespaces: [" + ns + "]",
 	} {
 		if !strings.Contains(cfg, old) {
 			t.Fatalf("the example no longer has %q", old)

@@ -133,6 +133,18 @@ func (w *Config) request() *Request {
 	return nil
 }
 
+// WaitsForReplay names the request's for, which the sink's replay ends
+// (config.Validate requires replayEvery with it).
+func (w *Config) WaitsForReplay() string {
+	if r := w.request(); r != nil && r.For > 0 {
+		if w.Request != nil && w.Request.For > 0 {
+			return "request.for"
+		}
+		return "preset"
+	}
+	return ""
+}
+
 // validateRequestCredentials checks what the request (with its preset)
 // and credentialFiles say of each other: every credentials.<name> a
 // template reads is declared, every declared file is read by one, and an

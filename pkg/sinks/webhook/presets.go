@@ -125,6 +125,9 @@ func withPreset(name string, r *Request) Request {
 	if r.Method != "" && (r.Method != "POST" || p.Method == "") {
 		out.Method = r.Method
 	}
+	if r.For != 0 {
+		out.For = r.For
+	}
 	for _, f := range []struct{ dst, src *string }{{&out.Path, &r.Path}, {&out.Body, &r.Body}, {&out.When, &r.When}} {
 		if strings.TrimSpace(*f.src) != "" {
 			*f.dst = *f.src

@@ -34,6 +34,8 @@ type Request struct {
 	Headers map[string]string `yaml:"headers"`
 	// Body is a CEL expression whose value is the JSON body (map, list, string, number, bool or null), sent as application/json. Default: no body.
 	Body string `yaml:"body"`
+	// For fires only once the object stayed in the rule's view that long (Prometheus' for): until then its events are handled without a request, and a deletion is always sent; the sink's replay (replayEvery, required) is the timer that ends the wait, and the time an object entered is checkpointed, so a wait survives restarts. Default 0: at once.
+	For config.Duration `yaml:"for"`
 	// When is a CEL bool: false handles the event without a request (it counts as delivered; a later change or replay is evaluated again). With replayEvery it waits out a duration: timestamp(event.time) - timestamp(event.entered) > duration('5m'). Default: always.
 	When string `yaml:"when"`
 }
@@ -49,6 +51,9 @@ func (r *Request) Validate() error {
 	var errs []error
 	if !slices.Contains(requestMethods, r.Method) {
 		errs = append(errs, config.ErrorAt("method", "must be one of %s, got %q", strings.Join(requestMethods, ", "), r.Method))
+	}
+	if r.For < 0 || r.For.D() > maxFor {
+		errs = append(errs, config.ErrorAt("for", "must be between 0 and %s, got %s", maxFor, r.For))
 	}
 	r.each(func(field, name, expr, want string) {
 		if field == "headers" {
@@ -114,9 +119,14 @@ func sortedKeys(m map[string]string) []string {
 	return keys
 }
 
+// maxFor bounds a request's for: an object must stay in a view a week at
+// most before its alert fires.
+const maxFor = 7 * 24 * time.Hour
+
 // shapedRequest is a compiled Request.
 type shapedRequest struct {
 	method  string
+	wait    time.Duration // for
 	base    *url.URL
 	path    *config.Template
 	query   []namedTemplate
@@ -144,7 +154,7 @@ func compileRequest(rawURL string, r *Request) (*shapedRequest, error) {
 	if err != nil {
 		return nil, fmt.Errorf("url: %w", err)
 	}
-	out := &shapedRequest{method: r.Method, base: base}
+	out := &shapedRequest{method: r.Method, base: base, wait: r.For.D()}
 	if out.method == "" {
 		out.method = http.MethodPost
 	}
@@ -196,6 +206,9 @@ func vars(e *event.Event, creds map[string]string) (*config.TemplateVars, error)
 // request's when is false. An error is the event's alone (its data does
 // not fit the template).
 func (r *shapedRequest) render(e *event.Event, creds map[string]string) (target string, h http.Header, body []byte, skip bool, err error) {
+	if r.wait > 0 && e.Change != event.Deleted && e.Time.Sub(time.Unix(0, e.Entered)) < r.wait {
+		return "", nil, nil, true, nil // not in the view for long enough yet: a replay asks again
+	}
 	v, err := vars(e, creds)
 	if err != nil {
 		return "", nil, nil, false, err

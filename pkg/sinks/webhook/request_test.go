@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -283,5 +284,25 @@ func TestShapedRequestWhen(t *testing.T) {
 	}
 	if err := (&Request{Method: "POST", When: `object.metadata.name`}).Validate(); err == nil || !strings.Contains(err.Error(), "when: must be a boolean expression, got string") {
 		t.Errorf("a string when: %v", err)
+	}
+}
+
+// for: an object that entered the view less than for ago is handled
+// without a request; one that stayed long enough is sent; a deletion is
+// always sent.
+func TestRequestFor(t *testing.T) {
+	srv, got := recordRequests(t)
+	s := shaped(t, srv.URL, &Request{Body: `{"n": object.metadata.name, "t": type}`, For: config.Duration(time.Minute)}, nil)
+	young := pod("a", "young", "Failed", "")
+	old := pod("a", "old", "Failed", "")
+	old.Entered = old.Time.Add(-2 * time.Minute).UnixNano()
+	gone := podLeft("a", "young")
+	must(t, s.Send(context.Background(), []*event.Event{young, old, gone}))
+	var sent []string
+	for _, r := range got() {
+		sent = append(sent, string(r.body))
+	}
+	if want := []string{`{"n":"old","t":"added"}`, `{"n":"young","t":"deleted"}`}; !slices.Equal(sent, want) {
+		t.Errorf("sent %q, want %q", sent, want)
 	}
 }
