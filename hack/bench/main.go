@@ -65,7 +65,7 @@ func main() {
 	var o options
 	flag.IntVar(&o.n, "n", 10000, "ConfigMaps per throughput run (3 changes each)")
 	flag.IntVar(&o.runs, "runs", 5, "runs; every consumer is measured once per run")
-	flag.StringVar(&o.consumers, "consumers", "baseline,nats,jetstream,webhook,file", "consumers of the throughput and latency runs; also baseline-cbor (the bare watch asking for CBOR) and nats-json (the bridge with --kube-cbor=false), both added by -cbor")
+	flag.StringVar(&o.consumers, "consumers", "baseline,nats,jetstream,webhook,file", "consumers of the throughput and latency runs; also webhook-ce (one CloudEvent per request) and webhook-shaped (one request per event shaped by CEL), baseline-cbor (the bare watch asking for CBOR) and nats-json (the bridge with --kube-cbor=false), both added by -cbor")
 	flag.IntVar(&o.workers, "workers", 32, "concurrent writers of the load generator")
 	flag.IntVar(&o.latencyRate, "latency-rate", 1000, "changes per second of the latency runs (0: no latency runs)")
 	flag.IntVar(&o.latencyN, "latency-n", 3000, "ConfigMaps per latency run")
@@ -415,6 +415,15 @@ func (b *bed) bridgeConfig(consumer, ns, hookURL, file string) string {
 		sink = "nats: {url: " + b.natsURL + ", jetstream: true, stream: {name: BENCH}}"
 	case "webhook":
 		sink = "webhook: {url: " + hookURL + ", batch: {maxEvents: 100}}"
+	case "webhook-ce": // one CloudEvent per request: what a shaped request is measured against
+		sink = "webhook: {url: " + hookURL + "}"
+	case "webhook-shaped": // one request per event, its body built by CEL
+		sink = `webhook:
+      url: ` + hookURL + `
+      request:
+        headers: {X-Rule: "event.rule"}
+        body: >-
+          {"id": event.id, "time": event.time, "name": object.metadata.name, "subject": event.subject, "change": event.change}`
 	case "file":
 		sink = "file: {path: " + file + ", maxSizeMB: 4096}"
 	}
@@ -451,7 +460,7 @@ func (b *bed) measureBridge(ctx context.Context, consumer string, l *load, res *
 			return err
 		}
 		defer closeSub()
-	case "webhook":
+	case "webhook", "webhook-ce", "webhook-shaped":
 		hook := webhookReceiver(c)
 		defer hook.Close()
 		hookURL = hook.URL

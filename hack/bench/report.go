@@ -120,6 +120,16 @@ func report(o options, res results) string {
 				medianOf(rs, func(r result) float64 { return float64(r.Duplicate) }),
 				medianOf(rs, func(r result) float64 { return float64(r.OutOfOrder) }))
 		}
+		// A shaped request against a CloudEvent, one request per event each,
+		// run by run.
+		if ce, shaped := byConsumer["webhook-ce"], byConsumer["webhook-shaped"]; len(ce) > 0 && len(shaped) > 0 {
+			perRun := map[int]result{}
+			for _, r := range ce {
+				perRun[r.Run] = r
+			}
+			fmt.Fprintf(&b, "\nwebhook-shaped / webhook-ce (delivered/s, one request per event each, ratio within each run): median %.2f\n",
+				medianOf(shaped, func(r result) float64 { return r.perSecond() / perRun[r.Run].perSecond() }))
+		}
 	}
 	if len(paced) > 0 {
 		fmt.Fprintf(&b, "\n### Latency at %d changes/s (%d ConfigMaps, %d changes), observation to sink receipt; medians of %d runs\n\n", o.latencyRate, o.latencyN, 3*o.latencyN, o.runs)
