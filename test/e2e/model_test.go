@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -47,9 +48,11 @@ import (
 // send only deletions too; a rotation of the webhook's bearer token, 401
 // until the bridge reads the new token file; a CRD deleted, its objects
 // with it, and installed again, under rules on its resource). The bridge
-// runs as a subprocess with a file checkpoint and three sinks: a file, a
-// JetStream stream and a webhook. After quiescence a checker compares what
-// each sink received with the apiserver's truth:
+// runs as a subprocess with a file checkpoint and sinks: a file, a
+// JetStream stream, a webhook, a webhook whose request is shaped by CEL, and
+// an alert sink (the alertmanager preset, posting to a real Alertmanager) on
+// the full rules of modelAlertRules. After quiescence a checker compares
+// what each sink received with the apiserver's truth:
 //
 //   - rules with events [added, updated, deleted]: a consumer that applies
 //     the events in arrival order, keyed by uid (added/updated hold the uid
@@ -63,7 +66,10 @@ import (
 //   - a deletion of an object that still exists says kbreason: unmatched;
 //   - one id never names two different transitions (rule, type, uid,
 //     resourceVersion, kbreason, and for full rules which entry of the uid
-//     into the view it belongs to); duplicates are allowed and counted.
+//     into the view it belongs to); duplicates are allowed and counted;
+//   - the alert sink: Alertmanager's active alerts of each alert rule
+//     (alertname) fire for exactly the uids of the rule's view, none lost,
+//     none for an object outside it (ghost), with the object's labels.
 //
 // Environment:
 //
@@ -128,6 +134,10 @@ var (
 	modelNames      = []string{"o0", "o1", "o2", "o3", "o4", "o5"}
 	modelSinks      = []string{"file", "bus", "hook", "shaped"}
 	modelAllEvents  = []string{"added", "updated", "deleted"}
+	// modelAlertRules also send to the alert sink (when configured): full
+	// rules, whose events describe the view; b's selectors are the same in
+	// both config variants, c's change with a reload.
+	modelAlertRules = []string{"b-all", "c-all"}
 )
 
 // modelRule is one rule of the config; family names the selectors it
@@ -235,6 +245,8 @@ type modelRun struct {
 	// one-element list in the CloudEvents layout), so that the same
 	// checker holds templated requests to the same promise.
 	shaped *hookReceiver
+	// am is the alert sink's receiver: a real Alertmanager.
+	am *testenv.Alertmanager
 
 	dir, cfgPath, ckptPath, logPath, filePath string
 	bridge                                    *modelBridge
@@ -306,6 +318,9 @@ func (m *modelRun) run() {
 	m.shaped = &hookReceiver{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(testenv.FreePort()))}
 	m.shaped.up(t)
 	t.Cleanup(m.shaped.down)
+	if len(m.alertRules()) > 0 {
+		m.am = testenv.StartAlertmanager(t)
+	}
 
 	m.dir = t.TempDir()
 	m.cfgPath = filepath.Join(m.dir, "config.yaml")
@@ -570,6 +585,17 @@ func (m *modelRun) maybeRotate(now bool) {
 	m.logOp("token file rotated")
 }
 
+// alertRules are the configured rules that send to the alert sink.
+func (m *modelRun) alertRules() []modelRule {
+	var out []modelRule
+	for _, r := range m.rules() {
+		if r.full() && slices.Contains(modelAlertRules, r.name) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 // rulesOn says whether a rule of family is configured.
 func (m *modelRun) rulesOn(family string) bool {
 	return slices.ContainsFunc(m.rules(), func(r modelRule) bool { return r.family == family })
@@ -769,8 +795,18 @@ sinks:
             "kbrule": event.rule, "kbcluster": event.cluster, "kbreason": event.reason, "kbreplay": event.replay,
             "data": {"object": dyn(object)}}]
     retry: {initialInterval: 100ms, maxInterval: 1s}
-rules:
 `, m.filePath, m.nats.ClientURL(), m.hook.addr, m.tokenPath, m.shaped.addr)
+	if m.am != nil {
+		// endsAt is 5m ahead of each event: replayEvery keeps firing alerts
+		// alive through a run longer than that (make chaos), and is long
+		// enough that a short run's lost alert is not healed by a replay.
+		fmt.Fprintf(&b, `  - name: alert
+    webhook: {url: "%s/api/v2/alerts", timeout: 2s, preset: alertmanager}
+    replayEvery: 2m
+    retry: {initialInterval: 100ms, maxInterval: 1s}
+`, m.am.URL)
+	}
+	b.WriteString("rules:\n")
 	for _, r := range m.rules() {
 		s := modelFamily(r.family, m.variant)
 		resource := "v1/configmaps"
@@ -787,7 +823,11 @@ rules:
 		if s.labelSelector != "" {
 			fmt.Fprintf(&b, "    labelSelector: %q\n", s.labelSelector)
 		}
-		fmt.Fprintf(&b, "    events: [%s]\n    sinks: [%s]\n", strings.Join(r.events, ", "), strings.Join(modelSinks, ", "))
+		sinks := modelSinks
+		if m.am != nil && slices.Contains(modelAlertRules, r.name) && r.full() {
+			sinks = append(slices.Clip(sinks), "alert")
+		}
+		fmt.Fprintf(&b, "    events: [%s]\n    sinks: [%s]\n", strings.Join(r.events, ", "), strings.Join(sinks, ", "))
 	}
 	return b.String()
 }
@@ -1049,7 +1089,114 @@ func (m *modelRun) counts() string {
 			busN = info.State.Msgs
 		}
 	}
-	return fmt.Sprintf("file=%d bus=%d hook=%d shaped=%d", n, busN, len(m.hook.received()), len(m.shaped.received()))
+	c := fmt.Sprintf("file=%d bus=%d hook=%d shaped=%d", n, busN, len(m.hook.received()), len(m.shaped.received()))
+	if m.am != nil {
+		alerts, err := m.activeAlerts()
+		if err != nil {
+			return c + " alert=" + err.Error()
+		}
+		// the set, not only its size: a ghost and a lost alert may cancel out
+		c += fmt.Sprintf(" alert=%d/%s", len(alerts), alertSetDigest(alerts))
+	}
+	return c
+}
+
+// activeAlerts is what Alertmanager holds as firing now (not silenced, not
+// inhibited: the model's Alertmanager has neither).
+func (m *modelRun) activeAlerts() ([]testenv.Alert, error) {
+	client := &http.Client{Timeout: 5 * time.Second}
+	resp, err := client.Get(m.am.URL + "/api/v2/alerts?active=true&silenced=false&inhibited=false")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return nil, fmt.Errorf("GET alerts: %s: %s", resp.Status, body)
+	}
+	var out []testenv.Alert
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return nil, fmt.Errorf("GET alerts: %w", err)
+	}
+	return out, nil
+}
+
+// alertSetDigest names the set of firing (alertname, uid) pairs.
+func alertSetDigest(alerts []testenv.Alert) string {
+	keys := make([]string, 0, len(alerts))
+	for _, a := range alerts {
+		keys = append(keys, a.Labels["alertname"]+"/"+a.Labels["uid"])
+	}
+	sort.Strings(keys)
+	h := fnv.New32a()
+	for _, k := range keys {
+		h.Write([]byte(k + "\n"))
+	}
+	return fmt.Sprintf("%08x", h.Sum32())
+}
+
+// checkAlerts compares the alerts firing in Alertmanager with the truth:
+// per alert rule (alertname), one alert per uid of the rule's view, with
+// that object's labels; none lost, none for an object outside the view.
+func (m *modelRun) checkAlerts(alerts []testenv.Alert, tr modelTruth, f *modelFailures) string {
+	firing := map[string]map[string][]testenv.Alert{} // rule -> uid ->
+	for _, a := range alerts {
+		r, uid := a.Labels["alertname"], a.Labels["uid"]
+		if firing[r] == nil {
+			firing[r] = map[string][]testenv.Alert{}
+		}
+		firing[r][uid] = append(firing[r][uid], a)
+	}
+	var per []string
+	for _, r := range m.alertRules() {
+		view := tr.view(modelFamily(r.family, m.variant))
+		got := firing[r.name]
+		delete(firing, r.name)
+		per = append(per, fmt.Sprintf("%s %d of %d", r.name, len(got), len(view)))
+		for uid, rv := range view {
+			o := tr.objs[uid]
+			as, ok := got[uid]
+			if !ok {
+				f.add("alert-lost", uid, "alert/%s: %s/%s uid %s rv %s is in the view; no alert fires for it", r.name, o.ns, o.name, uid, rv)
+				continue
+			}
+			if len(as) > 1 {
+				f.add("alert-labels", uid, "alert/%s: %d alerts fire for %s/%s uid %s: %v", r.name, len(as), o.ns, o.name, uid, alertLabels(as))
+			}
+			for _, a := range as {
+				if a.Labels["namespace"] != o.ns || a.Labels["name"] != o.name || a.Labels["cluster"] != "model" {
+					f.add("alert-labels", uid, "alert/%s: the alert for %s/%s uid %s has labels %v", r.name, o.ns, o.name, uid, a.Labels)
+				}
+			}
+		}
+		for uid, as := range got {
+			if _, ok := view[uid]; ok {
+				continue
+			}
+			where := "deleted"
+			if o, ok := tr.objs[uid]; ok {
+				where = fmt.Sprintf("exists as %s/%s rv %s labels %v, namespace labels %v, outside the view", o.ns, o.name, o.rv, o.labels, tr.nsLabels[o.ns])
+			}
+			for _, a := range as {
+				f.add("alert-ghost", uid, "alert/%s: an alert fires for uid %s (%s/%s, startsAt %s, endsAt %s); the object is %s", r.name, uid,
+					a.Labels["namespace"], a.Labels["name"], a.StartsAt.Format(time.RFC3339Nano), a.EndsAt.Format(time.RFC3339Nano), where)
+			}
+		}
+	}
+	for r, byUID := range firing { // alertnames of no rule that sends to the alert sink
+		for uid, as := range byUID {
+			f.add("alert-ghost", uid, "alert/%s: an alert fires for uid %s under alertname %q, not a rule of the alert sink: %v", r, uid, r, alertLabels(as))
+		}
+	}
+	return fmt.Sprintf("alert: %d firing (%s)", len(alerts), strings.Join(per, ", "))
+}
+
+func alertLabels(as []testenv.Alert) []map[string]string {
+	out := make([]map[string]string, 0, len(as))
+	for _, a := range as {
+		out = append(out, a.Labels)
+	}
+	return out
 }
 
 // quiesce waits until the sinks stop receiving for 3s with nothing pending.
@@ -1339,15 +1486,24 @@ func (m *modelRun) verify() {
 	var stats []string
 	var recv map[string][]modelEvent
 	var tr modelTruth
+	var alerts []testenv.Alert
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		var bad []string
 		recv, bad = m.received()
 		tr = m.truth()
 		f, stats = m.check(recv, bad, tr)
+		if m.am != nil {
+			var err error
+			if alerts, err = m.activeAlerts(); err != nil {
+				f.add("alert-unreadable", "", "alert: %v", err)
+			} else {
+				stats = append(stats, m.checkAlerts(alerts, tr, f))
+			}
+		}
 		healable := false
 		for c := range f.byCheck { // (id checks never heal)
-			if strings.HasPrefix(c, "view-") || c == "deleted-missing" {
+			if strings.HasPrefix(c, "view-") || c == "deleted-missing" || strings.HasPrefix(c, "alert-") {
 				healable = true
 			}
 		}
@@ -1381,7 +1537,7 @@ func (m *modelRun) verify() {
 			bySink[strings.SplitN(strings.SplitN(msg, ":", 2)[0], "/", 2)[0]]++
 		}
 		var per []string
-		for _, sink := range modelSinks {
+		for _, sink := range append(slices.Clip(modelSinks), "alert") {
 			if bySink[sink] > 0 {
 				per = append(per, fmt.Sprintf("%s %d", sink, bySink[sink]))
 			}
@@ -1425,6 +1581,12 @@ func (m *modelRun) verify() {
 				}
 			}
 		}
+		for _, a := range alerts {
+			if a.Labels["uid"] == uid {
+				fmt.Fprintf(&b, "    alert/%s: firing, startsAt %s, endsAt %s\n", a.Labels["alertname"],
+					a.StartsAt.Format(time.RFC3339Nano), a.EndsAt.Format(time.RFC3339Nano))
+			}
+		}
 	}
 	if keep := os.Getenv("KUBEBRIDGE_MODEL_KEEP"); keep != "" {
 		dir := filepath.Join(keep, strconv.FormatInt(m.seed, 10))
@@ -1441,6 +1603,9 @@ func (m *modelRun) verify() {
 				copyTo(sink+".jsonl", []byte(strings.Join(lines, "\n")+"\n"))
 			}
 			copyTo("oplog.txt", []byte(strings.Join(m.opLog, "\n")+"\n"))
+			if data, err := json.MarshalIndent(alerts, "", "  "); err == nil && m.am != nil {
+				copyTo("alerts.json", data)
+			}
 			copyTo("config.yaml", []byte(m.config()))
 			fmt.Fprintf(&b, "bridge log, sink contents and operation log kept in %s\n", dir)
 		}
