@@ -49,7 +49,8 @@ import (
 // until the bridge reads the new token file; a CRD deleted, its objects
 // with it, and installed again, under rules on its resource). The bridge
 // runs as a subprocess with a file checkpoint and sinks: a file, a
-// JetStream stream, a webhook, a webhook whose request is shaped by CEL, and
+// JetStream stream, a webhook, a webhook whose request is shaped by CEL
+// (with an update window, so that its updates coalesce per object), and
 // an alert sink (the alertmanager preset, posting to a real Alertmanager) on
 // the full rules of modelAlertRules. After quiescence a checker compares
 // what each sink received with the apiserver's truth:
@@ -794,6 +795,7 @@ sinks:
           [{"specversion": "1.0", "id": event.id, "type": event.type, "subject": event.subject,
             "kbrule": event.rule, "kbcluster": event.cluster, "kbreason": event.reason, "kbreplay": event.replay,
             "data": {"object": dyn(object)}}]
+    updateWindow: 3s      # updates coalesce per object: the view must still come out exact
     retry: {initialInterval: 100ms, maxInterval: 1s}
 `, m.filePath, m.nats.ClientURL(), m.hook.addr, m.tokenPath, m.shaped.addr)
 	if m.am != nil {
