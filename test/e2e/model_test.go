@@ -36,7 +36,7 @@ import (
 )
 
 // TestModel is a seeded randomized model test of the delivery contract
-// (DESIGN.md sections 3 to 5). A random schedule of object changes (create,
+// (docs/guarantees.md). A random schedule of object changes (create,
 // update, delete, delete+recreate under the same name, label changes that
 // move objects in and out of views, namespace label flips under a
 // namespaceSelector) is interleaved with faults (bridge SIGKILL and SIGTERM
@@ -1340,7 +1340,7 @@ func (m *modelRun) check(recv map[string][]modelEvent, bad []string, tr modelTru
 			for i := range es {
 				e := &es[i]
 				if o, exists := tr.objs[e.uid]; exists && e.change() == "deleted" && e.Reason != "unmatched" {
-					// the object was never deleted: it left the view (DESIGN 4)
+					// the object was never deleted: it left the view (docs/guarantees.md)
 					f.add("deleted-without-unmatched", e.uid, "%s/%s: %s for %s/%s uid %s, which still exists", sink, r.name, e, o.ns, o.name, e.uid)
 				}
 				if !slices.Contains(r.events, e.change()) {
@@ -1463,11 +1463,11 @@ func (m *modelRun) check(recv map[string][]modelEvent, bad []string, tr modelTru
 			check := "id-reuse"
 			switch {
 			case p.Rule != e.Rule:
-				check = "id-reuse-across-rules" // distinct for two rules (DESIGN 3)
+				check = "id-reuse-across-rules" // distinct for two rules (docs/guarantees.md)
 			case p.uid != e.uid || p.change() != e.change():
 				check = "id-reuse-other"
 			case entries[p] != entries[e]:
-				check = "id-reuse-reentry" // distinct for a re-entry with the object unchanged (DESIGN 3)
+				check = "id-reuse-reentry" // distinct for a re-entry with the object unchanged (docs/guarantees.md)
 			case p.rv != e.rv || p.Reason != e.Reason:
 				check = "id-reuse-attributes" // a replay of a transition that does not carry its attributes
 			}

@@ -1,6 +1,6 @@
 package e2e
 
-// Tests of the level-based delivery contract (DESIGN.md sections 3, 4, 5):
+// Tests of the level-based delivery contract (docs/guarantees.md):
 // a rule is a view, the checkpoint holds the view each sink acknowledged
 // for every rule whatever its events, and every transition is the diff
 // between the desired and the acknowledged view. Each test asserts the exact

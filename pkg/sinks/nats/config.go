@@ -13,7 +13,7 @@ import (
 )
 
 // DefaultSubject lays subjects out so that wildcards select by cluster,
-// group, resource, namespace, name and type (DESIGN.md, subjects).
+// group, resource, namespace, name and type (docs/sinks.md, "NATS subjects").
 const DefaultSubject = "k8s.{cluster}.{group}.{resource}.{namespace}.{name}.{type}"
 
 var streamName = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)
@@ -67,7 +67,7 @@ const DefaultMaxPending = 256
 // maxMaxPending bounds the window: each pending event is held in memory.
 const maxMaxPending = 65536
 
-// SetDefaults sets the subject layout of DESIGN.md and the JetStream window.
+// SetDefaults sets the subject layout of docs/sinks.md and the JetStream window.
 func (n *Config) SetDefaults() {
 	n.Subject = DefaultSubject
 	n.MaxPending = DefaultMaxPending

@@ -389,7 +389,7 @@ func (s *Sink) refreshCredentials() {
 }
 
 // classify turns a non-2xx answer into its outcome, by whether sending the
-// same request again can help (DESIGN section 5):
+// same request again can help (docs/sinks.md, the outcome table):
 //
 //   - 400, 413, 415, 422: the payload itself is refused (Permanent: the
 //     dead-letter; for a batch refused as a whole the delivery splits it
