@@ -216,13 +216,45 @@ func (d *Delivery) Offer(ev *event.Event) {
 	d.windowMu.Lock()
 	defer d.windowMu.Unlock()
 	d.queue.OfferIn(ev.Key, ev.QueueKey, ev)
-	if b := d.throttled[ev.Key]; b != nil && urgent(ev) {
+	b := d.throttled[ev.Key]
+	switch {
+	case b == nil:
+	case urgent(ev):
 		d.parking.expedite(b)
+	default:
+		// Folded into what waits at once, not left in the queue: a busy
+		// object in a long window holds one event, never the queue's
+		// capacity (which would make the other objects coalesce).
+		d.hold(b, nil)
 	}
 }
 
-// urgent says whether e ends an update window at once: only updates wait.
-func urgent(e *event.Event) bool { return e.Change != event.Updated || e.Replay != "" }
+// urgent says whether e ends an update window at once: only updates wait
+// (and transitions the rule does not send).
+func urgent(e *event.Event) bool { return !e.Quiet && (e.Change != event.Updated || e.Replay != "") }
+
+// hold moves the events queued behind a throttled batch's object into it,
+// folded (the latest state wins), and reports whether one is urgent;
+// windowMu is held.
+func (d *Delivery) hold(b *batch, items []queue.Item[*event.Event]) (urgentNow bool) {
+	o := &b.objects[0]
+	items = d.queue.TakeFrom(o.hold, items[:0])
+	if len(items) == 0 {
+		return false
+	}
+	before := len(o.events)
+	for _, it := range items {
+		o.events = append(o.events, it.Value)
+		urgentNow = urgentNow || urgent(it.Value)
+	}
+	var coalesced, cancelled uint64
+	o.events, coalesced, cancelled = foldEvents(o.events)
+	d.coalesced.Add(coalesced)
+	d.cancelled.Add(cancelled)
+	d.inFlight.Add(int64(len(o.events) - before)) // the items left the queue for the batch
+	b.prepared = d.BeforeSend == nil
+	return urgentNow
+}
 
 // throttle parks the acknowledged objects for the update window, with
 // the events queued behind them meanwhile; due at once if one of those
@@ -232,17 +264,11 @@ func (d *Delivery) throttle(objects []object, now time.Time) {
 	defer d.windowMu.Unlock()
 	var items []queue.Item[*event.Event]
 	for _, o := range objects {
-		items = d.queue.TakeFrom(o.hold, items[:0])
 		b := &batch{objects: []object{{hold: o.hold}}, prepared: true, throttled: o.events[0].Key}
 		due := now.Add(d.window)
-		for _, it := range items {
-			b.objects[0].events = append(b.objects[0].events, it.Value)
-			b.prepared = d.BeforeSend == nil
-			if urgent(it.Value) {
-				due = now
-			}
+		if d.hold(b, items) {
+			due = now
 		}
-		d.inFlight.Add(int64(len(items)))
 		d.throttled[b.throttled] = b
 		d.parking.put(b, due)
 	}
@@ -574,22 +600,20 @@ func (d *Delivery) refresh(b *batch, fold bool) *batch {
 	var items []queue.Item[*event.Event]
 	for _, o := range b.objects {
 		items = d.queue.TakeFrom(o.hold, items[:0])
+		before := len(o.events)
+		for _, it := range items {
+			o.events = append(o.events, it.Value)
+		}
+		if fold || (len(items) > 0 && (b.refused || d.Pending()+len(items) > d.queue.Capacity())) {
+			var coalesced, cancelled uint64
+			o.events, coalesced, cancelled = foldEvents(o.events)
+			d.coalesced.Add(coalesced)
+			d.cancelled.Add(cancelled)
+		}
 		if len(items) > 0 {
-			before := len(o.events)
-			evs := o.events
-			for _, it := range items {
-				evs = append(evs, it.Value)
-			}
-			o.events = evs
-			if b.refused || fold || d.Pending()+len(items) > d.queue.Capacity() {
-				var coalesced, cancelled uint64
-				o.events, coalesced, cancelled = foldEvents(evs)
-				d.coalesced.Add(coalesced)
-				d.cancelled.Add(cancelled)
-			}
-			d.inFlight.Add(int64(len(o.events) - before))      // the items left the queue for the batch
 			b.prepared, b.refused = d.BeforeSend == nil, false // new payload: intents, and a new chance
 		}
+		d.inFlight.Add(int64(len(o.events) - before)) // the items left the queue for the batch
 		if len(o.events) == 0 {
 			d.queue.Release(o.hold)
 			continue

@@ -81,8 +81,8 @@ func TestUpdateWindow(t *testing.T) {
 	d.Offer(ev("b", "1", event.Added)) // another object: not held by a's window
 	waitFor(t, sink.has("b added 1"))
 	waitFor(t, func() bool { return d.Stats().Throttled == 2 }) // b's acknowledgement follows its send
-	if s := d.Stats(); s.Throttled != 2 || s.Parked != 0 || s.Pending != 3 {
-		t.Errorf("in the window: throttled %d, parked %d, pending %d; want 2, 0, 3", s.Throttled, s.Parked, s.Pending)
+	if s := d.Stats(); s.Throttled != 2 || s.Parked != 0 || s.Pending != 1 {
+		t.Errorf("in the window: throttled %d, parked %d, pending %d; want 2, 0, 1 (a's updates folded)", s.Throttled, s.Parked, s.Pending)
 	}
 	if got := sink.lines(); len(got) != 2 {
 		t.Fatalf("updates went out inside the window: %q", got)
@@ -152,4 +152,54 @@ func TestNoUpdateWindowSendsEveryUpdate(t *testing.T) {
 	waitFor(t, sink.has("a updated 2"))
 	d.Offer(ev("a", "3", event.Updated))
 	waitFor(t, sink.has("a updated 3"))
+}
+
+// gated sends nothing until released.
+type gated struct {
+	sent
+	release chan struct{}
+	once    sync.Once
+}
+
+func (g *gated) Send(ctx context.Context, evs []*event.Event) error {
+	g.once.Do(func() { <-g.release })
+	return g.sent.Send(ctx, evs)
+}
+
+// Updates that queued while the object's change was still in flight wait
+// out the window too, and coalesce: one request with the latest state. A
+// busy object in its window holds one event, not the queue's capacity.
+func TestUpdateWindowFoldsWhatQueuedInFlight(t *testing.T) {
+	const window = time.Second
+	cfg := sinkConfig()
+	cfg.Queue.Capacity = 10
+	cfg.UpdateWindow = config.Duration(window)
+	sink := &gated{release: make(chan struct{})}
+	d := NewDelivery(cfg, sink, nil, slog.New(slog.DiscardHandler))
+	stop := run(t, d)
+	defer stop()
+	d.Offer(ev("a", "1", event.Added))
+	waitFor(t, func() bool { return d.Stats().Pending == 1 && d.queue.Len() == 0 }) // taken, held in Send
+	for _, rv := range []string{"2", "3", "4"} {
+		d.Offer(ev("a", rv, event.Updated))
+	}
+	close(sink.release)
+	waitFor(t, sink.has("a updated 4"))
+	if got := sink.lines(); !slices.Equal(got, []string{"a added 1", "a updated 4"}) {
+		t.Fatalf("sent %q, want the added and one update with the latest state", got)
+	}
+	waitFor(t, func() bool { return d.Stats().Throttled == 1 })
+	for i := 5; i < 60; i++ { // far past the capacity
+		d.Offer(ev("a", fmt.Sprint(i), event.Updated))
+		if p := d.Stats().Pending; p > 1 {
+			t.Fatalf("%d events pending for one object in its window", p)
+		}
+	}
+	waitFor(t, sink.has("a updated 59"))
+	if got := sink.lines(); !slices.Equal(got, []string{"a added 1", "a updated 4", "a updated 59"}) {
+		t.Errorf("sent %q, want one update per window with the latest state", got)
+	}
+	if s := d.Stats(); s.Queue.Coalesced == 0 {
+		t.Errorf("nothing counted as coalesced: %+v", s.Queue)
+	}
 }
