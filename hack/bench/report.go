@@ -127,8 +127,16 @@ func report(o options, res results) string {
 			for _, r := range ce {
 				perRun[r.Run] = r
 			}
-			fmt.Fprintf(&b, "\nwebhook-shaped / webhook-ce (delivered/s, one request per event each, ratio within each run): median %.2f\n",
-				medianOf(shaped, func(r result) float64 { return r.perSecond() / perRun[r.Run].perSecond() }))
+			var paired []result // runs with both
+			for _, r := range shaped {
+				if c, ok := perRun[r.Run]; ok && c.perSecond() > 0 {
+					paired = append(paired, r)
+				}
+			}
+			if len(paired) > 0 {
+				fmt.Fprintf(&b, "\nwebhook-shaped / webhook-ce (delivered/s, one request per event each, ratio within each run): median %.2f\n",
+					medianOf(paired, func(r result) float64 { return r.perSecond() / perRun[r.Run].perSecond() }))
+			}
 		}
 	}
 	if len(paced) > 0 {

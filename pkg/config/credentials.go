@@ -68,14 +68,11 @@ func walkFiles(v reflect.Value, path string, out *[]CredentialFile) {
 			}
 			// A map of them by name (webhook credentialFiles).
 			if fv.Kind() == reflect.Map && fv.Type().Key().Kind() == reflect.String && fv.Type().Elem().Kind() == reflect.String && strings.HasSuffix(key, "Files") {
-				names := make([]string, 0, fv.Len())
-				for _, k := range fv.MapKeys() {
-					names = append(names, k.String())
-				}
-				slices.Sort(names)
-				for _, name := range names {
-					if f := fv.MapIndex(reflect.ValueOf(name)).String(); f != "" {
-						*out = append(*out, CredentialFile{Path: JoinKey(path+"."+key, name), File: f})
+				keys := fv.MapKeys()
+				slices.SortFunc(keys, func(a, b reflect.Value) int { return strings.Compare(a.String(), b.String()) })
+				for _, k := range keys {
+					if f := fv.MapIndex(k).String(); f != "" {
+						*out = append(*out, CredentialFile{Path: JoinKey(path+"."+key, k.String()), File: f})
 					}
 				}
 				continue

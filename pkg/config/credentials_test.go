@@ -131,3 +131,24 @@ rules:
 		t.Errorf("with replayEvery: %v", err)
 	}
 }
+
+// A replay slower than the wait it ends is a warning: the alert may fire
+// that much late.
+func TestForLongerReplayWarns(t *testing.T) {
+	_, warns, err := config.Parse("c.yaml", []byte(`apiVersion: kubebridge.io/v1alpha1
+kind: BridgeConfig
+cluster: dev
+sinks:
+  - name: am
+    webhook:
+      url: http://127.0.0.1:9093/api/v2/alerts
+      preset: alertmanager
+      request: {for: 1m}
+    replayEvery: 5m
+rules:
+  - {name: r, resource: v1/pods, sinks: [am]}
+`), components.SinkRegistry())
+	if err != nil || len(warns) != 1 || warns[0].Path != "sinks[0].webhook.request.for" || !strings.Contains(warns[0].Message, "waits 1m0s, but the sink's replay, which ends the wait, comes every 5m0s") {
+		t.Errorf("err %v, warnings %v", err, warns)
+	}
+}

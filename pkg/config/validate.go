@@ -111,11 +111,18 @@ func (c *Config) Validate() error {
 		}
 	}
 	for i, s := range c.Sinks {
-		if w, ok := s.Spec.(replayWaiter); ok && s.ReplayEvery == 0 {
-			if key := w.WaitsForReplay(); key != "" {
-				errs = append(errs, ErrorAt(fmt.Sprintf("sinks[%d].%s.%s", i, s.Type, key),
-					"waits for a timer, which is the sink's replay: set replayEvery (shorter than the wait, e.g. 1m), or the wait ends only at the object's next change"))
-			}
+		w, ok := s.Spec.(replayWaiter)
+		if !ok {
+			continue
+		}
+		key, wait := w.WaitsForReplay()
+		at := fmt.Sprintf("sinks[%d].%s.%s", i, s.Type, key)
+		switch {
+		case key == "":
+		case s.ReplayEvery == 0:
+			errs = append(errs, ErrorAt(at, "waits for a timer, which is the sink's replay: set replayEvery (shorter than the wait, e.g. 1m), or the wait ends only at the object's next change"))
+		case s.ReplayEvery.D() > wait:
+			errs = append(errs, WarningAt(at, "waits %s, but the sink's replay, which ends the wait, comes every %s: it may fire up to %s late", wait, s.ReplayEvery.D(), s.ReplayEvery.D()))
 		}
 	}
 	if kv := c.Checkpoint.NATSKV; kv != nil && kv.Sink != "" {
@@ -152,8 +159,11 @@ func (r *Redaction) Validate() error {
 
 // replayWaiter is implemented by the config of a sink type that can wait
 // for time to pass (a request's for): the sink's replay re-asks it, so it
-// needs replayEvery. WaitsForReplay returns the key that waits, or "".
-type replayWaiter interface{ WaitsForReplay() string }
+// needs replayEvery. WaitsForReplay returns the key that waits and how
+// long, or "".
+type replayWaiter interface {
+	WaitsForReplay() (key string, wait time.Duration)
+}
 
 // kvHolder is implemented by the config of a sink type whose connection can
 // hold the checkpoint's KV bucket (nats).

@@ -133,16 +133,16 @@ func (w *Config) request() *Request {
 	return nil
 }
 
-// WaitsForReplay names the request's for, which the sink's replay ends
-// (config.Validate requires replayEvery with it).
-func (w *Config) WaitsForReplay() string {
+// WaitsForReplay names the request's for and its duration, which the
+// sink's replay ends (config.Validate requires replayEvery with it).
+func (w *Config) WaitsForReplay() (string, time.Duration) {
 	if r := w.request(); r != nil && r.For > 0 {
 		if w.Request != nil && w.Request.For > 0 {
-			return "request.for"
+			return "request.for", r.For.D()
 		}
-		return "preset"
+		return "preset", r.For.D()
 	}
-	return ""
+	return "", 0
 }
 
 // validateRequestCredentials checks what the request (with its preset)
@@ -153,8 +153,8 @@ func (w *Config) validateRequestCredentials() []error {
 	var errs []error
 	names := sortedKeys(w.CredentialFiles)
 	for _, name := range names {
-		if !celIdent.MatchString(name) {
-			errs = append(errs, config.ErrorAt(config.JoinKey("credentialFiles", name), "a credential's name must be a CEL identifier (letters, digits, _), as templates read it as credentials.%s", name))
+		if !celIdent.MatchString(name) || slices.Contains(celReserved, name) {
+			errs = append(errs, config.ErrorAt(config.JoinKey("credentialFiles", name), "a credential's name must be a CEL identifier (letters, digits, _; not a reserved word), as templates read it as credentials.%s", name))
 		}
 	}
 	r := w.request()
@@ -188,7 +188,7 @@ func (w *Config) validateRequestCredentials() []error {
 		}
 	})
 	for _, name := range names {
-		if !read[name] && celIdent.MatchString(name) {
+		if !read[name] && celIdent.MatchString(name) && !slices.Contains(celReserved, name) {
 			errs = append(errs, config.ErrorAt(config.JoinKey("credentialFiles", name), "no template reads credentials.%s", name))
 		}
 	}
@@ -196,6 +196,10 @@ func (w *Config) validateRequestCredentials() []error {
 }
 
 var celIdent = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// celReserved are CEL's reserved words, which cannot follow a ".".
+var celReserved = []string{"as", "break", "const", "continue", "else", "false", "for", "function", "if", "import",
+	"in", "let", "loop", "package", "namespace", "null", "return", "true", "var", "void", "while"}
 
 // Validate checks the batch bounds.
 func (b *Batch) Validate() error {

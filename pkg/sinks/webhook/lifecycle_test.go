@@ -43,7 +43,7 @@ func TestLifecyclePresetsOpenAndCloseAlerts(t *testing.T) {
 		check                    func(*http.Request, []byte) (string, bool, string, error)
 	}{
 		{"pagerduty", "/v2/enqueue", "routingKey", http.StatusAccepted, testenv.PagerDutyEvent},
-		{"opsgenie", "/v2/alerts", "apiKey", http.StatusAccepted, testenv.OpsgenieAlert},
+		{"opsgenie", "/v2", "apiKey", http.StatusAccepted, testenv.OpsgenieAlert},
 	} {
 		t.Run(tc.preset, func(t *testing.T) {
 			want := "key-one"
@@ -172,5 +172,38 @@ func TestTemplateErrorsNeverQuoteACredential(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), "s3cr3t") || !strings.Contains(err.Error(), "<redacted>") || len(got()) != 0 {
 		t.Errorf("%v (%d requests)", err, len(got()))
+	}
+}
+
+// A 400 from PagerDuty that blames the routing key is the config's fault,
+// not the event's: retried (a fixed key file is read again), never
+// dead-lettered; a 400 about the event stays its own permanent refusal. A
+// receiver that echoes the key in its answer does not put it in the error.
+func TestPagerDutyRefusalOfTheKeyIsTheConfigs(t *testing.T) {
+	answer := `{"status":"invalid event","message":"Event object is invalid","errors":["Length of 'routing_key' is incorrect (should be 32 characters)"]}`
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		w.WriteHeader(http.StatusBadRequest)
+		if strings.Contains(string(body), "short-key") {
+			_, _ = io.WriteString(w, answer+` (routing_key "short-key")`)
+			return
+		}
+		_, _ = io.WriteString(w, `{"status":"invalid event","errors":["'payload.summary' is missing"]}`)
+	}))
+	t.Cleanup(srv.Close)
+	keyFile := filepath.Join(t.TempDir(), "key")
+	must(t, os.WriteFile(keyFile, []byte("short-key\n"), 0o600))
+	s := presetSink(t, srv.URL+"/v2/enqueue", "pagerduty", nil, func(c *Config) { c.CredentialFiles = map[string]string{"routingKey": keyFile} })
+	err := s.Send(context.Background(), []*event.Event{pod("prod", "web-1", "Failed", "")})
+	if r, ok := sinks.DestinationReason(err); !ok || r != sinks.ReasonConfig {
+		t.Errorf("a refused key: %v, want a config error (retried, never dead-lettered)", err)
+	}
+	if err == nil || strings.Contains(err.Error(), "short-key") || !strings.Contains(err.Error(), "<redacted>") {
+		t.Errorf("the echoed key is in the error: %v", err)
+	}
+	must(t, os.WriteFile(keyFile, []byte("a-key-of-thirty-two-characters!!\n"), 0o600))
+	s = presetSink(t, srv.URL+"/v2/enqueue", "pagerduty", nil, func(c *Config) { c.CredentialFiles = map[string]string{"routingKey": keyFile} })
+	if err := s.Send(context.Background(), []*event.Event{pod("prod", "web-1", "Failed", "")}); !sinks.IsPermanent(err) {
+		t.Errorf("a refused event: %v, want its permanent refusal", err)
 	}
 }

@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"bytes"
 	"maps"
 	"slices"
 	"strconv"
@@ -68,7 +69,7 @@ var Presets = map[string]Request{
 			               "custom_details": {"rule": event.rule, "cluster": event.cluster, "change": event.change, "subject": event.subject, "uid": object.metadata.uid}}}`,
 	},
 	// Opsgenie Alert API (docs.opsgenie.com/docs/alert-api): url
-	// https://api.opsgenie.com/v2/alerts (api.eu.opsgenie.com in the EU),
+	// https://api.opsgenie.com/v2 (api.eu.opsgenie.com in the EU),
 	// credentialFiles {apiKey: <an API integration key's file>}. An object
 	// that enters the view creates an alert (POST /v2/alerts), one that
 	// leaves closes it (POST /v2/alerts/<alias>/close?identifierType=alias);
@@ -76,7 +77,7 @@ var Presets = map[string]Request{
 	// most 130 characters, description 15,000, source 100, entity 512.
 	"opsgenie": {
 		Method:  "POST",
-		Path:    `type == "deleted" ? ` + truncated(alertKey("."), 512) + ` + "/close" : ""`,
+		Path:    `type == "deleted" ? "alerts/" + ` + truncated(alertKey("."), 512) + ` + "/close" : "alerts"`,
 		Query:   map[string]string{"identifierType": `type == "deleted" ? "alias" : ""`},
 		Headers: map[string]string{"Authorization": `"GenieKey " + credentials.apiKey`},
 		Body: `type == "deleted"
@@ -92,6 +93,15 @@ var Presets = map[string]Request{
 		Body: `{"id": event.id, "type": event.type, "change": event.change, "rule": event.rule, "cluster": event.cluster,
 			"subject": event.subject, "reason": event.reason, "object": dyn(object)}`,
 	},
+}
+
+// presetConfigRefusals tell, per preset, a 400 that blames the sink's
+// config from one that blames the event: PagerDuty answers a wrong routing
+// key with 400 {"status": "invalid event", "errors": ["Length of
+// 'routing_key' is incorrect ..."]} (developer.pagerduty.com, Events API
+// v2 responses); dead-lettering every alert for it would lose them all.
+var presetConfigRefusals = map[string]func(body []byte) bool{
+	"pagerduty": func(body []byte) bool { return bytes.Contains(bytes.ToLower(body), []byte("routing_key")) },
 }
 
 // summary is one line about the change, e.g. "updated Pod prod/web-1 (rule

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -26,7 +27,7 @@ import (
 type Request struct {
 	// Method is the HTTP method: POST, PUT, PATCH or DELETE. Default POST.
 	Method string `yaml:"method"`
-	// Path is a CEL string appended to the url's path; each "/"-separated part is escaped (an empty, "." or ".." part fails the event; an empty string adds nothing). Default: the url's path.
+	// Path is a CEL string appended to the url's path; each "/"-separated part is escaped (an empty, "." or ".." part fails the event). Default: the url's path.
 	Path string `yaml:"path"`
 	// Query maps query parameters to CEL strings, added to the url's query (an empty value leaves the parameter out).
 	Query map[string]string `yaml:"query"`
@@ -233,10 +234,8 @@ func (r *shapedRequest) build(v *config.TemplateVars) (target string, h http.Hea
 		if err != nil {
 			return "", nil, nil, fmt.Errorf("path: %w", err)
 		}
-		if p != "" { // nothing to add (e.g. a create beside a close at <alias>/close)
-			if u.Path, u.RawPath, err = joinPath(u, p); err != nil {
-				return "", nil, nil, fmt.Errorf("path: %w", err)
-			}
+		if u.Path, u.RawPath, err = joinPath(u, p); err != nil {
+			return "", nil, nil, fmt.Errorf("path: %w", err)
 		}
 	}
 	if len(r.query) > 0 {
@@ -307,20 +306,44 @@ func (s *Sink) sendRequest(ctx context.Context, e *event.Event) error {
 	target, h, body, skip, err := s.request.render(e, creds)
 	if err != nil {
 		// A CEL error may quote a value it failed on: never a credential's.
-		return sinks.Permanent(fmt.Errorf("request template for event %s: %s", e.ID, scrub(err.Error(), creds)))
+		return sinks.Permanent(scrubbed(fmt.Errorf("request template for event %s: %w", e.ID, err), creds))
 	}
 	if skip {
 		return nil // handled: when said no request
 	}
-	return s.do(ctx, s.request.method, target, h, body)
+	// A receiver may echo the request in its answer, which the error quotes.
+	return scrubbed(s.do(ctx, s.request.method, target, h, body), creds)
 }
 
-// scrub replaces every credential value in msg by <redacted>.
-func scrub(msg string, creds map[string]string) string {
+// scrubbed is err with every credential value in its message replaced by
+// <redacted> (as written, and as Go quotes it); its class (errors.As)
+// stays err's.
+func scrubbed(err error, creds map[string]string) error {
+	if err == nil || len(creds) == 0 {
+		return err
+	}
+	msg := err.Error()
+	values := make([]string, 0, 2*len(creds))
 	for _, v := range creds {
 		if v != "" {
-			msg = strings.ReplaceAll(msg, v, "<redacted>")
+			values = append(values, v, strings.Trim(strconv.Quote(v), `"`))
 		}
 	}
-	return msg
+	// Longest first: a credential that contains another is replaced whole.
+	slices.SortFunc(values, func(a, b string) int { return len(b) - len(a) })
+	for _, v := range values {
+		msg = strings.ReplaceAll(msg, v, "<redacted>")
+	}
+	if msg == err.Error() {
+		return err
+	}
+	return &scrubbedError{msg: msg, err: err}
 }
+
+type scrubbedError struct {
+	msg string
+	err error
+}
+
+func (e *scrubbedError) Error() string { return e.msg }
+func (e *scrubbedError) Unwrap() error { return e.err }

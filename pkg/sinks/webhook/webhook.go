@@ -73,11 +73,14 @@ type Sink struct {
 	token    *sinks.CredentialFile            // bearerTokenFile, read again when it changes
 	secret   *sinks.CredentialFile            // signingSecretFile, likewise
 	creds    map[string]*sinks.CredentialFile // credentialFiles, by name, likewise
-	tls      *sinks.TLSFiles                  // the tls block's files, likewise
-	logger   *slog.Logger
-	now      func() time.Time
-	maxDelay time.Duration // cap on Retry-After
-	timeout  time.Duration
+	// configRefusal says whether a 400's body blames the sink's config (a
+	// preset's key in the body), not the event: retried, never dead-lettered.
+	configRefusal func(body []byte) bool
+	tls           *sinks.TLSFiles // the tls block's files, likewise
+	logger        *slog.Logger
+	now           func() time.Time
+	maxDelay      time.Duration // cap on Retry-After
+	timeout       time.Duration
 
 	mu     sync.Mutex
 	client *http.Client // replaced when the TLS files change
@@ -109,6 +112,7 @@ func New(c *Config, logger *slog.Logger) (*Sink, error) {
 	}
 	s.logger = logger
 	var err error
+	s.configRefusal = presetConfigRefusals[c.Preset]
 	if r := c.request(); r != nil {
 		if s.request, err = compileRequest(c.URL, r); err != nil {
 			if c.Preset != "" {
@@ -415,6 +419,8 @@ func (s *Sink) classify(resp *http.Response, snippet []byte) error {
 			loc = "Location: " + s.location(l)
 		}
 		return sinks.Destination(sinks.ReasonRedirect, fmt.Errorf("POST %s: %s (%s): redirects are not followed; set the sink's url to the final one", s.shownURL, resp.Status, loc))
+	case code == http.StatusBadRequest && s.configRefusal != nil && s.configRefusal(snippet):
+		return sinks.Destination(sinks.ReasonConfig, err)
 	case code == http.StatusBadRequest, code == http.StatusRequestEntityTooLarge, code == http.StatusUnsupportedMediaType, code == http.StatusUnprocessableEntity:
 		return sinks.Permanent(err)
 	case code == http.StatusUnauthorized:
