@@ -42,7 +42,7 @@ bench: tools ## end to end against a bare informer on the real apiserver: throug
 	$(GO) run ./hack/bench $(BENCH_ARGS)
 
 bench-micro: ## hot-path and pipeline microbenchmarks with allocations
-	$(GO) test -run '^$$' -bench . -benchmem -count 6 ./pkg/queue ./pkg/filters ./pkg/event ./pkg/informer
+	$(GO) test -run '^$$' -bench . -benchmem -count 6 ./internal/queue ./pkg/filters ./pkg/event ./pkg/informer
 
 FUZZTIME ?= 30s
 fuzz: ## run the config fuzzers for FUZZTIME each

@@ -1,6 +1,6 @@
 // Command bridge is the kubebridge CLI: it turns Kubernetes changes into
 // CloudEvents delivered to NATS, webhooks and files. It is a thin layer of
-// flags over pkg/bridge.
+// flags over internal/bridge.
 package main
 
 import (

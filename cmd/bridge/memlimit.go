@@ -26,7 +26,7 @@ const goMemLimitEnv = "GOMEMLIMIT"
 // defaultMemoryLimitRatio leaves 10% of the container's limit to memory the
 // Go runtime does not count in its limit but the container's cgroup does:
 // the mapped pages of the binary; the checkpoint's bbolt mmap
-// (pkg/checkpoint/bolt.go opens it without InitialMmapSize, so the mapping
+// (internal/checkpoint/bolt.go opens it without InitialMmapSize, so the mapping
 // follows the file's size) and the page cache of its writes; exec plugins'
 // processes; and the runtime's own overshoot (the limit is soft: the heap
 // can pass it between two collections, and the GC gives up at 50% of the CPU

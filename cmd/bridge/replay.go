@@ -17,7 +17,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/kubebridge/kubebridge/pkg/bridge"
+	"github.com/kubebridge/kubebridge/internal/bridge"
 	"github.com/kubebridge/kubebridge/pkg/config"
 )
 

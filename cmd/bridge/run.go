@@ -19,8 +19,8 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/rest"
 
+	"github.com/kubebridge/kubebridge/internal/bridge"
 	"github.com/kubebridge/kubebridge/internal/version"
-	"github.com/kubebridge/kubebridge/pkg/bridge"
 	"github.com/kubebridge/kubebridge/pkg/components"
 	"github.com/kubebridge/kubebridge/pkg/config"
 )

@@ -1,6 +1,6 @@
 // Package filters compiles rules into the predicates that decide which
 // objects are in a rule's view and which of its transitions are sent
-// (pkg/view computes the transitions).
+// (internal/view computes the transitions).
 //
 // A rule is a view: the set of objects that currently match its namespaces,
 // namespace selector, label and field selectors, index terms and (when it

@@ -10,7 +10,7 @@
 // Indexers, beside the namespace index every informer has.
 //
 // The handler never blocks: it hands each notification's object key and
-// state to Notify (pkg/view then compares it with what each sink was
+// state to Notify (internal/view then compares it with what each sink was
 // handed, and only enqueues). Deletions missed while a watch was
 // down arrive as tombstones (cache.DeletedFinalStateUnknown) after the
 // relist; a uid replaced while it was down arrives as an update, which the

@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kubebridge/kubebridge/internal/testenv"
+	"github.com/kubebridge/kubebridge/internal/view"
 	"github.com/kubebridge/kubebridge/pkg/components"
 	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
@@ -31,7 +32,6 @@ import (
 	"github.com/kubebridge/kubebridge/pkg/sinks/file"
 	natssink "github.com/kubebridge/kubebridge/pkg/sinks/nats"
 	"github.com/kubebridge/kubebridge/pkg/sinks/webhook"
-	"github.com/kubebridge/kubebridge/pkg/view"
 )
 
 // nullSink acknowledges everything; with encode it first renders each

@@ -12,9 +12,9 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/kubebridge/kubebridge/internal/queue"
 	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
-	"github.com/kubebridge/kubebridge/pkg/queue"
 )
 
 // MaxBatch is the most events handed to one Send when the sink does not

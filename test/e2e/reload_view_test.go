@@ -104,7 +104,7 @@ func rvDelivered(adminURL, sink string) float64 {
 }
 
 // rvKVEntry is one checkpoint record as the bridge writes it
-// (pkg/checkpoint.Entry).
+// (internal/checkpoint.Entry).
 type rvKVEntry struct {
 	UID     string      `json:"uid"`
 	RV      string      `json:"rv"`

@@ -5,7 +5,7 @@
 // sink may hold without having acknowledged them yet (intents: written
 // durably before their first send).
 //
-// On restart (and leader take-over, reload) pkg/view diffs each rule's
+// On restart (and leader take-over, reload) internal/view diffs each rule's
 // current view against it, so changes made while the bridge was down (or
 // events it had queued but not delivered) reach the sink, with kbreplay
 // "checkpoint".

@@ -38,7 +38,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 
-	"github.com/kubebridge/kubebridge/pkg/checkpoint"
+	"github.com/kubebridge/kubebridge/internal/checkpoint"
 	"github.com/kubebridge/kubebridge/pkg/event"
 	"github.com/kubebridge/kubebridge/pkg/filters"
 )

@@ -7,7 +7,7 @@ import (
 
 	natsgo "github.com/nats-io/nats.go"
 
-	"github.com/kubebridge/kubebridge/pkg/checkpoint"
+	"github.com/kubebridge/kubebridge/internal/checkpoint"
 	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/sinks"
 	natssink "github.com/kubebridge/kubebridge/pkg/sinks/nats"

@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/kubebridge/kubebridge/pkg/checkpoint"
+	"github.com/kubebridge/kubebridge/internal/checkpoint"
 	"github.com/kubebridge/kubebridge/pkg/components"
 	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
@@ -110,7 +110,7 @@ func (b *Bridge) gated(cfg *config.Config) []config.Problem {
 }
 
 // Bridge is a running kubebridge: informers feeding rules feeding, per sink,
-// a view (pkg/view) and a delivery (queue + worker + sink).
+// a view (internal/view) and a delivery (queue + worker + sink).
 //
 // Lifecycle: Start checks the config, runs the informers until their caches
 // synced (delivering nothing), then, as the leader or alone, starts the

@@ -8,15 +8,15 @@ import (
 
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/kubebridge/kubebridge/pkg/checkpoint"
+	"github.com/kubebridge/kubebridge/internal/checkpoint"
+	"github.com/kubebridge/kubebridge/internal/view"
 	"github.com/kubebridge/kubebridge/pkg/event"
 	"github.com/kubebridge/kubebridge/pkg/informer"
 	"github.com/kubebridge/kubebridge/pkg/sinks"
-	"github.com/kubebridge/kubebridge/pkg/view"
 )
 
 // What reaches the sinks: each sink's delivery, and the view reconciler
-// (pkg/view) that every trigger goes through: live notifications, the
+// (internal/view) that every trigger goes through: live notifications, the
 // reconciliation at start and after a reload, and /replay.
 
 // startDelivery runs the delivery of sink s (built already) with its

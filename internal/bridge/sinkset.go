@@ -8,9 +8,9 @@ import (
 	"reflect"
 	"time"
 
+	"github.com/kubebridge/kubebridge/internal/view"
 	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/sinks"
-	"github.com/kubebridge/kubebridge/pkg/view"
 )
 
 // sinkSet is the sinks in use, in config order, immutable once published:
