@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/kubebridge/kubebridge/internal/celsandbox"
 )
 
 // Limits that keep a config from asking for something absurd.
@@ -506,7 +508,7 @@ func (r *Rule) Validate() error {
 	if r.Where != "" {
 		if len(r.Where) > maxWhereExprBytes {
 			errs = append(errs, ErrorAt("where", "expression is %d bytes, more than %d", len(r.Where), maxWhereExprBytes))
-		} else if _, cerrs := CompileWhere(r.Where); len(cerrs) > 0 {
+		} else if _, cerrs := celsandbox.CompileWhere(r.Where); len(cerrs) > 0 {
 			for _, e := range cerrs {
 				errs = append(errs, ErrorAt("where", "%v", e))
 			}

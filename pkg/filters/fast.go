@@ -4,6 +4,7 @@ import (
 	"github.com/google/cel-go/interpreter"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/kubebridge/kubebridge/internal/celsandbox"
 	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
 )
@@ -62,21 +63,21 @@ func (t *indexTerm) matches(obj *unstructured.Unstructured) bool {
 type activation struct {
 	object, oldObject map[string]any
 	typ               event.Change
-	budget            config.CELBudget // what this evaluation's guarded calls allocated
+	budget            celsandbox.CELBudget // what this evaluation's guarded calls allocated
 }
 
 func (a *activation) ResolveName(name string) (any, bool) {
 	switch name {
-	case config.CELObject:
+	case celsandbox.CELObject:
 		return a.object, true
-	case config.CELOldObject:
+	case celsandbox.CELOldObject:
 		if a.oldObject == nil {
 			return nil, true
 		}
 		return a.oldObject, true
-	case config.CELType:
+	case celsandbox.CELType:
 		return string(a.typ), true
-	case config.CELBudgetVar:
+	case celsandbox.CELBudgetVar:
 		return &a.budget, true
 	}
 	return nil, false

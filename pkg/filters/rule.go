@@ -37,6 +37,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/kubebridge/kubebridge/internal/celsandbox"
 	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
 )
@@ -159,15 +160,15 @@ func Compile(cfg *config.Config, i int, nsLabels NamespaceLabels, logger *slog.L
 		r.index = append(r.index, t)
 	}
 	if rc.Where != "" {
-		ast, errs := config.CompileWhere(rc.Where)
+		ast, errs := celsandbox.CompileWhere(rc.Where)
 		if len(errs) > 0 {
 			return nil, fmt.Errorf("%s.where: %w", path, errs[0])
 		}
-		env, _ := config.CELEnv()
-		if r.where, err = env.Program(ast, config.CELProgramOptions()...); err != nil {
+		env, _ := celsandbox.CELEnv()
+		if r.where, err = env.Program(ast, celsandbox.CELProgramOptions()...); err != nil {
 			return nil, fmt.Errorf("%s.where: %w", path, err)
 		}
-		r.whereIsView = !references(ast, config.CELOldObject) && !references(ast, config.CELType)
+		r.whereIsView = !references(ast, celsandbox.CELOldObject) && !references(ast, celsandbox.CELType)
 		r.whereReadsBody = readsBody(ast)
 	}
 	for _, p := range rc.Changed {
@@ -214,7 +215,7 @@ func readsBody(a *cel.Ast) bool {
 			return false
 		}
 		n := e.AsIdent()
-		return n == config.CELObject || n == config.CELOldObject
+		return n == celsandbox.CELObject || n == celsandbox.CELOldObject
 	}
 	celast.PostOrderVisit(a.NativeRep().Expr(), celast.NewExprVisitor(func(e celast.Expr) {
 		switch {

@@ -13,7 +13,7 @@ import (
 	"github.com/kubebridge/kubebridge/pkg/event"
 )
 
-// object.metadata is typed (config.CELEnv) but still read from the
+// object.metadata is typed (celsandbox.CELEnv) but still read from the
 // unstructured object as it is: a field the object lacks is not set.
 func TestWhereTypedMetadata(t *testing.T) {
 	web := cm("a", "x", "1", map[string]string{"app": "web"}, nil)
@@ -178,7 +178,7 @@ func TestSecretFiltersSeeTheRedactedSecret(t *testing.T) {
 // value once cost 72,014, ran 30 s and allocated 6 GB), and calls that
 // build in one step. Each fails fast, as an evaluation error, within a few
 // MiB: a call over the per-call bound at once, a comprehension of calls
-// each under it at the evaluation's budget (config.MaxCELAllocBytes).
+// each under it at the evaluation's budget (celsandbox.MaxCELAllocBytes).
 func TestWhereAllocationsAreBoundedWhateverTheCall(t *testing.T) {
 	huge := cm("a", "x", "1", nil, map[string]any{"s": strings.Repeat("a", 1<<20), "m": strings.Repeat("a", 400<<10)})
 	for _, expr := range []string{

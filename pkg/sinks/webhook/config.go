@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/net/http/httpguts"
 
+	"github.com/kubebridge/kubebridge/internal/celsandbox"
 	"github.com/kubebridge/kubebridge/pkg/config"
 )
 
@@ -173,7 +174,7 @@ func (w *Config) validateRequestCredentials() []error {
 	}
 	read := map[string]bool{}
 	r.each(func(field, name, expr, want string) {
-		t, es := config.CompileTemplate(expr, want)
+		t, es := celsandbox.CompileTemplate(expr, want)
 		if es != nil {
 			return // reported by Request.Validate, or a preset's own test
 		}

@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/net/http/httpguts"
 
+	"github.com/kubebridge/kubebridge/internal/celsandbox"
 	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
 	"github.com/kubebridge/kubebridge/pkg/sinks"
@@ -67,7 +68,7 @@ func (r *Request) Validate() error {
 				return
 			}
 		}
-		_, es := config.CompileTemplate(expr, want)
+		_, es := celsandbox.CompileTemplate(expr, want)
 		for _, e := range es {
 			errs = append(errs, config.ErrorAt(templateKey(field, name), "%v", e))
 		}
@@ -77,7 +78,7 @@ func (r *Request) Validate() error {
 
 // each calls f with every expression of r, in a fixed order: its field
 // (path, query, headers, body, when), its name within query or headers,
-// the expression and what it must yield (see config.CompileTemplate).
+// the expression and what it must yield (see celsandbox.CompileTemplate).
 func (r *Request) each(f func(field, name, expr, want string)) {
 	if r.Path != "" {
 		f("path", "", r.Path, "string")
@@ -129,18 +130,18 @@ type shapedRequest struct {
 	method  string
 	wait    time.Duration // for
 	base    *url.URL
-	path    *config.Template
+	path    *celsandbox.Template
 	query   []namedTemplate
 	headers []namedTemplate
-	body    *config.Template
-	when    *config.Template
+	body    *celsandbox.Template
+	when    *celsandbox.Template
 	// credentials are the names the templates read (credentials.<name>).
 	credentials []string
 }
 
 type namedTemplate struct {
 	name string
-	t    *config.Template
+	t    *celsandbox.Template
 }
 
 // maxRequestLine bounds the URL a template builds, and maxHeaderValue each
@@ -163,7 +164,7 @@ func compileRequest(rawURL string, r *Request) (*shapedRequest, error) {
 		if err != nil {
 			return
 		}
-		t, errs := config.CompileTemplate(expr, want)
+		t, errs := celsandbox.CompileTemplate(expr, want)
 		if errs != nil {
 			err = fmt.Errorf("%s: %w", templateKey(field, name), errors.Join(errs...))
 			return
@@ -190,7 +191,7 @@ func compileRequest(rawURL string, r *Request) (*shapedRequest, error) {
 
 // vars are the values e's templates see: its data as the rule includes it
 // (redacted as its data is) and its attributes.
-func vars(e *event.Event, creds map[string]string) (*config.TemplateVars, error) {
+func vars(e *event.Event, creds map[string]string) (*celsandbox.TemplateVars, error) {
 	obj, old, patch, err := e.Payload()
 	if err != nil {
 		return nil, err
@@ -200,7 +201,7 @@ func vars(e *event.Event, creds map[string]string) (*config.TemplateVars, error)
 		"change": string(e.Change), "reason": e.Reason, "replay": e.Replay, "time": e.Time.Format(time.RFC3339Nano),
 		"source": e.Source, "entered": time.Unix(0, e.Entered).UTC().Format(time.RFC3339Nano),
 	}
-	return &config.TemplateVars{Object: obj, OldObject: old, Type: string(e.Change), Event: ev, Patch: patch, Credentials: creds}, nil
+	return &celsandbox.TemplateVars{Object: obj, OldObject: old, Type: string(e.Change), Event: ev, Patch: patch, Credentials: creds}, nil
 }
 
 // render builds e's request: target URL, headers and body; skip when the
@@ -227,7 +228,7 @@ func (r *shapedRequest) render(e *event.Event, creds map[string]string) (target 
 	return target, h, body, false, err
 }
 
-func (r *shapedRequest) build(v *config.TemplateVars) (target string, h http.Header, body []byte, err error) {
+func (r *shapedRequest) build(v *celsandbox.TemplateVars) (target string, h http.Header, body []byte, err error) {
 	u := *r.base
 	if r.path != nil {
 		p, err := r.path.String(v)

@@ -1,4 +1,4 @@
-package config
+package celsandbox
 
 import (
 	"reflect"
