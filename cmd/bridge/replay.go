@@ -50,7 +50,7 @@ and exits (it writes no checkpoint).`,
 				if _, err := applyMemoryLimit(cmd.Flags()); err != nil {
 					return &exitError{exitInvalid, err}
 				}
-				return replayStandalone(cmd, file, kubeconfig, kubeContext, sink, rule, bridge.Options{AllowSecretData: allowSecretData, AllowExecPlugins: allowExecPlugins})
+				return replayStandalone(cmd, file, kubeconfig, kubeContext, sink, rule, bridge.Options{AllowSecretData: allowSecretData, OptIns: optIns(allowExecPlugins)})
 			}
 			q := url.Values{"sink": {sink}}
 			if rule != "" {

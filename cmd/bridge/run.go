@@ -23,6 +23,7 @@ import (
 	"github.com/kubebridge/kubebridge/internal/version"
 	"github.com/kubebridge/kubebridge/pkg/components"
 	"github.com/kubebridge/kubebridge/pkg/config"
+	execsink "github.com/kubebridge/kubebridge/pkg/sinks/exec"
 )
 
 func newRunCommand() *cobra.Command {
@@ -78,7 +79,7 @@ Without --kubeconfig it uses the in-cluster service account.`,
 			defer stop()
 			opts := bridge.Options{Config: cfg, REST: rc, Logger: logger, SyncTimeout: syncTimeout,
 				CheckpointFile: checkpointFile, ResetCheckpoint: resetCheckpoint, CheckpointInterval: checkpointInterval,
-				AllowSecretData: allowSecretData, AllowExecPlugins: allowExecPlugins, Namespace: namespace, CredentialDirs: credDirs,
+				AllowSecretData: allowSecretData, OptIns: optIns(allowExecPlugins), Namespace: namespace, CredentialDirs: credDirs,
 				ResourcePoll: resourcePoll, ReloadDrain: drainTimeout}
 			if leaderElect {
 				if le.RenewDeadline >= le.LeaseDuration || le.RetryPeriod >= le.RenewDeadline {
@@ -315,4 +316,10 @@ func profilingHandler() http.Handler {
 func addCredentialDirsFlag(f *pflag.FlagSet, v *string) {
 	f.StringVar(v, "credential-dirs", strings.Join(config.DefaultCredentialDirs, ","),
 		"comma-separated directories the config's credential files (tokens, signing secrets, NATS creds, TLS keys: every *File key) must be in, symbolic links resolved; the pod's service-account directory is refused whatever this says")
+}
+
+// optIns are the permissions the flags give sink types that need one
+// (--allow-exec-plugins: exec sinks).
+func optIns(allowExecPlugins bool) map[string]bool {
+	return map[string]bool{execsink.OptInName: allowExecPlugins}
 }

@@ -50,11 +50,13 @@ type Options struct {
 	// Namespace is the namespace the bridge runs in: where /replay
 	// permissions are checked. Default "default".
 	Namespace string
-	// AllowExecPlugins lets exec sinks run: they start programs the config
-	// names, as the bridge's user and with its service account, so whoever
-	// may edit the config may run code. A setting outside the config file
-	// (bridge run --allow-exec-plugins, a chart value). Default false.
-	AllowExecPlugins bool
+	// OptIns are the permissions the operator gave sink types that need
+	// one (sinks.Factory.OptIn), by name: exec sinks start programs the
+	// config names, as the bridge's user and with its service account, so
+	// whoever may edit the config may run code. A setting outside the
+	// config file (bridge run --allow-exec-plugins, a chart value).
+	// Default: none.
+	OptIns map[string]bool
 	// CredentialDirs are the directories credential files the config names
 	// (every *File key: tokens, secrets, creds, TLS) must lie in, symbolic
 	// links resolved (bridge run --credential-dirs, default /etc/kubebridge;
@@ -91,7 +93,7 @@ func (e *ConfigError) Error() string {
 }
 
 // gated lists what cfg asks for that only a setting outside the config
-// may allow: exec sinks without AllowExecPlugins, credential files outside
+// may allow: sinks whose type needs an opt-in not given, credential files outside
 // CredentialDirs.
 func (b *Bridge) gated(cfg *config.Config) []config.Problem {
 	dirs := b.opts.CredentialDirs
@@ -100,10 +102,9 @@ func (b *Bridge) gated(cfg *config.Config) []config.Problem {
 	}
 	out := config.ConfineCredentials(cfg, dirs, true)
 	for i, s := range cfg.Sinks {
-		if s.Type == "exec" && !b.opts.AllowExecPlugins {
-			path := fmt.Sprintf("sinks[%d].exec", i)
-			out = append(out, config.Problem{Path: path, Line: cfg.LineOf(path),
-				Message: "exec plugins run programs named in the config, as the bridge: start the bridge with --allow-exec-plugins (chart value allowExecPlugins: true) to allow them"})
+		if o := b.opts.Sinks.OptIn(s.Type); o != nil && !b.opts.OptIns[o.Name] {
+			path := fmt.Sprintf("sinks[%d].%s", i, s.Type)
+			out = append(out, config.Problem{Path: path, Line: cfg.LineOf(path), Message: o.Why})
 		}
 	}
 	return out

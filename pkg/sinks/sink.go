@@ -65,6 +65,19 @@ type Factory struct {
 	NewConfig func() any
 	// Create builds a sink; s.Config.Spec is the decoded NewConfig value.
 	Create func(ctx context.Context, s Settings) (Sink, error)
+	// OptIn, when set, is what the operator must allow outside the config
+	// before a sink of this type may run (a type that runs programs the
+	// config names, say); the host refuses the config otherwise.
+	OptIn *OptIn
+}
+
+// OptIn is a permission a sink type needs from the operator.
+type OptIn struct {
+	// Name is what the host is told to allow, e.g. "exec-plugins".
+	Name string
+	// Why is the message of a config refused for want of it: what the type
+	// does, and how to allow it.
+	Why string
 }
 
 // Registry maps sink types to factories. Build one with NewRegistry; the
@@ -108,6 +121,9 @@ func (r *Registry) NewSinkConfig(typ string) (any, bool) {
 
 // SinkTypeNames lists the registered types (config.SinkTypes).
 func (r *Registry) SinkTypeNames() []string { return r.Types() }
+
+// OptIn returns the permission sinks of type typ need, nil for none.
+func (r *Registry) OptIn(typ string) *OptIn { return r.factories[typ].OptIn }
 
 // Create builds the sink s.Config configures.
 func (r *Registry) Create(ctx context.Context, s Settings) (Sink, error) {

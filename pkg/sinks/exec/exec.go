@@ -66,7 +66,13 @@ var Factory = sinks.Factory{
 	Type:      "exec",
 	NewConfig: func() any { c := &Config{}; c.SetDefaults(); return c },
 	Create:    create,
+	OptIn: &sinks.OptIn{Name: OptInName,
+		Why: "exec plugins run programs named in the config, as the bridge: start the bridge with --allow-exec-plugins (chart value allowExecPlugins: true) to allow them"},
 }
+
+// OptInName is the permission exec sinks need (bridge run
+// --allow-exec-plugins).
+const OptInName = "exec-plugins"
 
 func create(_ context.Context, s sinks.Settings) (sinks.Sink, error) {
 	c, ok := s.Config.Spec.(*Config)
