@@ -32,22 +32,12 @@ func TestAlertsResolveThemselves(t *testing.T) {
 	ctx := context.Background()
 	const ns = "alerts"
 	testenv.EnsureNamespace(t, cp, ns)
-	root, err := testenv.RepoRoot()
-	must(t, err)
-	example, err := os.ReadFile(filepath.Join(root, "config", "failed-pods-to-alertmanager.yaml"))
-	must(t, err)
-	cfg := string(example)
-	for old, repl := range map[string]string{
+	cfg := example(t, "failed-pods-to-alertmanager.yaml", map[string]string{
 		"http://127.0.0.1:9093": am.URL,
 		`duration("5m")`:        `duration("4s")`,
 		"replayEvery: 1m":       "replayEvery: 1s",
 		"resource: v1/pods":     "resource: v1/pods\n    namespaces: [" + ns + "]",
-	} {
-		if !strings.Contains(cfg, old) {
-			t.Fatalf("the example no longer has %q", old)
-		}
-		cfg = strings.Replace(cfg, old, repl, 1)
-	}
+	})
 	state := filepath.Join(t.TempDir(), "state.db")
 	b := startBridgeArgs(t, cp, cfg, "--checkpoint-file", state)
 
@@ -118,18 +108,14 @@ func TestAlertFiresOnlyAfterFor(t *testing.T) {
 	ctx := context.Background()
 	const ns = "alerts-for"
 	testenv.EnsureNamespace(t, cp, ns)
-	root, err := testenv.RepoRoot()
-	must(t, err)
-	example, err := os.ReadFile(filepath.Join(root, "config", "failed-pods-to-alertmanager.yaml"))
-	must(t, err)
-	cfg := strings.NewReplacer(
-		"http://127.0.0.1:9093", am.URL,
-		"replayEvery: 1m", "replayEvery: 1s",
-		"resource: v1/pods", "resource: v1/pods\n    namespaces: ["+ns+"]",
-		"      request:\n", "      request:\n        for: 4s\n",
-	).Replace(string(example))
+	cfg := example(t, "failed-pods-to-alertmanager.yaml", map[string]string{
+		"http://127.0.0.1:9093": am.URL,
+		"replayEvery: 1m":       "replayEvery: 1s",
+		"resource: v1/pods":     "resource: v1/pods\n    namespaces: [" + ns + "]",
+		"      request:\n":      "      request:\n        for: 4s\n",
+	})
 	b := startBridgeArgs(t, cp, cfg)
-	_, err = cs.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "slow"},
+	_, err := cs.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "slow"},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}, metav1.CreateOptions{})
 	must(t, err)
 	p, err := cs.CoreV1().Pods(ns).Get(ctx, "slow", metav1.GetOptions{})
@@ -172,27 +158,17 @@ func TestPagerDutyExample(t *testing.T) {
 	ctx := context.Background()
 	const ns = "pagerduty"
 	testenv.EnsureNamespace(t, cp, ns)
-	root, err := testenv.RepoRoot()
-	must(t, err)
-	example, err := os.ReadFile(filepath.Join(root, "config", "deployment-unavailable-to-pagerduty.yaml"))
-	must(t, err)
 	dir := t.TempDir()
 	keyFile := filepath.Join(dir, "routing-key")
 	must(t, os.WriteFile(keyFile, []byte("R0UTING-KEY-e2e\n"), 0o600))
-	cfg := string(example)
-	for old, repl := range map[string]string{
+	cfg := example(t, "deployment-unavailable-to-pagerduty.yaml", map[string]string{
 		"https://events.pagerduty.com":             srv.URL,
 		"/etc/kubebridge/pagerduty/routing-key":    keyFile,
 		"/var/lib/kubebridge/dead/pagerduty.jsonl": filepath.Join(dir, "dead.jsonl"),
 		"for: 10m":                      "for: 4s",
 		"replayEvery: 1m":               "replayEvery: 1s",
 		"resource: apps/v1/deployments": "resource: apps/v1/deployments\n    namespaces: [" + ns + "]",
-	} {
-		if !strings.Contains(cfg, old) {
-			t.Fatalf("the example no longer has %q", old)
-		}
-		cfg = strings.Replace(cfg, old, repl, 1)
-	}
+	})
 	b := startBridgeArgs(t, cp, cfg)
 	deploy := func(name string) *appsv1.Deployment {
 		labels := map[string]string{"app": name}
@@ -247,4 +223,23 @@ func TestPagerDutyExample(t *testing.T) {
 	unavailable("api", 0)
 	testenv.Eventually(t, 15*time.Second, "api's incident resolved", func() bool { return !isOpen(api.UID) })
 	b.stop(t)
+}
+
+// example is the shipped config/<name> with each key of replace replaced
+// once by its value (a URL, a shorter period): the test fails when the
+// example no longer has one, so the tests follow the examples.
+func example(t *testing.T, name string, replace map[string]string) string {
+	t.Helper()
+	root, err := testenv.RepoRoot()
+	must(t, err)
+	data, err := os.ReadFile(filepath.Join(root, "config", name))
+	must(t, err)
+	cfg := string(data)
+	for old, repl := range replace {
+		if !strings.Contains(cfg, old) {
+			t.Fatalf("config/%s no longer has %q", name, old)
+		}
+		cfg = strings.Replace(cfg, old, repl, 1)
+	}
+	return cfg
 }
