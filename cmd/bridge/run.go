@@ -28,14 +28,14 @@ import (
 
 func newRunCommand() *cobra.Command {
 	var (
-		file, kubeconfig, kubeContext, logFormat, logLevel  string
-		checkpointFile, adminAddr, profilingAddr, namespace string
-		credentialDirs                                      string
-		resetCheckpoint, leaderElect, reload, profiling     bool
-		allowSecretData, allowExecPlugins                   bool
-		le                                                  bridge.LeaderElection
-		drainTimeout, syncTimeout, checkpointInterval       time.Duration
-		resourcePoll                                        time.Duration
+		file, kubeconfig, kubeContext, logFormat, logLevel                 string
+		checkpointFile, adminAddr, adminAddrFile, profilingAddr, namespace string
+		credentialDirs                                                     string
+		resetCheckpoint, leaderElect, reload, profiling                    bool
+		allowSecretData, allowExecPlugins                                  bool
+		le                                                                 bridge.LeaderElection
+		drainTimeout, syncTimeout, checkpointInterval                      time.Duration
+		resourcePoll                                                       time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "run --config FILE [--kubeconfig FILE]",
@@ -97,6 +97,11 @@ Without --kubeconfig it uses the in-cluster service account.`,
 				}
 				defer serve(ln, b.AdminHandler())()
 				logger.Info("admin endpoints listening", "addr", ln.Addr().String(), "paths", "/healthz /readyz /metrics /replay")
+				if adminAddrFile != "" {
+					if err := writeFileAtomic(adminAddrFile, []byte(ln.Addr().String()+"\n")); err != nil {
+						return &exitError{exitFailure, fmt.Errorf("--admin-addr-file: %w", err)}
+					}
+				}
 			}
 			if profiling {
 				ln, err := listenLoopback(profilingAddr)
@@ -168,6 +173,7 @@ Without --kubeconfig it uses the in-cluster service account.`,
 	f.DurationVar(&resourcePoll, "resource-poll", 10*time.Second, "how often to ask the cluster whether each rule's resource is served (a rule whose CRD is absent waits for it; one whose CRD is deleted delivers its objects' deletions)")
 	f.DurationVar(&checkpointInterval, "checkpoint-interval", time.Second, "how often acknowledged events are written to the checkpoint (the most a crash redelivers)")
 	f.StringVar(&adminAddr, "admin-addr", ":8080", "address of /healthz, /readyz, /metrics and /replay (empty: none)")
+	f.StringVar(&adminAddrFile, "admin-addr-file", "", "write the admin endpoints' address (host:port) to this file once they listen: for scripts and tests that pass --admin-addr with port 0")
 	f.StringVar(&namespace, "namespace", envOr("POD_NAMESPACE", "default"), "the namespace the bridge runs in: callers of /replay need create on replays.kubebridge.io there")
 	f.BoolVar(&profiling, "profiling", false, "serve Go's pprof profiles under /debug/pprof/ on --profiling-addr")
 	f.StringVar(&profilingAddr, "profiling-addr", "127.0.0.1:6060", "loopback address of the pprof profiles (a profile shows internals and costs CPU: never beyond the pod; use kubectl port-forward)")
@@ -322,4 +328,14 @@ func addCredentialDirsFlag(f *pflag.FlagSet, v *string) {
 // (--allow-exec-plugins: exec sinks).
 func optIns(allowExecPlugins bool) map[string]bool {
 	return map[string]bool{execsink.OptInName: allowExecPlugins}
+}
+
+// writeFileAtomic writes data to path through a temporary file and a
+// rename, so that a reader sees the old content or the new, never part.
+func writeFileAtomic(path string, data []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
 }

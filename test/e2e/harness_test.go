@@ -60,7 +60,7 @@ func startBridgeArgs(t *testing.T, cp *testenv.ControlPlane, config string, extr
 		t.Fatal(err)
 	}
 	b.cmd = exec.Command(bridgeBin, append([]string{"run", "--config", cfgPath, "--kubeconfig", kc, "--log-format", "text", "--log-level", "debug",
-		"--checkpoint-file", filepath.Join(dir, "state.db"), "--admin-addr", "127.0.0.1:0",
+		"--checkpoint-file", filepath.Join(dir, "state.db"), "--admin-addr", "127.0.0.1:0", "--admin-addr-file", adminAddrFile(b.logPath),
 		"--credential-dirs", os.TempDir()}, extra...)...) // the tests' secrets are in their temp dirs
 	b.cmd.Stdout, b.cmd.Stderr = logFile, logFile
 	b.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -214,17 +214,28 @@ func has(evs []ce, rule, subject string, changes ...string) bool {
 	return true
 }
 
-// adminURL reads the admin endpoint's address from the bridge's log.
+// adminURL is the bridge's admin endpoint.
 func (b *bridgeProc) adminURL(t *testing.T) string {
 	t.Helper()
-	const marker = `msg="admin endpoints listening" addr=`
-	log := b.log()
-	i := strings.Index(log, marker)
-	if i < 0 {
-		t.Fatalf("no admin address in the log:\n%s", log)
+	u, err := adminURLOf(b.logPath)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, b.log())
 	}
-	addr := log[i+len(marker):]
-	return "http://" + addr[:strings.IndexAny(addr, " \n")]
+	return u
+}
+
+// adminAddrFile is where a bridge logging to logPath writes its admin
+// address (bridge run --admin-addr-file); each start rewrites it.
+func adminAddrFile(logPath string) string { return logPath + ".admin" }
+
+// adminURLOf is the admin endpoint of the bridge logging to logPath, as it
+// wrote it (the latest start's).
+func adminURLOf(logPath string) (string, error) {
+	data, err := os.ReadFile(adminAddrFile(logPath))
+	if err != nil {
+		return "", fmt.Errorf("no admin address: %w", err)
+	}
+	return "http://" + strings.TrimSpace(string(data)), nil
 }
 
 // fileConfig is a config whose one sink, "out", appends to path, with rules.

@@ -990,18 +990,14 @@ type modelEvent struct {
 	ns, name string
 }
 
-var adminAddrRE = regexp.MustCompile(`msg="admin endpoints listening" addr=(\S+)`)
-
 // pending is the sum of the sinks' queue depths from /metrics, or -1.
 func (m *modelRun) pending() int {
-	log := mustRead(m.t, m.logPath)
-	last := log[strings.LastIndex(log, "===== start"):]
-	sm := adminAddrRE.FindStringSubmatch(last)
-	if sm == nil {
+	admin, err := adminURLOf(m.logPath)
+	if err != nil {
 		return -1
 	}
 	client := &http.Client{Timeout: 2 * time.Second}
-	resp, err := client.Get("http://" + sm[1] + "/metrics")
+	resp, err := client.Get(admin + "/metrics")
 	if err != nil {
 		return -1
 	}

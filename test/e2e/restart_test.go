@@ -40,7 +40,7 @@ func runBridge(t *testing.T, cp *testenv.ControlPlane, cfgPath, checkpointPath, 
 	must(t, err)
 	defer logFile.Close()
 	fmt.Fprintf(logFile, "\n===== start %s\n", time.Now().Format(time.RFC3339Nano))
-	args := []string{"run", "--config", cfgPath, "--kubeconfig", kc, "--log-format", "text", "--admin-addr", "127.0.0.1:0",
+	args := []string{"run", "--config", cfgPath, "--kubeconfig", kc, "--log-format", "text", "--admin-addr", "127.0.0.1:0", "--admin-addr-file", adminAddrFile(logPath),
 		"--credential-dirs", os.TempDir(), "--resource-poll", "300ms"} // the tests' secrets are in their temp dirs
 	if checkpointPath != "" {
 		args = append(args, "--checkpoint-file", checkpointPath)

@@ -243,15 +243,11 @@ func (b *viewBridge) stop(sig syscall.Signal) {
 // adminURL is the admin endpoint of the current run (the last start in the log).
 func (b *viewBridge) adminURL() string {
 	b.t.Helper()
-	log := mustRead(b.t, b.logPath)
-	log = log[strings.LastIndex(log, "===== start"):]
-	const marker = `msg="admin endpoints listening" addr=`
-	i := strings.Index(log, marker)
-	if i < 0 {
-		b.t.Fatalf("no admin address in the log:\n%s", log)
+	u, err := adminURLOf(b.logPath)
+	if err != nil {
+		b.t.Fatal(err)
 	}
-	addr := log[i+len(marker):]
-	return "http://" + addr[:strings.IndexAny(addr, " \n")]
+	return u
 }
 
 func viewTail(s string, n int) string {
