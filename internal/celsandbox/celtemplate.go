@@ -76,24 +76,6 @@ func CompileTemplate(expr, want string) (*Template, []error) {
 	return nil, []error{fmt.Errorf("a template yields string, bool or json, not %q", want)}
 }
 
-// CompileStringTemplate compiles an expression that yields a string (a
-// header, a path, a query value).
-func CompileStringTemplate(expr string) (*Template, []error) {
-	return compileTemplate(expr, "string")
-}
-
-// CompileBoolTemplate compiles an expression that yields a bool (whether
-// to send).
-func CompileBoolTemplate(expr string) (*Template, []error) {
-	return compileTemplate(expr, "bool")
-}
-
-// CompileJSONTemplate compiles an expression that yields a JSON value
-// (map, list, string, number, bool, null): a request body.
-func CompileJSONTemplate(expr string) (*Template, []error) {
-	return compileTemplate(expr, "json")
-}
-
 func compileTemplate(expr, want string) (*Template, []error) {
 	env, err := CELTemplateEnv()
 	if err != nil {

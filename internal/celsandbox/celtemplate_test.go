@@ -20,14 +20,14 @@ func templateVars() *TemplateVars {
 // A body is JSON by construction: whatever an object's strings hold
 // (quotes, tags, line separators), it stays one string value.
 func TestJSONTemplate(t *testing.T) {
-	tmpl, errs := CompileJSONTemplate(`{
+	tmpl, errs := CompileTemplate(`{
 		"text": "Pod " + object.metadata.namespace + "/" + object.metadata.name + " is " + dyn(object).status.phase,
 		"detail": dyn(object).status.message,
 		"labels": object.metadata.labels,
 		"cluster": event.cluster,
 		"changed": patch.map(p, p.path),
 		"n": 3, "ok": true, "none": null
-	}`)
+	}`, "json")
 	if errs != nil {
 		t.Fatal(errs)
 	}
@@ -65,9 +65,9 @@ func TestTemplateLoadErrors(t *testing.T) {
 	} {
 		var errs []error
 		if tc.json != "" {
-			_, errs = CompileJSONTemplate(tc.expr)
+			_, errs = CompileTemplate(tc.expr, "json")
 		} else {
-			_, errs = CompileStringTemplate(tc.expr)
+			_, errs = CompileTemplate(tc.expr, "string")
 		}
 		switch {
 		case tc.want == "" && errs != nil:
@@ -86,7 +86,7 @@ func TestTemplateBounds(t *testing.T) {
 		`{"x": dyn(object).data.s + dyn(object).data.s}`,
 		`lists.range(3000).map(i, dyn(object).data.s)`,
 	} {
-		tmpl, errs := CompileJSONTemplate(expr)
+		tmpl, errs := CompileTemplate(expr, "json")
 		if errs != nil {
 			t.Fatal(errs)
 		}
@@ -94,7 +94,7 @@ func TestTemplateBounds(t *testing.T) {
 			t.Errorf("%s: no error", expr)
 		}
 	}
-	s, errs := CompileStringTemplate(`dyn(object).data.s + 'x'`)
+	s, errs := CompileTemplate(`dyn(object).data.s + 'x'`, "string")
 	if errs != nil {
 		t.Fatal(errs)
 	}
@@ -106,7 +106,7 @@ func TestTemplateBounds(t *testing.T) {
 // Whatever an object's string holds, the body is valid JSON holding it as
 // the same value, and nothing panics.
 func FuzzJSONTemplateHoldsAnyString(f *testing.F) {
-	tmpl, errs := CompileJSONTemplate(`{"v": dyn(object).data.v, "l": [dyn(object).data.v], "k": {dyn(object).data.v: 1}}`)
+	tmpl, errs := CompileTemplate(`{"v": dyn(object).data.v, "l": [dyn(object).data.v], "k": {dyn(object).data.v: 1}}`, "json")
 	if errs != nil {
 		f.Fatal(errs)
 	}

@@ -135,8 +135,6 @@ type shapedRequest struct {
 	headers []namedTemplate
 	body    *celsandbox.Template
 	when    *celsandbox.Template
-	// credentials are the names the templates read (credentials.<name>).
-	credentials []string
 }
 
 type namedTemplate struct {
@@ -169,7 +167,6 @@ func compileRequest(rawURL string, r *Request) (*shapedRequest, error) {
 			err = fmt.Errorf("%s: %w", templateKey(field, name), errors.Join(errs...))
 			return
 		}
-		out.credentials = append(out.credentials, t.Credentials()...)
 		switch field {
 		case "path":
 			out.path = t
