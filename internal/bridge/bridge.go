@@ -22,7 +22,6 @@ import (
 	"github.com/kubebridge/kubebridge/pkg/filters"
 	"github.com/kubebridge/kubebridge/pkg/informer"
 	"github.com/kubebridge/kubebridge/pkg/sinks"
-	natssink "github.com/kubebridge/kubebridge/pkg/sinks/nats"
 )
 
 // Options configure a Bridge.
@@ -133,15 +132,12 @@ type Bridge struct {
 	// does not deliver (a follower, or before the views are loaded).
 	active atomic.Pointer[sinkSet]
 
-	// Delivering (lead, deliver.go) and what the bridge owns for it
-	// (shared.go): the checkpoint, shared connections, their closers.
+	// Delivering (lead, deliver.go) and what the bridge owns for it: the
+	// checkpoint, what sinks share (host.go).
+	host           *host
 	store          checkpoint.Store
+	closeStore     func() error
 	recorder       atomic.Pointer[checkpoint.Recorder]
-	conns          map[string]*natssink.Sink // NATS connections the bridge owns, by connection settings
-	embeddedMu     sync.Mutex
-	embedded       map[string]*natssink.Embedded // embedded nats-servers, by their settings
-	embeddedOrder  []*natssink.Embedded
-	closers        []func(context.Context) error
 	deliveryCtx    context.Context
 	cancelDelivery context.CancelFunc
 	// leadMu serializes starting to deliver (lead, on the elector's
@@ -187,7 +183,7 @@ func New(opts Options) *Bridge {
 	if opts.Namespace == "" {
 		opts.Namespace = "default"
 	}
-	b := &Bridge{opts: opts, logger: opts.Logger, fatal: make(chan error, 1), conns: map[string]*natssink.Sink{}, embedded: map[string]*natssink.Embedded{}}
+	b := &Bridge{opts: opts, logger: opts.Logger, fatal: make(chan error, 1), host: newHost(opts.Logger)}
 	b.leadStop, b.stopLead = context.WithCancel(context.Background())
 	b.replays.limit = rate.NewLimiter(rate.Every(10*time.Second), 3)
 	b.replays.reviews = rate.NewLimiter(10, 20)
@@ -347,7 +343,7 @@ func (b *Bridge) lead(ctx context.Context) error {
 func (b *Bridge) startDelivering(ctx context.Context) error {
 	cfg := b.opts.Config
 	b.deliveryCtx, b.cancelDelivery = context.WithCancel(context.Background())
-	cfgs, err := b.sinkConfigs(cfg.Sinks)
+	cfgs, err := b.host.sinkConfigs(cfg.Sinks)
 	if err != nil {
 		return err
 	}
@@ -358,7 +354,7 @@ func (b *Bridge) startDelivering(ctx context.Context) error {
 	b.mu.Lock()
 	b.set = set // closed by Shutdown from here on
 	b.mu.Unlock()
-	if err := b.openCheckpoint(ctx, set); err != nil {
+	if err := b.openCheckpoint(ctx); err != nil {
 		return err
 	}
 	recorder := checkpoint.NewRecorder(b.store, b.opts.CheckpointInterval, b.logger)
@@ -495,11 +491,11 @@ func (b *Bridge) closeAll(ctx context.Context) error {
 			errs = append(errs, s.close(ctx))
 		}
 	}
-	for _, c := range b.closers {
-		errs = append(errs, c(ctx))
+	if b.closeStore != nil {
+		errs = append(errs, b.closeStore())
+		b.closeStore = nil
 	}
-	b.closers = nil
-	b.closeEmbedded()
+	errs = append(errs, b.host.close(ctx))
 	return errors.Join(errs...)
 }
 

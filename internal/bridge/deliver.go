@@ -23,9 +23,12 @@ import (
 // dead-letter, checkpoint hooks (none without a recorder: a standalone
 // replay), latency metric and leader fence.
 func (b *Bridge) startDelivery(ctx context.Context, s *sinkRun, recorder *checkpoint.Recorder) error {
-	dl, err := b.deadLetter(ctx, s)
+	dl, closeDL, err := b.host.deadLetter(ctx, b.opts.Config, s.cfg.DeadLetter)
 	if err != nil {
 		return fmt.Errorf("sink %q: deadLetter: %w", s.cfg.Name, err)
+	}
+	if closeDL != nil {
+		s.closers = append(s.closers, closeDL)
 	}
 	d := sinks.NewDelivery(s.cfg, s.sink, dl, b.logger)
 	name := s.cfg.Name
@@ -54,6 +57,29 @@ func (b *Bridge) startDelivery(ctx context.Context, s *sinkRun, recorder *checkp
 		defer b.wg.Done()
 		d.Run(dctx)
 	}()
+	return nil
+}
+
+// openCheckpoint opens the checkpoint store the config names: the host's
+// KV store (its connection outlives a reload of the sink it names), or a
+// bbolt file.
+func (b *Bridge) openCheckpoint(ctx context.Context) error {
+	if b.opts.CheckpointFile == "" {
+		store, ok, err := b.host.checkpointStore(ctx, b.opts.Config)
+		if ok {
+			b.store = store
+			return err
+		}
+	}
+	path := b.opts.Config.Checkpoint.File
+	if b.opts.CheckpointFile != "" {
+		path = b.opts.CheckpointFile
+	}
+	store, err := checkpoint.OpenBolt(path, b.opts.ResetCheckpoint)
+	if err != nil {
+		return err
+	}
+	b.store, b.closeStore = store, store.Close
 	return nil
 }
 

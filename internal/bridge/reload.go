@@ -64,7 +64,7 @@ func (b *Bridge) Reload(ctx context.Context, cfg *config.Config) error {
 	// Build the new sinks before anything changes: a sink that cannot be
 	// built leaves the running config as it is.
 	prev := b.currentSet()
-	cfgs, err := b.sinkConfigs(cfg.Sinks)
+	cfgs, err := b.host.sinkConfigs(cfg.Sinks)
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/kubebridge/kubebridge/internal/testenv"
+	"github.com/kubebridge/kubebridge/pkg/components"
 	"github.com/kubebridge/kubebridge/pkg/config"
 	natssink "github.com/kubebridge/kubebridge/pkg/sinks/nats"
 )
@@ -28,16 +29,16 @@ func TestNATSConnectionsAreSharedByConnectionSettings(t *testing.T) {
 		natsSinkCfg("c", other.ClientURL(), "a.{name}"),
 		{Name: "w", Type: "webhook"},
 	}}
-	b := New(Options{Config: cfg, Logger: discard})
-	ca, err := b.natsConn(ctx, "a")
+	h := newHost(discard)
+	ca, err := h.natsConn(ctx, cfg, "a")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cb, err := b.natsConn(ctx, "b")
+	cb, err := h.natsConn(ctx, cfg, "b")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cc, err := b.natsConn(ctx, "c")
+	cc, err := h.natsConn(ctx, cfg, "c")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,13 +48,13 @@ func TestNATSConnectionsAreSharedByConnectionSettings(t *testing.T) {
 	if ca == cc {
 		t.Error("sink c connects elsewhere but shares a's connection")
 	}
-	if _, err := b.natsConn(ctx, "w"); err == nil || err.Error() != `sink "w" is not a nats sink` {
+	if _, err := h.natsConn(ctx, cfg, "w"); err == nil || err.Error() != `sink "w" is not a nats sink` {
 		t.Errorf("webhook sink: err = %v", err)
 	}
-	if _, err := b.natsConn(ctx, "nope"); err == nil {
+	if _, err := h.natsConn(ctx, cfg, "nope"); err == nil {
 		t.Error("unknown sink: no error")
 	}
-	if err := b.closeAll(ctx); err != nil {
+	if err := h.close(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if !ca.IsClosed() || !cc.IsClosed() {
@@ -75,16 +76,17 @@ func TestEmbeddedServerIsTheBridges(t *testing.T) {
 	addr := l.Addr().String()
 	l.Close()
 	sc := config.Sink{Name: "bus", Type: "nats", Spec: &natssink.Config{Embedded: true, URL: "nats://" + addr, Subject: natssink.DefaultSubject, JetStream: true}}
-	b := New(Options{Config: &config.Config{Sinks: []config.Sink{sc}}, Logger: discard})
-	cfgs, err := b.sinkConfigs(b.opts.Config.Sinks)
+	cfg := &config.Config{Sinks: []config.Sink{sc}}
+	h := newHost(discard)
+	cfgs, err := h.sinkConfigs(cfg.Sinks)
 	if err != nil {
 		t.Fatal(err)
 	}
-	set, _, err := buildSinkSet(ctx, b.opts.Sinks, cfgs, nil, discard)
+	set, _, err := buildSinkSet(ctx, components.SinkRegistry(), cfgs, nil, discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc, err := b.natsConn(ctx, "bus")
+	nc, err := h.natsConn(ctx, cfg, "bus")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,14 +104,14 @@ func TestEmbeddedServerIsTheBridges(t *testing.T) {
 		t.Errorf("the bridge's connection does not work after the sink closed: %v", err)
 	}
 	// Built again (a reload): the same server.
-	again, err := b.sinkConfigs(b.opts.Config.Sinks)
+	again, err := h.sinkConfigs(cfg.Sinks)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if again[0].Spec.(*natssink.Config).URL != cfgs[0].Spec.(*natssink.Config).URL {
 		t.Error("a second server was started for the same settings")
 	}
-	if err := b.closeAll(ctx); err != nil {
+	if err := h.close(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if !nc.IsClosed() {
