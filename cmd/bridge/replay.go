@@ -17,6 +17,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	adminapi "github.com/kubebridge/kubebridge/internal/admin"
 	"github.com/kubebridge/kubebridge/internal/bridge"
 	"github.com/kubebridge/kubebridge/pkg/config"
 )
@@ -83,7 +84,7 @@ and exits (it writes no checkpoint).`,
 			out := cmd.OutOrStdout()
 			sc := bufio.NewScanner(resp.Body)
 			for sc.Scan() {
-				var p bridge.ReplayProgress
+				var p adminapi.ReplayProgress
 				if err := json.Unmarshal(sc.Bytes(), &p); err != nil {
 					return &exitError{exitFailure, fmt.Errorf("unexpected answer %q", sc.Text())}
 				}

@@ -9,16 +9,14 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/time/rate"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/kubebridge/kubebridge/internal/checkpoint"
+	"github.com/kubebridge/kubebridge/internal/admin"
 	"github.com/kubebridge/kubebridge/pkg/components"
 	"github.com/kubebridge/kubebridge/pkg/config"
-	"github.com/kubebridge/kubebridge/pkg/event"
 	"github.com/kubebridge/kubebridge/pkg/filters"
 	"github.com/kubebridge/kubebridge/pkg/informer"
 	"github.com/kubebridge/kubebridge/pkg/sinks"
@@ -110,57 +108,51 @@ func (b *Bridge) gated(cfg *config.Config) []config.Problem {
 }
 
 // Bridge is a running kubebridge: informers feeding rules feeding, per sink,
-// a view (internal/view) and a delivery (queue + worker + sink).
+// a view (internal/view) and a delivery. It is three parts and what
+// joins them: watching (the rules and their informers, which a reload
+// replaces), delivering (a deliverer: the sinks, their views and
+// deliveries, the checkpoint) and ownership (alone, or a leaseOwner), which
+// decides when this replica delivers. The admin API (package admin) sees it
+// through admin.Target.
 //
-// Lifecycle: Start checks the config, runs the informers until their caches
-// synced (delivering nothing), then, as the leader or alone, starts the
-// sinks and their workers and reconciles each sink's view with its
-// checkpoint, and returns. Shutdown stops the
-// informers first, then lets each queue drain into its sink until its
-// context ends, then stops the workers and closes the sinks.
+// Lifecycle: Start checks the config, then, alone, starts delivering and
+// the informers, reconciles each sink's view with its checkpoint once the
+// caches synced, and returns; with leader election it starts the
+// informers and campaigns, and the deliverer starts when the Lease is
+// held. Shutdown stops the informers, then the deliverer (draining),
+// releases the Lease and closes what the sinks shared.
 type Bridge struct {
 	opts    Options
 	logger  *slog.Logger
 	metrics *metrics
+	admin   *admin.Server
 
-	// What is watched and where it goes; a reload replaces all three.
-	mu        sync.Mutex // guards rules, informers, set (writers); readers of set use active
+	// What is watched; a reload replaces both.
+	mu        sync.Mutex
 	rules     []*filters.Rule
 	informers *informer.Informers
-	set       *sinkSet
-	// active is the sink set notifications go to: nil while this replica
-	// does not deliver (a follower, or before the views are loaded).
-	active atomic.Pointer[sinkSet]
 
-	// Delivering (lead, deliver.go) and what the bridge owns for it: the
-	// checkpoint, what sinks share (host.go).
-	host           *host
-	store          checkpoint.Store
-	closeStore     func() error
-	recorder       atomic.Pointer[checkpoint.Recorder]
-	deliveryCtx    context.Context
-	cancelDelivery context.CancelFunc
+	host    *host       // what sinks share (connections, embedded servers): closed last
+	deliver *deliverer  // the sinks, their views and deliveries, the checkpoint
+	owner   *leaseOwner // nil: this replica delivers from the start
+
 	// leadMu serializes starting to deliver (lead, on the elector's
 	// goroutine, possibly while Start still waits for the caches) with
 	// stopping: once stopping is set, lead starts nothing. stopLead
 	// cancels a lead in progress so that stopping never waits long.
 	leadMu   sync.Mutex
 	stopping bool
-	stopLead context.CancelFunc
 	leadStop context.Context
+	stopLead context.CancelFunc
 
-	// Lifecycle: leader election (leader.go), reload, shutdown.
-	fence        func() error // nil without leader election
 	fatal        chan error
-	runCtx       context.Context
+	runCtx       context.Context // the campaign's: cancelling it releases the Lease
 	cancelRun    context.CancelFunc
 	reloadMu     sync.Mutex  // one reload at a time, not during shutdown
 	started      atomic.Bool // Start finished: reconciled and live
-	shuttingDown atomic.Bool // Shutdown began: queues drain, nothing is settled
 	wg           sync.WaitGroup
 	shutdownOnce sync.Once
 	shutdownErr  error
-	replays      replayGate // /replay's callers and pace (admin.go)
 }
 
 // New returns a bridge for opts; Start runs it.
@@ -185,9 +177,20 @@ func New(opts Options) *Bridge {
 	}
 	b := &Bridge{opts: opts, logger: opts.Logger, fatal: make(chan error, 1), host: newHost(opts.Logger)}
 	b.leadStop, b.stopLead = context.WithCancel(context.Background())
-	b.replays.limit = rate.NewLimiter(rate.Every(10*time.Second), 3)
-	b.replays.reviews = rate.NewLimiter(10, 20)
-	b.metrics = newMetrics(b)
+	b.runCtx, b.cancelRun = context.WithCancel(context.Background())
+	latency := newLatency()
+	b.deliver = newDeliverer(delivererOptions{
+		Registry:           opts.Sinks,
+		Host:               b.host,
+		Logger:             opts.Logger,
+		Source:             b.source,
+		OpenStore:          b.openCheckpoint,
+		CheckpointInterval: opts.CheckpointInterval,
+		Fence:              b.fence,
+		Latency:            latency,
+	})
+	b.metrics = newMetrics(b, latency)
+	b.admin = admin.New(admin.Options{Target: (*target)(b), Metrics: b.metrics.handler(), REST: opts.REST, Namespace: opts.Namespace, Logger: opts.Logger})
 	return b
 }
 
@@ -198,28 +201,27 @@ func New(opts Options) *Bridge {
 func (b *Bridge) Start(ctx context.Context) (err error) {
 	defer func() {
 		if err != nil {
-			b.stopAll()
-			b.closeAll(ctx)
+			_, _ = b.teardown(cancelled()) // stopped at once, what was acknowledged written
 		}
 	}()
 	if err := b.prepare(ctx); err != nil {
 		return err
 	}
-	b.runCtx, b.cancelRun = context.WithCancel(context.Background())
 	// The initial list streams into the sinks' views as it arrives (its
 	// adds only add or update; the reconciliation after the sync decides
 	// deletions), so a cold start delivers at the speed of the list and a
 	// warm one compares each listed object with the checkpoint as it comes.
 	syncCtx, cancelSync := context.WithTimeout(ctx, b.opts.SyncTimeout)
 	defer cancelSync()
-	if b.opts.LeaderElection != nil {
+	if le := b.opts.LeaderElection; le != nil {
 		cs, err := kubernetes.NewForConfig(b.opts.REST)
 		if err != nil {
 			return err
 		}
+		b.owner = newLeaseOwner(*le, cs, b.logger)
 		// Campaign while the caches fill: a replica elected at once streams
 		// its initial list too; the others keep warm caches.
-		if err := b.runElection(b.runCtx, cs); err != nil {
+		if err := b.owner.run(b.runCtx, &b.wg, b.lead, b.lost); err != nil {
 			return err
 		}
 		if err := b.informers.Start(syncCtx); err != nil {
@@ -229,13 +231,13 @@ func (b *Bridge) Start(ctx context.Context) (err error) {
 		b.logger.Info("bridge started; campaigning for the leader lease", "informers", b.informers.Specs(), "rules", len(b.rules))
 		return nil
 	}
-	if err := b.startDelivering(ctx); err != nil {
+	if err := b.deliver.start(ctx, b.opts.Config, b.opts.Config.Sinks); err != nil {
 		return err
 	}
 	if err := b.informers.Start(syncCtx); err != nil {
 		return err
 	}
-	b.reconcileAll()
+	b.reconciled()
 	b.started.Store(true)
 	return nil
 }
@@ -297,7 +299,7 @@ func (b *Bridge) buildInformers(cfg *config.Config, info *ClusterInfo) error {
 	for _, sc := range cfg.Sinks {
 		replayEvery[sc.Name] = sc.ReplayEvery.D()
 	}
-	informers, err := informer.New(dyn, plan, b.notify, replayEvery, b.logger)
+	informers, err := informer.New(dyn, plan, b.deliver.notify, replayEvery, b.logger)
 	if err != nil {
 		return err
 	}
@@ -311,93 +313,68 @@ func (b *Bridge) buildInformers(cfg *config.Config, info *ClusterInfo) error {
 	return nil
 }
 
-// lead starts delivering as the elected leader, once the caches synced.
-func (b *Bridge) lead(ctx context.Context) error {
+// lead starts delivering once this replica holds the Lease (leaseOwner's
+// acquired), reconciling once the caches synced.
+func (b *Bridge) lead(ctx context.Context) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(b.leadStop, cancel)()
 	b.leadMu.Lock()
 	if b.stopping {
 		b.leadMu.Unlock()
-		return nil
+		return
 	}
 	// The elector's goroutine is not the bridge's: counted here, stopping
-	// waits for this lead to end and for what it starts (settle).
+	// waits for this lead to end.
 	b.wg.Add(1)
 	defer b.wg.Done()
-	err := b.startDelivering(ctx)
+	err := b.deliver.start(ctx, b.opts.Config, b.opts.Config.Sinks)
 	b.leadMu.Unlock()
+	if err == nil {
+		err = b.informers.WaitSynced(ctx)
+	}
 	if err != nil {
-		return err
+		b.fail(fmt.Errorf("starting to deliver as the leader: %w", err))
+		return
 	}
-	if err := b.informers.WaitSynced(ctx); err != nil {
-		return err
-	}
-	b.reconcileAll()
-	return nil
+	b.reconciled()
 }
 
-// startDelivering starts the sinks, the checkpoint and the deliveries, and
-// loads each sink's view from the checkpoint: from then on notifications
-// sync the views. reconcileAll must follow once the caches synced.
-func (b *Bridge) startDelivering(ctx context.Context) error {
-	cfg := b.opts.Config
-	b.deliveryCtx, b.cancelDelivery = context.WithCancel(context.Background())
-	cfgs, err := b.host.sinkConfigs(cfg.Sinks)
-	if err != nil {
-		return err
+// lost stops delivering at once (the Lease is lost; leaseOwner's lost):
+// queued events are dropped and the checkpoint is not written again, since
+// the next leader owns it now. The process then ends (Fatal).
+func (b *Bridge) lost() {
+	b.haltLead()
+	if _, err := b.deliver.stop(cancelled(), true); err != nil {
+		b.logger.Warn("stopped delivering after the lease was lost", "error", err)
 	}
-	set, _, err := buildSinkSet(ctx, b.opts.Sinks, cfgs, nil, b.logger)
-	if err != nil {
-		return err
-	}
-	b.mu.Lock()
-	b.set = set // closed by Shutdown from here on
-	b.mu.Unlock()
-	if err := b.openCheckpoint(ctx); err != nil {
-		return err
-	}
-	recorder := checkpoint.NewRecorder(b.store, b.opts.CheckpointInterval, b.logger)
-	recorder.Fence = b.fence // a replica past its lease writes no checkpoint either
-	b.recorder.Store(recorder)
-	b.wg.Add(1)
-	go func() {
-		defer b.wg.Done()
-		recorder.Run()
-	}()
-	for _, s := range set.order {
-		if err := b.startDelivery(ctx, s, recorder); err != nil {
-			return err
-		}
-	}
-	b.active.Store(set)
-	for _, s := range set.order {
-		if err := b.loadViews(ctx, s, recorder); err != nil {
-			return err
-		}
-	}
-	return nil
+	b.fail(ErrLostLeadership)
 }
 
-// reconcileAll reconciles every sink's views with the synced caches: what
-// the initial list did not settle (deletions while the bridge was away,
-// objects listed before their sink's view was loaded).
-func (b *Bridge) reconcileAll() {
-	set := b.active.Load()
-	if set == nil {
-		return // the lease was lost meanwhile
+// fence fails while this replica may not deliver: past its Lease. Alone,
+// it never fails.
+func (b *Bridge) fence() error {
+	if b.owner == nil {
+		return nil
 	}
-	replayed := 0
-	for _, s := range set.order {
-		replayed += b.reconcile(s, "", event.ReplayCheckpoint)
+	return b.owner.fence()
+}
+
+// reconciled reconciles the views once the caches synced and logs the
+// start.
+func (b *Bridge) reconciled() {
+	replayed := b.deliver.reconcileAll()
+	b.logger.Info("bridge started", "informers", b.informers.Specs(), "rules", len(b.rules), "sinks", len(b.deliver.runs()), "replayedFromCheckpoint", replayed)
+}
+
+// source is what the deliverer reconciles against: the current rules and
+// informers (nil before they are built).
+func (b *Bridge) source() ([]*filters.Rule, source) {
+	rules, in := b.snapshot()
+	if in == nil {
+		return rules, nil
 	}
-	b.logger.Info("bridge started", "informers", b.informers.Specs(), "rules", len(b.rules), "sinks", len(set.order), "replayedFromCheckpoint", replayed)
-	ctx := b.deliveryCtx
-	b.wg.Add(1)
-	go func() {
-		defer b.wg.Done()
-		b.settle(ctx)
-	}()
+	return rules, in
 }
 
 // haltLead makes lead start nothing from now on, cutting one in progress
@@ -416,24 +393,23 @@ func (b *Bridge) snapshot() ([]*filters.Rule, *informer.Informers) {
 	return b.rules, b.informers
 }
 
-func (b *Bridge) currentSet() *sinkSet {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.set
-}
-
 // Ready reports whether the caches have synced.
 func (b *Bridge) Ready() bool {
 	_, in := b.snapshot()
 	return in != nil && in.Synced()
 }
 
-// sinkOf returns a running sink, nil while this replica does not deliver.
-func (b *Bridge) sinkOf(name string) *sinkRun { return b.active.Load().run(name) }
-
 // Deliveries returns the per-sink deliveries, in config order (none while
-// this replica is not the leader).
-func (b *Bridge) Deliveries() []*sinks.Delivery { return b.currentSet().deliveries() }
+// this replica does not deliver; after Shutdown, with their final counts).
+func (b *Bridge) Deliveries() []*sinks.Delivery {
+	var out []*sinks.Delivery
+	for _, r := range b.deliver.runs() {
+		if r.delivery != nil {
+			out = append(out, r.delivery)
+		}
+	}
+	return out
+}
 
 // Shutdown stops the informers, drains every queue into its sink until ctx
 // ends, then stops the workers and closes the sinks. Events still queued
@@ -441,85 +417,31 @@ func (b *Bridge) Deliveries() []*sinks.Delivery { return b.currentSet().deliveri
 // checkpoint). It is idempotent.
 func (b *Bridge) Shutdown(ctx context.Context) error {
 	b.shutdownOnce.Do(func() {
-		b.shuttingDown.Store(true)
 		b.reloadMu.Lock() // no reload from now on
 		defer b.reloadMu.Unlock()
-		if _, in := b.snapshot(); in != nil {
-			in.Stop()
+		left, err := b.teardown(ctx)
+		if left > 0 {
+			err = errors.Join(fmt.Errorf("shutdown deadline reached with %d events undelivered", left), err)
 		}
-		order := b.Deliveries()
-		for _, d := range order {
-			d.Close()
-		}
-		drained := make(chan struct{})
-		go func() {
-			for _, d := range order {
-				<-d.Done()
-			}
-			close(drained)
-		}()
-		select {
-		case <-drained:
-		case <-ctx.Done():
-			var left int
-			for _, d := range order {
-				left += d.Pending()
-			}
-			b.shutdownErr = fmt.Errorf("shutdown deadline reached with %d events undelivered", left)
-		}
-		b.stopAll()
-		<-drained
-		b.shutdownErr = errors.Join(b.shutdownErr, b.closeAll(ctx))
+		b.shutdownErr = err
 	})
 	return b.shutdownErr
 }
 
-// closeTimeout bounds closing the sinks once their workers stopped (an
-// exec plugin waits for its answers until then), past any caller's
-// deadline: closing must end.
-const closeTimeout = 10 * time.Second
-
-// closeAll closes sinks, dead-letters and the bridge's connections, after
-// the workers stopped, within closeTimeout of ctx (whose cancellation it
-// ignores: what was started is closed).
-func (b *Bridge) closeAll(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
-	defer cancel()
-	var errs []error
-	if set := b.currentSet(); set != nil {
-		for _, s := range set.order {
-			errs = append(errs, s.close(ctx))
-		}
-	}
-	if b.closeStore != nil {
-		errs = append(errs, b.closeStore())
-		b.closeStore = nil
-	}
-	errs = append(errs, b.host.close(ctx))
-	return errors.Join(errs...)
-}
-
-// stopAll stops informers and delivery workers, then writes the last
-// acknowledged events to the checkpoint, and waits for all of it.
-func (b *Bridge) stopAll() {
+// teardown is the bridge's one way down, in order: nothing starts
+// delivering any more; the informers stop (no more notifications); the
+// deliverer stops (draining until ctx ends) and writes its last
+// checkpoint; the Lease is released; what the sinks shared closes. It
+// returns how many events were left undelivered.
+func (b *Bridge) teardown(ctx context.Context) (left int, err error) {
 	b.haltLead()
 	if _, in := b.snapshot(); in != nil {
 		in.Stop()
 	}
-	b.active.Store(nil)
-	if b.cancelDelivery != nil {
-		b.cancelDelivery()
-	}
-	for _, d := range b.Deliveries() {
-		<-d.Done()
-	}
-	if rec := b.recorder.Swap(nil); rec != nil {
-		if err := rec.Stop(context.Background()); err != nil {
-			b.logger.Error("final checkpoint write failed", "error", err)
-		}
-	}
-	if b.cancelRun != nil {
-		b.cancelRun() // releases the lease, after the last checkpoint write
-	}
+	left, err = b.deliver.stop(ctx, false)
+	b.cancelRun() // releases the Lease, after the last checkpoint write
 	b.wg.Wait()
+	closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+	defer cancel()
+	return left, errors.Join(err, b.host.close(closeCtx))
 }

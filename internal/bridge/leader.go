@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -55,9 +57,17 @@ func (l *fencedLock) Update(ctx context.Context, r resourcelock.LeaderElectionRe
 	return err
 }
 
-// runElection campaigns until ctx ends; while leading it runs lead.
-func (b *Bridge) runElection(ctx context.Context, cs kubernetes.Interface) error {
-	le := *b.opts.LeaderElection
+// leaseOwner is ownership by one Lease: the replica holding it owns every
+// object and delivers them; the others wait with warm caches. It drives
+// delivery through two callbacks and fences it, so that another kind of
+// ownership (a lease per shard of the objects) can take its place.
+type leaseOwner struct {
+	le     LeaderElection // defaults applied
+	lock   *fencedLock
+	logger *slog.Logger
+}
+
+func newLeaseOwner(le LeaderElection, cs kubernetes.Interface, logger *slog.Logger) *leaseOwner {
 	if le.Identity == "" {
 		host, _ := os.Hostname()
 		le.Identity = fmt.Sprintf("%s-%d", host, os.Getpid())
@@ -70,14 +80,26 @@ func (b *Bridge) runElection(ctx context.Context, cs kubernetes.Interface) error
 		Client:     cs.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: le.Identity},
 	}}
-	b.fence = func() error {
-		if since := time.Since(time.Unix(0, lock.renewed.Load())); since > le.RenewDeadline {
-			return fmt.Errorf("not the leader: lease last renewed %s ago", since.Round(time.Millisecond))
-		}
-		return nil
+	return &leaseOwner{le: le, lock: lock, logger: logger}
+}
+
+// fence fails once this replica may no longer hold the Lease: more than
+// RenewDeadline after its last renewal (see fencedLock).
+func (o *leaseOwner) fence() error {
+	if since := time.Since(time.Unix(0, o.lock.renewed.Load())); since > o.le.RenewDeadline {
+		return fmt.Errorf("not the leader: lease last renewed %s ago", since.Round(time.Millisecond))
 	}
+	return nil
+}
+
+// run campaigns until ctx ends, on a goroutine wg counts. acquired runs
+// when this replica comes to hold the Lease, with a context that ends
+// when it stops holding it; lost runs when it stops holding it while ctx
+// lives (at ctx's end the Lease is released on purpose).
+func (o *leaseOwner) run(ctx context.Context, wg *sync.WaitGroup, acquired func(context.Context), lost func()) error {
+	le := o.le
 	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock:            lock,
+		Lock:            o.lock,
 		LeaseDuration:   le.LeaseDuration,
 		RenewDeadline:   le.RenewDeadline,
 		RetryPeriod:     le.RetryPeriod,
@@ -85,21 +107,17 @@ func (b *Bridge) runElection(ctx context.Context, cs kubernetes.Interface) error
 		Name:            le.Name,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(leadCtx context.Context) {
-				b.logger.Info("became the leader; delivering", "lease", le.Namespace+"/"+le.Name, "identity", le.Identity)
-				if err := b.lead(leadCtx); err != nil {
-					b.fail(fmt.Errorf("starting to deliver as the leader: %w", err))
-				}
+				o.logger.Info("became the leader; delivering", "lease", le.Namespace+"/"+le.Name, "identity", le.Identity)
+				acquired(leadCtx)
 			},
 			OnStoppedLeading: func() {
-				if ctx.Err() != nil {
-					return // shutting down: the lease was released on purpose
+				if ctx.Err() == nil {
+					lost()
 				}
-				b.stopDelivering()
-				b.fail(ErrLostLeadership)
 			},
 			OnNewLeader: func(id string) {
 				if id != le.Identity {
-					b.logger.Info("following", "leader", id)
+					o.logger.Info("following", "leader", id)
 				}
 			},
 		},
@@ -107,9 +125,9 @@ func (b *Bridge) runElection(ctx context.Context, cs kubernetes.Interface) error
 	if err != nil {
 		return err
 	}
-	b.wg.Add(1)
+	wg.Add(1)
 	go func() {
-		defer b.wg.Done()
+		defer wg.Done()
 		elector.Run(ctx)
 	}()
 	return nil

@@ -1,8 +1,11 @@
 package bridge
 
 import (
+	"net/http"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/kubebridge/kubebridge/internal/version"
 	"github.com/kubebridge/kubebridge/pkg/filters"
@@ -15,15 +18,26 @@ type metrics struct {
 	latency  *prometheus.HistogramVec
 }
 
-func newMetrics(b *Bridge) *metrics {
-	m := &metrics{registry: prometheus.NewRegistry()}
-	m.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+// newLatency is the histogram deliveries observe (delivererOptions.Latency).
+func newLatency() *prometheus.HistogramVec {
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "kubebridge_delivery_latency_seconds",
 		Help:    "From the bridge observing a change to the sink acknowledging its event.",
 		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
 	}, []string{"sink"})
+}
+
+// newMetrics registers latency and the bridge's collector, once b is
+// built (registering collects).
+func newMetrics(b *Bridge, latency *prometheus.HistogramVec) *metrics {
+	m := &metrics{registry: prometheus.NewRegistry(), latency: latency}
 	m.registry.MustRegister(m.latency, (*collector)(b), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// handler serves the registry (/metrics).
+func (m *metrics) handler() http.Handler {
+	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{})
 }
 
 type collector Bridge
@@ -102,13 +116,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descMatched, prometheus.CounterValue, float64(matched), r.Name)
 		ch <- prometheus.MustNewConstMetric(descEvalErrors, prometheus.CounterValue, float64(r.EvalErrors()), r.Name)
 	}
-	lag := 0
-	if rec := b.recorder.Load(); rec != nil {
-		lag = rec.Lag()
-	}
-	ch <- prometheus.MustNewConstMetric(descLag, prometheus.GaugeValue, float64(lag))
+	ch <- prometheus.MustNewConstMetric(descLag, prometheus.GaugeValue, float64(b.deliver.lag()))
 	leader := 0.0
-	if b.active.Load() != nil {
+	if b.deliver.delivering() {
 		leader = 1
 	}
 	ch <- prometheus.MustNewConstMetric(descLeader, prometheus.GaugeValue, leader)

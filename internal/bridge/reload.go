@@ -5,12 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"slices"
 	"time"
 
 	"github.com/kubebridge/kubebridge/pkg/config"
-	"github.com/kubebridge/kubebridge/pkg/event"
-	"github.com/kubebridge/kubebridge/pkg/filters"
 )
 
 // defaultReloadDrain bounds how long a replaced sink may drain its queue
@@ -63,7 +60,7 @@ func (b *Bridge) Reload(ctx context.Context, cfg *config.Config) error {
 
 	// Build the new sinks before anything changes: a sink that cannot be
 	// built leaves the running config as it is.
-	prev := b.currentSet()
+	prev := b.deliver.currentSet()
 	cfgs, err := b.host.sinkConfigs(cfg.Sinks)
 	if err != nil {
 		return err
@@ -76,30 +73,10 @@ func (b *Bridge) Reload(ctx context.Context, cfg *config.Config) error {
 	// Swap. No notification arrives while the informers are stopped.
 	_, oldInformers := b.snapshot()
 	oldInformers.Stop()
-	recorder := b.recorder.Load()
-	// A changed or removed sink's delivery stops before anything replaces
-	// it: the old and the new one never run side by side, and what the old
-	// one had acknowledged is written before the new one loads its view.
-	for _, s := range retired {
-		s.retire(ctx, b.opts.ReloadDrain, b.logger)
-	}
-	if err := recorder.Flush(ctx); err != nil {
-		b.logger.Warn("checkpoint write before the reload failed; replaced sinks may receive events again", "error", err)
-	}
-
 	b.opts.Config = cfg
-	b.mu.Lock()
-	b.set = next
-	b.mu.Unlock()
-	for _, s := range next.order {
-		if s.delivery == nil {
-			if err := b.startDelivery(ctx, s, recorder); err != nil {
-				return b.abortReload(err)
-			}
-		}
+	if err := b.deliver.swap(ctx, cfg, next, retired, b.opts.ReloadDrain); err != nil {
+		return b.abortReload(err)
 	}
-	b.active.Store(next)
-
 	if err := b.buildInformers(cfg, info); err != nil {
 		return b.abortReload(err)
 	}
@@ -108,25 +85,9 @@ func (b *Bridge) Reload(ctx context.Context, cfg *config.Config) error {
 	if err := b.informers.Start(syncCtx); err != nil {
 		return b.abortReload(err)
 	}
-	rules, _ := b.snapshot()
-	recorder.Forget(func(sink, rule string) bool {
-		return slices.ContainsFunc(rules, func(r *filters.Rule) bool { return r.Name == rule && slices.Contains(r.Sinks, sink) })
-	})
-	replayed, started := 0, 0
-	for _, s := range next.order {
-		if prev.byName[s.cfg.Name] != s {
-			started++
-			n, err := b.startViews(ctx, s, recorder)
-			if err != nil {
-				return b.abortReload(err)
-			}
-			replayed += n
-			continue
-		}
-		s.views.Forget(func(rule string) bool {
-			return slices.ContainsFunc(rules, func(r *filters.Rule) bool { return r.Name == rule && slices.Contains(r.Sinks, s.cfg.Name) })
-		})
-		replayed += b.reconcile(s, "", event.ReplayCheckpoint)
+	started, replayed, err := b.deliver.adopt(ctx, prev, next)
+	if err != nil {
+		return b.abortReload(err)
 	}
 	b.logger.Info("config reloaded", "sinksKept", len(next.order)-started, "sinksStarted", started, "sinksStopped", len(retired),
 		"rules", len(cfg.Rules), "replayedFromCheckpoint", replayed)

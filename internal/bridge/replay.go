@@ -6,6 +6,9 @@ import (
 	"slices"
 	"time"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/kubebridge/kubebridge/internal/checkpoint"
 	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
 	"github.com/kubebridge/kubebridge/pkg/filters"
@@ -18,11 +21,13 @@ type ReplayStatus struct {
 }
 
 // Replay sends one sink the full view of its rules (or of one rule) without
-// a running bridge: it watches until the caches sync, queues every object
-// as updated with kbreplay "resync", waits until the sink acknowledged all
-// of them, and stops. It writes no checkpoint (a running bridge owns it),
-// and does not know when objects entered the view: its ids differ from the
-// running bridge's.
+// a running bridge: it watches until the caches sync, then reconciles the
+// sink's view as /replay does (view.Sync with kbreplay "resync": every
+// object in the view as updated), waits until the sink acknowledged all
+// of it, and stops. It writes no checkpoint and does not read it (a
+// running bridge owns it): the sink is taken to hold the view already, so
+// nothing is sent as deleted, and the ids differ from the running
+// bridge's (the time each object entered the view is not known).
 // progress is called about twice a second and at the end.
 func Replay(ctx context.Context, opts Options, sinkName, ruleName string, progress func(ReplayStatus)) (ReplayStatus, error) {
 	b := New(opts)
@@ -35,16 +40,20 @@ func Replay(ctx context.Context, opts Options, sinkName, ruleName string, progre
 	if sc == nil {
 		return ReplayStatus{}, fmt.Errorf("no sink %q in the config", sinkName)
 	}
+	// The bridge's own deliverer never starts (nothing reaches the sinks
+	// from its notifications); this one delivers to the one sink, without
+	// a checkpoint.
+	d := newDeliverer(delivererOptions{Registry: b.opts.Sinks, Host: b.host, Logger: b.logger, Source: b.source})
 	defer func() {
-		b.stopAll()
-		b.closeAll(ctx)
+		_, _ = d.stop(cancelled(), true)
+		_, _ = b.teardown(cancelled())
 	}()
 	if err := b.prepare(ctx); err != nil {
 		return ReplayStatus{}, err
 	}
 	syncCtx, cancelSync := context.WithTimeout(ctx, b.opts.SyncTimeout)
 	defer cancelSync()
-	if err := b.informers.Start(syncCtx); err != nil { // nothing is active: notifications are dropped
+	if err := b.informers.Start(syncCtx); err != nil {
 		return ReplayStatus{}, err
 	}
 	var rules []*filters.Rule
@@ -56,48 +65,54 @@ func Replay(ctx context.Context, opts Options, sinkName, ruleName string, progre
 	if len(rules) == 0 {
 		return ReplayStatus{}, fmt.Errorf("no rule %q delivers to sink %q", ruleName, sinkName)
 	}
-	set, _, err := buildSinkSet(ctx, b.opts.Sinks, []config.Sink{*sc}, nil, b.logger)
+	cfgs, err := b.host.sinkConfigs([]config.Sink{*sc})
 	if err != nil {
 		return ReplayStatus{}, err
 	}
-	b.mu.Lock()
-	b.set = set
-	b.mu.Unlock()
-	b.deliveryCtx, b.cancelDelivery = context.WithCancel(ctx)
-	run := set.order[0]
-	if err := b.startDelivery(ctx, run, nil); err != nil { // no checkpoint: a running bridge owns it
+	if err := d.start(ctx, b.opts.Config, cfgs); err != nil {
 		return ReplayStatus{}, err
 	}
-	d := run.delivery
-
-	var st ReplayStatus
+	run := d.runs()[0]
 	now := time.Now()
+	var st ReplayStatus
 	for _, r := range rules {
-		if !r.Delivers(event.Updated) {
-			continue
-		}
-		for _, obj := range b.informers.View(r) {
-			d.Offer(event.Build(r.Event, event.Transition{Change: event.Updated, Object: obj, Time: now, Replay: event.ReplayResync}))
-			st.Queued++
-		}
+		run.views.Load(r.Name, held(b.informers.View(r), now))
+		st.Queued += d.reconcile(run, r.Name, event.ReplayResync)
 	}
-	d.Close()
+
+	stopped := make(chan error, 1)
+	go func() {
+		_, err := d.stop(ctx, false) // drains until every event was answered (or ctx ends)
+		stopped <- err
+	}()
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		s := d.Stats()
+		s := run.delivery.Stats()
 		st.Delivered, st.Failed = int(s.Delivered), int(s.Failed)
 		select {
-		case <-d.Done():
-			s := d.Stats()
+		case err := <-stopped:
+			s := run.delivery.Stats()
 			st.Delivered, st.Failed, st.Done = int(s.Delivered), int(s.Failed), true
 			progress(st)
 			if st.Delivered+st.Failed < st.Queued {
 				return st, fmt.Errorf("replay interrupted: %d of %d events delivered", st.Delivered, st.Queued)
 			}
-			return st, nil
+			return st, err
 		case <-tick.C:
 			progress(st)
 		}
 	}
+}
+
+// held is what a standalone replay takes the sink to hold of a rule: its
+// whole view as it is now (entered now, as nothing says when).
+func held(objs []*unstructured.Unstructured, now time.Time) map[string]*checkpoint.Slot {
+	out := make(map[string]*checkpoint.Slot, len(objs))
+	for _, o := range objs {
+		key := checkpoint.ObjectKey(o.GetNamespace(), o.GetName())
+		out[key] = &checkpoint.Slot{Acked: &checkpoint.Entry{UID: string(o.GetUID()), ResourceVersion: o.GetResourceVersion(),
+			Namespace: o.GetNamespace(), Name: o.GetName(), Labels: o.GetLabels(), Entered: now.UnixNano()}}
+	}
+	return out
 }

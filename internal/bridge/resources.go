@@ -10,7 +10,6 @@ import (
 	"k8s.io/client-go/discovery"
 
 	"github.com/kubebridge/kubebridge/pkg/config"
-	"github.com/kubebridge/kubebridge/pkg/event"
 	"github.com/kubebridge/kubebridge/pkg/filters"
 	"github.com/kubebridge/kubebridge/pkg/informer"
 )
@@ -58,21 +57,10 @@ func served(ctx context.Context, dc discovery.DiscoveryInterface, gvr schema.Gro
 // (its resource appeared and was listed) or stopped (its resource went
 // away: the empty cache makes every object of the view a deletion).
 func (b *Bridge) resourcesChanged(rules []*filters.Rule) {
-	set := b.active.Load()
-	if set == nil {
+	if !b.deliver.delivering() {
 		return // not delivering: the reconciliation when it starts covers this
 	}
-	n := 0
-	for _, s := range set.order {
-		if s.views == nil {
-			continue
-		}
-		for _, r := range rules {
-			if slices.Contains(r.Sinks, s.cfg.Name) {
-				n += b.reconcile(s, r.Name, event.ReplayCheckpoint)
-			}
-		}
-	}
+	n := b.deliver.reconcileRules(rules)
 	b.logger.Info("rules reconciled after their resource changed", "rules", len(rules), "events", n)
 }
 

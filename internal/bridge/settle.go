@@ -21,7 +21,7 @@ const settlePoll = 250 * time.Millisecond
 // drained); while a sink does not drain (down since the start), its events
 // stay live anyway and settle waits, until ctx ends. A shutdown's drain is
 // not a settling.
-func (b *Bridge) settle(ctx context.Context) {
+func (d *deliverer) settle(ctx context.Context) {
 	t := time.NewTicker(settlePoll)
 	defer t.Stop()
 	for {
@@ -30,9 +30,9 @@ func (b *Bridge) settle(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		set := b.active.Load()
-		if set == nil || b.shuttingDown.Load() {
-			return
+		set := d.active.Load()
+		if set == nil {
+			return // stopped: a shutdown's drain is not a settling
 		}
 		pending := 0
 		for _, d := range set.deliveries() {
@@ -46,7 +46,7 @@ func (b *Bridge) settle(ctx context.Context) {
 		debug.FreeOSMemory()
 		var after runtime.MemStats
 		runtime.ReadMemStats(&after)
-		b.logger.Info("initial deliveries done; start-up memory returned to the OS",
+		d.opts.Logger.Info("initial deliveries done; start-up memory returned to the OS",
 			"heapLiveMiB", after.HeapAlloc>>20, "returnedMiB", int64(after.HeapReleased-before.HeapReleased)>>20)
 		return
 	}

@@ -40,24 +40,19 @@ func TestSettleWaitsForTheQueuesToDrain(t *testing.T) {
 			ctx := context.Background()
 			ts := &testSinks{hold: make(chan struct{})}
 			var log syncBuffer
-			b := New(Options{Config: &config.Config{}, Sinks: ts.registry(t), Logger: slog.New(slog.NewTextHandler(&log, nil))})
-			b.deliveryCtx, b.cancelDelivery = context.WithCancel(ctx)
-			defer b.cancelDelivery()
-			set, _, err := buildSinkSet(ctx, b.opts.Sinks, []config.Sink{sinkCfg("a", "1")}, nil, discard)
-			if err != nil {
+			d := testDeliverer(ts.registry(t), slog.New(slog.NewTextHandler(&log, nil)), nil)
+			cfg := &config.Config{Sinks: []config.Sink{sinkCfg("a", "1")}}
+			if err := d.start(ctx, cfg, cfg.Sinks); err != nil {
 				t.Fatal(err)
 			}
-			if err := b.startDelivery(ctx, set.order[0], nil); err != nil {
-				t.Fatal(err)
-			}
-			b.active.Store(set)
+			run := d.runs()[0]
 			for i := range 20 {
-				set.order[0].delivery.Offer(testEvent(fmt.Sprint("o", i)))
+				run.delivery.Offer(testEvent(fmt.Sprint("o", i)))
 			}
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
-				b.settle(b.deliveryCtx)
+				d.settle(d.ctx)
 			}()
 			time.Sleep(3 * settlePoll)
 			select {
@@ -72,7 +67,7 @@ func TestSettleWaitsForTheQueuesToDrain(t *testing.T) {
 			if drain {
 				close(ts.hold)
 			} else {
-				b.cancelDelivery()
+				d.cancel()
 			}
 			select {
 			case <-done:
@@ -82,9 +77,12 @@ func TestSettleWaitsForTheQueuesToDrain(t *testing.T) {
 			if got := strings.Contains(log.String(), returned); got != drain {
 				t.Errorf("memory returned = %v, want %v; log:\n%s", got, drain, log.String())
 			}
-			b.cancelDelivery()
-			set.order[0].close(ctx)
-			b.wg.Wait()
+			if !drain {
+				close(ts.hold)
+			}
+			if _, err := d.stop(cancelled(), false); err != nil {
+				t.Error(err)
+			}
 		})
 	}
 }

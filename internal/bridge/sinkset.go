@@ -77,13 +77,18 @@ func (set *sinkSet) kept(sc config.Sink) *sinkRun {
 	return nil
 }
 
-// deliveries returns the started deliveries, in config order.
-func (set *sinkSet) deliveries() []*sinks.Delivery {
+// runs returns the set's runs in config order (none for no set).
+func (set *sinkSet) runs() []*sinkRun {
 	if set == nil {
 		return nil
 	}
-	out := make([]*sinks.Delivery, 0, len(set.order))
-	for _, s := range set.order {
+	return set.order
+}
+
+// deliveries returns the started deliveries, in config order.
+func (set *sinkSet) deliveries() []*sinks.Delivery {
+	var out []*sinks.Delivery
+	for _, s := range set.runs() {
 		if s.delivery != nil {
 			out = append(out, s.delivery)
 		}
@@ -91,28 +96,49 @@ func (set *sinkSet) deliveries() []*sinks.Delivery {
 	return out
 }
 
-// retire stops a run a reload replaced: its view takes no more
-// notifications, its queue drains into the sink for up to drain (what is
-// left is dropped: the successor's reconciliation against the checkpoint,
-// which holds only what was acknowledged, sends it again), then the
-// delivery stops and the sink closes.
+// retire stops a run a reload replaced (stopRuns, draining for up to
+// drain: what is left is dropped; the successor's reconciliation against
+// the checkpoint, which holds only what was acknowledged, sends it again)
+// and closes the sink.
 func (s *sinkRun) retire(ctx context.Context, drain time.Duration, logger *slog.Logger) {
-	if s.delivery != nil {
-		s.views.Stop()
-		s.delivery.Close()
-		select {
-		case <-s.delivery.Done():
-		case <-time.After(drain):
-			logger.Warn("sink did not drain in time; its queue is dropped (its successor resends it from the checkpoint)", "sink", s.cfg.Name, "pending", s.delivery.Pending())
-		}
-		s.cancel()
-		<-s.delivery.Done()
+	dctx, cancel := context.WithTimeout(ctx, drain)
+	left := stopRuns(dctx, []*sinkRun{s})
+	cancel()
+	if left > 0 {
+		logger.Warn("sink did not drain in time; its queue is dropped (its successor resends it from the checkpoint)", "sink", s.cfg.Name, "pending", left)
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+	ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
 	defer cancel()
 	if err := s.close(ctx); err != nil {
 		logger.Warn("closing a replaced sink", "sink", s.cfg.Name, "error", err)
 	}
+}
+
+// stopRuns stops the deliveries of runs, the one way they stop: their
+// views take no more notifications, their queues drain into their sinks
+// until ctx ends (a cancelled ctx: not at all), then their workers stop.
+// It returns how many events were left undelivered.
+func stopRuns(ctx context.Context, runs []*sinkRun) (left int) {
+	var started []*sinkRun
+	for _, s := range runs {
+		if s.delivery != nil {
+			started = append(started, s)
+			s.views.Stop()
+			s.delivery.Close()
+		}
+	}
+	for _, s := range started {
+		select {
+		case <-s.delivery.Done():
+		case <-ctx.Done():
+			left += s.delivery.Pending()
+		}
+	}
+	for _, s := range started {
+		s.cancel()
+		<-s.delivery.Done()
+	}
+	return left
 }
 
 // close closes the sink and its dead-letter (once its delivery stopped).

@@ -184,17 +184,12 @@ func TestRetireDrainsThenCloses(t *testing.T) {
 			if stuck {
 				ts.hold = make(chan struct{})
 			}
-			b := New(Options{Config: &config.Config{}, Sinks: ts.registry(t), Logger: discard})
-			b.deliveryCtx, b.cancelDelivery = context.WithCancel(ctx)
-			defer b.cancelDelivery()
-			set, _, err := buildSinkSet(ctx, b.opts.Sinks, []config.Sink{sinkCfg("a", "1")}, nil, discard)
-			if err != nil {
+			d := testDeliverer(ts.registry(t), discard, nil)
+			cfg := &config.Config{Sinks: []config.Sink{sinkCfg("a", "1")}}
+			if err := d.start(ctx, cfg, cfg.Sinks); err != nil {
 				t.Fatal(err)
 			}
-			run := set.order[0]
-			if err := b.startDelivery(ctx, run, nil); err != nil {
-				t.Fatal(err)
-			}
+			run := d.runs()[0]
 			for i := range 50 {
 				run.delivery.Offer(testEvent(fmt.Sprint("o", i)))
 			}
@@ -214,7 +209,12 @@ func TestRetireDrainsThenCloses(t *testing.T) {
 			if got := ts.events(); got[len(got)-1] != "close a" {
 				t.Errorf("log = %v, want the sink closed last", got)
 			}
-			b.wg.Wait()
+			if _, err := d.stop(cancelled(), false); err != nil {
+				t.Error(err)
+			}
+			if got := ts.events(); got[len(got)-1] != "close a" || len(got) != 2 {
+				t.Errorf("log = %v, want the retired sink closed once", got)
+			}
 		})
 	}
 }

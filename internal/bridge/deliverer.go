@@ -1,0 +1,434 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/kubebridge/kubebridge/internal/checkpoint"
+	"github.com/kubebridge/kubebridge/internal/view"
+	"github.com/kubebridge/kubebridge/pkg/config"
+	"github.com/kubebridge/kubebridge/pkg/event"
+	"github.com/kubebridge/kubebridge/pkg/filters"
+	"github.com/kubebridge/kubebridge/pkg/informer"
+	"github.com/kubebridge/kubebridge/pkg/sinks"
+)
+
+// deliverer runs delivery: the sinks (a sinkSet), each sink's view and
+// delivery, the checkpoint store and its recorder, and their lifetimes. It
+// knows nothing of leases or informers: the Bridge feeds it (notify,
+// reconcile against a source) and whoever owns the objects drives it:
+// start when this replica comes to deliver them, stop when it no longer
+// does or shuts down. stop is the one teardown.
+type deliverer struct {
+	opts delivererOptions
+
+	life sync.Mutex // start, swap and stop: one at a time
+	mu   sync.Mutex // guards set
+	set  *sinkSet   // the sinks built; stop closes them
+	// active is the set notifications go to: nil while not delivering.
+	active     atomic.Pointer[sinkSet]
+	store      checkpoint.Store
+	closeStore func() error
+	recorder   atomic.Pointer[checkpoint.Recorder]
+	ctx        context.Context // the deliveries' and settle's lifetime
+	cancel     context.CancelFunc
+	wg         sync.WaitGroup // deliveries, the recorder, settle
+}
+
+// delivererOptions are what a deliverer is built with: its seams.
+type delivererOptions struct {
+	Registry *sinks.Registry
+	Host     *host
+	Logger   *slog.Logger
+	// Source returns the current rules and the caches their views are
+	// reconciled against (a reload replaces both); nil caches: none yet.
+	Source func() ([]*filters.Rule, source)
+	// OpenStore opens the checkpoint store and returns what closes it
+	// (nil: the store's owner closes it). Nil OpenStore: no checkpoint,
+	// views start empty and nothing is recorded (a standalone replay: a
+	// running bridge owns the checkpoint).
+	OpenStore          func(ctx context.Context) (checkpoint.Store, func() error, error)
+	CheckpointInterval time.Duration
+	// Fence, when set, is checked before every send and checkpoint write:
+	// it fails once this replica may no longer own what it delivers.
+	Fence func() error
+	// Latency observes, per sink, the time from observing a change to its
+	// acknowledgement; nil: not observed.
+	Latency *prometheus.HistogramVec
+}
+
+// source is what views are reconciled against: each rule's view and the
+// cache that holds an object key's current state (*informer.Informers).
+type source interface {
+	View(r *filters.Rule) []*unstructured.Unstructured
+	Cache(r *filters.Rule, key string) cache.KeyGetter
+}
+
+var _ source = (*informer.Informers)(nil)
+
+func newDeliverer(opts delivererOptions) *deliverer { return &deliverer{opts: opts} }
+
+// start builds the sinks cfgs configure (cfg is the whole config: what
+// dead-letters and the checkpoint name), opens the checkpoint, starts each
+// sink's delivery and loads its views from the checkpoint: from then on
+// notifications sync the views. reconcileAll must follow once the caches
+// synced. On error the caller stops the deliverer.
+func (d *deliverer) start(ctx context.Context, cfg *config.Config, cfgs []config.Sink) error {
+	d.life.Lock()
+	defer d.life.Unlock()
+	d.ctx, d.cancel = context.WithCancel(context.Background())
+	set, _, err := buildSinkSet(ctx, d.opts.Registry, cfgs, nil, d.opts.Logger)
+	if err != nil {
+		return err
+	}
+	d.mu.Lock()
+	d.set = set // closed by stop from here on
+	d.mu.Unlock()
+	var recorder *checkpoint.Recorder
+	if d.opts.OpenStore != nil {
+		store, closeStore, err := d.opts.OpenStore(ctx)
+		if err != nil {
+			return err
+		}
+		d.store, d.closeStore = store, closeStore
+		recorder = checkpoint.NewRecorder(store, d.opts.CheckpointInterval, d.opts.Logger)
+		recorder.Fence = d.opts.Fence // past its lease a replica writes no checkpoint either
+		d.recorder.Store(recorder)
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			recorder.Run()
+		}()
+	}
+	for _, s := range set.order {
+		if err := d.startRun(ctx, cfg, s); err != nil {
+			return err
+		}
+	}
+	d.active.Store(set)
+	for _, s := range set.order {
+		if err := d.loadViews(ctx, s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// startRun runs the delivery of sink s (built already) with its
+// dead-letter, checkpoint hooks (none without a recorder), latency metric
+// and fence.
+func (d *deliverer) startRun(ctx context.Context, cfg *config.Config, s *sinkRun) error {
+	dl, closeDL, err := d.opts.Host.deadLetter(ctx, cfg, s.cfg.DeadLetter)
+	if err != nil {
+		return fmt.Errorf("sink %q: deadLetter: %w", s.cfg.Name, err)
+	}
+	if closeDL != nil {
+		s.closers = append(s.closers, closeDL)
+	}
+	dv := sinks.NewDelivery(s.cfg, s.sink, dl, d.opts.Logger)
+	name := s.cfg.Name
+	recorder := d.recorder.Load()
+	var latency prometheus.Observer
+	if d.opts.Latency != nil {
+		latency = d.opts.Latency.WithLabelValues(name)
+	}
+	dv.OnAck = func(evs []*event.Event) {
+		if recorder != nil {
+			recorder.Acked(name, evs)
+		}
+		if latency == nil {
+			return
+		}
+		now := time.Now()
+		for _, e := range evs {
+			if !e.Quiet {
+				latency.Observe(now.Sub(e.Time).Seconds())
+			}
+		}
+	}
+	if recorder != nil {
+		dv.BeforeSend = func(ctx context.Context, evs []*event.Event) error { return recorder.Intend(ctx, name, evs) }
+	}
+	dv.Fence = d.opts.Fence
+	s.delivery = dv
+	s.views = view.NewSink(name, dv.Offer)
+	dctx, cancel := context.WithCancel(d.ctx)
+	s.cancel = cancel
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		dv.Run(dctx)
+	}()
+	return nil
+}
+
+// loadViews loads what sink s acknowledged of each of its rules from the
+// checkpoint (nothing without one) and lets notifications sync its views.
+func (d *deliverer) loadViews(ctx context.Context, s *sinkRun) error {
+	if recorder := d.recorder.Load(); recorder != nil {
+		rules, _ := d.opts.Source()
+		for _, r := range rules {
+			if !slices.Contains(r.Sinks, s.cfg.Name) {
+				continue
+			}
+			stored, err := checkpoint.LoadView(ctx, d.store, s.cfg.Name, r.Name)
+			if err != nil {
+				return fmt.Errorf("loading the checkpoint of sink %s, rule %s: %w", s.cfg.Name, r.Name, err)
+			}
+			s.views.Load(r.Name, stored)
+			recorder.Known(s.cfg.Name, r.Name, stored)
+		}
+	}
+	s.views.Start()
+	return nil
+}
+
+// reconcileAll reconciles every sink's views with the synced caches: what
+// the initial list did not settle (deletions while the bridge was away,
+// objects listed before their sink's view was loaded). Then settle returns
+// the start's memory once the sinks drained. It returns how many events
+// that sends.
+func (d *deliverer) reconcileAll() int {
+	set := d.active.Load()
+	if set == nil {
+		return 0 // stopped meanwhile (a lost lease)
+	}
+	n := 0
+	for _, s := range set.order {
+		n += d.reconcile(s, "", event.ReplayCheckpoint)
+	}
+	ctx := d.ctx
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		d.settle(ctx)
+	}()
+	return n
+}
+
+// reconcile syncs every object key of sink s's views (of one rule, or all)
+// with the caches: the objects in each rule's view and those the sink was
+// handed. replay marks what it finds (event.ReplayResync also re-sends
+// unchanged objects). It returns how many events that sends.
+func (d *deliverer) reconcile(s *sinkRun, ruleName, replay string) int {
+	rules, in := d.opts.Source()
+	if in == nil {
+		return 0
+	}
+	now := time.Now()
+	n := 0
+	for _, r := range rules {
+		if !slices.Contains(r.Sinks, s.cfg.Name) || (ruleName != "" && r.Name != ruleName) {
+			continue
+		}
+		t := view.Trigger{Replay: replay, Now: now}
+		seen := map[string]bool{}
+		for _, obj := range in.View(r) {
+			key := checkpoint.ObjectKey(obj.GetNamespace(), obj.GetName())
+			seen[key] = true
+			if c := in.Cache(r, key); c != nil {
+				n += s.views.Sync(r, key, c, t)
+			}
+		}
+		for _, key := range s.views.Keys(r.Name) {
+			if seen[key] {
+				continue
+			}
+			var c cache.KeyGetter = none{}
+			if got := in.Cache(r, key); got != nil {
+				c = got
+			} // else no informer of the rule covers the key any more
+			n += s.views.Sync(r, key, c, t)
+		}
+	}
+	return n
+}
+
+// none is an empty cache.
+type none struct{}
+
+func (none) GetByKey(string) (any, bool, error) { return nil, false, nil }
+
+// reconcileRules reconciles the views of rules on every sink that delivers
+// them (their resource appeared or went away). It returns how many events
+// that sends.
+func (d *deliverer) reconcileRules(rules []*filters.Rule) int {
+	set := d.active.Load()
+	n := 0
+	for _, s := range set.runs() {
+		for _, r := range rules {
+			if slices.Contains(r.Sinks, s.cfg.Name) {
+				n += d.reconcile(s, r.Name, event.ReplayCheckpoint)
+			}
+		}
+	}
+	return n
+}
+
+// notify syncs each target sink's view of a notified key; it runs on the
+// informer's goroutines and never blocks.
+func (d *deliverer) notify(n informer.Notification) {
+	set := d.active.Load()
+	if set == nil {
+		return // not delivering: the reconciliation when it starts covers this
+	}
+	t := view.Trigger{Object: n.Object, Gone: n.Gone, Now: time.Now(), Initial: n.Initial}
+	switch {
+	case n.Resync:
+		t.Replay = event.ReplayResync
+	case n.Initial:
+		t.Replay = event.ReplayCheckpoint // what a start finds, as its reconciliation marks it
+	}
+	for r, names := range n.Targets {
+		sent := 0
+		for _, name := range names {
+			if s := set.byName[name]; s != nil {
+				sent += s.views.Sync(r, n.Key, n.Cache, t)
+			}
+		}
+		r.Count(sent > 0)
+	}
+}
+
+// swap replaces the sink set by next (buildSinkSet against the current
+// one): the runs it retires stop taking events and drain into their sinks
+// for up to drain, then close, and what they acknowledged is written
+// before next's new runs start; no notification may arrive meanwhile (the
+// caller stopped the informers). The new runs' views wait for adopt.
+func (d *deliverer) swap(ctx context.Context, cfg *config.Config, next *sinkSet, retired []*sinkRun, drain time.Duration) error {
+	d.life.Lock()
+	defer d.life.Unlock()
+	// A changed or removed sink's delivery stops before anything replaces
+	// it: the old and the new one never run side by side.
+	for _, s := range retired {
+		s.retire(ctx, drain, d.opts.Logger)
+	}
+	if rec := d.recorder.Load(); rec != nil {
+		if err := rec.Flush(ctx); err != nil {
+			d.opts.Logger.Warn("checkpoint write before the reload failed; replaced sinks may receive events again", "error", err)
+		}
+	}
+	d.mu.Lock()
+	d.set = next
+	d.mu.Unlock()
+	for _, s := range next.order {
+		if s.delivery == nil {
+			if err := d.startRun(ctx, cfg, s); err != nil {
+				return err
+			}
+		}
+	}
+	d.active.Store(next)
+	return nil
+}
+
+// adopt reconciles next's views after a swap, once the caches for the
+// new rules synced: a kept run forgets the rules it no longer delivers
+// and is reconciled; a new one loads its views from the checkpoint first.
+// It returns how many sinks started and how many events that sends.
+func (d *deliverer) adopt(ctx context.Context, prev, next *sinkSet) (started, sent int, err error) {
+	rules, _ := d.opts.Source()
+	delivers := func(sink, rule string) bool {
+		return slices.ContainsFunc(rules, func(r *filters.Rule) bool { return r.Name == rule && slices.Contains(r.Sinks, sink) })
+	}
+	if rec := d.recorder.Load(); rec != nil {
+		rec.Forget(delivers)
+	}
+	for _, s := range next.order {
+		if prev.run(s.cfg.Name) != s {
+			started++
+			if err := d.loadViews(ctx, s); err != nil {
+				return started, sent, err
+			}
+		} else {
+			s.views.Forget(func(rule string) bool { return delivers(s.cfg.Name, rule) })
+		}
+		sent += d.reconcile(s, "", event.ReplayCheckpoint)
+	}
+	return started, sent, nil
+}
+
+// stop is the one teardown. Notifications stop reaching the views; every
+// queue drains into its sink until ctx ends (a cancelled ctx: not at all;
+// what is left is resent from the checkpoint by the next start); the
+// workers stop; what was acknowledged is written to the checkpoint, unless
+// abandon (the lease is lost: another replica owns the checkpoint now);
+// then the sinks, their dead-letters and the checkpoint store close. It
+// returns how many events were left undelivered. The set stays, stopped, for its
+// final counts (runs). A stopped deliverer does not start again; stop is
+// idempotent.
+func (d *deliverer) stop(ctx context.Context, abandon bool) (left int, err error) {
+	d.life.Lock()
+	defer d.life.Unlock()
+	d.active.Store(nil)
+	set := d.currentSet()
+	left = stopRuns(ctx, set.runs())
+	if d.cancel != nil {
+		d.cancel() // settle
+	}
+	if rec := d.recorder.Swap(nil); rec != nil {
+		if abandon {
+			rec.Abandon()
+		} else if err := rec.Stop(context.Background()); err != nil {
+			d.opts.Logger.Error("final checkpoint write failed", "error", err)
+		}
+	}
+	d.wg.Wait()
+	closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+	defer cancel()
+	var errs []error
+	for _, s := range set.runs() {
+		errs = append(errs, s.close(closeCtx))
+	}
+	if d.closeStore != nil {
+		errs = append(errs, d.closeStore())
+		d.closeStore = nil
+	}
+	d.store = nil
+	return left, errors.Join(errs...)
+}
+
+// cancelled is a context that has ended: stop with it drains nothing.
+func cancelled() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}
+
+// closeTimeout bounds closing the sinks once their workers stopped (an
+// exec plugin waits for its answers until then), past any caller's
+// deadline: closing must end.
+const closeTimeout = 10 * time.Second
+
+func (d *deliverer) currentSet() *sinkSet {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.set
+}
+
+// runs returns the sinks built, in config order (none when stopped).
+func (d *deliverer) runs() []*sinkRun { return d.currentSet().runs() }
+
+// delivering reports whether notifications reach the sinks now.
+func (d *deliverer) delivering() bool { return d.active.Load() != nil }
+
+// running returns the run of a sink that delivers now, nil if none.
+func (d *deliverer) running(name string) *sinkRun { return d.active.Load().run(name) }
+
+// lag is how many acknowledged changes wait to be written.
+func (d *deliverer) lag() int {
+	if rec := d.recorder.Load(); rec != nil {
+		return rec.Lag()
+	}
+	return 0
+}
