@@ -40,9 +40,9 @@ type deliverer struct {
 	store      checkpoint.Store
 	closeStore func() error
 	recorder   atomic.Pointer[checkpoint.Recorder]
-	ctx        context.Context // the deliveries' and settle's lifetime
+	ctx        context.Context // the deliveries' and returnStartMemory's lifetime
 	cancel     context.CancelFunc
-	wg         sync.WaitGroup // deliveries, the recorder, settle
+	wg         sync.WaitGroup // deliveries, the recorder, returnStartMemory
 }
 
 // delivererOptions are what a deliverer is built with: its seams.
@@ -194,11 +194,13 @@ func (d *deliverer) loadViews(ctx context.Context, s *sinkRun) error {
 }
 
 // reconcileAll reconciles every sink's views with the synced caches: what
-// the initial list did not settle (deletions while the bridge was away,
-// objects listed before their sink's view was loaded). Then settle returns
+// the initial list did not decide (deletions while the bridge was away,
+// objects listed before their sink's view was loaded). Then returnStartMemory returns
 // the start's memory once the sinks drained. It returns how many events
 // that sends.
 func (d *deliverer) reconcileAll() int {
+	d.life.Lock() // not while stop runs: returnStartMemory starts under it
+	defer d.life.Unlock()
 	set := d.active.Load()
 	if set == nil {
 		return 0 // stopped meanwhile (a lost lease)
@@ -211,7 +213,7 @@ func (d *deliverer) reconcileAll() int {
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
-		d.settle(ctx)
+		d.returnStartMemory(ctx)
 	}()
 	return n
 }
@@ -374,7 +376,7 @@ func (d *deliverer) stop(ctx context.Context, abandon bool) (left int, err error
 	set := d.currentSet()
 	left = stopRuns(ctx, set.runs())
 	if d.cancel != nil {
-		d.cancel() // settle
+		d.cancel() // returnStartMemory
 	}
 	if rec := d.recorder.Swap(nil); rec != nil {
 		if abandon {

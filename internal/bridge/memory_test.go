@@ -33,7 +33,7 @@ func (s *syncBuffer) String() string {
 
 // The start's memory is returned only once the sinks delivered what the
 // start queued (before, the events still hold it), and a sink that never
-// drains leaves settle waiting until the deliveries stop, when it returns.
+// drains leaves it waiting until the deliveries stop, when it returns.
 func TestSettleWaitsForTheQueuesToDrain(t *testing.T) {
 	for _, drain := range []bool{true, false} {
 		t.Run(fmt.Sprintf("drain=%v", drain), func(t *testing.T) {
@@ -52,12 +52,12 @@ func TestSettleWaitsForTheQueuesToDrain(t *testing.T) {
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
-				d.settle(d.ctx)
+				d.returnStartMemory(d.ctx)
 			}()
-			time.Sleep(3 * settlePoll)
+			time.Sleep(3 * memoryPoll)
 			select {
 			case <-done:
-				t.Fatal("settle returned while 20 events were queued")
+				t.Fatal("returnStartMemory returned while 20 events were queued")
 			default:
 			}
 			const returned = "start-up memory returned to the OS"
@@ -72,7 +72,7 @@ func TestSettleWaitsForTheQueuesToDrain(t *testing.T) {
 			select {
 			case <-done:
 			case <-time.After(10 * time.Second):
-				t.Fatal("settle did not return")
+				t.Fatal("returnStartMemory did not return")
 			}
 			if got := strings.Contains(log.String(), returned); got != drain {
 				t.Errorf("memory returned = %v, want %v; log:\n%s", got, drain, log.String())

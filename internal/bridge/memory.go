@@ -7,22 +7,22 @@ import (
 	"time"
 )
 
-// settlePoll is how often settle looks at the queues.
-const settlePoll = 250 * time.Millisecond
+// memoryPoll is how often returnStartMemory looks at the queues.
+const memoryPoll = 250 * time.Millisecond
 
-// settle returns the start's transient memory to the OS once every sink
-// delivered what the start queued (the initial view, or what changed while
-// the bridge was away). Decoding the initial list, the events streamed from
+// returnStartMemory returns the start's transient memory to the OS once
+// every sink delivered what the start queued (the initial view, or what
+// changed while the bridge was away). Decoding the initial list, the events streamed from
 // it and their encodings make the heap peak at about twice what stays
 // live; the runtime hands those pages back only slowly, so without this
 // the process keeps the start's peak as its resident set for minutes. It
 // costs one full collection, once per start (or leadership). It reads the
 // active sinks at each look (a reload may replace a sink that never
 // drained); while a sink does not drain (down since the start), its events
-// stay live anyway and settle waits, until ctx ends. A shutdown's drain is
-// not a settling.
-func (d *deliverer) settle(ctx context.Context) {
-	t := time.NewTicker(settlePoll)
+// stay live anyway and it waits, until ctx ends. A shutdown's drain does
+// not count (stop makes the set inactive first).
+func (d *deliverer) returnStartMemory(ctx context.Context) {
+	t := time.NewTicker(memoryPoll)
 	defer t.Stop()
 	for {
 		select {
