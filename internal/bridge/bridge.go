@@ -136,21 +136,9 @@ type Bridge struct {
 	deliver *deliverer  // the sinks, their views and deliveries, the checkpoint
 	owner   *leaseOwner // nil: this replica delivers from the start
 
-	// leadMu serializes starting to deliver (lead, on the elector's
-	// goroutine, possibly while Start still waits for the caches) with
-	// stopping: once stopping is set, lead starts nothing. stopLead
-	// cancels a lead in progress so that stopping never waits long.
-	leadMu   sync.Mutex
-	stopping bool
-	leadStop context.Context
-	stopLead context.CancelFunc
-
 	fatal        chan error
-	runCtx       context.Context // the campaign's: cancelling it releases the Lease
-	cancelRun    context.CancelFunc
 	reloadMu     sync.Mutex  // one reload at a time, not during shutdown
 	started      atomic.Bool // Start finished: reconciled and live
-	wg           sync.WaitGroup
 	shutdownOnce sync.Once
 	shutdownErr  error
 }
@@ -176,8 +164,6 @@ func New(opts Options) *Bridge {
 		opts.Namespace = "default"
 	}
 	b := &Bridge{opts: opts, logger: opts.Logger, fatal: make(chan error, 1), host: newHost(opts.Logger)}
-	b.leadStop, b.stopLead = context.WithCancel(context.Background())
-	b.runCtx, b.cancelRun = context.WithCancel(context.Background())
 	latency := newLatency()
 	b.deliver = newDeliverer(delivererOptions{
 		Registry:           opts.Sinks,
@@ -221,7 +207,7 @@ func (b *Bridge) Start(ctx context.Context) (err error) {
 		b.owner = newLeaseOwner(*le, cs, b.logger)
 		// Campaign while the caches fill: a replica elected at once streams
 		// its initial list too; the others keep warm caches.
-		if err := b.owner.run(b.runCtx, &b.wg, b.lead, b.lost); err != nil {
+		if err := b.owner.run(b.lead, b.lost); err != nil {
 			return err
 		}
 		if err := b.informers.Start(syncCtx); err != nil {
@@ -314,22 +300,10 @@ func (b *Bridge) buildInformers(cfg *config.Config, info *ClusterInfo) error {
 }
 
 // lead starts delivering once this replica holds the Lease (leaseOwner's
-// acquired), reconciling once the caches synced.
+// acquired, which ctx's end cuts short), reconciling once the caches
+// synced.
 func (b *Bridge) lead(ctx context.Context) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	defer context.AfterFunc(b.leadStop, cancel)()
-	b.leadMu.Lock()
-	if b.stopping {
-		b.leadMu.Unlock()
-		return
-	}
-	// The elector's goroutine is not the bridge's: counted here, stopping
-	// waits for this lead to end.
-	b.wg.Add(1)
-	defer b.wg.Done()
 	err := b.deliver.start(ctx, b.opts.Config, b.opts.Config.Sinks)
-	b.leadMu.Unlock()
 	if err == nil {
 		err = b.informers.WaitSynced(ctx)
 	}
@@ -344,7 +318,6 @@ func (b *Bridge) lead(ctx context.Context) {
 // queued events are dropped and the checkpoint is not written again, since
 // the next leader owns it now. The process then ends (Fatal).
 func (b *Bridge) lost() {
-	b.haltLead()
 	if _, err := b.deliver.stop(cancelled(), true); err != nil {
 		b.logger.Warn("stopped delivering after the lease was lost", "error", err)
 	}
@@ -375,15 +348,6 @@ func (b *Bridge) source() ([]*filters.Rule, source) {
 		return rules, nil
 	}
 	return rules, in
-}
-
-// haltLead makes lead start nothing from now on, cutting one in progress
-// short and waiting for it, so that stopping never races it.
-func (b *Bridge) haltLead() {
-	b.stopLead()
-	b.leadMu.Lock()
-	b.stopping = true
-	b.leadMu.Unlock()
 }
 
 // snapshot returns the current rules and informers (a reload replaces them).
@@ -434,13 +398,16 @@ func (b *Bridge) Shutdown(ctx context.Context) error {
 // checkpoint; the Lease is released; what the sinks shared closes. It
 // returns how many events were left undelivered.
 func (b *Bridge) teardown(ctx context.Context) (left int, err error) {
-	b.haltLead()
+	if b.owner != nil {
+		b.owner.halt()
+	}
 	if _, in := b.snapshot(); in != nil {
 		in.Stop()
 	}
 	left, err = b.deliver.stop(ctx, false)
-	b.cancelRun() // releases the Lease, after the last checkpoint write
-	b.wg.Wait()
+	if b.owner != nil {
+		b.owner.release() // after the last checkpoint write
+	}
 	closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
 	defer cancel()
 	return left, errors.Join(err, b.host.close(closeCtx))

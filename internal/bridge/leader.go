@@ -61,10 +61,22 @@ func (l *fencedLock) Update(ctx context.Context, r resourcelock.LeaderElectionRe
 // object and delivers them; the others wait with warm caches. It drives
 // delivery through two callbacks and fences it, so that another kind of
 // ownership (a lease per shard of the objects) can take its place.
+//
+// Stopping is two steps, because the last checkpoint write falls between
+// them: halt (no acquired starts any more; one in progress is cut short
+// and waited for), then release (the campaign ends and the Lease is
+// released).
 type leaseOwner struct {
 	le     LeaderElection // defaults applied
 	lock   *fencedLock
 	logger *slog.Logger
+
+	mu        sync.Mutex // held while acquired runs: halt waits for it
+	halted    bool
+	haltCtx   context.Context // ends at halt: cuts an acquired in progress short
+	haltNow   context.CancelFunc
+	campaign  context.CancelFunc // ends the campaign: releases the Lease
+	campaigns sync.WaitGroup     // the elector's goroutine
 }
 
 func newLeaseOwner(le LeaderElection, cs kubernetes.Interface, logger *slog.Logger) *leaseOwner {
@@ -80,7 +92,9 @@ func newLeaseOwner(le LeaderElection, cs kubernetes.Interface, logger *slog.Logg
 		Client:     cs.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: le.Identity},
 	}}
-	return &leaseOwner{le: le, lock: lock, logger: logger}
+	o := &leaseOwner{le: le, lock: lock, logger: logger, campaign: func() {}}
+	o.haltCtx, o.haltNow = context.WithCancel(context.Background())
+	return o
 }
 
 // fence fails once this replica may no longer hold the Lease: more than
@@ -92,11 +106,11 @@ func (o *leaseOwner) fence() error {
 	return nil
 }
 
-// run campaigns until ctx ends, on a goroutine wg counts. acquired runs
-// when this replica comes to hold the Lease, with a context that ends
-// when it stops holding it; lost runs when it stops holding it while ctx
-// lives (at ctx's end the Lease is released on purpose).
-func (o *leaseOwner) run(ctx context.Context, wg *sync.WaitGroup, acquired func(context.Context), lost func()) error {
+// run campaigns until release. acquired runs when this replica comes to
+// hold the Lease, with a context that ends when it stops holding it (or at
+// halt); lost runs, after halt, when it stops holding it before release.
+func (o *leaseOwner) run(acquired func(context.Context), lost func()) error {
+	ctx, cancel := context.WithCancel(context.Background())
 	le := o.le
 	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock:            o.lock,
@@ -107,11 +121,20 @@ func (o *leaseOwner) run(ctx context.Context, wg *sync.WaitGroup, acquired func(
 		Name:            le.Name,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(leadCtx context.Context) {
+				leadCtx, cancel := context.WithCancel(leadCtx)
+				defer cancel()
+				defer context.AfterFunc(o.haltCtx, cancel)()
+				o.mu.Lock()
+				defer o.mu.Unlock()
+				if o.halted {
+					return
+				}
 				o.logger.Info("became the leader; delivering", "lease", le.Namespace+"/"+le.Name, "identity", le.Identity)
 				acquired(leadCtx)
 			},
 			OnStoppedLeading: func() {
-				if ctx.Err() == nil {
+				if ctx.Err() == nil { // not released on purpose
+					o.halt()
 					lost()
 				}
 			},
@@ -123,14 +146,31 @@ func (o *leaseOwner) run(ctx context.Context, wg *sync.WaitGroup, acquired func(
 		},
 	})
 	if err != nil {
+		cancel()
 		return err
 	}
-	wg.Add(1)
+	o.campaign = cancel
+	o.campaigns.Add(1)
 	go func() {
-		defer wg.Done()
+		defer o.campaigns.Done()
 		elector.Run(ctx)
 	}()
 	return nil
+}
+
+// halt makes acquired start nothing from now on, cutting one in progress
+// short and waiting for it.
+func (o *leaseOwner) halt() {
+	o.haltNow()
+	o.mu.Lock()
+	o.halted = true
+	o.mu.Unlock()
+}
+
+// release ends the campaign, releasing the Lease, and waits for it.
+func (o *leaseOwner) release() {
+	o.campaign()
+	o.campaigns.Wait()
 }
 
 // fail reports a condition that ends the bridge; see Fatal.
