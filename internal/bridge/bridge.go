@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/kubebridge/kubebridge/internal/admin"
+	"github.com/kubebridge/kubebridge/internal/delivery"
 	"github.com/kubebridge/kubebridge/pkg/components"
 	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/filters"
@@ -365,8 +366,8 @@ func (b *Bridge) Ready() bool {
 
 // Deliveries returns the per-sink deliveries, in config order (none while
 // this replica does not deliver; after Shutdown, with their final counts).
-func (b *Bridge) Deliveries() []*sinks.Delivery {
-	var out []*sinks.Delivery
+func (b *Bridge) Deliveries() []*delivery.Delivery {
+	var out []*delivery.Delivery
 	for _, r := range b.deliver.runs() {
 		if r.delivery != nil {
 			out = append(out, r.delivery)

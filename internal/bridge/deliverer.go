@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kubebridge/kubebridge/internal/checkpoint"
+	"github.com/kubebridge/kubebridge/internal/delivery"
 	"github.com/kubebridge/kubebridge/internal/view"
 	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
@@ -135,7 +136,7 @@ func (d *deliverer) startRun(ctx context.Context, cfg *config.Config, s *sinkRun
 	if closeDL != nil {
 		s.closers = append(s.closers, closeDL)
 	}
-	dv := sinks.NewDelivery(s.cfg, s.sink, dl, d.opts.Logger)
+	dv := delivery.New(s.cfg, s.sink, dl, d.opts.Logger)
 	name := s.cfg.Name
 	recorder := d.recorder.Load()
 	var latency prometheus.Observer

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"time"
 
+	"github.com/kubebridge/kubebridge/internal/delivery"
 	"github.com/kubebridge/kubebridge/internal/view"
 	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/sinks"
@@ -26,7 +27,7 @@ type sinkSet struct {
 type sinkRun struct {
 	cfg      config.Sink
 	sink     sinks.Sink
-	delivery *sinks.Delivery
+	delivery *delivery.Delivery
 	views    *view.Sink
 	cancel   context.CancelFunc // stops the delivery at once
 	closers  []func(context.Context) error
@@ -86,8 +87,8 @@ func (set *sinkSet) runs() []*sinkRun {
 }
 
 // deliveries returns the started deliveries, in config order.
-func (set *sinkSet) deliveries() []*sinks.Delivery {
-	var out []*sinks.Delivery
+func (set *sinkSet) deliveries() []*delivery.Delivery {
+	var out []*delivery.Delivery
 	for _, s := range set.runs() {
 		if s.delivery != nil {
 			out = append(out, s.delivery)

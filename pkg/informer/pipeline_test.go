@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/kubebridge/kubebridge/internal/delivery"
 	"github.com/kubebridge/kubebridge/internal/testenv"
 	"github.com/kubebridge/kubebridge/internal/view"
 	"github.com/kubebridge/kubebridge/pkg/components"
@@ -115,7 +116,7 @@ rules:
 			if err != nil {
 				b.Fatal(err)
 			}
-			d := sinks.NewDelivery(cfg.Sinks[0], sink, nil, slog.New(slog.DiscardHandler))
+			d := delivery.New(cfg.Sinks[0], sink, nil, slog.New(slog.DiscardHandler))
 			var acked atomic.Int64
 			d.OnAck = func(evs []*event.Event) { acked.Add(int64(len(evs))) }
 			runCtx, cancel := context.WithCancel(ctx)

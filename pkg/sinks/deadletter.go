@@ -12,6 +12,11 @@ import (
 	"github.com/kubebridge/kubebridge/pkg/event"
 )
 
+// DeadLetter receives events a sink refused permanently, with the error.
+type DeadLetter interface {
+	Put(ctx context.Context, sink string, events []*event.Event, cause error) error
+}
+
 // FileDeadLetter appends each refused event as a JSON line
 // {"time":…, "sink":…, "error":…, "event":{…}} and fsyncs; the file
 // rotates by size (maxSizeMB, maxBackups), so a destination that refuses

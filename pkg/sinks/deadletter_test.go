@@ -12,13 +12,20 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/kubebridge/kubebridge/pkg/event"
 )
 
 // dlEvent is an event of object ns/cm-<i>.
 func dlEvent(i int) *event.Event {
-	return ev(fmt.Sprintf("cm-%d", i), strconv.Itoa(i), event.Updated)
+	name := fmt.Sprintf("cm-%d", i)
+	u := &unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{
+		"namespace": "ns", "name": name, "uid": "u-" + name, "resourceVersion": strconv.Itoa(i)}}}
+	return event.New(&event.Rule{Name: "r", GVR: schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}}, event.Updated, u, nil, time.Now())
 }
 
 func dlSubject(i int) string { return fmt.Sprintf("ns/cm-%d", i) }

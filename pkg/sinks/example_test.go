@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/kubebridge/kubebridge/internal/delivery"
 	"github.com/kubebridge/kubebridge/pkg/components"
 	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
@@ -86,7 +87,7 @@ rules:
 	if err != nil {
 		panic(err)
 	}
-	d := sinks.NewDelivery(cfg.Sinks[0], sink, nil, slog.New(slog.DiscardHandler))
+	d := delivery.New(cfg.Sinks[0], sink, nil, slog.New(slog.DiscardHandler))
 
 	obj := &unstructured.Unstructured{}
 	obj.SetNamespace("prod")

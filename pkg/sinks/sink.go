@@ -1,7 +1,10 @@
-// Package sinks defines what a sink is, how sinks are registered, and the
-// delivery loop every sink shares (queue -> batch -> Send, retried with
-// backoff until acknowledged), in the style of the OpenTelemetry collector's
-// exporterhelper: queue and retry wrap the sink, they do not live inside it.
+// Package sinks defines what a sink is and how sinks are registered: the
+// Sink contract, the errors that tell the delivery how to retry, the
+// dead-letter, and the credential and TLS files sinks read. The delivery
+// loop every sink shares (queue -> batch -> Send, retried with backoff until
+// acknowledged) wraps the sink from outside, in internal/delivery, in the
+// style of the OpenTelemetry collector's exporterhelper: a sink only sends
+// and classifies its errors.
 package sinks
 
 import (
@@ -36,6 +39,16 @@ import (
 type Sink interface {
 	Send(ctx context.Context, events []*event.Event) error
 	Close(ctx context.Context) error
+}
+
+// MaxBatch is the most events handed to one Send when the sink does not
+// say otherwise (see Batcher).
+const MaxBatch = 256
+
+// Batcher is implemented by sinks that want batches of their own size,
+// waiting up to maxWait for a batch to fill (a webhook's batch mode).
+type Batcher interface {
+	Batching() (maxEvents int, maxWait time.Duration)
 }
 
 // HealthChecker is implemented by sinks that can tell, without sending,
@@ -176,6 +189,15 @@ func Throttle(err error, d time.Duration) error {
 		return nil
 	}
 	return throttleError{err, d}
+}
+
+// ThrottleDelay is the pause a Throttle error asks for, 0 if none.
+func ThrottleDelay(err error) time.Duration {
+	var te throttleError
+	if errors.As(err, &te) {
+		return te.delay
+	}
+	return 0
 }
 
 // unavailableError marks a failure of the destination as a whole: it is

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubebridge/kubebridge/internal/delivery"
 	"github.com/kubebridge/kubebridge/internal/testenv"
 	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
@@ -398,7 +399,7 @@ func TestFailureHoldsBackTheObject(t *testing.T) {
 }
 
 // testDelivery runs the sink behind the real delivery loop.
-func testDelivery(t *testing.T, s *Sink, workers int) *sinks.Delivery {
+func testDelivery(t *testing.T, s *Sink, workers int) *delivery.Delivery {
 	cfg := config.Sink{Name: "plugged", Workers: workers, Queue: config.Queue{Capacity: 1000},
 		Retry: config.Retry{InitialInterval: config.Duration(5 * time.Millisecond), MaxInterval: config.Duration(50 * time.Millisecond)}}
 	return sinkstest.Start(t, cfg, s, nil)

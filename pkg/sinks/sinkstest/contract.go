@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/kubebridge/kubebridge/internal/delivery"
 	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
 	"github.com/kubebridge/kubebridge/pkg/sinks"
@@ -208,9 +209,10 @@ func WaitFor(t testing.TB, src *Source, remote Remote, timeout time.Duration) []
 	}
 }
 
-// Start runs a delivery for sink until the test ends.
-func Start(t testing.TB, cfg config.Sink, sink sinks.Sink, dl sinks.DeadLetter) *sinks.Delivery {
-	d := sinks.NewDelivery(cfg, sink, dl, slog.New(slog.DiscardHandler))
+// Start runs a delivery (internal/delivery, the bridge's own) for sink
+// until the test ends.
+func Start(t testing.TB, cfg config.Sink, sink sinks.Sink, dl sinks.DeadLetter) *delivery.Delivery {
+	d := delivery.New(cfg, sink, dl, slog.New(slog.DiscardHandler))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {

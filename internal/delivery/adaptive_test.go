@@ -1,4 +1,4 @@
-package sinks
+package delivery
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
+	"github.com/kubebridge/kubebridge/pkg/sinks"
 )
 
 // clocked is a limiter on a fake clock, driven round by round: a round
@@ -214,16 +215,16 @@ func TestOutcomeOf(t *testing.T) {
 	}{
 		{ctx, nil, sendOK},
 		{ctx, &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}, sendBackPressure},
-		{ctx, Unavailable(errors.New("503")), sendBackPressure},
-		{ctx, Throttle(errors.New("429"), time.Second), sendBackPressure},
+		{ctx, sinks.Unavailable(errors.New("503")), sendBackPressure},
+		{ctx, sinks.Throttle(errors.New("429"), time.Second), sendBackPressure},
 		{ctx, fmt.Errorf("POST: %w", context.DeadlineExceeded), sendBackPressure},
 		// One object's payload, or a config to fix: no sign of load.
 		{ctx, errors.New("500 internal error"), sendIgnored},
-		{ctx, Destination(ReasonUnauthorized, errors.New("401")), sendIgnored},
-		{ctx, Permanent(errors.New("400")), sendIgnored},
-		{ctx, &EventErrors{Errs: []error{nil, Permanent(errors.New("too large"))}}, sendOK},
-		{ctx, &EventErrors{Errs: []error{Permanent(errors.New("too large")), errors.New("500")}}, sendIgnored},
-		{ctx, &EventErrors{Errs: []error{Permanent(errors.New("too large")), Unavailable(errors.New("503"))}}, sendBackPressure},
+		{ctx, sinks.Destination(sinks.ReasonUnauthorized, errors.New("401")), sendIgnored},
+		{ctx, sinks.Permanent(errors.New("400")), sendIgnored},
+		{ctx, &sinks.EventErrors{Errs: []error{nil, sinks.Permanent(errors.New("too large"))}}, sendOK},
+		{ctx, &sinks.EventErrors{Errs: []error{sinks.Permanent(errors.New("too large")), errors.New("500")}}, sendIgnored},
+		{ctx, &sinks.EventErrors{Errs: []error{sinks.Permanent(errors.New("too large")), sinks.Unavailable(errors.New("503"))}}, sendBackPressure},
 		{cut, context.Canceled, sendIgnored},
 	} {
 		if got := outcomeOf(c.ctx, c.err); got != c.want {
@@ -346,7 +347,7 @@ func offerSteadily(d *Delivery, rate, objects int, stop <-chan struct{}) int {
 // and sends never exceed the limit.
 func TestAdaptiveConcurrencyFollowsTheDestination(t *testing.T) {
 	srv := newServer(t, 20*time.Millisecond)
-	d := NewDelivery(adaptiveConfig(100_000), srv, nil, slog.New(slog.DiscardHandler))
+	d := New(adaptiveConfig(100_000), srv, nil, slog.New(slog.DiscardHandler))
 	srv.limits = func() int { l, _ := d.Concurrency(); return l }
 	stop := run(t, d)
 	defer stop()
@@ -388,7 +389,7 @@ func TestAdaptiveConcurrencyFollowsTheDestination(t *testing.T) {
 	// 200 ms, and 429 above 4 at once: it backs off to about 4.
 	srv.set(func(cur int) (time.Duration, error) {
 		if cur > 4 {
-			return time.Millisecond, Throttle(errors.New("429 too many requests"), 0)
+			return time.Millisecond, sinks.Throttle(errors.New("429 too many requests"), 0)
 		}
 		return 200 * time.Millisecond, nil
 	})
@@ -419,7 +420,7 @@ func TestWorkersFixTheConcurrency(t *testing.T) {
 	srv := newServer(t, 5*time.Millisecond)
 	cfg := adaptiveConfig(10_000)
 	cfg.Workers = 6
-	d := NewDelivery(cfg, srv, nil, slog.New(slog.DiscardHandler))
+	d := New(cfg, srv, nil, slog.New(slog.DiscardHandler))
 	srv.limits = func() int { l, _ := d.Concurrency(); return l }
 	for i := range 600 {
 		d.Offer(ev(fmt.Sprint("o", i%100), strconv.Itoa(i+1), event.Updated))
@@ -455,7 +456,7 @@ func TestOrderPerObjectUnderConcurrency(t *testing.T) {
 				return d, nil
 			})
 			flaky := &perEventFlaky{server: srv, random: random}
-			d := NewDelivery(adaptiveConfig(50+random(200)), flaky, nil, slog.New(slog.DiscardHandler))
+			d := New(adaptiveConfig(50+random(200)), flaky, nil, slog.New(slog.DiscardHandler))
 			// The checkpoint hooks: an intent before a batch's first send
 			// (failing now and then), acknowledgements in order per object.
 			d.BeforeSend = func(_ context.Context, evs []*event.Event) error {
@@ -544,7 +545,7 @@ func (p *perEventFlaky) Send(ctx context.Context, evs []*event.Event) error {
 	for i := cut; i < len(evs); i++ {
 		errs[i] = errors.New("not sent after an earlier failure")
 	}
-	return &EventErrors{Errs: errs}
+	return &sinks.EventErrors{Errs: errs}
 }
 
 // While the sink is down, objects created and deleted (fresh added, then
@@ -558,11 +559,11 @@ func TestFreshPairsCancelDuringAnOutage(t *testing.T) {
 	srv := newServer(t, 0)
 	srv.set(func(int) (time.Duration, error) {
 		if down.Load() {
-			return 0, Unavailable(errors.New("connection refused"))
+			return 0, sinks.Unavailable(errors.New("connection refused"))
 		}
 		return 0, nil
 	})
-	d := NewDelivery(adaptiveConfig(capacity), srv, nil, slog.New(slog.DiscardHandler))
+	d := New(adaptiveConfig(capacity), srv, nil, slog.New(slog.DiscardHandler))
 	var acked atomic.Int64
 	d.OnAck = func(evs []*event.Event) { acked.Add(int64(len(evs))) }
 	stop := run(t, d)

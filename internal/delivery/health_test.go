@@ -1,4 +1,4 @@
-package sinks
+package delivery
 
 import (
 	"errors"
@@ -9,16 +9,17 @@ import (
 
 	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
+	"github.com/kubebridge/kubebridge/pkg/sinks"
 )
 
 // Healthy reports a destination that fails as a whole, with its class and
 // not the error's text (it is served on the open /readyz), and turns
 // healthy again once the destination takes events.
 func TestHealthyFollowsTheDestination(t *testing.T) {
-	f := &flaky{failures: 40, err: Destination(ReasonUnauthorized, errors.New("POST http://x: 401: secret-ish body"))}
+	f := &flaky{failures: 40, err: sinks.Destination(sinks.ReasonUnauthorized, errors.New("POST http://x: 401: secret-ish body"))}
 	cfg := sinkConfig()
 	cfg.Retry = config.Retry{InitialInterval: config.Duration(20 * time.Millisecond), MaxInterval: config.Duration(20 * time.Millisecond)}
-	d := NewDelivery(cfg, f, nil, slog.New(slog.DiscardHandler))
+	d := New(cfg, f, nil, slog.New(slog.DiscardHandler))
 	stop := run(t, d)
 	defer stop()
 	if err := d.Healthy(); err != nil {
@@ -43,7 +44,7 @@ type healthSink struct{ flaky }
 func (*healthSink) Healthy() error { return errors.New("connection closed") }
 
 func TestHealthyAsksTheSink(t *testing.T) {
-	d := NewDelivery(sinkConfig(), &healthSink{}, nil, slog.New(slog.DiscardHandler))
+	d := New(sinkConfig(), &healthSink{}, nil, slog.New(slog.DiscardHandler))
 	if err := d.Healthy(); err == nil || err.Error() != "connection closed" {
 		t.Errorf("Healthy = %v, want the sink's own check", err)
 	}

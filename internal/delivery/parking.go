@@ -1,4 +1,4 @@
-package sinks
+package delivery
 
 import (
 	"container/heap"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kubebridge/kubebridge/pkg/config"
+	"github.com/kubebridge/kubebridge/pkg/sinks"
 )
 
 // parking holds the batches that failed until their retry is due. They
@@ -250,7 +251,7 @@ func (g *gate) health(now time.Time) error {
 	// The class, not the error: /readyz is open, and an error may quote
 	// what the receiver answered.
 	for_ := now.Sub(g.since).Round(time.Second)
-	if reason, ok := DestinationReason(g.lastErr); ok {
+	if reason, ok := sinks.DestinationReason(g.lastErr); ok {
 		return fmt.Errorf("the destination refuses the sink's requests (%s) for %s", reason, for_)
 	}
 	return fmt.Errorf("the destination fails for %s", for_)
@@ -293,7 +294,7 @@ func (g *gate) fail(now time.Time, err error, wide bool, delay time.Duration, r 
 		}
 		g.wait = r.InitialInterval.D()
 		attrs := []any{"error", err, "retryIn", g.wait}
-		if reason, ok := DestinationReason(err); ok {
+		if reason, ok := sinks.DestinationReason(err); ok {
 			attrs = append(attrs, "reason", reason)
 			logger.Warn("the destination refuses the sink's requests ("+reason+"): check the sink's url, route and credentials; events are kept and retried, one batch at a time", attrs...)
 		} else {

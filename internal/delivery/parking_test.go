@@ -1,4 +1,4 @@
-package sinks_test
+package delivery_test
 
 import (
 	"bytes"
@@ -20,9 +20,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/kubebridge/kubebridge/internal/delivery"
 	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
-	"github.com/kubebridge/kubebridge/pkg/sinks"
 	natssink "github.com/kubebridge/kubebridge/pkg/sinks/nats"
 	"github.com/kubebridge/kubebridge/pkg/sinks/webhook"
 )
@@ -93,7 +93,7 @@ func defaults(t *testing.T, name string) config.Sink {
 	return cfg
 }
 
-func start(t *testing.T, d *sinks.Delivery) {
+func start(t *testing.T, d *delivery.Delivery) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); d.Run(ctx) }()
@@ -131,7 +131,7 @@ func TestOneFailingObjectNeverHoldsUpTheOthers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := sinks.NewDelivery(cfg, sink, nil, slog.New(slog.DiscardHandler))
+	d := delivery.New(cfg, sink, nil, slog.New(slog.DiscardHandler))
 	start(t, d)
 	d.Offer(cm("bad", 10))
 	eventually(t, 5*time.Second, "the bad object parked", func() bool { return d.Stats().Parked == 1 })
@@ -172,7 +172,7 @@ func TestBatchRefusedAsAWholeIsSplit(t *testing.T) {
 		t.Fatal(err)
 	}
 	dl := &recordingDL{}
-	d := sinks.NewDelivery(cfg, sink, dl, slog.New(slog.DiscardHandler))
+	d := delivery.New(cfg, sink, dl, slog.New(slog.DiscardHandler))
 	for i := range 19 {
 		d.Offer(cm(fmt.Sprint("small-", i), 700))
 	}
@@ -239,7 +239,7 @@ func TestDeadLetterThatRefusesGetsTheEnvelope(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := sinks.NewDelivery(defaults(t, "hook"), sink, &natssink.DeadLetter{NC: nc, Subject: "dead"}, slog.New(slog.DiscardHandler))
+	d := delivery.New(defaults(t, "hook"), sink, &natssink.DeadLetter{NC: nc, Subject: "dead"}, slog.New(slog.DiscardHandler))
 	var acked sync.Map
 	d.OnAck = func(evs []*event.Event) {
 		for _, e := range evs {
@@ -299,7 +299,7 @@ func BenchmarkOthersWhileOneIsParked(b *testing.B) {
 			cfg := config.Sink{Name: "hook"}
 			cfg.SetDefaults()
 			cfg.Queue.Capacity = b.N + 1
-			d := sinks.NewDelivery(cfg, sink, nil, slog.New(slog.DiscardHandler))
+			d := delivery.New(cfg, sink, nil, slog.New(slog.DiscardHandler))
 			var delivered sync.WaitGroup
 			delivered.Add(b.N)
 			d.OnAck = func(evs []*event.Event) {

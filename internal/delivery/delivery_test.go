@@ -1,4 +1,4 @@
-package sinks
+package delivery
 
 import (
 	"context"
@@ -21,6 +21,7 @@ import (
 
 	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
+	"github.com/kubebridge/kubebridge/pkg/sinks"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -91,8 +92,8 @@ func waitFor(t *testing.T, cond func() bool) {
 // takes everything, each object's events in order, its last state last;
 // every event is reported to OnAck exactly once.
 func TestRetriesUntilAcknowledgedInOrder(t *testing.T) {
-	sink := &flaky{failures: 3, err: Unavailable(errors.New("connection refused"))}
-	d := NewDelivery(sinkConfig(), sink, nil, slog.New(slog.DiscardHandler))
+	sink := &flaky{failures: 3, err: sinks.Unavailable(errors.New("connection refused"))}
+	d := New(sinkConfig(), sink, nil, slog.New(slog.DiscardHandler))
 	var acked sync.Map
 	d.OnAck = func(evs []*event.Event) {
 		for _, e := range evs {
@@ -151,13 +152,13 @@ func TestPermanentRefusalWithoutDeadLetterStaysParked(t *testing.T) {
 	refuse.Store(true)
 	s := &scripted{tries: map[string]int{}, outcome: func(e *event.Event, _ int) error {
 		if e.Name == "bad" && refuse.Load() {
-			return Permanent(errors.New("400 bad request"))
+			return sinks.Permanent(errors.New("400 bad request"))
 		}
 		return nil
 	}}
 	cfg := sinkConfig()
 	cfg.Retry.MaxInterval = config.Duration(50 * time.Millisecond)
-	d := NewDelivery(cfg, s, nil, slog.New(slog.DiscardHandler))
+	d := New(cfg, s, nil, slog.New(slog.DiscardHandler))
 	var mu sync.Mutex
 	var acked []string
 	d.OnAck = func(evs []*event.Event) {
@@ -193,13 +194,13 @@ func TestPermanentRefusalWithoutDeadLetterStaysParked(t *testing.T) {
 func TestNewerStateReplacesAParkedRefusal(t *testing.T) {
 	s := &scripted{tries: map[string]int{}, outcome: func(e *event.Event, _ int) error {
 		if e.Change == event.Updated {
-			return Permanent(errors.New("422 unprocessable"))
+			return sinks.Permanent(errors.New("422 unprocessable"))
 		}
 		return nil
 	}}
 	cfg := sinkConfig()
 	cfg.Retry.MaxInterval = config.Duration(20 * time.Millisecond)
-	d := NewDelivery(cfg, s, nil, slog.New(slog.DiscardHandler))
+	d := New(cfg, s, nil, slog.New(slog.DiscardHandler))
 	var mu sync.Mutex
 	var acked []string
 	d.OnAck = func(evs []*event.Event) {
@@ -238,7 +239,7 @@ func (p *panicky) Send(ctx context.Context, evs []*event.Event) error {
 
 func TestPanickingSinkIsRetried(t *testing.T) {
 	sink := &panicky{}
-	d := NewDelivery(sinkConfig(), sink, nil, slog.New(slog.DiscardHandler))
+	d := New(sinkConfig(), sink, nil, slog.New(slog.DiscardHandler))
 	stop := run(t, d)
 	defer stop()
 	d.Offer(ev("a", "1", event.Added))
@@ -248,7 +249,7 @@ func TestPanickingSinkIsRetried(t *testing.T) {
 // Close drains what is queued, then Run returns.
 func TestCloseDrains(t *testing.T) {
 	sink := &flaky{}
-	d := NewDelivery(sinkConfig(), sink, nil, slog.New(slog.DiscardHandler))
+	d := New(sinkConfig(), sink, nil, slog.New(slog.DiscardHandler))
 	for i := range 50 {
 		d.Offer(ev(fmt.Sprint("o", i), "1", event.Added))
 	}
@@ -301,20 +302,6 @@ func freshAdded(name, rv string) *event.Event {
 	return event.Build(e.RuleInfo(), event.Transition{Change: event.Added, Object: e.Object(), Time: e.Time, Entered: e.Entered, Fresh: true})
 }
 
-func TestRegistryRejectsDuplicates(t *testing.T) {
-	f := Factory{Type: "x", NewConfig: func() any { return &struct{}{} }, Create: func(context.Context, Settings) (Sink, error) { return &flaky{}, nil }}
-	if _, err := NewRegistry(f, f); err == nil || err.Error() != `sinks: duplicate factory for type "x"` {
-		t.Errorf("err = %v", err)
-	}
-	r, err := NewRegistry(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := r.Create(context.Background(), Settings{Config: config.Sink{Name: "n", Type: "file"}}); err == nil || err.Error() != `sink "n": type "file" is not available in this build (have: [x])` {
-		t.Errorf("err = %v", err)
-	}
-}
-
 // scripted is a sink whose answer for each event is decided by a function;
 // it records what the destination took.
 type scripted struct {
@@ -338,7 +325,7 @@ func (s *scripted) Send(_ context.Context, evs []*event.Event) error {
 		}
 	}
 	if failed {
-		return &EventErrors{Errs: errs}
+		return &sinks.EventErrors{Errs: errs}
 	}
 	return nil
 }
@@ -366,14 +353,14 @@ func TestPerEventOutcomes(t *testing.T) {
 	s := &scripted{tries: map[string]int{}, outcome: func(e *event.Event, attempt int) error {
 		switch {
 		case e.Name == "huge":
-			return Permanent(errors.New("too large"))
+			return sinks.Permanent(errors.New("too large"))
 		case e.Name == "flaky" && attempt < 3:
 			return errors.New("try again")
 		}
 		return nil
 	}}
 	dl := &deadLetters{}
-	d := NewDelivery(sinkConfig(), s, dl, slog.New(slog.DiscardHandler))
+	d := New(sinkConfig(), s, dl, slog.New(slog.DiscardHandler))
 	var acked []string
 	d.OnAck = func(evs []*event.Event) {
 		for _, e := range evs {
@@ -413,7 +400,7 @@ func TestOverflowKeepsBothIncarnations(t *testing.T) {
 	s := &scripted{tries: map[string]int{}, outcome: func(*event.Event, int) error { return nil }}
 	cfg := sinkConfig()
 	cfg.Queue.Capacity = 1
-	d := NewDelivery(cfg, s, nil, slog.New(slog.DiscardHandler))
+	d := New(cfg, s, nil, slog.New(slog.DiscardHandler))
 	d.Offer(ev("first", "1", event.Added)) // fills the ring
 	old := ev("a", "5", event.Deleted)
 	repl := ev("a", "6", event.Added)
@@ -447,9 +434,9 @@ func (f *flakyDeadLetter) Put(ctx context.Context, sink string, evs []*event.Eve
 
 // A refused event counts as handled only once the dead-letter has it.
 func TestDeadLetterRetriedUntilItTakes(t *testing.T) {
-	s := &scripted{tries: map[string]int{}, outcome: func(*event.Event, int) error { return Permanent(errors.New("no")) }}
+	s := &scripted{tries: map[string]int{}, outcome: func(*event.Event, int) error { return sinks.Permanent(errors.New("no")) }}
 	dl := &flakyDeadLetter{failures: 3}
-	d := NewDelivery(sinkConfig(), s, dl, slog.New(slog.DiscardHandler))
+	d := New(sinkConfig(), s, dl, slog.New(slog.DiscardHandler))
 	acked := 0
 	d.OnAck = func(evs []*event.Event) { acked += len(evs) }
 	d.Offer(ev("bad", "1", event.Added))
@@ -461,7 +448,7 @@ func TestDeadLetterRetriedUntilItTakes(t *testing.T) {
 
 	// Cut short while the dead-letter is down: not acknowledged.
 	dl = &flakyDeadLetter{failures: 1 << 30}
-	d = NewDelivery(sinkConfig(), s, dl, slog.New(slog.DiscardHandler))
+	d = New(sinkConfig(), s, dl, slog.New(slog.DiscardHandler))
 	acked = 0
 	d.OnAck = func(evs []*event.Event) { acked += len(evs) }
 	d.Offer(ev("bad", "1", event.Added))
@@ -490,7 +477,7 @@ func (n nopBatcher) Batching() (int, time.Duration) { return n.batch, 0 }
 func BenchmarkDelivery(b *testing.B) {
 	for _, c := range []struct {
 		name    string
-		sink    Sink
+		sink    sinks.Sink
 		workers int
 	}{{"batch1", nopBatcher{nop{1}}, 0}, {"batch256", nop{}, 0}, {"batch1/workers1", nopBatcher{nop{1}}, 1}, {"batch256/workers1", nop{}, 1}} {
 		b.Run(c.name, func(b *testing.B) {
@@ -501,7 +488,7 @@ func BenchmarkDelivery(b *testing.B) {
 			cfg := sinkConfig()
 			cfg.Queue.Capacity = b.N
 			cfg.Workers = c.workers
-			d := NewDelivery(cfg, c.sink, nil, slog.New(slog.DiscardHandler))
+			d := New(cfg, c.sink, nil, slog.New(slog.DiscardHandler))
 			d.OnAck = func([]*event.Event) {}
 			for i := range b.N {
 				d.Offer(events[i%len(events)])
@@ -530,7 +517,7 @@ func cpuTime() time.Duration {
 // included), per event.
 func BenchmarkDeliveryOneByOne(b *testing.B) {
 	e := ev("o", "1", event.Updated)
-	d := NewDelivery(sinkConfig(), nopBatcher{nop{1}}, nil, slog.New(slog.DiscardHandler))
+	d := New(sinkConfig(), nopBatcher{nop{1}}, nil, slog.New(slog.DiscardHandler))
 	acked := make(chan struct{}, 1)
 	d.OnAck = func([]*event.Event) { acked <- struct{}{} }
 	stop := make(chan struct{})
@@ -592,7 +579,7 @@ func TestMaxElapsedCountsOnlyAttemptsOnTheDestination(t *testing.T) {
 			cfg.Retry.MaxElapsed = config.Duration(maxElapsed)
 			sink := &flaky{failures: c.failures, err: errors.New("503")}
 			dl := &deadLetters{}
-			d := NewDelivery(cfg, sink, dl, slog.New(slog.DiscardHandler))
+			d := New(cfg, sink, dl, slog.New(slog.DiscardHandler))
 			c.setup(d)
 			e := ev("a", "1", event.Added)
 			d.Offer(e)

@@ -1,4 +1,4 @@
-package sinks
+package delivery
 
 import (
 	"context"
@@ -57,7 +57,7 @@ func TestUpdateWindow(t *testing.T) {
 	cfg := sinkConfig()
 	cfg.UpdateWindow = config.Duration(window)
 	sink := &sent{}
-	d := NewDelivery(cfg, sink, nil, slog.New(slog.DiscardHandler))
+	d := New(cfg, sink, nil, slog.New(slog.DiscardHandler))
 	var ackMu sync.Mutex
 	var acked []string
 	d.OnAck = func(evs []*event.Event) {
@@ -143,7 +143,7 @@ func TestUpdateWindow(t *testing.T) {
 // Without a window nothing is held: the same updates are each sent.
 func TestNoUpdateWindowSendsEveryUpdate(t *testing.T) {
 	sink := &sent{}
-	d := NewDelivery(sinkConfig(), sink, nil, slog.New(slog.DiscardHandler))
+	d := New(sinkConfig(), sink, nil, slog.New(slog.DiscardHandler))
 	stop := run(t, d)
 	defer stop()
 	d.Offer(ev("a", "1", event.Added))
@@ -175,7 +175,7 @@ func TestUpdateWindowFoldsWhatQueuedInFlight(t *testing.T) {
 	cfg.Queue.Capacity = 10
 	cfg.UpdateWindow = config.Duration(window)
 	sink := &gated{release: make(chan struct{})}
-	d := NewDelivery(cfg, sink, nil, slog.New(slog.DiscardHandler))
+	d := New(cfg, sink, nil, slog.New(slog.DiscardHandler))
 	stop := run(t, d)
 	defer stop()
 	d.Offer(ev("a", "1", event.Added))

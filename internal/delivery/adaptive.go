@@ -1,4 +1,4 @@
-package sinks
+package delivery
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/kubebridge/kubebridge/pkg/sinks"
 )
 
 // Adaptive concurrency, after Vector's adaptive request concurrency (its
@@ -61,7 +63,7 @@ func outcomeOf(ctx context.Context, err error) sendOutcome {
 	case ctx.Err() != nil:
 		return sendIgnored
 	}
-	var each *EventErrors
+	var each *sinks.EventErrors
 	if errors.As(err, &each) {
 		acked := false
 		for _, e := range each.Errs {
@@ -87,7 +89,7 @@ func outcomeOf(ctx context.Context, err error) sendOutcome {
 // slow: Unavailable, Throttle, a network error or a timeout.
 func pushesBack(err error) bool {
 	var ne net.Error
-	return IsUnavailable(err) || IsThrottle(err) || errors.As(err, &ne) ||
+	return sinks.IsUnavailable(err) || sinks.IsThrottle(err) || errors.As(err, &ne) ||
 		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded)
 }
 

@@ -1,4 +1,4 @@
-package sinks
+package delivery
 
 import (
 	"fmt"
@@ -17,7 +17,7 @@ func TestRateLimitHoldsEvents(t *testing.T) {
 	f := &flaky{}
 	cfg := sinkConfig()
 	cfg.RateLimit = &config.RateLimit{EventsPerSecond: 40, Burst: 4}
-	d := NewDelivery(cfg, f, nil, slog.New(slog.DiscardHandler))
+	d := New(cfg, f, nil, slog.New(slog.DiscardHandler))
 	var want []string
 	for i := range 30 {
 		e := ev(fmt.Sprint("o", i%5), fmt.Sprint(i+1), event.Updated)

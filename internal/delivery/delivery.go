@@ -1,4 +1,11 @@
-package sinks
+// Package delivery is the engine between a sink's queue and the sink: one
+// Delivery per sink takes batches from its bounded queue, sends them with a
+// bounded concurrency (fixed, or adaptive), parks per object what fails and
+// retries it with backoff, probes a destination failing as a whole, and
+// reports what the destination acknowledged. It wraps a pkg/sinks Sink from
+// outside, as the OpenTelemetry collector's exporterhelper wraps an
+// exporter: a sink only sends and classifies its errors.
+package delivery
 
 import (
 	"context"
@@ -15,22 +22,8 @@ import (
 	"github.com/kubebridge/kubebridge/internal/queue"
 	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
+	"github.com/kubebridge/kubebridge/pkg/sinks"
 )
-
-// MaxBatch is the most events handed to one Send when the sink does not
-// say otherwise (see Batcher).
-const MaxBatch = 256
-
-// Batcher is implemented by sinks that want batches of their own size,
-// waiting up to maxWait for a batch to fill (a webhook's batch mode).
-type Batcher interface {
-	Batching() (maxEvents int, maxWait time.Duration)
-}
-
-// DeadLetter receives events a sink refused permanently, with the error.
-type DeadLetter interface {
-	Put(ctx context.Context, sink string, events []*event.Event, cause error) error
-}
 
 // Delivery owns one sink's queue and what is taken from it until the sink
 // acknowledges it. The informer side only calls Offer, which never blocks.
@@ -75,11 +68,11 @@ type Delivery struct {
 	queue      *queue.Queue[*event.Event]
 	limiter    *limiter
 	rate       *rate.Limiter // rateLimit: nil for none
-	sink       Sink
+	sink       sinks.Sink
 	retry      config.Retry
 	batchMax   int
 	batchWait  time.Duration
-	deadLetter DeadLetter
+	deadLetter sinks.DeadLetter
 	logger     *slog.Logger
 
 	// OnAck, when set before Run, is called with the events the
@@ -119,9 +112,9 @@ type Delivery struct {
 	runOnce                                  sync.Once
 }
 
-// NewDelivery prepares delivery of cfg's queue into sink; Run starts it.
+// New prepares delivery of cfg's queue into sink; Run starts it.
 // deadLetter may be nil (permanent refusals then stay parked and counted).
-func NewDelivery(cfg config.Sink, sink Sink, deadLetter DeadLetter, logger *slog.Logger) *Delivery {
+func New(cfg config.Sink, sink sinks.Sink, deadLetter sinks.DeadLetter, logger *slog.Logger) *Delivery {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -131,7 +124,7 @@ func NewDelivery(cfg config.Sink, sink Sink, deadLetter DeadLetter, logger *slog
 		limiter:    newLimiter(cfg.InFlight()),
 		sink:       sink,
 		retry:      cfg.Retry,
-		batchMax:   MaxBatch,
+		batchMax:   sinks.MaxBatch,
 		deadLetter: deadLetter,
 		logger:     logger.With("sink", cfg.Name),
 		kick:       make(chan struct{}, 1),
@@ -142,7 +135,7 @@ func NewDelivery(cfg config.Sink, sink Sink, deadLetter DeadLetter, logger *slog
 	if d.window > 0 {
 		d.throttled = map[string]*batch{}
 	}
-	if b, ok := sink.(Batcher); ok {
+	if b, ok := sink.(sinks.Batcher); ok {
 		d.batchMax, d.batchWait = b.Batching()
 		d.batchMax = max(d.batchMax, 1)
 	}
@@ -344,7 +337,7 @@ func (d *Delivery) Healthy() error {
 	if err := d.gate.health(time.Now()); err != nil {
 		return err
 	}
-	if hc, ok := d.sink.(HealthChecker); ok {
+	if hc, ok := d.sink.(sinks.HealthChecker); ok {
 		return hc.Healthy()
 	}
 	return nil
@@ -654,7 +647,7 @@ func (d *Delivery) deliver(ctx context.Context, b *batch) {
 	if !ok {
 		return
 	}
-	if whole != nil && IsPermanent(whole) && len(b.objects) > 1 {
+	if whole != nil && sinks.IsPermanent(whole) && len(b.objects) > 1 {
 		// Refused as a whole, but one of them is the cause: find it.
 		x, y := b.split()
 		d.deliver(ctx, x)
@@ -726,7 +719,7 @@ func spread(events, send []*event.Event, err error) []error {
 	if err == nil {
 		return errs
 	}
-	var each *EventErrors
+	var each *sinks.EventErrors
 	per := errors.As(err, &each) && len(each.Errs) == len(send)
 	j := 0
 	for i, e := range events {
@@ -744,7 +737,7 @@ func spread(events, send []*event.Event, err error) []error {
 
 // wholeError returns err when it is not per event.
 func wholeError(err error, n int) error {
-	var each *EventErrors
+	var each *sinks.EventErrors
 	if err == nil || (errors.As(err, &each) && len(each.Errs) == n) {
 		return nil
 	}
@@ -777,18 +770,18 @@ func (d *Delivery) settle(ctx context.Context, b *batch, events []*event.Event, 
 				}
 				continue
 			}
-			_, dest := DestinationReason(err)
+			_, dest := sinks.DestinationReason(err)
 			switch {
 			case dest:
 				destErr = err
 			case pushesBack(err):
 				pushErr = err
-			case IsPermanent(err):
+			case sinks.IsPermanent(err):
 				refused++
 			default:
 				plain++
 			}
-			dlable := IsPermanent(err) || (expired && !dest)
+			dlable := sinks.IsPermanent(err) || (expired && !dest)
 			if dlable && d.deadLetter != nil {
 				if out.dl < 0 {
 					out.dl = j
@@ -796,7 +789,7 @@ func (d *Delivery) settle(ctx context.Context, b *batch, events []*event.Event, 
 				toDL = append(toDL, e)
 				if dlCause == nil {
 					dlCause = err
-					if !IsPermanent(err) {
+					if !sinks.IsPermanent(err) {
 						dlCause = fmt.Errorf("failing for longer than retry.maxElapsed (%s): %w", d.retry.MaxElapsed.D(), err)
 					}
 				}
@@ -874,10 +867,10 @@ func (d *Delivery) settle(ctx context.Context, b *batch, events []*event.Event, 
 		if fail == nil {
 			fail = cause
 		}
-		d.gate.fail(now, fail, destErr != nil || pushErr != nil, throttleDelay(fail), d.retry, d.logger)
+		d.gate.fail(now, fail, destErr != nil || pushErr != nil, sinks.ThrottleDelay(fail), d.retry, d.logger)
 	}
 	if destErr != nil {
-		reason, _ := DestinationReason(destErr)
+		reason, _ := sinks.DestinationReason(destErr)
 		d.destMu.Lock()
 		d.destErrs[reason]++
 		d.destMu.Unlock()
@@ -911,7 +904,7 @@ func (d *Delivery) park(b *batch, objects []object, cause error, whole, wide boo
 	if parkedAt.IsZero() {
 		parkedAt = now
 	}
-	refused := IsPermanent(cause)
+	refused := sinks.IsPermanent(cause)
 	var units []*batch
 	unit := func(objs []object) *batch {
 		return &batch{objects: objs, prepared: true, failures: failures, since: since, parkedAt: parkedAt, refused: refused, wide: wide, err: cause}
@@ -930,7 +923,7 @@ func (d *Delivery) park(b *batch, objects []object, cause error, whole, wide boo
 	wait := backoff(d.retry, failures)
 	if refused {
 		wait = max(d.retry.MaxInterval.D(), d.retry.InitialInterval.D())
-	} else if t := throttleDelay(cause); t > wait {
+	} else if t := sinks.ThrottleDelay(cause); t > wait {
 		wait = min(t, max(d.retry.MaxInterval.D(), wait))
 	}
 	first := objects[0].events[0]
@@ -1035,13 +1028,4 @@ func backoff(r config.Retry, n int) time.Duration {
 		w *= 2
 	}
 	return max(min(w, ceiling), time.Millisecond)
-}
-
-// throttleDelay is the pause a Throttle error asks for, 0 if none.
-func throttleDelay(err error) time.Duration {
-	var te throttleError
-	if errors.As(err, &te) {
-		return te.delay
-	}
-	return 0
 }
