@@ -136,14 +136,13 @@ func (d *deliverer) startRun(ctx context.Context, cfg *config.Config, s *sinkRun
 	if closeDL != nil {
 		s.closers = append(s.closers, closeDL)
 	}
-	dv := delivery.New(s.cfg, s.sink, dl, d.opts.Logger)
 	name := s.cfg.Name
 	recorder := d.recorder.Load()
 	var latency prometheus.Observer
 	if d.opts.Latency != nil {
 		latency = d.opts.Latency.WithLabelValues(name)
 	}
-	dv.OnAck = func(evs []*event.Event) {
+	hooks := delivery.Hooks{Fence: d.opts.Fence, OnAck: func(evs []*event.Event) {
 		if recorder != nil {
 			recorder.Acked(name, evs)
 		}
@@ -156,11 +155,11 @@ func (d *deliverer) startRun(ctx context.Context, cfg *config.Config, s *sinkRun
 				latency.Observe(now.Sub(e.Time).Seconds())
 			}
 		}
-	}
+	}}
 	if recorder != nil {
-		dv.BeforeSend = func(ctx context.Context, evs []*event.Event) error { return recorder.Intend(ctx, name, evs) }
+		hooks.BeforeSend = func(ctx context.Context, evs []*event.Event) error { return recorder.Intend(ctx, name, evs) }
 	}
-	dv.Fence = d.opts.Fence
+	dv := delivery.New(delivery.Options{Config: s.cfg, Sink: s.sink, DeadLetter: dl, Logger: d.opts.Logger, Hooks: hooks})
 	s.delivery = dv
 	s.views = view.NewSink(name, dv.Offer)
 	dctx, cancel := context.WithCancel(d.ctx)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
 	"net"
 	"strconv"
@@ -347,7 +346,7 @@ func offerSteadily(d *Delivery, rate, objects int, stop <-chan struct{}) int {
 // and sends never exceed the limit.
 func TestAdaptiveConcurrencyFollowsTheDestination(t *testing.T) {
 	srv := newServer(t, 20*time.Millisecond)
-	d := New(adaptiveConfig(100_000), srv, nil, slog.New(slog.DiscardHandler))
+	d := New(Options{Config: adaptiveConfig(100_000), Sink: srv})
 	srv.limits = func() int { l, _ := d.Concurrency(); return l }
 	stop := run(t, d)
 	defer stop()
@@ -420,7 +419,7 @@ func TestWorkersFixTheConcurrency(t *testing.T) {
 	srv := newServer(t, 5*time.Millisecond)
 	cfg := adaptiveConfig(10_000)
 	cfg.Workers = 6
-	d := New(cfg, srv, nil, slog.New(slog.DiscardHandler))
+	d := New(Options{Config: cfg, Sink: srv})
 	srv.limits = func() int { l, _ := d.Concurrency(); return l }
 	for i := range 600 {
 		d.Offer(ev(fmt.Sprint("o", i%100), strconv.Itoa(i+1), event.Updated))
@@ -456,31 +455,33 @@ func TestOrderPerObjectUnderConcurrency(t *testing.T) {
 				return d, nil
 			})
 			flaky := &perEventFlaky{server: srv, random: random}
-			d := New(adaptiveConfig(50+random(200)), flaky, nil, slog.New(slog.DiscardHandler))
-			// The checkpoint hooks: an intent before a batch's first send
-			// (failing now and then), acknowledgements in order per object.
-			d.BeforeSend = func(_ context.Context, evs []*event.Event) error {
-				if random(20) == 0 {
-					return errors.New("checkpoint store unavailable")
-				}
-				for _, e := range evs {
-					flaky.intended.Store(e.ID, true)
-				}
-				return nil
-			}
 			var ackMu sync.Mutex
 			ackedAt := map[string]int{}
-			d.OnAck = func(evs []*event.Event) {
-				ackMu.Lock()
-				defer ackMu.Unlock()
-				for _, e := range evs {
-					rv, _ := strconv.Atoi(e.Object().GetResourceVersion())
-					if rv <= ackedAt[e.Key] {
-						t.Errorf("OnAck: %s version %d after %d", e.Key, rv, ackedAt[e.Key])
+			// The checkpoint hooks: an intent before a batch's first send
+			// (failing now and then), acknowledgements in order per object.
+			hooks := Hooks{
+				BeforeSend: func(_ context.Context, evs []*event.Event) error {
+					if random(20) == 0 {
+						return errors.New("checkpoint store unavailable")
 					}
-					ackedAt[e.Key] = rv
-				}
+					for _, e := range evs {
+						flaky.intended.Store(e.ID, true)
+					}
+					return nil
+				},
+				OnAck: func(evs []*event.Event) {
+					ackMu.Lock()
+					defer ackMu.Unlock()
+					for _, e := range evs {
+						rv, _ := strconv.Atoi(e.Object().GetResourceVersion())
+						if rv <= ackedAt[e.Key] {
+							t.Errorf("OnAck: %s version %d after %d", e.Key, rv, ackedAt[e.Key])
+						}
+						ackedAt[e.Key] = rv
+					}
+				},
 			}
+			d := New(Options{Config: adaptiveConfig(50 + random(200)), Sink: flaky, Hooks: hooks})
 			stop := run(t, d)
 			last := map[string]int{}
 			for i := range 5000 {
@@ -563,9 +564,8 @@ func TestFreshPairsCancelDuringAnOutage(t *testing.T) {
 		}
 		return 0, nil
 	})
-	d := New(adaptiveConfig(capacity), srv, nil, slog.New(slog.DiscardHandler))
 	var acked atomic.Int64
-	d.OnAck = func(evs []*event.Event) { acked.Add(int64(len(evs))) }
+	d := New(Options{Config: adaptiveConfig(capacity), Sink: srv, Hooks: Hooks{OnAck: func(evs []*event.Event) { acked.Add(int64(len(evs))) }}})
 	stop := run(t, d)
 	defer stop()
 	for i := range 20_000 {

@@ -75,21 +75,7 @@ type Delivery struct {
 	deadLetter sinks.DeadLetter
 	logger     *slog.Logger
 
-	// OnAck, when set before Run, is called with the events the
-	// destination (or the dead-letter) took, each object's in order.
-	// Batches in flight at once call it concurrently; it must be quick.
-	OnAck func(events []*event.Event)
-	// BeforeSend, when set before Run, is called with a batch (quiet
-	// events included) before it is first sent, and again when newer events
-	// were folded into a parked object; while it fails, the batch waits in
-	// its slot with backoff, never parked or dead-lettered (the destination
-	// was not asked).
-	BeforeSend func(ctx context.Context, events []*event.Event) error
-	// Fence, when set before Run, is checked before every send attempt; while
-	// it fails (e.g. this replica may not be the leader), nothing is sent and
-	// the batch waits, as with BeforeSend, until the fence opens or Run's
-	// context ends (the bridge cancels it when the lease is lost).
-	Fence func() error
+	hooks Hooks
 
 	gate    gate
 	parking parking
@@ -112,9 +98,47 @@ type Delivery struct {
 	runOnce                                  sync.Once
 }
 
-// New prepares delivery of cfg's queue into sink; Run starts it.
-// deadLetter may be nil (permanent refusals then stay parked and counted).
-func New(cfg config.Sink, sink sinks.Sink, deadLetter sinks.DeadLetter, logger *slog.Logger) *Delivery {
+// Options are what a delivery is built from.
+type Options struct {
+	// Config is the sink's config: name, queue, retry, concurrency, rate
+	// limit and update window.
+	Config config.Sink
+	Sink   sinks.Sink
+	// DeadLetter takes what the sink refuses permanently; nil: such
+	// objects stay parked, retried every retry maxInterval, and counted.
+	DeadLetter sinks.DeadLetter
+	Logger     *slog.Logger // nil: discarded
+	Hooks      Hooks
+}
+
+// Hooks connect a delivery to its host (the bridge's checkpoint and leader
+// election); each may be nil. They are fixed at New, so that nothing can
+// change them while Run calls them.
+type Hooks struct {
+	// BeforeSend writes the bridge's write-ahead intent to the checkpoint
+	// before the destination may see the events: should the bridge die
+	// before their acknowledgement is recorded, and an object be deleted
+	// meanwhile, the restart still knows the sink may hold it and sends the
+	// deletion. It gets a batch (quiet events included) before its first
+	// send, and again when newer events were folded into a parked object;
+	// while it fails, the batch waits in its slot with backoff, never parked
+	// or dead-lettered (the destination was not asked).
+	BeforeSend func(ctx context.Context, events []*event.Event) error
+	// Fence is the leader fence: a replica that may no longer lead must not
+	// send. It is checked before every send attempt; while it fails nothing
+	// is sent and the batch waits, as with BeforeSend, until the fence opens
+	// or Run's context ends (the bridge cancels it when the lease is lost).
+	Fence func() error
+	// OnAck gets the events the destination (or the dead-letter) took, each
+	// object's in order: the bridge records them in the checkpoint and
+	// observes their latency. Batches in flight at once call it
+	// concurrently; it must be quick.
+	OnAck func(events []*event.Event)
+}
+
+// New prepares delivery of o.Config's queue into o.Sink; Run starts it.
+func New(o Options) *Delivery {
+	cfg, sink, logger := o.Config, o.Sink, o.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -125,8 +149,9 @@ func New(cfg config.Sink, sink sinks.Sink, deadLetter sinks.DeadLetter, logger *
 		sink:       sink,
 		retry:      cfg.Retry,
 		batchMax:   sinks.MaxBatch,
-		deadLetter: deadLetter,
+		deadLetter: o.DeadLetter,
 		logger:     logger.With("sink", cfg.Name),
+		hooks:      o.Hooks,
 		kick:       make(chan struct{}, 1),
 		destErrs:   map[string]uint64{},
 		done:       make(chan struct{}),
@@ -245,7 +270,7 @@ func (d *Delivery) hold(b *batch, items []queue.Item[*event.Event]) (urgentNow b
 	d.coalesced.Add(coalesced)
 	d.cancelled.Add(cancelled)
 	d.inFlight.Add(int64(len(o.events) - before)) // the items left the queue for the batch
-	b.prepared = d.BeforeSend == nil
+	b.prepared = d.hooks.BeforeSend == nil
 	return urgentNow
 }
 
@@ -548,7 +573,7 @@ func (d *Delivery) take(ctx context.Context, buf *[]queue.Item[*event.Event], n 
 	if err != nil {
 		return nil, err
 	}
-	b := &batch{prepared: d.BeforeSend == nil}
+	b := &batch{prepared: d.hooks.BeforeSend == nil}
 	add := func(items []queue.Item[*event.Event]) {
 		for _, it := range items {
 			if it.Holds() {
@@ -604,7 +629,7 @@ func (d *Delivery) refresh(b *batch, fold bool) *batch {
 			d.cancelled.Add(cancelled)
 		}
 		if len(items) > 0 {
-			b.prepared, b.refused = d.BeforeSend == nil, false // new payload: intents, and a new chance
+			b.prepared, b.refused = d.hooks.BeforeSend == nil, false // new payload: intents, and a new chance
 		}
 		d.inFlight.Add(int64(len(o.events) - before)) // the items left the queue for the batch
 		if len(o.events) == 0 {
@@ -680,7 +705,7 @@ func (d *Delivery) attempt(ctx context.Context, b *batch, events []*event.Event)
 		var err error
 		start := time.Now()
 		if !b.prepared {
-			if err = d.BeforeSend(ctx, events); err == nil {
+			if err = d.hooks.BeforeSend(ctx, events); err == nil {
 				b.prepared = true
 			}
 		}
@@ -847,8 +872,8 @@ func (d *Delivery) settle(ctx context.Context, b *batch, events []*event.Event, 
 	}
 	d.delivered.Add(uint64(delivered))
 	d.inFlight.Add(-int64(len(done)))
-	if len(done) > 0 && d.OnAck != nil {
-		d.OnAck(done) // before the objects are released: their next events are acknowledged after these
+	if len(done) > 0 && d.hooks.OnAck != nil {
+		d.hooks.OnAck(done) // before the objects are released: their next events are acknowledged after these
 	}
 	d.queue.Release(release...)
 	if len(throttle) > 0 {
@@ -986,8 +1011,8 @@ func (d *Delivery) send(ctx context.Context, events []*event.Event) (reached boo
 	}
 	outcome := sendIgnored
 	defer func() { d.limiter.release(start, outcome) }()
-	if d.Fence != nil {
-		if err := d.Fence(); err != nil {
+	if d.hooks.Fence != nil {
+		if err := d.hooks.Fence(); err != nil {
 			return false, err
 		}
 	}

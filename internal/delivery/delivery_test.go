@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -93,15 +92,14 @@ func waitFor(t *testing.T, cond func() bool) {
 // every event is reported to OnAck exactly once.
 func TestRetriesUntilAcknowledgedInOrder(t *testing.T) {
 	sink := &flaky{failures: 3, err: sinks.Unavailable(errors.New("connection refused"))}
-	d := New(sinkConfig(), sink, nil, slog.New(slog.DiscardHandler))
 	var acked sync.Map
-	d.OnAck = func(evs []*event.Event) {
+	d := New(Options{Config: sinkConfig(), Sink: sink, Hooks: Hooks{OnAck: func(evs []*event.Event) {
 		for _, e := range evs {
 			if _, dup := acked.LoadOrStore(e.ID, time.Since(e.Time)); dup {
 				t.Errorf("%s acknowledged twice", e.ID)
 			}
 		}
-	}
+	}}})
 	stop := run(t, d)
 	defer stop()
 	last := map[string]string{}
@@ -158,16 +156,15 @@ func TestPermanentRefusalWithoutDeadLetterStaysParked(t *testing.T) {
 	}}
 	cfg := sinkConfig()
 	cfg.Retry.MaxInterval = config.Duration(50 * time.Millisecond)
-	d := New(cfg, s, nil, slog.New(slog.DiscardHandler))
 	var mu sync.Mutex
 	var acked []string
-	d.OnAck = func(evs []*event.Event) {
+	d := New(Options{Config: cfg, Sink: s, Hooks: Hooks{OnAck: func(evs []*event.Event) {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, e := range evs {
 			acked = append(acked, e.Name)
 		}
-	}
+	}}})
 	ackedNames := func() string { mu.Lock(); defer mu.Unlock(); return fmt.Sprint(acked) }
 	stop := run(t, d)
 	defer stop()
@@ -200,16 +197,15 @@ func TestNewerStateReplacesAParkedRefusal(t *testing.T) {
 	}}
 	cfg := sinkConfig()
 	cfg.Retry.MaxInterval = config.Duration(20 * time.Millisecond)
-	d := New(cfg, s, nil, slog.New(slog.DiscardHandler))
 	var mu sync.Mutex
 	var acked []string
-	d.OnAck = func(evs []*event.Event) {
+	d := New(Options{Config: cfg, Sink: s, Hooks: Hooks{OnAck: func(evs []*event.Event) {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, e := range evs {
 			acked = append(acked, string(e.Change))
 		}
-	}
+	}}})
 	stop := run(t, d)
 	defer stop()
 	d.Offer(ev("a", "1", event.Added))
@@ -239,7 +235,7 @@ func (p *panicky) Send(ctx context.Context, evs []*event.Event) error {
 
 func TestPanickingSinkIsRetried(t *testing.T) {
 	sink := &panicky{}
-	d := New(sinkConfig(), sink, nil, slog.New(slog.DiscardHandler))
+	d := New(Options{Config: sinkConfig(), Sink: sink})
 	stop := run(t, d)
 	defer stop()
 	d.Offer(ev("a", "1", event.Added))
@@ -249,7 +245,7 @@ func TestPanickingSinkIsRetried(t *testing.T) {
 // Close drains what is queued, then Run returns.
 func TestCloseDrains(t *testing.T) {
 	sink := &flaky{}
-	d := New(sinkConfig(), sink, nil, slog.New(slog.DiscardHandler))
+	d := New(Options{Config: sinkConfig(), Sink: sink})
 	for i := range 50 {
 		d.Offer(ev(fmt.Sprint("o", i), "1", event.Added))
 	}
@@ -360,13 +356,12 @@ func TestPerEventOutcomes(t *testing.T) {
 		return nil
 	}}
 	dl := &deadLetters{}
-	d := New(sinkConfig(), s, dl, slog.New(slog.DiscardHandler))
 	var acked []string
-	d.OnAck = func(evs []*event.Event) {
+	d := New(Options{Config: sinkConfig(), Sink: s, DeadLetter: dl, Hooks: Hooks{OnAck: func(evs []*event.Event) {
 		for _, e := range evs {
 			acked = append(acked, e.Name)
 		}
-	}
+	}}})
 	d.Offer(ev("a", "1", event.Added))
 	d.Offer(ev("huge", "1", event.Added))
 	d.Offer(ev("flaky", "1", event.Added))
@@ -400,7 +395,7 @@ func TestOverflowKeepsBothIncarnations(t *testing.T) {
 	s := &scripted{tries: map[string]int{}, outcome: func(*event.Event, int) error { return nil }}
 	cfg := sinkConfig()
 	cfg.Queue.Capacity = 1
-	d := New(cfg, s, nil, slog.New(slog.DiscardHandler))
+	d := New(Options{Config: cfg, Sink: s})
 	d.Offer(ev("first", "1", event.Added)) // fills the ring
 	old := ev("a", "5", event.Deleted)
 	repl := ev("a", "6", event.Added)
@@ -436,9 +431,8 @@ func (f *flakyDeadLetter) Put(ctx context.Context, sink string, evs []*event.Eve
 func TestDeadLetterRetriedUntilItTakes(t *testing.T) {
 	s := &scripted{tries: map[string]int{}, outcome: func(*event.Event, int) error { return sinks.Permanent(errors.New("no")) }}
 	dl := &flakyDeadLetter{failures: 3}
-	d := New(sinkConfig(), s, dl, slog.New(slog.DiscardHandler))
 	acked := 0
-	d.OnAck = func(evs []*event.Event) { acked += len(evs) }
+	d := New(Options{Config: sinkConfig(), Sink: s, DeadLetter: dl, Hooks: Hooks{OnAck: func(evs []*event.Event) { acked += len(evs) }}})
 	d.Offer(ev("bad", "1", event.Added))
 	d.Close()
 	d.Run(context.Background())
@@ -448,9 +442,8 @@ func TestDeadLetterRetriedUntilItTakes(t *testing.T) {
 
 	// Cut short while the dead-letter is down: not acknowledged.
 	dl = &flakyDeadLetter{failures: 1 << 30}
-	d = New(sinkConfig(), s, dl, slog.New(slog.DiscardHandler))
 	acked = 0
-	d.OnAck = func(evs []*event.Event) { acked += len(evs) }
+	d = New(Options{Config: sinkConfig(), Sink: s, DeadLetter: dl, Hooks: Hooks{OnAck: func(evs []*event.Event) { acked += len(evs) }}})
 	d.Offer(ev("bad", "1", event.Added))
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
@@ -488,8 +481,7 @@ func BenchmarkDelivery(b *testing.B) {
 			cfg := sinkConfig()
 			cfg.Queue.Capacity = b.N
 			cfg.Workers = c.workers
-			d := New(cfg, c.sink, nil, slog.New(slog.DiscardHandler))
-			d.OnAck = func([]*event.Event) {}
+			d := New(Options{Config: cfg, Sink: c.sink, Hooks: Hooks{OnAck: func([]*event.Event) {}}})
 			for i := range b.N {
 				d.Offer(events[i%len(events)])
 			}
@@ -517,9 +509,8 @@ func cpuTime() time.Duration {
 // included), per event.
 func BenchmarkDeliveryOneByOne(b *testing.B) {
 	e := ev("o", "1", event.Updated)
-	d := New(sinkConfig(), nopBatcher{nop{1}}, nil, slog.New(slog.DiscardHandler))
 	acked := make(chan struct{}, 1)
-	d.OnAck = func([]*event.Event) { acked <- struct{}{} }
+	d := New(Options{Config: sinkConfig(), Sink: nopBatcher{nop{1}}, Hooks: Hooks{OnAck: func([]*event.Event) { acked <- struct{}{} }}})
 	stop := make(chan struct{})
 	go func() { defer close(stop); d.Run(context.Background()) }()
 	b.ReportAllocs()
@@ -552,35 +543,34 @@ func TestMaxElapsedCountsOnlyAttemptsOnTheDestination(t *testing.T) {
 	}
 	for _, c := range []struct {
 		name        string
-		setup       func(d *Delivery)
+		hooks       func() Hooks
 		failures    int // sends the destination fails
 		deadLetters string
 	}{
-		{"intent failing", func(d *Delivery) {
+		{"intent failing", func() Hooks {
 			blocked := blockedFor(10 * maxElapsed)
-			d.BeforeSend = func(context.Context, []*event.Event) error { return blocked() }
+			return Hooks{BeforeSend: func(context.Context, []*event.Event) error { return blocked() }}
 		}, 1, "[]"},
-		{"fence closed", func(d *Delivery) { d.Fence = blockedFor(10 * maxElapsed) }, 1, "[]"},
+		{"fence closed", func() Hooks { return Hooks{Fence: blockedFor(10 * maxElapsed)} }, 1, "[]"},
 		// The fence closes after a first failed send: the gap does not count either.
-		{"fence closed between sends", func(d *Delivery) {
+		{"fence closed between sends", func() Hooks {
 			var blocked func() error
-			d.Fence = func() error {
+			return Hooks{Fence: func() error {
 				if blocked == nil { // the first attempt passes, the next ones wait
 					blocked = blockedFor(10 * maxElapsed)
 					return nil
 				}
 				return blocked()
-			}
+			}}
 		}, 1, "[]"},
-		{"destination failing", func(*Delivery) {}, 1 << 30, "[a]"},
+		{"destination failing", func() Hooks { return Hooks{} }, 1 << 30, "[a]"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := sinkConfig()
 			cfg.Retry.MaxElapsed = config.Duration(maxElapsed)
 			sink := &flaky{failures: c.failures, err: errors.New("503")}
 			dl := &deadLetters{}
-			d := New(cfg, sink, dl, slog.New(slog.DiscardHandler))
-			c.setup(d)
+			d := New(Options{Config: cfg, Sink: sink, DeadLetter: dl, Hooks: c.hooks()})
 			e := ev("a", "1", event.Added)
 			d.Offer(e)
 			d.Close()

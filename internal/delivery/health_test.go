@@ -2,7 +2,6 @@ package delivery
 
 import (
 	"errors"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -19,7 +18,7 @@ func TestHealthyFollowsTheDestination(t *testing.T) {
 	f := &flaky{failures: 40, err: sinks.Destination(sinks.ReasonUnauthorized, errors.New("POST http://x: 401: secret-ish body"))}
 	cfg := sinkConfig()
 	cfg.Retry = config.Retry{InitialInterval: config.Duration(20 * time.Millisecond), MaxInterval: config.Duration(20 * time.Millisecond)}
-	d := New(cfg, f, nil, slog.New(slog.DiscardHandler))
+	d := New(Options{Config: cfg, Sink: f})
 	stop := run(t, d)
 	defer stop()
 	if err := d.Healthy(); err != nil {
@@ -44,7 +43,7 @@ type healthSink struct{ flaky }
 func (*healthSink) Healthy() error { return errors.New("connection closed") }
 
 func TestHealthyAsksTheSink(t *testing.T) {
-	d := New(sinkConfig(), &healthSink{}, nil, slog.New(slog.DiscardHandler))
+	d := New(Options{Config: sinkConfig(), Sink: &healthSink{}})
 	if err := d.Healthy(); err == nil || err.Error() != "connection closed" {
 		t.Errorf("Healthy = %v, want the sink's own check", err)
 	}

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -131,7 +130,7 @@ func TestOneFailingObjectNeverHoldsUpTheOthers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := delivery.New(cfg, sink, nil, slog.New(slog.DiscardHandler))
+	d := delivery.New(delivery.Options{Config: cfg, Sink: sink})
 	start(t, d)
 	d.Offer(cm("bad", 10))
 	eventually(t, 5*time.Second, "the bad object parked", func() bool { return d.Stats().Parked == 1 })
@@ -172,7 +171,7 @@ func TestBatchRefusedAsAWholeIsSplit(t *testing.T) {
 		t.Fatal(err)
 	}
 	dl := &recordingDL{}
-	d := delivery.New(cfg, sink, dl, slog.New(slog.DiscardHandler))
+	d := delivery.New(delivery.Options{Config: cfg, Sink: sink, DeadLetter: dl})
 	for i := range 19 {
 		d.Offer(cm(fmt.Sprint("small-", i), 700))
 	}
@@ -239,13 +238,12 @@ func TestDeadLetterThatRefusesGetsTheEnvelope(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := delivery.New(defaults(t, "hook"), sink, &natssink.DeadLetter{NC: nc, Subject: "dead"}, slog.New(slog.DiscardHandler))
 	var acked sync.Map
-	d.OnAck = func(evs []*event.Event) {
+	d := delivery.New(delivery.Options{Config: defaults(t, "hook"), Sink: sink, DeadLetter: &natssink.DeadLetter{NC: nc, Subject: "dead"}, Hooks: delivery.Hooks{OnAck: func(evs []*event.Event) {
 		for _, e := range evs {
 			acked.Store(e.Name, true)
 		}
-	}
+	}}})
 	start(t, d)
 	d.Offer(cm("huge", 64<<10))
 	for i := range 10 {
@@ -299,16 +297,15 @@ func BenchmarkOthersWhileOneIsParked(b *testing.B) {
 			cfg := config.Sink{Name: "hook"}
 			cfg.SetDefaults()
 			cfg.Queue.Capacity = b.N + 1
-			d := delivery.New(cfg, sink, nil, slog.New(slog.DiscardHandler))
 			var delivered sync.WaitGroup
 			delivered.Add(b.N)
-			d.OnAck = func(evs []*event.Event) {
+			d := delivery.New(delivery.Options{Config: cfg, Sink: sink, Hooks: delivery.Hooks{OnAck: func(evs []*event.Event) {
 				for _, e := range evs {
 					if e.Name != "bad" {
 						delivered.Done()
 					}
 				}
-			}
+			}}})
 			events := make([]*event.Event, 500)
 			for i := range events {
 				events[i] = cm(fmt.Sprint("o-", i), 100)

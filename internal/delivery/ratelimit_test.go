@@ -2,7 +2,6 @@ package delivery
 
 import (
 	"fmt"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -17,7 +16,7 @@ func TestRateLimitHoldsEvents(t *testing.T) {
 	f := &flaky{}
 	cfg := sinkConfig()
 	cfg.RateLimit = &config.RateLimit{EventsPerSecond: 40, Burst: 4}
-	d := New(cfg, f, nil, slog.New(slog.DiscardHandler))
+	d := New(Options{Config: cfg, Sink: f})
 	var want []string
 	for i := range 30 {
 		e := ev(fmt.Sprint("o", i%5), fmt.Sprint(i+1), event.Updated)

@@ -3,7 +3,6 @@ package delivery
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"slices"
 	"sync"
 	"testing"
@@ -57,16 +56,15 @@ func TestUpdateWindow(t *testing.T) {
 	cfg := sinkConfig()
 	cfg.UpdateWindow = config.Duration(window)
 	sink := &sent{}
-	d := New(cfg, sink, nil, slog.New(slog.DiscardHandler))
 	var ackMu sync.Mutex
 	var acked []string
-	d.OnAck = func(evs []*event.Event) {
+	d := New(Options{Config: cfg, Sink: sink, Hooks: Hooks{OnAck: func(evs []*event.Event) {
 		ackMu.Lock()
 		defer ackMu.Unlock()
 		for _, e := range evs {
 			acked = append(acked, e.Object().GetName()+" "+e.Object().GetResourceVersion())
 		}
-	}
+	}}})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan struct{})
@@ -143,7 +141,7 @@ func TestUpdateWindow(t *testing.T) {
 // Without a window nothing is held: the same updates are each sent.
 func TestNoUpdateWindowSendsEveryUpdate(t *testing.T) {
 	sink := &sent{}
-	d := New(sinkConfig(), sink, nil, slog.New(slog.DiscardHandler))
+	d := New(Options{Config: sinkConfig(), Sink: sink})
 	stop := run(t, d)
 	defer stop()
 	d.Offer(ev("a", "1", event.Added))
@@ -175,7 +173,7 @@ func TestUpdateWindowFoldsWhatQueuedInFlight(t *testing.T) {
 	cfg.Queue.Capacity = 10
 	cfg.UpdateWindow = config.Duration(window)
 	sink := &gated{release: make(chan struct{})}
-	d := New(cfg, sink, nil, slog.New(slog.DiscardHandler))
+	d := New(Options{Config: cfg, Sink: sink})
 	stop := run(t, d)
 	defer stop()
 	d.Offer(ev("a", "1", event.Added))

@@ -116,9 +116,9 @@ rules:
 			if err != nil {
 				b.Fatal(err)
 			}
-			d := delivery.New(cfg.Sinks[0], sink, nil, slog.New(slog.DiscardHandler))
 			var acked atomic.Int64
-			d.OnAck = func(evs []*event.Event) { acked.Add(int64(len(evs))) }
+			d := delivery.New(delivery.Options{Config: cfg.Sinks[0], Sink: sink,
+				Hooks: delivery.Hooks{OnAck: func(evs []*event.Event) { acked.Add(int64(len(evs))) }}})
 			runCtx, cancel := context.WithCancel(ctx)
 			done := make(chan struct{})
 			go func() { defer close(done); d.Run(runCtx) }()

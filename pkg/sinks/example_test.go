@@ -3,7 +3,6 @@ package sinks_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -87,7 +86,7 @@ rules:
 	if err != nil {
 		panic(err)
 	}
-	d := delivery.New(cfg.Sinks[0], sink, nil, slog.New(slog.DiscardHandler))
+	d := delivery.New(delivery.Options{Config: cfg.Sinks[0], Sink: sink})
 
 	obj := &unstructured.Unstructured{}
 	obj.SetNamespace("prod")

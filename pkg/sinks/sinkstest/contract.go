@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math"
 	"runtime"
 	"strconv"
@@ -212,7 +211,7 @@ func WaitFor(t testing.TB, src *Source, remote Remote, timeout time.Duration) []
 // Start runs a delivery (internal/delivery, the bridge's own) for sink
 // until the test ends.
 func Start(t testing.TB, cfg config.Sink, sink sinks.Sink, dl sinks.DeadLetter) *delivery.Delivery {
-	d := delivery.New(cfg, sink, dl, slog.New(slog.DiscardHandler))
+	d := delivery.New(delivery.Options{Config: cfg, Sink: sink, DeadLetter: dl})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
