@@ -12,13 +12,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
 
+	"github.com/kubebridge/kubebridge/internal/backoff"
 	"github.com/kubebridge/kubebridge/internal/queue"
 	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
@@ -70,6 +70,7 @@ type Delivery struct {
 	rate       *rate.Limiter // rateLimit: nil for none
 	sink       sinks.Sink
 	retry      config.Retry
+	backoff    backoff.Backoff // retry's intervals: the wait after each failure
 	batchMax   int
 	batchWait  time.Duration
 	deadLetter sinks.DeadLetter
@@ -148,6 +149,7 @@ func New(o Options) *Delivery {
 		limiter:    newLimiter(cfg.InFlight()),
 		sink:       sink,
 		retry:      cfg.Retry,
+		backoff:    backoff.Backoff{Initial: cfg.Retry.InitialInterval.D(), Max: cfg.Retry.MaxInterval.D()},
 		batchMax:   sinks.MaxBatch,
 		deadLetter: o.DeadLetter,
 		logger:     logger.With("sink", cfg.Name),
@@ -170,6 +172,7 @@ func New(o Options) *Delivery {
 		d.batchMax = min(d.batchMax, burst) // a batch takes its tokens at once
 	}
 	d.parking.kick = d.signal
+	d.gate.backoff = d.backoff
 	return d
 }
 
@@ -700,7 +703,7 @@ func (d *Delivery) attempt(ctx context.Context, b *batch, events []*event.Event)
 			break
 		}
 	}
-	wait := d.retry.InitialInterval.D()
+	waits := d.backoff // from Initial: this batch's own waits while it cannot be sent
 	for tries := 1; ; tries++ {
 		var err error
 		start := time.Now()
@@ -728,9 +731,8 @@ func (d *Delivery) attempt(ctx context.Context, b *batch, events []*event.Event)
 		select {
 		case <-ctx.Done():
 			return nil, nil, false
-		case <-time.After(jitter(wait)):
+		case <-time.After(backoff.Jitter(waits.Next())):
 		}
-		wait = min(2*wait, d.retry.MaxInterval.D())
 		if !b.since.IsZero() {
 			b.since = b.since.Add(time.Since(start)) // maxElapsed counts the destination's failures only
 		}
@@ -892,7 +894,7 @@ func (d *Delivery) settle(ctx context.Context, b *batch, events []*event.Event, 
 		if fail == nil {
 			fail = cause
 		}
-		d.gate.fail(now, fail, destErr != nil || pushErr != nil, sinks.ThrottleDelay(fail), d.retry, d.logger)
+		d.gate.fail(now, fail, destErr != nil || pushErr != nil, sinks.ThrottleDelay(fail), d.logger)
 	}
 	if destErr != nil {
 		reason, _ := sinks.DestinationReason(destErr)
@@ -945,7 +947,7 @@ func (d *Delivery) park(b *batch, objects []object, cause error, whole, wide boo
 	default:
 		units = append(units, unit(objects))
 	}
-	wait := backoff(d.retry, failures)
+	wait := d.backoff.Wait(failures)
 	if refused {
 		wait = max(d.retry.MaxInterval.D(), d.retry.InitialInterval.D())
 	} else if t := sinks.ThrottleDelay(cause); t > wait {
@@ -960,7 +962,7 @@ func (d *Delivery) park(b *batch, objects []object, cause error, whole, wide boo
 		d.logger.Warn("delivery failed; parked, retrying alone", "objects", len(objects), "first", first.Key, "failures", failures, "retryIn", wait, "error", cause)
 	}
 	for _, u := range units {
-		d.parking.put(u, now.Add(jitter(wait)))
+		d.parking.put(u, now.Add(backoff.Jitter(wait)))
 	}
 }
 
@@ -1040,17 +1042,4 @@ func fmtAny(v any) string {
 		return s
 	}
 	return "non-error value"
-}
-
-// jitter returns a duration in [w/2, w].
-func jitter(w time.Duration) time.Duration { return w/2 + rand.N(w/2+1) }
-
-// backoff is the wait before retry n (n >= 1): initialInterval doubled
-// per failure, up to maxInterval.
-func backoff(r config.Retry, n int) time.Duration {
-	w, ceiling := r.InitialInterval.D(), r.MaxInterval.D()
-	for i := 1; i < n && w < ceiling; i++ {
-		w *= 2
-	}
-	return max(min(w, ceiling), time.Millisecond)
 }

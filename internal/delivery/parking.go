@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kubebridge/kubebridge/pkg/config"
+	"github.com/kubebridge/kubebridge/internal/backoff"
 	"github.com/kubebridge/kubebridge/pkg/sinks"
 )
 
@@ -182,13 +182,15 @@ func (p *parking) stop() {
 // probes; any attempt it answers (an acknowledgement, or a permanent
 // refusal) opens the gate again.
 type gate struct {
+	backoff backoff.Backoff // between probes; set by New
+
 	mu      sync.Mutex
 	failing bool
 	since   time.Time
 	probeAt time.Time
-	wait    time.Duration
-	active  int   // batches being delivered
-	lastErr error // the destination's last failure while failing
+	wait    time.Duration // the current probe's backoff; 0 while one object's failure
+	active  int           // batches being delivered
+	lastErr error         // the destination's last failure while failing
 }
 
 // turn waits until the dispatcher may start a batch: at once while the
@@ -281,7 +283,7 @@ func (g *gate) ok(now time.Time, logger *slog.Logger) {
 // probe is due after a backoff (at least delay, a Retry-After), doubled per
 // failed probe; after an ambiguous first failure it is due at once (one
 // other object tells whether the destination works).
-func (g *gate) fail(now time.Time, err error, wide bool, delay time.Duration, r config.Retry, logger *slog.Logger) {
+func (g *gate) fail(now time.Time, err error, wide bool, delay time.Duration, logger *slog.Logger) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if !g.failing && !wide {
@@ -292,7 +294,8 @@ func (g *gate) fail(now time.Time, err error, wide bool, delay time.Duration, r 
 		if !g.failing {
 			g.since = now
 		}
-		g.wait = r.InitialInterval.D()
+		g.backoff.Reset()
+		g.wait = g.backoff.Next()
 		attrs := []any{"error", err, "retryIn", g.wait}
 		if reason, ok := sinks.DestinationReason(err); ok {
 			attrs = append(attrs, "reason", reason)
@@ -301,12 +304,11 @@ func (g *gate) fail(now time.Time, err error, wide bool, delay time.Duration, r 
 			logger.Warn("the destination fails; events are kept and retried, one batch at a time", attrs...)
 		}
 	} else {
-		g.wait = min(2*g.wait, max(r.MaxInterval.D(), r.InitialInterval.D()))
+		g.wait = g.backoff.Next()
 	}
 	g.failing, g.lastErr = true, err
-	g.wait = max(g.wait, time.Millisecond)
-	g.probeAt = now.Add(jitter(g.wait))
-	if d := min(delay, max(r.MaxInterval.D(), g.wait)); now.Add(d).After(g.probeAt) {
+	g.probeAt = now.Add(backoff.Jitter(g.wait))
+	if d := min(delay, max(g.backoff.Max, g.wait)); now.Add(d).After(g.probeAt) {
 		g.probeAt = now.Add(d)
 	}
 }

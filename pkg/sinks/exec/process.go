@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kubebridge/kubebridge/internal/backoff"
 	"github.com/kubebridge/kubebridge/pkg/sinks"
 )
 
@@ -415,7 +416,8 @@ func (s *Sink) stop(p *proc, reason error) {
 // unanswered events, and starts the next after a backoff, until Close.
 func (s *Sink) supervise(p *proc) {
 	defer close(s.stopped)
-	backoff := s.timing.minBackoff
+	restarts := backoff.Backoff{Initial: s.timing.minBackoff, Max: s.timing.maxBackoff}
+	wait := restarts.Next()
 	for {
 		if p != nil {
 			select {
@@ -427,30 +429,31 @@ func (s *Sink) supervise(p *proc) {
 			unanswered := s.reap(p)
 			ran := time.Since(p.started)
 			if ran >= s.timing.healthyAfter {
-				backoff = s.timing.minBackoff
+				restarts.Reset()
+				wait = restarts.Next()
 			}
 			s.mu.Lock()
 			reason := p.reason
 			s.mu.Unlock()
-			attrs := []any{"pid", p.pid, "exit", p.exitErr, "ran", ran.Round(time.Millisecond), "unanswered", unanswered, "restartIn", backoff}
+			attrs := []any{"pid", p.pid, "exit", p.exitErr, "ran", ran.Round(time.Millisecond), "unanswered", unanswered, "restartIn", wait}
 			if reason != nil {
 				attrs = append(attrs, "reason", reason)
 			}
 			s.logger.Warn("plugin stopped; restarting it", attrs...)
 		}
-		t := time.NewTimer(backoff)
+		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
 		case <-s.closeReq:
 			t.Stop()
 			return
 		}
-		backoff = min(2*backoff, s.timing.maxBackoff)
+		wait = restarts.Next()
 		np, err := s.start()
 		s.mu.Lock()
 		if err != nil {
 			s.downErr = fmt.Errorf("starting %s: %w", s.argv[0], err)
-			s.logger.Warn("plugin failed to start", "error", err, "retryIn", backoff)
+			s.logger.Warn("plugin failed to start", "error", err, "retryIn", wait)
 		} else {
 			s.proc, s.downErr = np, nil
 		}
