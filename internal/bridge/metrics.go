@@ -54,7 +54,7 @@ var (
 	descInFlight     = prometheus.NewDesc("kubebridge_sink_requests_in_flight", "Batches being sent to the sink now.", []string{"sink"}, nil)
 	descDepth        = prometheus.NewDesc("kubebridge_sink_queue_depth", "Events queued or in flight.", []string{"sink"}, nil)
 	descCapacity     = prometheus.NewDesc("kubebridge_sink_queue_capacity", "Events kept in order before coalescing starts.", []string{"sink"}, nil)
-	// Failure per object (pkg/sinks parking).
+	// Failure per object (internal/delivery parking).
 	descParked     = prometheus.NewDesc("kubebridge_sink_parked_objects", "Objects whose delivery failed, waiting for their own retry (their later events held behind them); others flow meanwhile.", []string{"sink"}, nil)
 	descParkedAge  = prometheus.NewDesc("kubebridge_sink_oldest_parked_seconds", "How long the oldest parked object has waited.", []string{"sink"}, nil)
 	descThrottled  = prometheus.NewDesc("kubebridge_sink_throttled_objects", "Objects waiting out the sink's updateWindow: their change was sent, their next updates wait and coalesce until the window ends.", []string{"sink"}, nil)
