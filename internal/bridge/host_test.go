@@ -7,12 +7,17 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/kubebridge/kubebridge/internal/checkpoint"
 	"github.com/kubebridge/kubebridge/internal/testenv"
 	"github.com/kubebridge/kubebridge/pkg/components"
 	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
+	"github.com/kubebridge/kubebridge/pkg/filters"
 	"github.com/kubebridge/kubebridge/pkg/sinks"
 	natssink "github.com/kubebridge/kubebridge/pkg/sinks/nats"
 )
@@ -167,6 +172,73 @@ func TestEmbeddedServerIsTheHosts(t *testing.T) {
 	}
 	if !nc.IsClosed() {
 		t.Error("the host's connection is open after close")
+	}
+	if c, err := net.Dial("tcp", addr); err == nil {
+		c.Close()
+		t.Error("the embedded server still listens after the host closed")
+	}
+}
+
+// An embedded sink that also holds the KV checkpoint and takes another
+// sink's dead letters runs one server, the host's: the deliverer starts it
+// as a client, the checkpoint and the dead-letter connect to it through
+// the host, a reload with the same config keeps both runs, and it stops
+// with the host.
+func TestEmbeddedSinkHoldsCheckpointAndDeadLetters(t *testing.T) {
+	ctx := context.Background()
+	t.Setenv("KUBEBRIDGE_DATA_DIR", t.TempDir())
+	l, err := net.Listen("tcp", "127.0.0.1:0") // a free port
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	delivered := func(name string, spec *natssink.Config) config.Sink {
+		return config.Sink{Name: name, Type: "nats", Spec: spec, Workers: 1, Queue: config.Queue{Capacity: 100},
+			Retry: config.Retry{InitialInterval: config.Duration(time.Millisecond), MaxInterval: config.Duration(10 * time.Millisecond)}}
+	}
+	bus := delivered("bus", &natssink.Config{Embedded: true, URL: "nats://" + addr, Subject: natssink.DefaultSubject, JetStream: true})
+	cp := delivered("copy", &natssink.Config{URL: "nats://" + addr, Subject: "copy.{name}"})
+	cp.DeadLetter = natsDeadLetter("bus")
+	cfg := &config.Config{Sinks: []config.Sink{bus, cp},
+		Checkpoint: config.Checkpoint{NATSKV: &config.NATSKVCheckpoint{Sink: "bus", Bucket: "views"}}}
+
+	h := newHost(discard, components.SinkRegistry())
+	d := newDeliverer(delivererOptions{Registry: h.sinks, Host: h, Logger: discard, CheckpointInterval: time.Hour,
+		Source: func() ([]*filters.Rule, source) { return nil, nil },
+		OpenStore: func(ctx context.Context) (checkpoint.Store, func() error, error) {
+			store, _, err := h.checkpointStore(ctx, cfg)
+			if err != nil {
+				return nil, nil, err
+			}
+			return store, store.Close, nil
+		}})
+	if err := d.start(ctx, cfg, cfg.Sinks); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := natsgo.Connect("nats://" + addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.KeyValue(ctx, "views"); err != nil {
+		t.Errorf("the checkpoint's bucket is not on the embedded server: %v", err)
+	}
+	if next, retired, err := buildSinkSet(ctx, h.sinks, cfg.Sinks, d.currentSet(), discard); err != nil || len(retired) != 0 || len(next.order) != 2 {
+		t.Errorf("a reload with the same config: retired %d, err %v", len(retired), err)
+	}
+	if _, err := d.stop(cancelled(), true); err != nil {
+		t.Fatal(err)
+	}
+	if !nc.IsConnected() {
+		t.Error("the embedded server stopped with the sinks")
+	}
+	if err := h.close(ctx); err != nil {
+		t.Fatal(err)
 	}
 	if c, err := net.Dial("tcp", addr); err == nil {
 		c.Close()
