@@ -164,7 +164,9 @@ func New(opts Options) *Bridge {
 	if opts.Namespace == "" {
 		opts.Namespace = "default"
 	}
-	b := &Bridge{opts: opts, logger: opts.Logger, fatal: make(chan error, 1), host: newHost(opts.Logger)}
+	h := newHost(opts.Logger, opts.Sinks)
+	opts.Sinks = h.sinks // the sinks get the host (sinks.Settings.Host)
+	b := &Bridge{opts: opts, logger: opts.Logger, fatal: make(chan error, 1), host: h}
 	latency := newLatency()
 	b.deliver = newDeliverer(delivererOptions{
 		Registry:           opts.Sinks,

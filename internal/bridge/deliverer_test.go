@@ -24,7 +24,7 @@ import (
 // the source it reconciles against (nil: none) and the checkpoint file
 // ("": none).
 func testDeliverer(reg *sinks.Registry, logger *slog.Logger, src *fakeSource, checkpointFile ...string) *deliverer {
-	opts := delivererOptions{Registry: reg, Host: newHost(logger), Logger: logger, CheckpointInterval: time.Hour,
+	opts := delivererOptions{Registry: reg, Host: newHost(logger, reg), Logger: logger, CheckpointInterval: time.Hour,
 		Source: func() ([]*filters.Rule, source) {
 			if src == nil {
 				return nil, nil

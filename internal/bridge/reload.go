@@ -61,10 +61,7 @@ func (b *Bridge) Reload(ctx context.Context, cfg *config.Config) error {
 	// Build the new sinks before anything changes: a sink that cannot be
 	// built leaves the running config as it is.
 	prev := b.deliver.currentSet()
-	cfgs, err := b.host.sinkConfigs(cfg.Sinks)
-	if err != nil {
-		return err
-	}
+	cfgs := cfg.Sinks
 	next, retired, err := buildSinkSet(ctx, b.opts.Sinks, cfgs, prev, b.logger)
 	if err != nil {
 		return err

@@ -65,11 +65,7 @@ func Replay(ctx context.Context, opts Options, sinkName, ruleName string, progre
 	if len(rules) == 0 {
 		return ReplayStatus{}, fmt.Errorf("no rule %q delivers to sink %q", ruleName, sinkName)
 	}
-	cfgs, err := b.host.sinkConfigs([]config.Sink{*sc})
-	if err != nil {
-		return ReplayStatus{}, err
-	}
-	if err := d.start(ctx, b.opts.Config, cfgs); err != nil {
+	if err := d.start(ctx, b.opts.Config, []config.Sink{*sc}); err != nil {
 		return ReplayStatus{}, err
 	}
 	run := d.runs()[0]

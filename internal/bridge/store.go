@@ -7,14 +7,18 @@ import (
 )
 
 // openCheckpoint opens the checkpoint store the config names (the
-// deliverer's OpenStore): the host's KV store, whose connection outlives
-// a reload of the sink it names and which the host closes, or a bbolt
-// file, which the deliverer closes.
+// deliverer's OpenStore), which the deliverer closes: a key-value bucket
+// of a sink's destination, through the host (what the bucket holds, a
+// connection, outlives a reload of the sink it names and the host
+// closes), or a bbolt file.
 func (b *Bridge) openCheckpoint(ctx context.Context) (checkpoint.Store, func() error, error) {
 	if b.opts.CheckpointFile == "" {
 		store, ok, err := b.host.checkpointStore(ctx, b.opts.Config)
 		if ok {
-			return store, nil, err
+			if err != nil {
+				return nil, nil, err
+			}
+			return store, store.Close, nil
 		}
 	}
 	path := b.opts.Config.Checkpoint.File

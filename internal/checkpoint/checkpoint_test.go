@@ -22,6 +22,7 @@ import (
 
 	"github.com/kubebridge/kubebridge/internal/testenv"
 	"github.com/kubebridge/kubebridge/pkg/event"
+	natssink "github.com/kubebridge/kubebridge/pkg/sinks/nats"
 )
 
 func TestMain(m *testing.M) {
@@ -94,15 +95,17 @@ func TestKV(t *testing.T) {
 	nc, err := natsgo.Connect(srv.ClientURL())
 	must(t, err)
 	defer nc.Close()
-	s, err := OpenKV(context.Background(), nc, "kubebridge")
+	b, err := natssink.OpenKV(context.Background(), nc, "kubebridge")
 	must(t, err)
+	s := NewKV(b)
 	contract(t, s)
 	// Another process (a new leader) sees the same view.
 	nc2, err := natsgo.Connect(srv.ClientURL())
 	must(t, err)
 	defer nc2.Close()
-	s2, err := OpenKV(context.Background(), nc2, "kubebridge")
+	b2, err := natssink.OpenKV(context.Background(), nc2, "kubebridge")
 	must(t, err)
+	s2 := NewKV(b2)
 	if got, _ := s2.Load(context.Background(), "bus", "r1"); got["ns/a.b"].ResourceVersion != "6" || len(got) != 1 {
 		t.Errorf("second client: %+v", got)
 	}

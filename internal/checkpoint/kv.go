@@ -4,33 +4,23 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 
-	natsgo "github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
+	"github.com/kubebridge/kubebridge/pkg/sinks"
 )
 
-// KV is a Store in a NATS JetStream key-value bucket, so that a bridge in
-// another pod (a new leader) resumes where the last one stopped. Keys are
-// <sink>.<rule>.<base64url(object key)>.
+// KV is a Store in a key-value bucket of a sink's destination (sinks.KV,
+// which a sink type provides: the nats sink's is a JetStream KV bucket), so
+// that a bridge in another pod (a new leader) resumes where the last one
+// stopped. Keys are <sink>.<rule>.<base64url(object key)>, values JSON
+// entries: the format is the checkpoint's, whatever holds the bucket.
 type KV struct {
-	kv jetstream.KeyValue
+	kv sinks.KV
 }
 
-// OpenKV opens (creating) the bucket over nc.
-func OpenKV(ctx context.Context, nc *natsgo.Conn, bucket string) (*KV, error) {
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, err
-	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, History: 1, Description: "kubebridge delivered views"})
-	if err != nil {
-		return nil, fmt.Errorf("checkpoint bucket %s: %w", bucket, err)
-	}
-	return &KV{kv: kv}, nil
-}
+// NewKV returns the store in bucket.
+func NewKV(bucket sinks.KV) *KV { return &KV{kv: bucket} }
 
 func kvKey(sink, rule, key string) string {
 	return sink + "." + rule + "." + base64.RawURLEncoding.EncodeToString([]byte(key))
@@ -39,34 +29,27 @@ func kvKey(sink, rule, key string) string {
 // Load reads the view of sink's rule.
 func (k *KV) Load(ctx context.Context, sink, rule string) (map[string]Entry, error) {
 	prefix := sink + "." + rule + "."
-	w, err := k.kv.Watch(ctx, prefix+"*", jetstream.IgnoreDeletes())
+	all, err := k.kv.List(ctx, prefix)
 	if err != nil {
 		return nil, err
 	}
-	defer w.Stop()
 	out := map[string]Entry{}
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case e, ok := <-w.Updates():
-			if !ok {
-				return nil, errors.New("checkpoint watch closed")
-			}
-			if e == nil {
-				return out, nil // all current values seen
-			}
-			raw, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(e.Key(), prefix))
-			if err != nil {
-				return nil, fmt.Errorf("%w: key %s: %v", ErrCorrupt, e.Key(), err)
-			}
-			var entry Entry
-			if err := json.Unmarshal(e.Value(), &entry); err != nil {
-				return nil, fmt.Errorf("%w: key %s: %v", ErrCorrupt, e.Key(), err)
-			}
-			out[string(raw)] = entry
+	for key, value := range all {
+		rest := strings.TrimPrefix(key, prefix)
+		if strings.Contains(rest, ".") {
+			continue // not one token: no key of this rule
 		}
+		raw, err := base64.RawURLEncoding.DecodeString(rest)
+		if err != nil {
+			return nil, fmt.Errorf("%w: key %s: %v", ErrCorrupt, key, err)
+		}
+		var entry Entry
+		if err := json.Unmarshal(value, &entry); err != nil {
+			return nil, fmt.Errorf("%w: key %s: %v", ErrCorrupt, key, err)
+		}
+		out[string(raw)] = entry
 	}
+	return out, nil
 }
 
 // Apply writes the changes in order (each key on its own; the bucket keeps
@@ -76,19 +59,19 @@ func (k *KV) Apply(ctx context.Context, changes []Change) error {
 		key := kvKey(c.Sink, c.Rule, c.Key)
 		if c.Entry == nil {
 			if c.IfUID != "" {
-				e, err := k.kv.Get(ctx, key)
-				if errors.Is(err, jetstream.ErrKeyNotFound) {
-					continue
-				}
+				v, ok, err := k.kv.Get(ctx, key)
 				if err != nil {
 					return err
 				}
+				if !ok {
+					continue
+				}
 				var held Entry
-				if json.Unmarshal(e.Value(), &held) == nil && held.UID != c.IfUID {
+				if json.Unmarshal(v, &held) == nil && held.UID != c.IfUID {
 					continue
 				}
 			}
-			if err := k.kv.Delete(ctx, key); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+			if err := k.kv.Delete(ctx, key); err != nil {
 				return err
 			}
 			continue
@@ -97,12 +80,12 @@ func (k *KV) Apply(ctx context.Context, changes []Change) error {
 		if err != nil {
 			return err
 		}
-		if _, err := k.kv.Put(ctx, key, v); err != nil {
+		if err := k.kv.Put(ctx, key, v); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// Close does nothing: the connection belongs to the bridge.
-func (k *KV) Close() error { return nil }
+// Close closes the bucket (the connection under it is the host's).
+func (k *KV) Close() error { return k.kv.Close() }

@@ -87,6 +87,9 @@ func Parse(name string, data []byte, types SinkTypes) (*Config, []Problem, error
 	problems := d.problems
 	var checked []Problem
 	validateTree(reflect.ValueOf(cfg), "", &checked)
+	for _, err := range flatten(cfg.validateProviders(types)) {
+		checked = append(checked, toProblem("", err))
+	}
 	for _, p := range checked {
 		if d.failed(p.Path) {
 			continue // already reported: the value there could not be decoded

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"reflect"
 	"strings"
 
@@ -18,6 +19,98 @@ type SinkTypes interface {
 	NewSinkConfig(typ string) (any, bool)
 	// SinkTypeNames lists the types, sorted.
 	SinkTypeNames() []string
+	// Provides reports whether sinks of type typ provide c, so that the
+	// config may name them for it (see SinkRef).
+	Provides(typ string, c Capability) bool
+}
+
+// Capability is what a sink type may provide besides delivering events:
+// other parts of the config name one of its sinks for it (SinkRef), and the
+// host asks the type's factory for it. Which types provide what is the
+// registry's to say (SinkTypes.Provides), not the config's.
+type Capability string
+
+const (
+	// DeadLetterSink is a dead-letter into the destination of a sink of the
+	// type: sinks[].deadLetter.nats names the sink and the subject.
+	DeadLetterSink Capability = "dead letters"
+	// CheckpointKV is a key-value bucket, in the destination of a sink of
+	// the type, that holds the checkpoint: checkpoint.natsKV names the sink
+	// and the bucket.
+	CheckpointKV Capability = "the checkpoint's key-value bucket"
+)
+
+// SinkRef is where the config names a sink for what its type provides
+// (Needs) rather than to deliver to it.
+type SinkRef struct {
+	// Path is the key path of the block that names the sink, e.g.
+	// checkpoint.natsKV or sinks[0].deadLetter.nats; its key sink holds
+	// the name.
+	Path string
+	// Sink is the name of the sink.
+	Sink string
+	// Target is what is asked of the sink's destination: the dead-letter's
+	// subject, the checkpoint's bucket.
+	Target string
+	// Needs is what the sink's type must provide.
+	Needs Capability
+}
+
+// CheckpointKVPath is the key path of the checkpoint's key-value store.
+const CheckpointKVPath = "checkpoint.natsKV"
+
+// SinkRef returns the sink whose destination holds the checkpoint, if it
+// is kept there rather than in a file.
+func (c *Checkpoint) SinkRef() (SinkRef, bool) {
+	if c.NATSKV == nil {
+		return SinkRef{}, false
+	}
+	return SinkRef{Path: CheckpointKVPath, Sink: c.NATSKV.Sink, Target: c.NATSKV.Bucket, Needs: CheckpointKV}, true
+}
+
+// SinkRef returns the sink whose destination takes the dead letters, if
+// they do not go to a file. Its Path is relative to the dead-letter's.
+func (d *DeadLetter) SinkRef() (SinkRef, bool) {
+	if d == nil || d.NATS == nil {
+		return SinkRef{}, false
+	}
+	return SinkRef{Path: "nats", Sink: d.NATS.Sink, Target: d.NATS.Subject, Needs: DeadLetterSink}, true
+}
+
+// SinkRefs lists the sinks the config names for what their types provide,
+// with full paths: the dead-letters in sink order, then the checkpoint.
+func (c *Config) SinkRefs() []SinkRef {
+	var out []SinkRef
+	for i, s := range c.Sinks {
+		if ref, ok := s.DeadLetter.SinkRef(); ok {
+			ref.Path = fmt.Sprintf("sinks[%d].deadLetter.%s", i, ref.Path)
+			out = append(out, ref)
+		}
+	}
+	if ref, ok := c.Checkpoint.SinkRef(); ok {
+		out = append(out, ref)
+	}
+	return out
+}
+
+// Providers lists the types of types that provide c, sorted.
+func Providers(types SinkTypes, c Capability) []string {
+	var out []string
+	for _, t := range types.SinkTypeNames() {
+		if types.Provides(t, c) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// NotProvided says that sink name is of a type that does not provide c,
+// naming the types that do: sink "hook" is not a nats sink.
+func NotProvided(types SinkTypes, name string, c Capability) string {
+	if have := Providers(types, c); len(have) > 0 {
+		return fmt.Sprintf("sink %q is not a %s sink", name, strings.Join(have, " or "))
+	}
+	return fmt.Sprintf("sink %q cannot provide %s: no sink type of this build does", name, c)
 }
 
 // decodeSink decodes a sink: the common fields into s, the type block into

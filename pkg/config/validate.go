@@ -101,15 +101,9 @@ func (c *Config) Validate() error {
 		}
 	}
 
-	for i, s := range c.Sinks {
-		if s.DeadLetter == nil || s.DeadLetter.NATS == nil || s.DeadLetter.NATS.Sink == "" {
-			continue
-		}
-		p := fmt.Sprintf("sinks[%d].deadLetter.nats.sink", i)
-		if j, ok := sinkIndex[s.DeadLetter.NATS.Sink]; !ok {
-			errs = append(errs, ErrorAt(p, "unknown sink %q (%s)", s.DeadLetter.NATS.Sink, have))
-		} else if c.Sinks[j].Type != "nats" {
-			errs = append(errs, ErrorAt(p, "sink %q is not a nats sink", s.DeadLetter.NATS.Sink))
+	for _, ref := range c.SinkRefs() { // their types: validateProviders
+		if _, ok := sinkIndex[ref.Sink]; !ok && ref.Sink != "" {
+			errs = append(errs, ErrorAt(ref.Path+".sink", "unknown sink %q (%s)", ref.Sink, have))
 		}
 	}
 	for i, s := range c.Sinks {
@@ -127,18 +121,31 @@ func (c *Config) Validate() error {
 			errs = append(errs, WarningAt(at, "waits %s, but the sink's replay, which ends the wait, comes every %s: it may fire up to %s late", wait, s.ReplayEvery.D(), s.ReplayEvery.D()))
 		}
 	}
-	if kv := c.Checkpoint.NATSKV; kv != nil && kv.Sink != "" {
-		i, ok := sinkIndex[kv.Sink]
-		switch {
-		case !ok:
-			errs = append(errs, ErrorAt("checkpoint.natsKV.sink", "unknown sink %q (%s)", kv.Sink, have))
-		case c.Sinks[i].Type != "nats":
-			errs = append(errs, ErrorAt("checkpoint.natsKV.sink", "sink %q is not a nats sink", kv.Sink))
-		default:
-			if h, ok := c.Sinks[i].Spec.(kvHolder); ok {
-				if err := h.CanHoldKV(); err != nil {
-					errs = append(errs, ErrorAt("checkpoint.natsKV.sink", "sink %q %v", kv.Sink, err))
-				}
+	return errors.Join(errs...)
+}
+
+// validateProviders checks that each sink the config names for what its
+// type provides (SinkRefs: a dead-letter's, the checkpoint's) is of a type
+// that provides it, which types (the registry) says, and that a sink named
+// for the checkpoint can hold it (kvHolder). Unknown sinks are Validate's.
+func (c *Config) validateProviders(types SinkTypes) error {
+	if types == nil {
+		return nil
+	}
+	var errs []error
+	for _, ref := range c.SinkRefs() {
+		i := slices.IndexFunc(c.Sinks, func(s Sink) bool { return s.Name == ref.Sink })
+		if ref.Sink == "" || i < 0 || c.Sinks[i].Type == "" {
+			continue
+		}
+		p := ref.Path + ".sink"
+		if !types.Provides(c.Sinks[i].Type, ref.Needs) {
+			errs = append(errs, ErrorAt(p, "%s", NotProvided(types, ref.Sink, ref.Needs)))
+			continue
+		}
+		if h, ok := c.Sinks[i].Spec.(kvHolder); ok && ref.Needs == CheckpointKV {
+			if err := h.CanHoldKV(); err != nil {
+				errs = append(errs, ErrorAt(p, "sink %q %v", ref.Sink, err))
 			}
 		}
 	}
@@ -167,8 +174,9 @@ type replayWaiter interface {
 	WaitsForReplay() (key string, wait time.Duration)
 }
 
-// kvHolder is implemented by the config of a sink type whose connection can
-// hold the checkpoint's KV bucket (nats).
+// kvHolder is implemented by the config of a sink type that provides
+// CheckpointKV when some of its sinks cannot hold the bucket (one whose
+// destination lacks a key-value store, as it is configured).
 type kvHolder interface{ CanHoldKV() error }
 
 // Validate checks that at most one store is chosen.

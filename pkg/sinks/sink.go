@@ -59,10 +59,33 @@ type HealthChecker interface {
 	Healthy() error
 }
 
-// Settings is what a factory gets to build a sink.
+// Settings is what a factory gets to build a sink, or to provide what a
+// sink of its type provides (Factory.DeadLetter, Factory.KV).
 type Settings struct {
 	Config config.Sink
 	Logger *slog.Logger
+	// Host keeps what outlives the sink and what the type shares among
+	// its sinks and capabilities (a connection, an embedded server); nil
+	// when the sink is built on its own: it then owns all it opens.
+	Host Host
+}
+
+// KV is a key-value bucket in a sink's destination, which the host keeps
+// the checkpoint in (Factory.KV): the checkpoint's keys and values are
+// internal/checkpoint's, the bucket's only to store. Keys are tokens of
+// letters, digits, - and _ (and =) joined by dots.
+type KV interface {
+	// Get returns the value of key; ok is false when it has none.
+	Get(ctx context.Context, key string) (value []byte, ok bool, err error)
+	// Put sets the value of key.
+	Put(ctx context.Context, key string, value []byte) error
+	// Delete removes key; a key that has no value is no error.
+	Delete(ctx context.Context, key string) error
+	// List returns every key that starts with prefix, whole tokens of it
+	// (prefix ends with a dot), and its value.
+	List(ctx context.Context, prefix string) (map[string][]byte, error)
+	// Close releases the bucket, not what it shares through the Host.
+	Close() error
 }
 
 // Factory is a sink type as a component: the config key that selects it,
@@ -82,6 +105,23 @@ type Factory struct {
 	// before a sink of this type may run (a type that runs programs the
 	// config names, say); the host refuses the config otherwise.
 	OptIn *OptIn
+
+	// Capabilities: what a sink of this type provides besides delivering,
+	// for other parts of the config to name it by (config.Capability).
+	// Each gets the Settings of the sink named, with the host's Host: what
+	// it opens to the sink's destination it shares through s.Host, which
+	// closes it after every sink, so that it outlives a reload of the sink.
+
+	// DeadLetter, when set, returns a dead-letter into the destination of
+	// the sink s configures, at target (config.DeadLetterSink: another
+	// sink's deadLetter names this sink, and target is its subject). A
+	// dead-letter with a Close(context.Context) error method is closed
+	// with the sink whose dead-letter it is.
+	DeadLetter func(ctx context.Context, s Settings, target string) (DeadLetter, error)
+	// KV, when set, opens (creating) the key-value bucket named bucket in
+	// the destination of the sink s configures (config.CheckpointKV: the
+	// checkpoint names this sink and the bucket).
+	KV func(ctx context.Context, s Settings, bucket string) (KV, error)
 }
 
 // OptIn is a permission a sink type needs from the operator.
@@ -95,8 +135,12 @@ type OptIn struct {
 
 // Registry maps sink types to factories. Build one with NewRegistry; the
 // sink types of a build are listed in one place, pkg/components. It is the
-// config loader's config.SinkTypes.
-type Registry struct{ factories map[string]Factory }
+// config loader's config.SinkTypes, and says which types provide what
+// (Provides).
+type Registry struct {
+	factories map[string]Factory
+	host      Host // WithHost
+}
 
 // NewRegistry returns a registry of factories, rejecting duplicate types.
 func NewRegistry(factories ...Factory) (*Registry, error) {
@@ -138,13 +182,73 @@ func (r *Registry) SinkTypeNames() []string { return r.Types() }
 // OptIn returns the permission sinks of type typ need, nil for none.
 func (r *Registry) OptIn(typ string) *OptIn { return r.factories[typ].OptIn }
 
+// WithHost returns a registry of r's factories that hands h to them
+// (Settings.Host) whenever the Settings it gets name no host: the one a
+// process that runs sinks builds them with.
+func (r *Registry) WithHost(h Host) *Registry {
+	return &Registry{factories: r.factories, host: h}
+}
+
+// Provides reports whether sinks of type typ provide c (config.SinkTypes).
+func (r *Registry) Provides(typ string, c config.Capability) bool {
+	f := r.factories[typ]
+	switch c {
+	case config.DeadLetterSink:
+		return f.DeadLetter != nil
+	case config.CheckpointKV:
+		return f.KV != nil
+	}
+	return false
+}
+
 // Create builds the sink s.Config configures.
 func (r *Registry) Create(ctx context.Context, s Settings) (Sink, error) {
+	f, err := r.factory(s)
+	if err != nil {
+		return nil, err
+	}
+	return f.Create(ctx, r.hosted(s))
+}
+
+// DeadLetter returns the dead-letter into the destination of the sink s
+// configures, at target (Factory.DeadLetter).
+func (r *Registry) DeadLetter(ctx context.Context, s Settings, target string) (DeadLetter, error) {
+	f, err := r.factory(s)
+	if err != nil {
+		return nil, err
+	}
+	if f.DeadLetter == nil {
+		return nil, errors.New(config.NotProvided(r, s.Config.Name, config.DeadLetterSink))
+	}
+	return f.DeadLetter(ctx, r.hosted(s), target)
+}
+
+// KV opens the bucket in the destination of the sink s configures
+// (Factory.KV).
+func (r *Registry) KV(ctx context.Context, s Settings, bucket string) (KV, error) {
+	f, err := r.factory(s)
+	if err != nil {
+		return nil, err
+	}
+	if f.KV == nil {
+		return nil, errors.New(config.NotProvided(r, s.Config.Name, config.CheckpointKV))
+	}
+	return f.KV(ctx, r.hosted(s), bucket)
+}
+
+func (r *Registry) factory(s Settings) (Factory, error) {
 	f, ok := r.factories[s.Config.Type]
 	if !ok {
-		return nil, fmt.Errorf("sink %q: type %q is not available in this build (have: %v)", s.Config.Name, s.Config.Type, r.Types())
+		return Factory{}, fmt.Errorf("sink %q: type %q is not available in this build (have: %v)", s.Config.Name, s.Config.Type, r.Types())
 	}
-	return f.Create(ctx, s)
+	return f, nil
+}
+
+func (r *Registry) hosted(s Settings) Settings {
+	if s.Host == nil {
+		s.Host = r.host
+	}
+	return s
 }
 
 // permanentError marks an error retrying cannot fix.

@@ -93,9 +93,10 @@ func startEmbedded(name string, c *Config) (*server.Server, string, error) {
 }
 
 // Embedded is a nats-server run inside the bridge, owned by whoever
-// started it: the bridge starts one per embedded sink's server settings
-// and keeps it across reloads of that sink, so that the connections of
-// the KV checkpoint and of dead-letters to it outlive the sink.
+// started it: the host (sinks.Host) keeps one per embedded sink's server
+// settings across reloads of that sink (sharedEmbedded), so that the
+// connections of the KV checkpoint and of dead-letters to it outlive the
+// sink.
 type Embedded struct {
 	srv *server.Server
 	// URL is where its clients connect.
@@ -124,7 +125,7 @@ func EmbeddedKey(name string, c *Config) string {
 }
 
 // WithServer returns a copy of c that connects to the server at url as a
-// client of it, instead of running one (the bridge runs it).
+// client of it, instead of running one (the host runs it).
 func (c *Config) WithServer(url string) *Config {
 	cc := *c
 	cc.Embedded, cc.URL = false, url

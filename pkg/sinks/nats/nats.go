@@ -36,11 +36,15 @@ import (
 	"github.com/kubebridge/kubebridge/pkg/sinks"
 )
 
-// Factory builds NATS sinks.
+// Factory builds NATS sinks. Their destinations also take dead letters
+// (published to a subject) and hold the checkpoint (a JetStream KV
+// bucket), over a connection the host keeps (host.go).
 var Factory = sinks.Factory{
-	Type:      "nats",
-	NewConfig: func() any { c := &Config{}; c.SetDefaults(); return c },
-	Create:    create,
+	Type:       "nats",
+	NewConfig:  func() any { c := &Config{}; c.SetDefaults(); return c },
+	Create:     create,
+	DeadLetter: deadLetter,
+	KV:         openKV,
 }
 
 // flushTimeout bounds the wait for a core publish batch to be flushed.
@@ -78,10 +82,20 @@ type link struct {
 	closed chan struct{}       // closed with the connection
 }
 
+// create connects the sink. An embedded sink is a client of the host's
+// server (sharedEmbedded), which outlives it; without a host it runs its
+// own, which closes with it.
 func create(ctx context.Context, s sinks.Settings) (sinks.Sink, error) {
 	c := s.Config.Spec.(*Config)
 	if !c.Embedded {
 		return Connect(ctx, s.Config.Name, c, s.Logger)
+	}
+	if s.Host != nil {
+		srv, err := sharedEmbedded(ctx, s.Host, s.Config.Name, c, s.Logger)
+		if err != nil {
+			return nil, err
+		}
+		return Connect(ctx, s.Config.Name, c.WithServer(srv.URL), s.Logger)
 	}
 	srv, url, err := startEmbedded(s.Config.Name, c)
 	if err != nil {
