@@ -1,6 +1,7 @@
 package filters
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -369,5 +370,39 @@ rules:
 	nsLabels = labels.Set{"env": "prod"}
 	if !r.InView(in) {
 		t.Error("namespace selected again: out of the view")
+	}
+}
+
+// BenchmarkInViewPerNotification is a rule's view test for one
+// notification synced to each of its sinks (the bridge asks InView once
+// per sink): with several sinks the object is evaluated once.
+func BenchmarkInViewPerNotification(b *testing.B) {
+	for _, sinks := range []int{1, 3} {
+		b.Run(fmt.Sprintf("sinks=%d", sinks), func(b *testing.B) {
+			doc := "apiVersion: kubebridge.io/v1alpha1\nkind: BridgeConfig\ncluster: c\nsinks: [{name: s0, file: {path: x}}, {name: s1, file: {path: y}}, {name: s2, file: {path: z}}]\nrules:\n" +
+				"  - name: r\n    resource: v1/configmaps\n    sinks: [" + strings.Join([]string{"s0", "s1", "s2"}[:sinks], ", ") + "]\n" +
+				"    labelSelector: 'team in (pay, ops)'\n    where: \"object.?data.?size.orValue('') == 'big'\"\n"
+			cfg, _, err := config.Parse("t.yaml", []byte(doc), components.SinkRegistry())
+			if err != nil {
+				b.Fatal(err)
+			}
+			r, err := Compile(cfg, 0, nil, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			objs := make([]*unstructured.Unstructured, 1000)
+			for i := range objs {
+				objs[i] = cm("a", fmt.Sprint("x", i), "1", map[string]string{"team": "pay"}, map[string]any{"size": "big"})
+			}
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				obj := objs[i%len(objs)]
+				for range sinks {
+					if !r.InView(obj) {
+						b.Fatal("not in view")
+					}
+				}
+			}
+		})
 	}
 }
