@@ -220,6 +220,10 @@ type Trigger struct {
 // Sync brings what the sink was handed of key under rule r to the desired
 // state (the trigger's object, or else read from cache), offering the
 // transitions. It returns how many events are to be sent (not quiet).
+//
+// It runs once per notification and sink: it reads the uid and
+// resourceVersion of each state once, writes the view's map only when
+// the slot changes, and hands key to the events as their subject.
 func (s *Sink) Sync(r *filters.Rule, key string, cache Lookup, t Trigger) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -233,21 +237,27 @@ func (s *Sink) Sync(r *filters.Rule, key string, cache Lookup, t Trigger) int {
 	}
 	sl := v[key]
 	floorUID, floor := sl.floor()
+	var curUID, curRV string // of what the sink holds
+	if sl.cur != nil {
+		curUID, curRV = uidRV(sl.cur.obj)
+	}
 	var obj *unstructured.Unstructured
 	var exists bool
+	var objUID, objRV string
 	switch {
 	case t.Gone != nil: // a deletion: of the incarnation the sink holds, or news to it
-		if sl.cur == nil && len(sl.ghosts()) == 0 {
+		if sl.cur == nil && len(sl.ghosts()) == 0 && sl.extra != nil {
 			delete(v, key) // at most a floor: the object is gone
 		}
-		if sl.cur == nil || sl.cur.uid() != string(t.Gone.GetUID()) {
+		if sl.cur == nil || curUID != string(t.Gone.GetUID()) {
 			return 0
 		}
 	case t.Object != nil:
-		if sl.cur != nil && older(t.Object.GetResourceVersion(), sl.cur.rv()) {
+		objUID, objRV = uidRV(t.Object)
+		if sl.cur != nil && older(objRV, curRV) {
 			return 0 // another trigger already handed a newer state
 		}
-		if floorUID == string(t.Object.GetUID()) && older(t.Object.GetResourceVersion(), floor) {
+		if floorUID == objUID && older(objRV, floor) {
 			return 0 // older than a deletion another trigger handed
 		}
 		obj, exists = t.Object, true
@@ -255,54 +265,44 @@ func (s *Sink) Sync(r *filters.Rule, key string, cache Lookup, t Trigger) int {
 		if item, ok, err := cache.GetByKey(key); err == nil && ok {
 			obj, exists = item.(*unstructured.Unstructured)
 		}
+		if exists {
+			objUID, objRV = uidRV(obj)
+		}
 	}
-	var desired *unstructured.Unstructured
+	var desired *unstructured.Unstructured // obj, when in the view
 	if exists && r.InView(obj) {
 		desired = obj
 	}
 	if t.Initial && desired == nil {
 		return 0
 	}
-	sent := 0
-	// emit offers a transition; partial says its object is only the
-	// metadata a checkpoint kept, which an event-filter where cannot judge:
-	// such a deletion is sent rather than lost.
-	emit := func(tr event.Transition, partial bool) {
-		tr.Time, tr.Replay = t.Now, t.Replay
-		tr.Quiet = !r.Delivers(tr.Change) ||
-			(tr.Change == event.Updated && tr.Old != nil && !r.Changed(tr.Old, tr.Object)) ||
-			(!partial && !r.PassesEventFilter(tr.Object, tr.Old, tr.Change))
-		if !tr.Quiet {
-			sent++
-		}
-		s.offer(event.Build(r.Event, tr))
-	}
+	e := emitter{s: s, r: r, now: t.Now, replay: t.Replay, key: key}
 	entered := t.Now.UnixNano()
 	cur := sl.cur
 	for _, g := range sl.ghosts() {
-		if desired != nil && g.uid() == string(desired.GetUID()) && (cur == nil || cur.uid() != g.uid()) {
+		if desired != nil && g.uid() == objUID && (cur == nil || curUID != g.uid()) {
 			continue // the added below puts it back, as a new incarnation (see updated)
 		}
 		tr, partial := event.Transition{Change: event.Deleted, Object: g.obj, Entered: g.entered}, true
-		if exists && string(obj.GetUID()) == g.uid() { // still there, out of the view
+		if exists && objUID == g.uid() { // still there, out of the view
 			tr.Object, tr.Reason, partial = obj, event.ReasonUnmatched, false
 		}
-		emit(tr, partial)
+		e.emit(tr, partial)
 	}
-	if cur != nil && (desired == nil || cur.uid() != string(desired.GetUID())) {
+	if cur != nil && (desired == nil || curUID != objUID) {
 		tr := event.Transition{Change: event.Deleted, Object: cur.obj, Entered: cur.entered}
 		partial := cur.partial
 		switch {
-		case exists && string(obj.GetUID()) == cur.uid(): // still there, out of the view
+		case exists && objUID == curUID: // still there, out of the view
 			tr.Object, tr.Reason, partial = obj, event.ReasonUnmatched, false
 			if !cur.partial {
 				tr.Old = cur.obj
 			}
-			floorUID, floor = cur.uid(), obj.GetResourceVersion()
-		case t.Gone != nil && string(t.Gone.GetUID()) == cur.uid():
+			floorUID, floor = curUID, objRV
+		case t.Gone != nil && string(t.Gone.GetUID()) == curUID:
 			tr.Object, partial = t.Gone, false
 		}
-		emit(tr, partial)
+		e.emit(tr, partial)
 		cur = nil
 	}
 	switch {
@@ -311,14 +311,14 @@ func (s *Sink) Sync(r *filters.Rule, key string, cache Lookup, t Trigger) int {
 		// Fresh: nothing of the key was ever handed (no ghost, no floor, and
 		// no deletion just emitted above), so the sink holds nothing of it.
 		fresh := sl.cur == nil && sl.extra == nil
-		emit(event.Transition{Change: event.Added, Object: desired, Entered: entered, Fresh: fresh}, false)
+		e.emit(event.Transition{Change: event.Added, Object: desired, Entered: entered, Fresh: fresh}, false)
 		cur = &held{entered: entered}
 	case cur.mayBeGone:
 		// Its deletion may have reached the sink: send it again as added.
 		cur.entered = entered
-		emit(event.Transition{Change: event.Added, Object: desired, Entered: entered}, false)
-	case cur.rv() != desired.GetResourceVersion() || t.Replay == event.ReplayResync:
-		if cur.rv() == desired.GetResourceVersion() && !r.Delivers(event.Updated) {
+		e.emit(event.Transition{Change: event.Added, Object: desired, Entered: entered}, false)
+	case curRV != objRV || t.Replay == event.ReplayResync:
+		if curRV == objRV && !r.Delivers(event.Updated) {
 			break // a replay of what the rule does not send: nothing to record
 		}
 		if cur.partial {
@@ -330,22 +330,58 @@ func (s *Sink) Sync(r *filters.Rule, key string, cache Lookup, t Trigger) int {
 			cur.entered = entered
 		}
 		tr := event.Transition{Change: event.Updated, Object: desired, Entered: cur.entered}
-		if !cur.partial && cur.rv() != desired.GetResourceVersion() {
+		if !cur.partial && curRV != objRV {
 			tr.Old = cur.obj
 		}
-		emit(tr, false)
+		e.emit(tr, false)
 	}
 	if cur == nil {
-		if floor != "" && exists && string(obj.GetUID()) == floorUID {
+		switch {
+		case floor != "" && exists && objUID == floorUID:
 			v[key] = slot{extra: &extra{floorUID: floorUID, floor: floor}}
-		} else {
+		case sl != (slot{}): // else there is nothing to delete
 			delete(v, key)
 		}
-		return sent
+		return e.sent
 	}
 	cur.obj, cur.partial, cur.mayBeGone = desired, false, false
-	v[key] = slot{cur: cur}
-	return sent
+	if sl.cur != cur || sl.extra != nil { // else the map holds cur already
+		v[key] = slot{cur: cur}
+	}
+	return e.sent
+}
+
+// emitter offers one Sync's transitions, counting those to be sent.
+type emitter struct {
+	s           *Sink
+	r           *filters.Rule
+	now         time.Time
+	replay, key string
+	sent        int
+}
+
+// emit offers a transition; partial says its object is only the metadata a
+// checkpoint kept, which an event-filter where cannot judge: such a
+// deletion is sent rather than lost.
+func (e *emitter) emit(tr event.Transition, partial bool) {
+	r := e.r
+	tr.Time, tr.Replay, tr.Subject = e.now, e.replay, e.key
+	tr.Quiet = !r.Delivers(tr.Change) ||
+		(tr.Change == event.Updated && tr.Old != nil && !r.Changed(tr.Old, tr.Object)) ||
+		(!partial && !r.PassesEventFilter(tr.Object, tr.Old, tr.Change))
+	if !tr.Quiet {
+		e.sent++
+	}
+	e.s.offer(event.Build(r.Event, tr))
+}
+
+// uidRV reads an object's uid and resourceVersion (as GetUID and
+// GetResourceVersion do) with one lookup of its metadata.
+func uidRV(u *unstructured.Unstructured) (uid, rv string) {
+	md, _ := u.Object["metadata"].(map[string]any)
+	uid, _ = md["uid"].(string)
+	rv, _ = md["resourceVersion"].(string)
+	return uid, rv
 }
 
 // older reports whether resourceVersion a is before b. Versions that are

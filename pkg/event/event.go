@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -60,6 +61,55 @@ type Rule struct {
 	// SecretAnnotations are the Secret annotations redacted with the data
 	// (event.AllAnnotations: every one).
 	SecretAnnotations []string
+
+	// names holds the attributes every event of the rule repeats (source,
+	// types), built on first use rather than per event.
+	names atomic.Pointer[ruleNames]
+}
+
+// ruleNames are the attributes a rule's events share, and what they were
+// built from (a Rule is not modified once events are built, but a stale
+// cache must never be used if one were).
+type ruleNames struct {
+	cluster, resource, group string
+	source                   string
+	types                    [3]string // Added, Updated, Deleted
+}
+
+// eventNames returns the rule's shared attributes.
+func (r *Rule) eventNames() *ruleNames {
+	n := r.names.Load()
+	if n != nil && n.cluster == r.Cluster && n.resource == r.GVR.Resource && n.group == r.GVR.Group {
+		return n
+	}
+	n = &ruleNames{cluster: r.Cluster, resource: r.GVR.Resource, group: r.GVR.Group, source: "kubebridge/" + r.Cluster}
+	for i, c := range [3]Change{Added, Updated, Deleted} {
+		n.types[i] = typeOf(r.GVR, c)
+	}
+	r.names.Store(n)
+	return n
+}
+
+// typeOf is the CloudEvents type of a change of a resource.
+func typeOf(gvr schema.GroupVersionResource, c Change) string {
+	group := gvr.Group
+	if group == "" {
+		group = "core"
+	}
+	return "io.kubebridge." + gvr.Resource + "." + group + "." + string(c)
+}
+
+// eventType is the CloudEvents type of change c under the rule.
+func (n *ruleNames) eventType(gvr schema.GroupVersionResource, c Change) string {
+	switch c {
+	case Added:
+		return n.types[0]
+	case Updated:
+		return n.types[1]
+	case Deleted:
+		return n.types[2]
+	}
+	return typeOf(gvr, c)
 }
 
 // Event is one CloudEvent. Build it with Build (or New).
@@ -114,6 +164,14 @@ type Event struct {
 	object    *unstructured.Unstructured
 	oldObject *unstructured.Unstructured
 
+	// lazy is what rendering the event computes, made on first use: most
+	// events on the informer's path are never rendered (quiet ones, sinks
+	// that do not encode), and an Event stays small without it.
+	lazy atomic.Pointer[rendered]
+}
+
+// rendered is an event's data and structured encoding, each computed once.
+type rendered struct {
 	dataOnce sync.Once
 	data     json.RawMessage
 	dataErr  error
@@ -121,6 +179,18 @@ type Event struct {
 	encOnce sync.Once
 	enc     []byte
 	encErr  error
+}
+
+// rendered returns e's rendering state, making it on first use.
+func (e *Event) rendered() *rendered {
+	if r := e.lazy.Load(); r != nil {
+		return r
+	}
+	r := &rendered{}
+	if e.lazy.CompareAndSwap(nil, r) {
+		return r
+	}
+	return e.lazy.Load()
 }
 
 // Transition is one change of an object in a rule's view, as one sink is
@@ -134,6 +204,11 @@ type Transition struct {
 	Reason      string                     // kbreason
 	Quiet       bool                       // see Event.Quiet
 	Fresh       bool                       // see Event.Fresh (added only)
+	// Subject, when the caller has it, is Object's <namespace>/<name> (or
+	// <name>), the object key: Build uses it as the event's Subject
+	// rather than building that string again. One that does not name
+	// Object is ignored.
+	Subject string
 }
 
 // New builds the event for a change of obj (old is the previous state, for
@@ -145,23 +220,42 @@ func New(r *Rule, change Change, obj, old *unstructured.Unstructured, now time.T
 
 // Build builds the event of transition t under rule r. t.Object must not be
 // modified afterwards: informer cache objects never are.
+//
+// It is on the informer's path once per transition and sink: it reads the
+// object's metadata map once, takes the rule's shared attributes from
+// the rule, the Subject from t.Subject when set, and puts the id and the
+// queue key in one allocation.
 func Build(r *Rule, t Transition) *Event {
 	obj := t.Object
-	ns, name := obj.GetNamespace(), obj.GetName()
-	subject := name
-	if ns != "" {
-		subject = ns + "/" + name
+	md, _ := obj.Object["metadata"].(map[string]any)
+	ns, _ := md["namespace"].(string)
+	name, _ := md["name"].(string)
+	uid, _ := md["uid"].(string)
+	rv, _ := md["resourceVersion"].(string)
+	kind, _ := obj.Object["kind"].(string)
+	subject := t.Subject
+	if !isSubject(subject, ns, name) {
+		subject = name
+		if ns != "" {
+			subject = ns + "/" + name
+		}
 	}
-	group := r.GVR.Group
-	if group == "" {
-		group = "core"
-	}
-	uid, rv := string(obj.GetUID()), obj.GetResourceVersion()
-	queueKey := r.Name + "/" + subject + "\x00" + uid // Key, then the uid: one allocation for both
+	names := r.eventNames()
+	// The id, then the queue key (Key, then the uid): one allocation.
+	b := make([]byte, 0, idLen(uid, rv, t.Change)+len(r.Name)+1+len(subject)+1+len(uid))
+	b = appendID(b, r.Name, uid, rv, t.Change, t.Entered, t.Reason)
+	n := len(b)
+	b = append(b, r.Name...)
+	b = append(b, '/')
+	b = append(b, subject...)
+	b = append(b, 0)
+	b = append(b, uid...)
+	all := unsafe.String(unsafe.SliceData(b), len(b))
+	queueKey := all[n:]
 	return &Event{
-		ID:        ID(r.Name, uid, rv, t.Change, t.Entered, t.Reason),
-		Source:    "kubebridge/" + r.Cluster,
-		Type:      "io.kubebridge." + r.GVR.Resource + "." + group + "." + string(t.Change),
+		ID:        all[:n],
+		Source:    names.source,
+		Type:      names.eventType(r.GVR, t.Change),
 		Subject:   subject,
 		Time:      t.Time.UTC(),
 		Rule:      r.Name,
@@ -170,7 +264,7 @@ func Build(r *Rule, t Transition) *Event {
 		Reason:    t.Reason,
 		Change:    t.Change,
 		GVR:       r.GVR,
-		Kind:      obj.GetKind(),
+		Kind:      kind,
 		Namespace: ns,
 		Name:      name,
 		UID:       uid,
@@ -185,12 +279,29 @@ func Build(r *Rule, t Transition) *Event {
 	}
 }
 
+// isSubject reports whether s is <ns>/<name>, or <name> when ns is empty.
+func isSubject(s, ns, name string) bool {
+	if ns == "" {
+		return s == name && s != ""
+	}
+	return len(s) == len(ns)+1+len(name) && s[len(ns)] == '/' && s[:len(ns)] == ns && s[len(ns)+1:] == name
+}
+
 // ID is the id of a transition: <uid>.<tag>.<resourceVersion>.<type>, tag
 // being 12 hex digits of FNV-1a over the rule name, the entry time and the
 // kbreason (when set). The
 // uid, resourceVersion and type stay readable for people and for
 // consumers that parse them; the tag separates rules and incarnations.
 func ID(rule, uid, rv string, change Change, entered int64, reason string) string {
+	b := appendID(make([]byte, 0, idLen(uid, rv, change)), rule, uid, rv, change, entered, reason)
+	return unsafe.String(unsafe.SliceData(b), len(b))
+}
+
+// idLen is the length of an id.
+func idLen(uid, rv string, change Change) int { return len(uid) + len(rv) + len(change) + 15 }
+
+// appendID appends the id of a transition (see ID) to b.
+func appendID(b []byte, rule, uid, rv string, change Change, entered int64, reason string) []byte {
 	const offset64, prime64 = 14695981039346656037, 1099511628211
 	h := uint64(offset64)
 	for i := 0; i < len(rule); i++ {
@@ -207,7 +318,6 @@ func ID(rule, uid, rv string, change Change, entered int64, reason string) strin
 			h = (h ^ uint64(reason[i])) * prime64
 		}
 	}
-	b := make([]byte, 0, len(uid)+len(rv)+len(change)+15)
 	b = append(b, uid...)
 	b = append(b, '.')
 	const hex = "0123456789abcdef"
@@ -218,7 +328,7 @@ func ID(rule, uid, rv string, change Change, entered int64, reason string) strin
 	b = append(b, rv...)
 	b = append(b, '.')
 	b = append(b, change...)
-	return unsafe.String(unsafe.SliceData(b), len(b))
+	return b
 }
 
 // WithReplay returns a copy of e marked as a replay (kbreplay).
@@ -239,7 +349,8 @@ func (e *Event) WithFresh(fresh bool) *Event {
 // dead-letter that refuses the whole event (too large, unencodable).
 func (e *Event) WithoutData() *Event {
 	c := e.clone()
-	c.dataOnce.Do(func() { c.data = json.RawMessage("null") })
+	r := c.rendered()
+	r.dataOnce.Do(func() { r.data = json.RawMessage("null") })
 	return c
 }
 
@@ -273,8 +384,9 @@ func (e *Event) Object() *unstructured.Unstructured { return e.object }
 // as the rule's include says, with Secret values redacted unless the rule
 // allows them. It is computed once, on first use.
 func (e *Event) Data() (json.RawMessage, error) {
-	e.dataOnce.Do(func() { e.data, e.dataErr = e.renderData() })
-	return e.data, e.dataErr
+	r := e.rendered()
+	r.dataOnce.Do(func() { r.data, r.dataErr = e.renderData() })
+	return r.data, r.dataErr
 }
 
 type data struct {
@@ -385,10 +497,11 @@ func (e *Event) MarshalJSON() ([]byte, error) { return e.Structured() }
 // encoded once, on first use, and shared by every sink the event goes to;
 // callers must not modify the bytes.
 func (e *Event) Structured() ([]byte, error) {
-	e.encOnce.Do(func() {
+	r := e.rendered()
+	r.encOnce.Do(func() {
 		d, err := e.Data()
 		if err != nil {
-			e.encErr = err
+			r.encErr = err
 			return
 		}
 		b := make([]byte, 0, len(d)+400)
@@ -402,9 +515,9 @@ func (e *Event) Structured() ([]byte, error) {
 		b = append(b, `"datacontenttype":"application/json"`...)
 		b = append(b, `,"data":`...)
 		b = append(b, d...)
-		e.enc = append(b, '}')
+		r.enc = append(b, '}')
 	})
-	return e.enc, e.encErr
+	return r.enc, r.encErr
 }
 
 // appendString appends s as a JSON string.

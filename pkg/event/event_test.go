@@ -86,6 +86,35 @@ func TestEnvelope(t *testing.T) {
 	}
 }
 
+// Build's routing strings: Key and QueueKey from the rule, the subject and
+// the uid; a Subject the caller passes is used only when it names the
+// object.
+func TestBuildKeys(t *testing.T) {
+	r := &Rule{Name: "r", Cluster: "c", GVR: schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}}
+	u := obj("ns", "web", "42", nil)
+	for _, subject := range []string{"", "ns/web", "other/web", "ns/webx", "ns-web", "web"} {
+		ev := Build(r, Transition{Change: Updated, Object: u, Entered: 7, Subject: subject})
+		if ev.Subject != "ns/web" || ev.Key != "r/ns/web" || ev.QueueKey != "r/ns/web\x00u1" || ev.ID != ID("r", "u1", "42", Updated, 7, "") ||
+			ev.Namespace != "ns" || ev.Name != "web" || ev.UID != "u1" || ev.Kind != "Secret" || ev.Source != "kubebridge/c" ||
+			ev.Type != "io.kubebridge.configmaps.core.updated" {
+			t.Errorf("subject %q: %+v", subject, ev)
+		}
+	}
+	cluster := obj("", "n1", "1", nil)
+	for _, subject := range []string{"", "n1", "/n1", "x"} {
+		ev := Build(r, Transition{Change: Deleted, Object: cluster, Subject: subject, Reason: ReasonUnmatched})
+		if ev.Subject != "n1" || ev.Key != "r/n1" || ev.QueueKey != "r/n1\x00u1" || ev.ID != ID("r", "u1", "1", Deleted, 0, ReasonUnmatched) ||
+			ev.Type != "io.kubebridge.configmaps.core.deleted" {
+			t.Errorf("cluster-scoped, subject %q: %+v", subject, ev)
+		}
+	}
+	// The rule's shared attributes follow the rule.
+	r.Cluster, r.GVR = "d", schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
+	if ev := Build(r, Transition{Change: Added, Object: u}); ev.Source != "kubebridge/d" || ev.Type != "io.kubebridge.deployments.apps.added" {
+		t.Errorf("after the rule changed: %s %s", ev.Source, ev.Type)
+	}
+}
+
 func TestSecretRedaction(t *testing.T) {
 	old := obj("ns", "db", "1", map[string]any{"data": map[string]any{"pw": "c2VjcmV0MQ==", "user": "YWRtaW4="}})
 	old.SetAnnotations(map[string]string{"kubectl.kubernetes.io/last-applied-configuration": `{"data":{"pw":"c2VjcmV0MQ=="}}`})

@@ -59,7 +59,7 @@ type Rule struct {
 	labelSel       labels.Selector // nil: everything
 	fieldSel       fields.Selector // nil: everything
 	fieldPaths     map[string][]string
-	events         map[event.Change]bool
+	events         changes // the transitions the rule delivers
 	index          []indexTerm
 	where          cel.Program
 	whereIsView    bool
@@ -72,6 +72,28 @@ type Rule struct {
 	evalErrors atomic.Uint64
 	lastErrLog atomic.Int64 // unix nanos of the last logged evaluation error
 	now        func() time.Time
+
+	// With several sinks, each notification is synced once per sink, and
+	// each sync asks InView of the same cached object: the last object
+	// found in the view and the last found out of it answer the next asks
+	// (see InView).
+	memo            bool
+	lastIn, lastOut atomic.Pointer[unstructured.Unstructured]
+}
+
+// changes is a set of event.Change, one bit each.
+type changes uint8
+
+func changeBit(c event.Change) changes {
+	switch c {
+	case event.Added:
+		return 1
+	case event.Updated:
+		return 2
+	case event.Deleted:
+		return 4
+	}
+	return 0
 }
 
 type indexTerm struct {
@@ -97,7 +119,7 @@ func Compile(cfg *config.Config, i int, nsLabels NamespaceLabels, logger *slog.L
 		GVR:      gvr,
 		Sinks:    rc.Sinks,
 		nsLabels: nsLabels,
-		events:   map[event.Change]bool{},
+		memo:     len(rc.Sinks) > 1,
 		logger:   logger.With("rule", rc.Name, "resource", rc.Resource),
 		now:      time.Now,
 		Event: &event.Rule{
@@ -118,7 +140,7 @@ func Compile(cfg *config.Config, i int, nsLabels NamespaceLabels, logger *slog.L
 		}
 	}
 	for _, e := range rc.Events {
-		r.events[event.Change(e)] = true
+		r.events |= changeBit(event.Change(e))
 	}
 	if len(rc.Namespaces) > 0 {
 		r.namespaces = map[string]bool{}
@@ -263,7 +285,7 @@ func (r *Rule) IndexLookup() (index string, values []string, ok bool) {
 }
 
 // Delivers reports whether the rule delivers events of type t.
-func (r *Rule) Delivers(t event.Change) bool { return r.events[t] }
+func (r *Rule) Delivers(t event.Change) bool { return r.events&changeBit(t) != 0 }
 
 // Counts returns how many notifications the rule evaluated and how many
 // of them produced an event to send (the difference was filtered out).
@@ -307,8 +329,15 @@ func AsUnstructured(obj any) *unstructured.Unstructured {
 }
 
 // InView reports whether obj is in the rule's view.
+//
+// What it decides from obj alone (all but the namespace selector, whose
+// namespace labels change) is a function of the object, and cached objects
+// are never modified: a rule with several sinks remembers the last object
+// found in its view and the last found out of it, so that syncing one
+// notification to each sink evaluates the rule once.
 func (r *Rule) InView(obj *unstructured.Unstructured) bool {
-	ns := obj.GetNamespace()
+	md, _ := obj.Object["metadata"].(map[string]any)
+	ns, _ := md["namespace"].(string)
 	if r.namespaces != nil && !r.namespaces[ns] {
 		return false
 	}
@@ -318,8 +347,31 @@ func (r *Rule) InView(obj *unstructured.Unstructured) bool {
 			return false
 		}
 	}
-	if r.labelSel != nil && !r.labelSel.Matches(objLabels(metaMap(obj, "labels"))) {
+	if !r.memo {
+		return r.inView(obj, md)
+	}
+	switch obj {
+	case r.lastIn.Load():
+		return true
+	case r.lastOut.Load():
 		return false
+	}
+	in := r.inView(obj, md)
+	if in {
+		r.lastIn.Store(obj)
+	} else {
+		r.lastOut.Store(obj)
+	}
+	return in
+}
+
+// inView is InView after the namespace tests: md is obj's metadata.
+func (r *Rule) inView(obj *unstructured.Unstructured, md map[string]any) bool {
+	if r.labelSel != nil {
+		lbls, _ := md["labels"].(map[string]any)
+		if !r.labelSel.Matches(objLabels(lbls)) {
+			return false
+		}
 	}
 	obj = r.filtered(obj)
 	if r.fieldSel != nil && !r.fieldSel.Matches(r.fieldSet(obj)) {

@@ -34,20 +34,13 @@ type Notify func(n Notification)
 // informer resync (an update with an unchanged resourceVersion) is a
 // replay; other registrations never see resyncs.
 func handler(in *Informers, idx cache.Indexer, targets map[*filters.Rule][]string, replays bool) cache.ResourceEventHandler {
-	notify := func(obj any, state, gone *unstructured.Unstructured, resync, initial bool) {
-		key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
-		if err != nil {
-			return
-		}
-		in.notify(Notification{Key: key, Targets: targets, Cache: idx, Object: state, Gone: gone, Resync: resync, Initial: initial})
-	}
 	return cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc: func(obj any, initialList bool) {
 			u, ok := obj.(*unstructured.Unstructured)
 			if !ok || (initialList && in.SkipInitialList) {
 				return
 			}
-			notify(u, u, nil, false, initialList)
+			in.notify(Notification{Key: objectKey(metadata(u)), Targets: targets, Cache: idx, Object: u, Initial: initialList})
 		},
 		UpdateFunc: func(oldObj, obj any) {
 			old, ok1 := oldObj.(*unstructured.Unstructured)
@@ -55,18 +48,42 @@ func handler(in *Informers, idx cache.Indexer, targets map[*filters.Rule][]strin
 			if !ok1 || !ok2 {
 				return
 			}
-			resync := old.GetResourceVersion() == u.GetResourceVersion()
+			md := metadata(u)
+			rv, _ := md["resourceVersion"].(string)
+			oldRV, _ := metadata(old)["resourceVersion"].(string)
+			resync := oldRV == rv
 			if resync && !replays {
 				return
 			}
-			notify(u, u, nil, resync, false)
+			in.notify(Notification{Key: objectKey(md), Targets: targets, Cache: idx, Object: u, Resync: resync})
 		},
 		DeleteFunc: func(obj any) {
 			// A tombstone without a usable last state still syncs the key:
 			// the cache no longer has it, so the sink's view sends its deletion.
-			notify(obj, nil, filters.AsUnstructured(obj), false, false)
+			key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+			if err != nil {
+				return
+			}
+			in.notify(Notification{Key: key, Targets: targets, Cache: idx, Gone: filters.AsUnstructured(obj)})
 		},
 	}
+}
+
+// metadata is an object's metadata map (nil if it has none).
+func metadata(u *unstructured.Unstructured) map[string]any {
+	md, _ := u.Object["metadata"].(map[string]any)
+	return md
+}
+
+// objectKey is the cache key (cache.MetaNamespaceKeyFunc) of the object
+// whose metadata is md: namespace/name, or name.
+func objectKey(md map[string]any) string {
+	ns, _ := md["namespace"].(string)
+	name, _ := md["name"].(string)
+	if ns == "" {
+		return name
+	}
+	return ns + "/" + name
 }
 
 // namespaceHandler syncs the objects of a namespace for the rules that

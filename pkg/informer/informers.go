@@ -136,7 +136,7 @@ func New(client dynamic.Interface, plan []Watch, notify Notify, replayEvery map[
 func (in *Informers) prepare(run *running) (*instance, error) {
 	w, client, replayEvery := run.Watch, in.client, in.replayEvery
 	spec := w.Spec
-	indexers := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
+	indexers := cache.Indexers{cache.NamespaceIndex: new(namespaceIndex).index}
 	for _, r := range w.Rules {
 		for _, k := range r.IndexKeys() {
 			indexers[k.String()] = filters.IndexFunc(k)
