@@ -507,11 +507,17 @@ func (d *Delivery) take(ctx context.Context, buf *[]queue.Item[*event.Event], n 
 	if err != nil {
 		return nil, err
 	}
-	b := &batch{prepared: d.hooks.BeforeSend == nil}
+	b := &batch{prepared: d.hooks.BeforeSend == nil, objects: make([]object, 0, len(items))}
 	add := func(items []queue.Item[*event.Event]) {
-		for _, it := range items {
+		// One backing array for the objects' first events: most objects
+		// have one event per take (capped, so a second one reallocates
+		// rather than overwrite its neighbour's).
+		first := make([]*event.Event, len(items))
+		for i, it := range items {
 			if it.Holds() {
-				b.objects = append(b.objects, object{hold: it.Hold})
+				first[i] = it.Value
+				b.objects = append(b.objects, object{hold: it.Hold, events: first[i : i+1 : i+1]})
+				continue
 			}
 			// An object's items follow its hold within one take; a later
 			// take never returns an item of an object held by this batch.
@@ -618,8 +624,9 @@ func (d *Delivery) deliver(ctx context.Context, b *batch) {
 
 // attempt sends the batch's events that are not quiet, once the intent is
 // written and the fence open, and returns each event's outcome (errs[i]
-// for events[i]; nil for quiet ones) and, when the sink failed the batch as
-// a whole, that error. ok is false when ctx ended first.
+// for events[i]; nil for quiet ones; errs nil: all settled) and, when the
+// sink failed the batch as a whole, that error. ok is false when ctx ended
+// first.
 func (d *Delivery) attempt(ctx context.Context, b *batch, events []*event.Event) (errs []error, whole error, ok bool) {
 	send := events
 	for i, e := range events {
@@ -645,7 +652,7 @@ func (d *Delivery) attempt(ctx context.Context, b *batch, events []*event.Event)
 		}
 		if err == nil {
 			if len(send) == 0 {
-				return make([]error, len(events)), nil, true
+				return nil, nil, true // all quiet: nothing to send, all settled
 			}
 			var reached bool
 			if reached, err = d.send(ctx, send); reached {
@@ -673,10 +680,10 @@ func (d *Delivery) attempt(ctx context.Context, b *batch, events []*event.Event)
 // spread maps a Send's result for send (events without the quiet ones)
 // back onto events.
 func spread(events, send []*event.Event, err error) []error {
-	errs := make([]error, len(events))
 	if err == nil {
-		return errs
+		return nil // all delivered
 	}
+	errs := make([]error, len(events))
 	var each *sinks.EventErrors
 	per := errors.As(err, &each) && len(each.Errs) == len(send)
 	j := 0
@@ -721,7 +728,10 @@ func (d *Delivery) settle(ctx context.Context, b *batch, events []*event.Event, 
 	for i, o := range b.objects {
 		out := outcome{cut: len(o.events), dl: -1}
 		for j, e := range o.events {
-			err := errs[off+j]
+			var err error
+			if errs != nil { // nil: all delivered
+				err = errs[off+j]
+			}
 			if err == nil {
 				if !e.Quiet {
 					acked++
@@ -771,9 +781,9 @@ func (d *Delivery) settle(ctx context.Context, b *batch, events []*event.Event, 
 	}
 
 	// What was taken, in order per object.
-	var done []*event.Event
+	done := make([]*event.Event, 0, len(events))
 	var park, throttle []object
-	var release []queue.Hold[*event.Event]
+	release := make([]queue.Hold[*event.Event], 0, len(b.objects))
 	var cause error
 	delivered := 0
 	for i, o := range b.objects {
