@@ -161,7 +161,7 @@ func (d *deliverer) startRun(ctx context.Context, cfg *config.Config, s *sinkRun
 	}
 	dv := delivery.New(delivery.Options{Config: s.cfg, Sink: s.sink, DeadLetter: dl, Logger: d.opts.Logger, Hooks: hooks})
 	s.delivery = dv
-	s.views = view.NewSink(name, dv.Offer)
+	s.handed = view.NewHanded(name, dv.Offer)
 	dctx, cancel := context.WithCancel(d.ctx)
 	s.cancel = cancel
 	d.wg.Add(1)
@@ -185,11 +185,11 @@ func (d *deliverer) loadViews(ctx context.Context, s *sinkRun) error {
 			if err != nil {
 				return fmt.Errorf("loading the checkpoint of sink %s, rule %s: %w", s.cfg.Name, r.Name, err)
 			}
-			s.views.Load(r.Name, stored)
+			s.handed.Load(r.Name, stored)
 			recorder.Known(s.cfg.Name, r.Name, stored)
 		}
 	}
-	s.views.Start()
+	s.handed.Start()
 	return nil
 }
 
@@ -239,10 +239,10 @@ func (d *deliverer) reconcile(s *sinkRun, ruleName, replay string) int {
 			key := checkpoint.ObjectKey(obj.GetNamespace(), obj.GetName())
 			seen[key] = true
 			if c := in.Cache(r, key); c != nil {
-				n += s.views.Sync(r, key, c, t)
+				n += s.handed.Sync(r, key, c, t)
 			}
 		}
-		for _, key := range s.views.Keys(r.Name) {
+		for _, key := range s.handed.Keys(r.Name) {
 			if seen[key] {
 				continue
 			}
@@ -250,7 +250,7 @@ func (d *deliverer) reconcile(s *sinkRun, ruleName, replay string) int {
 			if got := in.Cache(r, key); got != nil {
 				c = got
 			} // else no informer of the rule covers the key any more
-			n += s.views.Sync(r, key, c, t)
+			n += s.handed.Sync(r, key, c, t)
 		}
 	}
 	return n
@@ -295,7 +295,7 @@ func (d *deliverer) notify(n informer.Notification) {
 		sent := 0
 		for _, name := range names {
 			if s := set.byName[name]; s != nil {
-				sent += s.views.Sync(r, n.Key, n.Cache, t)
+				sent += s.handed.Sync(r, n.Key, n.Cache, t)
 			}
 		}
 		r.Count(sent > 0)
@@ -353,7 +353,7 @@ func (d *deliverer) adopt(ctx context.Context, prev, next *sinkSet) (started, se
 				return started, sent, err
 			}
 		} else {
-			s.views.Forget(func(rule string) bool { return delivers(s.cfg.Name, rule) })
+			s.handed.Forget(func(rule string) bool { return delivers(s.cfg.Name, rule) })
 		}
 		sent += d.reconcile(s, "", event.ReplayCheckpoint)
 	}

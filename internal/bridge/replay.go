@@ -72,7 +72,7 @@ func Replay(ctx context.Context, opts Options, sinkName, ruleName string, progre
 	now := time.Now()
 	var st ReplayStatus
 	for _, r := range rules {
-		run.views.Load(r.Name, held(b.informers.View(r), now))
+		run.handed.Load(r.Name, held(b.informers.View(r), now))
 		st.Queued += d.reconcile(run, r.Name, event.ReplayResync)
 	}
 

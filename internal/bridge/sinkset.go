@@ -22,13 +22,13 @@ type sinkSet struct {
 }
 
 // sinkRun is one sink in use: its config, the sink, its delivery and the
-// view it was handed. delivery and views are set once it starts
-// (Bridge.startDelivery); a run kept across a reload keeps them.
+// view it was handed. delivery and handed are set once it starts
+// (deliverer.startRun); a run kept across a reload keeps them.
 type sinkRun struct {
 	cfg      config.Sink
 	sink     sinks.Sink
 	delivery *delivery.Delivery
-	views    *view.Sink
+	handed   *view.Handed
 	cancel   context.CancelFunc // stops the delivery at once
 	closers  []func(context.Context) error
 }
@@ -124,7 +124,7 @@ func stopRuns(ctx context.Context, runs []*sinkRun) (left int) {
 	for _, s := range runs {
 		if s.delivery != nil {
 			started = append(started, s)
-			s.views.Stop()
+			s.handed.Stop()
 			s.delivery.Close()
 		}
 	}

@@ -98,8 +98,9 @@ func (sl slot) floor() (uid, rv string) {
 	return sl.extra.floorUID, sl.extra.floor
 }
 
-// Sink holds the views of one sink, per rule name.
-type Sink struct {
+// Handed is what one sink was handed: its views, per rule name (not a
+// sink: what the sink holds, and the diff that changes it).
+type Handed struct {
 	Name string
 
 	mu    sync.Mutex
@@ -108,14 +109,14 @@ type Sink struct {
 	views map[string]map[string]slot // rule -> object key -> slot
 }
 
-// NewSink returns the empty, not yet ready views of a sink whose events go
+// NewHanded returns the empty, not yet ready views of a sink whose events go
 // to offer.
-func NewSink(name string, offer Offer) *Sink {
-	return &Sink{Name: name, offer: offer, views: map[string]map[string]slot{}}
+func NewHanded(name string, offer Offer) *Handed {
+	return &Handed{Name: name, offer: offer, views: map[string]map[string]slot{}}
 }
 
 // Load sets what the sink holds of rule from its checkpoint.
-func (s *Sink) Load(rule string, stored map[string]*checkpoint.Slot) {
+func (s *Handed) Load(rule string, stored map[string]*checkpoint.Slot) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	v := make(map[string]slot, len(stored))
@@ -145,21 +146,21 @@ func (s *Sink) Load(rule string, stored map[string]*checkpoint.Slot) {
 
 // Start lets Sync work; before it (and after Stop), Sync does nothing: the
 // reconciliation that follows Start covers what it skipped.
-func (s *Sink) Start() {
+func (s *Handed) Start() {
 	s.mu.Lock()
 	s.ready = true
 	s.mu.Unlock()
 }
 
 // Stop makes Sync do nothing from now on.
-func (s *Sink) Stop() {
+func (s *Handed) Stop() {
 	s.mu.Lock()
 	s.ready = false
 	s.mu.Unlock()
 }
 
 // Forget drops the views of rules not in keep (removed by a reload).
-func (s *Sink) Forget(keep func(rule string) bool) {
+func (s *Handed) Forget(keep func(rule string) bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for r := range s.views {
@@ -170,7 +171,7 @@ func (s *Sink) Forget(keep func(rule string) bool) {
 }
 
 // Keys returns the object keys the sink was handed under rule.
-func (s *Sink) Keys(rule string) []string {
+func (s *Handed) Keys(rule string) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	keys := make([]string, 0, len(s.views[rule]))
@@ -181,7 +182,7 @@ func (s *Sink) Keys(rule string) []string {
 }
 
 // Len returns how many objects the sink holds under rule.
-func (s *Sink) Len(rule string) int {
+func (s *Handed) Len(rule string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := 0
@@ -224,7 +225,7 @@ type Trigger struct {
 // It runs once per notification and sink: it reads the uid and
 // resourceVersion of each state once, writes the view's map only when
 // the slot changes, and hands key to the events as their subject.
-func (s *Sink) Sync(r *filters.Rule, key string, cache Lookup, t Trigger) int {
+func (s *Handed) Sync(r *filters.Rule, key string, cache Lookup, t Trigger) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.ready {
@@ -353,7 +354,7 @@ func (s *Sink) Sync(r *filters.Rule, key string, cache Lookup, t Trigger) int {
 
 // emitter offers one Sync's transitions, counting those to be sent.
 type emitter struct {
-	s           *Sink
+	s           *Handed
 	r           *filters.Rule
 	now         time.Time
 	replay, key string

@@ -46,14 +46,14 @@ func cm(uid, rv string, lbls map[string]string) *unstructured.Unstructured {
 type world struct {
 	t    *testing.T
 	obj  *unstructured.Unstructured
-	sink *Sink
+	sink *Handed
 	got  []*event.Event
 	now  time.Time
 }
 
 func newWorld(t *testing.T) *world {
 	w := &world{t: t, now: time.Unix(1700000000, 0)}
-	w.sink = NewSink("s", func(ev *event.Event) { w.got = append(w.got, ev) })
+	w.sink = NewHanded("s", func(ev *event.Event) { w.got = append(w.got, ev) })
 	w.sink.Start()
 	return w
 }
@@ -270,7 +270,7 @@ func TestConcurrentTriggers(t *testing.T) {
 	var state atomic.Pointer[unstructured.Unstructured]
 	var mu sync.Mutex
 	var got []*event.Event
-	s := NewSink("s", func(ev *event.Event) { mu.Lock(); got = append(got, ev); mu.Unlock() })
+	s := NewHanded("s", func(ev *event.Event) { mu.Lock(); got = append(got, ev); mu.Unlock() })
 	s.Start()
 	current := lookup(state.Load)
 	const last = 2000

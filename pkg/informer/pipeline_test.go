@@ -59,7 +59,7 @@ func (s *nullSink) Close(context.Context) error { return nil }
 // BenchmarkPipeline drives the informer handler with updates of 1,000
 // ~1 KiB ConfigMaps under a rule with a label selector and a namespace:
 // the handler notifies the key and the state, the receiver (as the
-// bridge's: a view.Sink per sink) diffs it with what the sink was handed,
+// bridge's: a view.Handed per sink) diffs it with what the sink was handed,
 // builds the event and offers it to the sink's queue; the benchmark waits
 // until the sink's worker has taken every event. It is the in-process cost
 // per notification, after client-go handed the object over (plus the cache
@@ -122,7 +122,7 @@ rules:
 			runCtx, cancel := context.WithCancel(ctx)
 			done := make(chan struct{})
 			go func() { defer close(done); d.Run(runCtx) }()
-			views := map[string]*view.Sink{"out": view.NewSink("out", d.Offer)}
+			views := map[string]*view.Handed{"out": view.NewHanded("out", d.Offer)}
 			views["out"].Start()
 
 			// The receiver: the bridge's notify, checking that the
