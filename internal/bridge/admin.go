@@ -32,10 +32,8 @@ func (t *target) Checks() []admin.Check {
 	default:
 		checks = append(checks, admin.Check{Name: "informers"})
 	}
-	for _, r := range b.deliver.runs() {
-		if r.delivery != nil {
-			checks = append(checks, admin.Check{Name: "sink " + r.cfg.Name, Err: r.delivery.Healthy()})
-		}
+	for _, d := range b.deliver.deliveries() {
+		checks = append(checks, admin.Check{Name: "sink " + d.Name, Err: d.Healthy()})
 	}
 	for _, w := range b.waitingRules() {
 		checks = append(checks, admin.Check{Name: "rule " + w.rule, Err: w.err, Degraded: true})

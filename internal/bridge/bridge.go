@@ -368,15 +368,7 @@ func (b *Bridge) Ready() bool {
 
 // Deliveries returns the per-sink deliveries, in config order (none while
 // this replica does not deliver; after Shutdown, with their final counts).
-func (b *Bridge) Deliveries() []*delivery.Delivery {
-	var out []*delivery.Delivery
-	for _, r := range b.deliver.runs() {
-		if r.delivery != nil {
-			out = append(out, r.delivery)
-		}
-	}
-	return out
-}
+func (b *Bridge) Deliveries() []*delivery.Delivery { return b.deliver.deliveries() }
 
 // Shutdown stops the informers, drains every queue into its sink until ctx
 // ends, then stops the workers and closes the sinks. Events still queued
@@ -386,6 +378,7 @@ func (b *Bridge) Shutdown(ctx context.Context) error {
 	b.shutdownOnce.Do(func() {
 		b.reloadMu.Lock() // no reload from now on
 		defer b.reloadMu.Unlock()
+		b.started.Store(false) // nor after: Reload refuses a bridge not running
 		left, err := b.teardown(ctx)
 		if left > 0 {
 			err = errors.Join(fmt.Errorf("shutdown deadline reached with %d events undelivered", left), err)

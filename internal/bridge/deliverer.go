@@ -160,10 +160,10 @@ func (d *deliverer) startRun(ctx context.Context, cfg *config.Config, s *sinkRun
 		hooks.BeforeSend = func(ctx context.Context, evs []*event.Event) error { return recorder.Intend(ctx, name, evs) }
 	}
 	dv := delivery.New(delivery.Options{Config: s.cfg, Sink: s.sink, DeadLetter: dl, Logger: d.opts.Logger, Hooks: hooks})
-	s.delivery = dv
-	s.handed = view.NewHanded(name, dv.Offer)
 	dctx, cancel := context.WithCancel(d.ctx)
-	s.cancel = cancel
+	d.mu.Lock() // the set is published already: readers take d.mu (deliveries)
+	s.delivery, s.handed, s.cancel = dv, view.NewHanded(name, dv.Offer), cancel
+	d.mu.Unlock()
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
@@ -374,14 +374,19 @@ func (d *deliverer) stop(ctx context.Context, abandon bool) (left int, err error
 	defer d.life.Unlock()
 	d.active.Store(nil)
 	set := d.currentSet()
+	if abandon {
+		// At once, not after the workers: nothing acknowledged from now on
+		// is written (another replica owns the checkpoint).
+		if rec := d.recorder.Swap(nil); rec != nil {
+			rec.Abandon()
+		}
+	}
 	left = stopRuns(ctx, set.runs())
 	if d.cancel != nil {
 		d.cancel() // returnStartMemory
 	}
 	if rec := d.recorder.Swap(nil); rec != nil {
-		if abandon {
-			rec.Abandon()
-		} else if err := rec.Stop(context.Background()); err != nil {
+		if err := rec.Stop(context.Background()); err != nil {
 			d.opts.Logger.Error("final checkpoint write failed", "error", err)
 		}
 	}
@@ -418,8 +423,16 @@ func (d *deliverer) currentSet() *sinkSet {
 	return d.set
 }
 
-// runs returns the sinks built, in config order (none when stopped).
+// runs returns the sinks built, in config order (after stop, stopped).
 func (d *deliverer) runs() []*sinkRun { return d.currentSet().runs() }
+
+// deliveries returns the started deliveries, in config order (none
+// before start; after stop, stopped, with their final counts).
+func (d *deliverer) deliveries() []*delivery.Delivery {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.set.deliveries()
+}
 
 // delivering reports whether notifications reach the sinks now.
 func (d *deliverer) delivering() bool { return d.active.Load() != nil }

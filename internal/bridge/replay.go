@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/kubebridge/kubebridge/internal/checkpoint"
+	"github.com/kubebridge/kubebridge/internal/view"
 	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
 	"github.com/kubebridge/kubebridge/pkg/filters"
@@ -25,9 +26,10 @@ type ReplayStatus struct {
 // sink's view as /replay does (view.Sync with kbreplay "resync": every
 // object in the view as updated), waits until the sink acknowledged all
 // of it, and stops. It writes no checkpoint and does not read it (a
-// running bridge owns it): the sink is taken to hold the view already, so
-// nothing is sent as deleted, and the ids differ from the running
-// bridge's (the time each object entered the view is not known).
+// running bridge owns it): the sink is taken to hold the view (one
+// reading of it) already, so nothing is sent as added or deleted; an
+// event filter drops what it drops from /replay; the ids differ from the
+// running bridge's (the time each object entered the view is not known).
 // progress is called about twice a second and at the end.
 func Replay(ctx context.Context, opts Options, sinkName, ruleName string, progress func(ReplayStatus)) (ReplayStatus, error) {
 	b := New(opts)
@@ -72,8 +74,17 @@ func Replay(ctx context.Context, opts Options, sinkName, ruleName string, progre
 	now := time.Now()
 	var st ReplayStatus
 	for _, r := range rules {
-		run.handed.Load(r.Name, held(b.informers.View(r), now))
-		st.Queued += d.reconcile(run, r.Name, event.ReplayResync)
+		// One reading of the view: what the sink is taken to hold and what
+		// it is sent again are the same objects (the informers run on).
+		snap := snapshot{}
+		for _, o := range b.informers.View(r) {
+			snap[checkpoint.ObjectKey(o.GetNamespace(), o.GetName())] = o
+		}
+		run.handed.Load(r.Name, snap.held(now))
+		t := view.Trigger{Replay: event.ReplayResync, Now: now}
+		for key := range snap {
+			st.Queued += run.handed.Sync(r, key, snap, t)
+		}
 	}
 
 	stopped := make(chan error, 1)
@@ -101,12 +112,20 @@ func Replay(ctx context.Context, opts Options, sinkName, ruleName string, progre
 	}
 }
 
-// held is what a standalone replay takes the sink to hold of a rule: its
-// whole view as it is now (entered now, as nothing says when).
-func held(objs []*unstructured.Unstructured, now time.Time) map[string]*checkpoint.Slot {
-	out := make(map[string]*checkpoint.Slot, len(objs))
-	for _, o := range objs {
-		key := checkpoint.ObjectKey(o.GetNamespace(), o.GetName())
+// snapshot is one reading of a rule's view, by object key: the sink is
+// taken to hold it (held) and it is the desired state (view.Lookup).
+type snapshot map[string]*unstructured.Unstructured
+
+func (s snapshot) GetByKey(key string) (any, bool, error) {
+	o, ok := s[key]
+	return o, ok, nil
+}
+
+// held is what the sink is taken to hold: every object, entered now (as
+// nothing says when).
+func (s snapshot) held(now time.Time) map[string]*checkpoint.Slot {
+	out := make(map[string]*checkpoint.Slot, len(s))
+	for key, o := range s {
 		out[key] = &checkpoint.Slot{Acked: &checkpoint.Entry{UID: string(o.GetUID()), ResourceVersion: o.GetResourceVersion(),
 			Namespace: o.GetNamespace(), Name: o.GetName(), Labels: o.GetLabels(), Entered: now.UnixNano()}}
 	}

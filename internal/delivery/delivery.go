@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -529,6 +530,7 @@ func (d *Delivery) take(ctx context.Context, buf *[]queue.Item[*event.Event], n 
 			}
 		}
 		d.inFlight.Add(int64(len(items)))
+		clear(items) // the buffer is reused: it must not keep these events alive
 	}
 	add(items)
 	if d.batchWait > 0 && b.size() < n {
@@ -802,7 +804,10 @@ func (d *Delivery) settle(ctx context.Context, b *batch, events []*event.Event, 
 			}
 			continue
 		}
-		rest := o.events[out.cut:]
+		// Its own copy: o.events may share the take's array of first events,
+		// which a parked object must not keep alive (the others' events,
+		// acknowledged, and their objects).
+		rest := slices.Clone(o.events[out.cut:])
 		for k, e := range rest { // attempted: a deletion must not cancel it away any more
 			if e.Fresh {
 				rest[k] = e.WithFresh(false)

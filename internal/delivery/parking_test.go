@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -22,6 +24,7 @@ import (
 	"github.com/kubebridge/kubebridge/internal/delivery"
 	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
+	"github.com/kubebridge/kubebridge/pkg/sinks"
 	natssink "github.com/kubebridge/kubebridge/pkg/sinks/nats"
 	"github.com/kubebridge/kubebridge/pkg/sinks/webhook"
 )
@@ -328,4 +331,44 @@ func BenchmarkOthersWhileOneIsParked(b *testing.B) {
 			<-done
 		})
 	}
+}
+
+// refusing is a sink that refuses one object's events for good and takes
+// the others.
+type refusing struct{ subject string }
+
+func (r refusing) Send(_ context.Context, evs []*event.Event) error {
+	errs := make([]error, len(evs))
+	for i, e := range evs {
+		if e.Subject == r.subject {
+			errs[i] = sinks.Permanent(errors.New("refused"))
+		}
+	}
+	return &sinks.EventErrors{Errs: errs}
+}
+
+func (refusing) Close(context.Context) error { return nil }
+
+// An object parked for good (refused, no dead-letter) keeps only its own
+// events alive, not the acknowledged ones it was taken with: otherwise
+// every such object would pin a whole batch of objects' states.
+func TestParkedObjectDoesNotPinItsBatch(t *testing.T) {
+	d := delivery.New(delivery.Options{Config: defaults(t, "s"), Sink: refusing{"ns/bad"}})
+	collected := make(chan struct{})
+	good := cm("good", 1<<20)
+	runtime.SetFinalizer(good, func(*event.Event) { close(collected) })
+	d.Offer(cm("bad", 10))
+	d.Offer(good)
+	good = nil
+	start(t, d) // one take: both objects in one batch
+	eventually(t, 5*time.Second, "good delivered, bad parked", func() bool { st := d.Stats(); return st.Delivered == 1 && st.Parked == 1 })
+	for range 50 {
+		runtime.GC()
+		select {
+		case <-collected:
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	t.Fatal("the acknowledged event is still reachable while the object taken with it is parked")
 }
