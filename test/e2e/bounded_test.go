@@ -60,7 +60,7 @@ rules:
     namespaces: [%s]
     sinks: [all]
 `, del.addr, capacity, all.addr, capacity, ns, ns))
-	admin := b.adminURL(t)
+	admin := b.adminURL()
 	depth := func(sink string) int {
 		_, text := get(t, admin+"/metrics")
 		m := regexp.MustCompile(`(?m)^kubebridge_sink_queue_depth\{sink="` + sink + `"\} (\S+)$`).FindStringSubmatch(text)

@@ -118,13 +118,12 @@ func TestMissingResourceWaitsAndFollowsTheCRD(t *testing.T) {
 	testenv.EnsureNamespace(t, cp, "missing")
 	deleteGadgets(t, dyn) // absent at the start, whatever ran before
 	out := filepath.Join(t.TempDir(), "events.jsonl")
-	state := filepath.Join(t.TempDir(), "state.db")
 	cfg := fileConfig(out, rule("cms", "v1/configmaps", "missing"), rule("gadgets", "missing.kubebridge.io/v1/gadgets", "missing"))
-	b := startBridgeArgs(t, cp, cfg, "--resource-poll", "200ms", "--checkpoint-file", state)
+	b := startBridge(t, cp, cfg, withFlags("--resource-poll", "200ms"))
 	if !strings.Contains(b.log(), "the cluster does not serve") {
 		t.Errorf("no warning about the absent resource:\n%s", b.log())
 	}
-	admin := b.adminURL(t)
+	admin := b.adminURL()
 	code, body := get(t, admin+"/readyz?verbose")
 	if code != 200 || !strings.Contains(body, "[!]rule gadgets degraded") || strings.Contains(body, "rule cms") || !strings.Contains(body, "[+]sink out ok") {
 		t.Errorf("/readyz = %d:\n%s", code, body)
@@ -177,9 +176,9 @@ func TestMissingResourceWaitsAndFollowsTheCRD(t *testing.T) {
 
 	// Stopped with the gadget in its checkpoint; the CRD goes while it is
 	// away: the next start delivers the deletion and runs.
-	b.stop(t)
+	b.stop()
 	deleteGadgets(t, dyn)
-	b2 := startBridgeArgs(t, cp, cfg, "--resource-poll", "200ms", "--checkpoint-file", state)
+	b.start() // on the same checkpoint
 	evs := waitEvents(t, out, "the deletion found at the start", func(evs []ce) bool { return len(heldBy(evs, "gadgets")) == 0 })
 	if got := of(evs, "gadgets", "missing/back"); strings.Join(got, " ") != "added deleted" {
 		t.Errorf("missing/back: %v, want added deleted", got)
@@ -187,5 +186,5 @@ func TestMissingResourceWaitsAndFollowsTheCRD(t *testing.T) {
 	if h := heldBy(evs, "cms"); len(h) != 2 {
 		t.Errorf("configmaps held: %v, want missing/one and missing/two", h)
 	}
-	b2.stop(t)
+	b.stop()
 }

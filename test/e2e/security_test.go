@@ -130,7 +130,7 @@ func TestAllowSecretDataNeedsTheRunFlag(t *testing.T) {
 		redacted bool
 	}{{nil, true}, {[]string{"--allow-secret-data"}, false}} {
 		out := filepath.Join(t.TempDir(), "events.jsonl")
-		b := startBridgeArgs(t, cp, cfg(out), tc.flags...)
+		b := startBridge(t, cp, cfg(out), withFlags(tc.flags...))
 		evs := waitEvents(t, out, "the secret", func(evs []ce) bool { return len(evs) == 1 })
 		data, _ := evs[0].Data.Object["data"].(map[string]any)
 		switch pw := data["password"]; {
@@ -142,6 +142,6 @@ func TestAllowSecretDataNeedsTheRunFlag(t *testing.T) {
 		if tc.redacted && !strings.Contains(b.log(), "rule sets allowSecretData, but the bridge runs without --allow-secret-data") {
 			t.Errorf("no warning in the log:\n%s", b.log())
 		}
-		b.stop(t)
+		b.stop()
 	}
 }
