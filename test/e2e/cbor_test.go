@@ -195,16 +195,14 @@ func waitKeys(t *testing.T, path string, want []string) []rawEvent {
 	want = append([]string(nil), want...)
 	sort.Strings(want)
 	var evs []rawEvent
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	eventually(t, 30*time.Second, func() error {
 		evs = readRawEvents(t, path)
-		if got := keys(evs); reflect.DeepEqual(got, want) {
-			return evs
-		} else if time.Now().After(deadline) {
-			t.Fatalf("%s: timed out waiting for\n  %v\nhave\n  %v", path, want, got)
+		if got := keys(evs); !reflect.DeepEqual(got, want) {
+			return fmt.Errorf("%s: waiting for\n  %v\nhave\n  %v", path, want, got)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
+	return evs
 }
 
 // clusterFree is an event's data without what differs between two

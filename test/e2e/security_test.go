@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -77,13 +78,13 @@ rules:
 			t.Fatalf("creating role %q: %v", name, err)
 		}
 	}
-	deadline := time.After(30 * time.Second)
+	deadline := time.Now().Add(30 * time.Second) // for NATS and the webhook
 	var natsSubjects []string
 	for len(natsSubjects) < 2 {
 		select {
 		case m := <-msgs:
 			natsSubjects = append(natsSubjects, m.Subject)
-		case <-deadline:
+		case <-time.After(time.Until(deadline)):
 			t.Fatalf("NATS got %q, want both roles", natsSubjects)
 		}
 	}
@@ -94,21 +95,18 @@ rules:
 	if strings.Join(natsSubjects, " ") != strings.Join(want, " ") || strings.ContainsAny(natsSubjects[0], "\n\r\x1b ") {
 		t.Errorf("NATS subjects %q, want %q", natsSubjects, want)
 	}
-	for {
+	var got []string
+	eventually(t, time.Until(deadline), func() error {
 		mu.Lock()
-		got := append([]string(nil), subjects...)
+		got = append([]string(nil), subjects...)
 		mu.Unlock()
-		if len(got) == 2 {
-			if got[0] != "hostile/"+hostile || got[1] != "hostile/after" {
-				t.Errorf("webhook subjects %q", got)
-			}
-			break
+		if len(got) != 2 {
+			return fmt.Errorf("webhook got %q, want both roles (a hostile name stalls the sink)", got)
 		}
-		select {
-		case <-deadline:
-			t.Fatalf("webhook got %q, want both roles (a hostile name stalls the sink)", got)
-		case <-time.After(50 * time.Millisecond):
-		}
+		return nil
+	})
+	if got[0] != "hostile/"+hostile || got[1] != "hostile/after" {
+		t.Errorf("webhook subjects %q", got)
 	}
 }
 
