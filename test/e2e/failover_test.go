@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -49,11 +48,7 @@ rules:
 	a := replica("replica-a", "became the leader")
 	b := replica("replica-b", "following")
 
-	l := &load{created: map[string]bool{}}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go l.run(t, cp, namespaces, stop, &wg)
+	l := startLoad(t, cp, namespaces, false)
 	time.Sleep(1500 * time.Millisecond)
 
 	a.signal(syscall.SIGSTOP) // frozen: cannot renew
@@ -67,8 +62,7 @@ rules:
 		t.Errorf("the old leader did not say it lost the lease:\n%s", a.log())
 	}
 	time.Sleep(1 * time.Second)
-	close(stop)
-	wg.Wait()
+	l.stop()
 
 	// Truth from the apiserver; what consumers have from the stream.
 	current := map[string]string{}

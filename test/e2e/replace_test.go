@@ -47,14 +47,7 @@ func TestReplacementOnTheSameVolumeDuringChurn(t *testing.T) {
 	recv := newGenReceiver(t)
 	volume := t.TempDir() // the PersistentVolumeClaim
 
-	l := &load{created: map[string]bool{}}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go l.run(t, cp, namespaces, stop, &wg)
-	var stopOnce sync.Once
-	stopLoad := func() { stopOnce.Do(func() { close(stop) }); wg.Wait() }
-	t.Cleanup(stopLoad) // also when the test fails early
+	l := startLoad(t, cp, namespaces, false)
 	cs := cp.Clientset(t)
 	ctx := context.Background()
 
@@ -98,7 +91,7 @@ func TestReplacementOnTheSameVolumeDuringChurn(t *testing.T) {
 		bridge.start() // a new pod on the same volume
 	}
 	time.Sleep(time.Second)
-	stopLoad()
+	l.stop()
 	if len(handover) < replacements {
 		t.Fatalf("only %d objects deleted during %d handovers: the test did not exercise them", len(handover), replacements)
 	}

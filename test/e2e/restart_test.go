@@ -25,13 +25,46 @@ import (
 	"github.com/kubebridge/kubebridge/internal/testenv"
 )
 
-// load creates, updates and deletes ConfigMaps in several namespaces until
-// stop is closed; it returns the names it ever created.
+// load creates, updates and deletes ConfigMaps in several namespaces
+// while it runs (startLoad, start, stop) and records the names it ever
+// created.
 type load struct {
 	mu      sync.Mutex
 	created map[string]bool // ns/name
 	ops     int
 	widgets bool // also change Widgets (the test CRD), named w-<n>
+
+	t          *testing.T
+	cp         *testenv.ControlPlane
+	namespaces []string
+	halt       chan struct{} // closed to stop it; nil while stopped
+	wg         sync.WaitGroup
+}
+
+// startLoad starts changing objects in namespaces (and Widgets too with
+// widgets). It stops at stop, or at the latest when the test ends.
+func startLoad(t *testing.T, cp *testenv.ControlPlane, namespaces []string, widgets bool) *load {
+	l := &load{created: map[string]bool{}, widgets: widgets, t: t, cp: cp, namespaces: namespaces}
+	l.start()
+	t.Cleanup(l.stop)
+	return l
+}
+
+// start starts the load again after stop.
+func (l *load) start() {
+	l.halt = make(chan struct{})
+	l.wg.Add(1)
+	go l.run(l.halt)
+}
+
+// stop ends the load and waits until it has ended.
+func (l *load) stop() {
+	if l.halt == nil {
+		return
+	}
+	close(l.halt)
+	l.wg.Wait()
+	l.halt = nil
 }
 
 // widgetOp creates, patches or deletes a Widget now and then.
@@ -66,8 +99,9 @@ func (l *load) widgetOp(ctx context.Context, dyn dynamic.Interface, ns string, i
 	}
 }
 
-func (l *load) run(t *testing.T, cp *testenv.ControlPlane, namespaces []string, stop <-chan struct{}, wg *sync.WaitGroup) {
-	defer wg.Done()
+func (l *load) run(stop <-chan struct{}) {
+	defer l.wg.Done()
+	t, cp, namespaces := l.t, l.cp, l.namespaces
 	cs := cp.Clientset(t)
 	dyn := dynamic.NewForConfigOrDie(cp.RESTConfig())
 	ctx := context.Background()
@@ -131,11 +165,7 @@ func TestSIGKILLRestartsLoseNothing(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "events.jsonl")
 	cfg := fileConfig(out, rule("cms", "v1/configmaps", namespaces...), rule("widgets", "example.kubebridge.io/v1/widgets", namespaces...))
 
-	l := &load{created: map[string]bool{}, widgets: true}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go l.run(t, cp, namespaces, stop, &wg)
+	l := startLoad(t, cp, namespaces, true)
 
 	kills := 5
 	if n, err := strconv.Atoi(os.Getenv("KUBEBRIDGE_CHAOS_KILLS")); err == nil && n > 0 {
@@ -149,8 +179,7 @@ func TestSIGKILLRestartsLoseNothing(t *testing.T) {
 		b.start()                          // on the same checkpoint
 	}
 	time.Sleep(500 * time.Millisecond)
-	close(stop)
-	wg.Wait()
+	l.stop()
 
 	verifyAgainstTruth(t, cp, namespaces, l, fmt.Sprintf("%d SIGKILLs", kills), func() []ce { return readEvents(t, out) })
 	if !strings.Contains(b.log(), "replayedFromCheckpoint") {
