@@ -1,5 +1,7 @@
 // Package e2e runs the bridge binary as a subprocess against the real
 // control plane of internal/testenv and checks what its sinks receive.
+// startBridge (launch_test.go) runs `bridge run`, with options for what a
+// test needs otherwise; eventually and poll wait for what it delivers.
 package e2e
 
 import (
@@ -131,6 +133,14 @@ func eventually(t *testing.T, timeout time.Duration, check func() error) {
 // afterwards, so that a timeout shows what was received.
 func poll(timeout time.Duration, cond func() bool) bool {
 	return testenv.Poll(timeout, 50*time.Millisecond, cond)
+}
+
+// mustRead is the content of the file at path.
+func mustRead(t *testing.T, path string) string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	must(t, err)
+	return string(data)
 }
 
 // fileConfig is a config whose one sink, "out", appends to path, with rules.

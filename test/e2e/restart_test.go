@@ -187,13 +187,6 @@ func TestSIGKILLRestartsLoseNothing(t *testing.T) {
 	}
 }
 
-func mustRead(t *testing.T, path string) string {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	must(t, err)
-	return string(data)
-}
-
 // replayEvery re-sends a sink the whole view (kbreplay: resync, the
 // objects' current states) at its period, through the informer's resync;
 // a sink without it gets no replays.
