@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kubebridge/kubebridge/internal/checkpoint"
+	"github.com/kubebridge/kubebridge/internal/testenv"
 	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/filters"
 	"github.com/kubebridge/kubebridge/pkg/informer"
@@ -51,7 +52,7 @@ type fakeSource struct {
 
 func newFakeSource(t *testing.T, reg *sinks.Registry, names ...string) *fakeSource {
 	t.Helper()
-	cfg, _, err := config.Parse("t.yaml", []byte(`apiVersion: kubebridge.io/v1alpha1
+	rules := testenv.CompileRules(t, `apiVersion: kubebridge.io/v1alpha1
 kind: BridgeConfig
 cluster: t
 sinks:
@@ -61,15 +62,8 @@ rules:
   - name: cms
     resource: v1/configmaps
     sinks: [a]
-`), reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := filters.Compile(cfg, 0, nil, discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	src := &fakeSource{rules: []*filters.Rule{r}, store: cache.NewStore(cache.MetaNamespaceKeyFunc)}
+`, reg, nil)
+	src := &fakeSource{rules: rules, store: cache.NewStore(cache.MetaNamespaceKeyFunc)}
 	for _, n := range names {
 		src.put(n, "1")
 	}

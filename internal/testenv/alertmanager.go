@@ -42,20 +42,18 @@ func StartAlertmanager(t testing.TB) *Alertmanager {
 	}
 	am := &Alertmanager{URL: "http://127.0.0.1:" + strconv.Itoa(port), p: p}
 	t.Cleanup(func() { _ = p.stop(10 * time.Second) })
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	ready := Poll(30*time.Second, 100*time.Millisecond, func() bool {
 		resp, err := http.Get(am.URL + "/-/ready")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return am
-			}
+		if err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("alertmanager not ready after 30s:\n%s", p.logTail())
-		}
-		time.Sleep(100 * time.Millisecond)
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	if !ready {
+		t.Fatalf("alertmanager not ready after 30s:\n%s", p.logTail())
 	}
+	return am
 }
 
 // Alert is an alert as alertmanager's API v2 returns it.

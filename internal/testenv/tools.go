@@ -14,7 +14,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"go.uber.org/goleak"
 )
@@ -109,19 +108,6 @@ func BuildBridge(dir string, race bool) (string, error) {
 		return "", fmt.Errorf("building bridge: %v\n%s", err, out)
 	}
 	return bin, nil
-}
-
-// Eventually polls cond until it holds, failing t with what it waited for
-// after timeout.
-func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // MainWithProgram builds the Go program pkg (as go build names it, from

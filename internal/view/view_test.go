@@ -12,8 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kubebridge/kubebridge/internal/checkpoint"
+	"github.com/kubebridge/kubebridge/internal/testenv"
 	"github.com/kubebridge/kubebridge/pkg/components"
-	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
 	"github.com/kubebridge/kubebridge/pkg/filters"
 )
@@ -21,15 +21,7 @@ import (
 func compile(t testing.TB, ruleYAML string, nsLabels filters.NamespaceLabels) *filters.Rule {
 	t.Helper()
 	doc := "apiVersion: kubebridge.io/v1alpha1\nkind: BridgeConfig\ncluster: c\nsinks: [{name: s, file: {path: x}}]\nrules:\n  - name: r\n    sinks: [s]\n    resource: v1/configmaps\n" + ruleYAML
-	cfg, _, err := config.Parse("t.yaml", []byte(doc), components.SinkRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := filters.Compile(cfg, 0, nsLabels, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
+	return testenv.CompileRules(t, doc, components.SinkRegistry(), nsLabels)[0]
 }
 
 func cm(uid, rv string, lbls map[string]string) *unstructured.Unstructured {

@@ -21,8 +21,8 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/kubebridge/kubebridge/internal/testenv"
 	"github.com/kubebridge/kubebridge/pkg/components"
-	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
 	"github.com/kubebridge/kubebridge/pkg/filters"
 )
@@ -110,25 +110,13 @@ func secretRules(t *testing.T, redaction, rules string) []*filters.Rule {
 	if redaction != "" {
 		redaction = "redaction:\n" + redaction
 	}
-	cfg, _, err := config.Parse("t.yaml", []byte(`apiVersion: kubebridge.io/v1alpha1
+	return testenv.CompileRules(t, `apiVersion: kubebridge.io/v1alpha1
 kind: BridgeConfig
 cluster: c
 sinks:
   - {name: live, file: {path: x}}
 `+redaction+`rules:
-`+rules), components.SinkRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []*filters.Rule
-	for i := range cfg.Rules {
-		r, err := filters.Compile(cfg, i, nil, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, r)
-	}
-	return out
+`+rules, components.SinkRegistry(), nil)
 }
 
 // secretValues are the values of testSecret that must not be cached: its
@@ -375,15 +363,8 @@ func TestValuesCachedWhenDelivered(t *testing.T) {
 // Secret whose values are digested (a 4 KiB value and three small ones,
 // two annotations redacted), paid once per watch event.
 func BenchmarkTransformSecret(b *testing.B) {
-	cfg, _, err := config.Parse("b.yaml", []byte("apiVersion: kubebridge.io/v1alpha1\nkind: BridgeConfig\ncluster: c\nsinks: [{name: live, file: {path: x}}]\n"+
-		"redaction: {secretAnnotations: [vault.example.com/hint]}\nrules: [{name: s, resource: v1/secrets, sinks: [live]}]\n"), components.SinkRegistry())
-	if err != nil {
-		b.Fatal(err)
-	}
-	r, err := filters.Compile(cfg, 0, nil, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
+	r := testenv.CompileRules(b, "apiVersion: kubebridge.io/v1alpha1\nkind: BridgeConfig\ncluster: c\nsinks: [{name: live, file: {path: x}}]\n"+
+		"redaction: {secretAnnotations: [vault.example.com/hint]}\nrules: [{name: s, resource: v1/secrets, sinks: [live]}]\n", components.SinkRegistry(), nil)[0]
 	transform := Watch{Spec: Spec{GVR: r.GVR}, Rules: []*filters.Rule{r}}.transform()
 	objs := make([]*unstructured.Unstructured, 1000)
 	for i := range objs {

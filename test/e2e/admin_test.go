@@ -5,7 +5,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -49,7 +48,7 @@ func TestAdminMetricsAndReplay(t *testing.T) {
 	testenv.EnsureNamespace(t, cp, "admin")
 	out := filepath.Join(t.TempDir(), "events.jsonl")
 	b := startBridge(t, cp, fileConfig(out, rule("cms", "v1/configmaps", "admin")))
-	admin := b.adminURL(t)
+	admin := b.adminURL()
 	if code, _ := get(t, admin+"/healthz"); code != 200 {
 		t.Errorf("/healthz = %d", code)
 	}
@@ -87,26 +86,23 @@ func TestAdminMetricsAndReplay(t *testing.T) {
 
 	// /replay re-sends a sink its whole view: only callers the cluster
 	// allows to create replays.kubebridge.io in the bridge's namespace may.
-	replay := func(token string, sink string) (string, error) {
-		cmd := exec.Command(bridgeBin, "replay", "--admin", admin, "--sink", sink)
-		cmd.Env = append(os.Environ(), "KUBEBRIDGE_TOKEN="+token)
-		out, err := cmd.CombinedOutput()
-		return string(out), err
+	replay := func(token string, sink string) (string, int) {
+		return runBridgeCommandEnv(t, []string{"KUBEBRIDGE_TOKEN=" + token}, "replay", "--admin", admin, "--sink", sink)
 	}
-	if out, err := replay("", "out"); err == nil || !strings.Contains(out, "401 Unauthorized: a bearer token is required") {
-		t.Errorf("no token: %v\n%s", err, out)
+	if out, code := replay("", "out"); code == 0 || !strings.Contains(out, "401 Unauthorized: a bearer token is required") {
+		t.Errorf("no token: exit status %d\n%s", code, out)
 	}
-	if out, err := replay("not-a-token", "out"); err == nil || !strings.Contains(out, "401 Unauthorized: the token is not valid") {
-		t.Errorf("bad token: %v\n%s", err, out)
+	if out, code := replay("not-a-token", "out"); code == 0 || !strings.Contains(out, "401 Unauthorized: the token is not valid") {
+		t.Errorf("bad token: exit status %d\n%s", code, out)
 	}
-	if out, err := replay(saToken(t, cp, "nobody", false), "out"); err == nil ||
+	if out, code := replay(saToken(t, cp, "nobody", false), "out"); code == 0 ||
 		!strings.Contains(out, `403 Forbidden: system:serviceaccount:default:nobody may not create replays.kubebridge.io "out" in namespace "default"`) {
-		t.Errorf("token without the permission: %v\n%s", err, out)
+		t.Errorf("token without the permission: exit status %d\n%s", code, out)
 	}
 	replayer := saToken(t, cp, "replayer", true)
-	outBytes, err := replay(replayer, "out")
-	if err != nil || !regexp.MustCompile(`(?m)^replay to sink out: 3 events queued$`).MatchString(outBytes) {
-		t.Fatalf("bridge replay: %v\n%s", err, outBytes)
+	outText, code := replay(replayer, "out")
+	if code != 0 || !regexp.MustCompile(`(?m)^replay to sink out: 3 events queued$`).MatchString(outText) {
+		t.Fatalf("bridge replay: exit status %d\n%s", code, outText)
 	}
 	if !strings.Contains(b.log(), "replay requested") || !strings.Contains(b.log(), "user=system:serviceaccount:default:replayer") {
 		t.Errorf("the replay and its caller are not logged:\n%s", b.log())
@@ -183,9 +179,9 @@ rules:
 `))
 	kc, err := cp.Kubeconfig(dir)
 	must(t, err)
-	res, err := exec.Command(bridgeBin, "replay", "--config", cfg, "--kubeconfig", kc, "--sink", "out").CombinedOutput()
-	if err != nil || !regexp.MustCompile(`(?m)^replay to sink out: 2 events delivered$`).Match(res) {
-		t.Fatalf("replay: %v\n%s", err, res)
+	res, code := runBridgeCommand(t, "replay", "--config", cfg, "--kubeconfig", kc, "--sink", "out")
+	if code != 0 || !regexp.MustCompile(`(?m)^replay to sink out: 2 events delivered$`).MatchString(res) {
+		t.Fatalf("replay: exit status %d\n%s", code, res)
 	}
 	evs := readEvents(t, out)
 	if len(evs) != 2 || evs[0].Replay != "resync" || evs[1].Replay != "resync" {

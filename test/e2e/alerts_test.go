@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -38,8 +37,7 @@ func TestAlertsResolveThemselves(t *testing.T) {
 		"replayEvery: 1m":       "replayEvery: 1s",
 		"resource: v1/pods":     "resource: v1/pods\n    namespaces: [" + ns + "]",
 	})
-	state := filepath.Join(t.TempDir(), "state.db")
-	b := startBridgeArgs(t, cp, cfg, "--checkpoint-file", state)
+	b := startBridge(t, cp, cfg)
 
 	pod := func(name string) {
 		_, err := cs.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name},
@@ -90,12 +88,11 @@ func TestAlertsResolveThemselves(t *testing.T) {
 	phase("batch", corev1.PodFailed, "exit 1")
 	testenv.Eventually(t, 30*time.Second, "batch's alert", func() bool { _, ok := active()["batch"]; return ok })
 	time.Sleep(1500 * time.Millisecond) // acknowledged and in the checkpoint
-	must(t, b.cmd.Process.Signal(syscall.SIGKILL))
-	<-b.done
+	b.kill()
 	must(t, cs.CoreV1().Pods(ns).Delete(ctx, "batch", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}))
-	b2 := startBridgeArgs(t, cp, cfg, "--checkpoint-file", state)
+	b.start() // on the same checkpoint
 	testenv.Eventually(t, 30*time.Second, "batch's alert resolved after the restart", func() bool { _, ok := active()["batch"]; return !ok })
-	b2.stop(t)
+	b.stop()
 }
 
 // A request's for, asked again at every replay, waits out how long the
@@ -114,7 +111,7 @@ func TestAlertFiresOnlyAfterFor(t *testing.T) {
 		"resource: v1/pods":     "resource: v1/pods\n    namespaces: [" + ns + "]",
 		"      request:\n":      "      request:\n        for: 4s\n",
 	})
-	b := startBridgeArgs(t, cp, cfg)
+	b := startBridge(t, cp, cfg)
 	_, err := cs.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "slow"},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}, metav1.CreateOptions{})
 	must(t, err)
@@ -141,7 +138,7 @@ func TestAlertFiresOnlyAfterFor(t *testing.T) {
 	testenv.Eventually(t, 20*time.Second, "the alert once the pod stayed Failed 4 s", firing)
 	must(t, cs.CoreV1().Pods(ns).Delete(ctx, "slow", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}))
 	testenv.Eventually(t, 15*time.Second, "the alert resolved", func() bool { return !firing() })
-	b.stop(t)
+	b.stop()
 }
 
 // The shipped example config/deployment-unavailable-to-pagerduty.yaml
@@ -169,7 +166,7 @@ func TestPagerDutyExample(t *testing.T) {
 		"replayEvery: 1m":               "replayEvery: 1s",
 		"resource: apps/v1/deployments": "resource: apps/v1/deployments\n    namespaces: [" + ns + "]",
 	})
-	b := startBridgeArgs(t, cp, cfg)
+	b := startBridge(t, cp, cfg)
 	deploy := func(name string) *appsv1.Deployment {
 		labels := map[string]string{"app": name}
 		d, err := cs.AppsV1().Deployments(ns).Create(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name},
@@ -222,7 +219,7 @@ func TestPagerDutyExample(t *testing.T) {
 	}
 	unavailable("api", 0)
 	testenv.Eventually(t, 15*time.Second, "api's incident resolved", func() bool { return !isOpen(api.UID) })
-	b.stop(t)
+	b.stop()
 }
 
 // example is the shipped config/<name> with each key of replace replaced

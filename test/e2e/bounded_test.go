@@ -60,7 +60,7 @@ rules:
     namespaces: [%s]
     sinks: [all]
 `, del.addr, capacity, all.addr, capacity, ns, ns))
-	admin := b.adminURL(t)
+	admin := b.adminURL()
 	depth := func(sink string) int {
 		_, text := get(t, admin+"/metrics")
 		m := regexp.MustCompile(`(?m)^kubebridge_sink_queue_depth\{sink="` + sink + `"\} (\S+)$`).FindStringSubmatch(text)
@@ -118,13 +118,12 @@ rules:
 	all.up(t)
 	t.Cleanup(del.down)
 	t.Cleanup(all.down)
-	deadline := time.Now().Add(60 * time.Second)
-	for depth("del")+depth("all") > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("still pending after the receivers came back: del=%d all=%d", depth("del"), depth("all"))
+	testenv.Await(t, 60*time.Second, 100*time.Millisecond, func() error {
+		if d, a := depth("del"), depth("all"); d+a > 0 {
+			return fmt.Errorf("still pending after the receivers came back: del=%d all=%d", d, a)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 	// What arrived is consistent: no added for the deletions-only rule, and
 	// the full rule's mirror ends empty (every object is gone).
 	for _, e := range del.received() {

@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -196,16 +195,14 @@ func waitKeys(t *testing.T, path string, want []string) []rawEvent {
 	want = append([]string(nil), want...)
 	sort.Strings(want)
 	var evs []rawEvent
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	eventually(t, 30*time.Second, func() error {
 		evs = readRawEvents(t, path)
-		if got := keys(evs); reflect.DeepEqual(got, want) {
-			return evs
-		} else if time.Now().After(deadline) {
-			t.Fatalf("%s: timed out waiting for\n  %v\nhave\n  %v", path, want, got)
+		if got := keys(evs); !reflect.DeepEqual(got, want) {
+			return fmt.Errorf("%s: waiting for\n  %v\nhave\n  %v", path, want, got)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
+	return evs
 }
 
 // clusterFree is an event's data without what differs between two
@@ -336,14 +333,14 @@ func TestKubeCBOR(t *testing.T) {
 		kc, err := b.rec.Kubeconfig(t.TempDir())
 		must(t, err)
 		b.out = filepath.Join(dir, b.name+".jsonl")
-		args := []string{"--kubeconfig", kc, "--allow-secret-data"} // the last --kubeconfig wins
+		opts := []bridgeOption{withKubeconfig(kc), withFlags("--allow-secret-data")}
 		switch b.name {
 		case "cbor":
-			args = append(args, "--leader-elect", "--leader-elect-namespace", cborNS, "--leader-elect-retry-period", "200ms")
+			opts = append(opts, withFlags("--leader-elect", "--leader-elect-namespace", cborNS, "--leader-elect-retry-period", "200ms"))
 		case "json":
-			args = append(args, "--kube-cbor=false", "--checkpoint-file", jsonCheckpoint)
+			opts = append(opts, withFlags("--kube-cbor=false"), withCheckpointFile(jsonCheckpoint))
 		}
-		b.proc = startBridgeArgs(t, b.cp, cborConfig(b.out), args...)
+		b.proc = startBridge(t, b.cp, cborConfig(b.out), opts...)
 	}
 	if !strings.Contains(bridges[0].proc.log(), "kubeCBOR=true kubeCBORFrom=default") ||
 		!strings.Contains(bridges[1].proc.log(), "kubeCBOR=false kubeCBORFrom=--kube-cbor") {
@@ -400,7 +397,7 @@ func TestKubeCBOR(t *testing.T) {
 
 	// /replay on the CBOR bridge: TokenReview and SubjectAccessReview.
 	token := saToken(t, on, "cbor-replayer", true)
-	req, err := http.NewRequest(http.MethodPost, bridges[0].proc.adminURL(t)+"/replay?sink=out", nil)
+	req, err := http.NewRequest(http.MethodPost, bridges[0].proc.adminURL()+"/replay?sink=out", nil)
 	must(t, err)
 	req.Header.Set("Authorization", "Bearer "+token)
 	resp, err := http.DefaultClient.Do(req)
@@ -426,25 +423,25 @@ func TestKubeCBOR(t *testing.T) {
 	must(t, err)
 	cfg := filepath.Join(dir, "replay.yaml")
 	must(t, writeFile(cfg, cborConfig(filepath.Join(dir, "replay.jsonl"))))
-	res, err := exec.Command(bridgeBin, "replay", "--config", cfg, "--kubeconfig", kc, "--sink", "out", "--allow-secret-data").CombinedOutput()
-	if err != nil || !regexp.MustCompile(`(?m)^replay to sink out: 3 events delivered$`).Match(res) {
-		t.Errorf("bridge replay --config: %v\n%s", err, res)
+	res, code := runBridgeCommand(t, "replay", "--config", cfg, "--kubeconfig", kc, "--sink", "out", "--allow-secret-data")
+	if code != 0 || !regexp.MustCompile(`(?m)^replay to sink out: 3 events delivered$`).MatchString(res) {
+		t.Errorf("bridge replay --config: exit status %d\n%s", code, res)
 	}
 	checkEncoding(t, "bridge replay --config", rec, true, cborRE)
 
 	// The JSON bridge's checkpoint, taken over by a CBOR bridge: only what
 	// changed meanwhile is delivered.
-	bridges[1].proc.stop(t)
+	bridges[1].proc.stop()
 	_, err = dynamic.NewForConfigOrDie(on.RESTConfig()).Resource(testenv.WidgetGVR).Namespace(cborNS).
 		Patch(context.Background(), "w1", types.MergePatchType, []byte(`{"spec":{"count":5}}`), metav1.PatchOptions{})
 	must(t, err)
 	after := filepath.Join(dir, "after.jsonl")
-	b := startBridgeArgs(t, on, cborConfig(after), "--allow-secret-data", "--checkpoint-file", jsonCheckpoint)
+	b := startBridge(t, on, cborConfig(after), withFlags("--allow-secret-data"), withCheckpointFile(jsonCheckpoint))
 	evs := waitKeys(t, after, []string{"widgets w1 updated"})
 	if evs[0].Replay != "checkpoint" || !strings.Contains(string(evs[0].Data), `"count":5`) {
 		t.Errorf("after the switch: %s %s", evs[0].Replay, evs[0].Data)
 	}
-	admin := b.adminURL(t)
+	admin := b.adminURL()
 	testenv.Eventually(t, 10*time.Second, "/readyz", func() bool { code, _ := get(t, admin+"/readyz"); return code == http.StatusOK })
 	time.Sleep(time.Second)
 	if got := keys(readRawEvents(t, after)); len(got) != 1 {
@@ -454,7 +451,7 @@ func TestKubeCBOR(t *testing.T) {
 	// CBOR watches broken by an apiserver restart are resumed: a change
 	// after it arrives once. (The leader stops first: its lease would
 	// expire.)
-	bridges[0].proc.stop(t)
+	bridges[0].proc.stop()
 	must(t, on.RestartAPIServer())
 	_, err = dynamic.NewForConfigOrDie(on.RESTConfig()).Resource(testenv.WidgetGVR).Namespace(cborNS).
 		Patch(context.Background(), "w1", types.MergePatchType, []byte(`{"spec":{"count":6}}`), metav1.PatchOptions{})

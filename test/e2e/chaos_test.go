@@ -149,18 +149,13 @@ rules:
     namespaces: [`+strings.Join(namespaces, ", ")+`]
     sinks: [hook]
 `)
-	l := &load{created: map[string]bool{}}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go l.run(t, cp, namespaces, stop, &wg)
+	l := startLoad(t, cp, namespaces, false)
 	time.Sleep(time.Second)
 	h.down()
 	time.Sleep(outage())
 	h.up(t)
 	time.Sleep(time.Second)
-	close(stop)
-	wg.Wait()
+	l.stop()
 	defer h.down()
 	verifyAgainstTruth(t, cp, namespaces, l, "webhook down "+outage().String(), h.received)
 }
@@ -187,16 +182,11 @@ rules:
     namespaces: [`+strings.Join(namespaces, ", ")+`]
     sinks: [bus]
 `)
-	l := &load{created: map[string]bool{}}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go l.run(t, cp, namespaces, stop, &wg)
+	l := startLoad(t, cp, namespaces, false)
 	time.Sleep(time.Second)
 	srv.Restart(t)
 	time.Sleep(2 * time.Second)
-	close(stop)
-	wg.Wait()
+	l.stop()
 	nc, err := natsgo.Connect(srv.ClientURL())
 	must(t, err)
 	defer nc.Close()
@@ -239,14 +229,9 @@ func TestAPIServerRestartUnderLoad(t *testing.T) {
 	}
 	out := filepath.Join(t.TempDir(), "events.jsonl")
 	startBridge(t, cp, fileConfig(out, rule("cms", "v1/configmaps", namespaces...), rule("widgets", "example.kubebridge.io/v1/widgets", namespaces...)))
-	l := &load{created: map[string]bool{}, widgets: true}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go l.run(t, cp, namespaces, stop, &wg)
+	l := startLoad(t, cp, namespaces, true)
 	time.Sleep(1500 * time.Millisecond)
-	close(stop) // the generator talks to the apiserver that goes down
-	wg.Wait()
+	l.stop() // the generator talks to the apiserver that goes down
 	deleted := 0
 	cp.WhileAPIServerDown(t, func(alt *rest.Config) {
 		cs := kubernetes.NewForConfigOrDie(alt)
@@ -270,11 +255,8 @@ func TestAPIServerRestartUnderLoad(t *testing.T) {
 	l.mu.Lock()
 	l.ops += deleted
 	l.mu.Unlock()
-	stop = make(chan struct{})
-	wg.Add(1)
-	go l.run(t, cp, namespaces, stop, &wg) // and more changes after it is back
+	l.start() // and more changes after it is back
 	time.Sleep(time.Second)
-	close(stop)
-	wg.Wait()
+	l.stop()
 	verifyAgainstTruth(t, cp, namespaces, l, fmt.Sprintf("apiserver down, %d deletions during the gap", deleted), func() []ce { return readEvents(t, out) })
 }

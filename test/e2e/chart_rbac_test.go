@@ -5,11 +5,9 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -150,22 +148,18 @@ networkPolicy:
 
 	// RBAC reaches the authorizer through its informers: wait until every
 	// grant is visible, then the refusals mean something.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testenv.Await(t, 30*time.Second, 200*time.Millisecond, func() error {
 		var missing []string
 		for _, a := range want {
 			if !allowed(t, cp, rbacNS, "kbr", a) {
 				missing = append(missing, a.String())
 			}
 		}
-		if len(missing) == 0 {
-			break
+		if len(missing) > 0 {
+			return fmt.Errorf("the chart's ServiceAccount may not:\n  %s", strings.Join(missing, "\n  "))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the chart's ServiceAccount may not:\n  %s", strings.Join(missing, "\n  "))
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return nil
+	})
 	for _, a := range deny {
 		if allowed(t, cp, rbacNS, "kbr", a) {
 			t.Errorf("the chart's ServiceAccount may %s", a)
@@ -191,44 +185,15 @@ networkPolicy:
 	doc.Config["sinks"] = []any{map[string]any{"name": "out", "file": map[string]any{"path": filepath.Join(dir, "events.jsonl")}}}
 	cfg, err := yaml.Marshal(doc.Config)
 	must(t, err)
-	cfgPath := filepath.Join(dir, "config.yaml")
-	must(t, os.WriteFile(cfgPath, cfg, 0o600))
 	sa := cp.ServiceAccountKubeconfig(t, rbacNS, "kbr")
-	var log syncWriter
-	cmd := exec.Command(bridgeBin, "run", "--config", cfgPath, "--kubeconfig", sa, "--admin-addr", "127.0.0.1:0", "--reload=false",
-		"--log-format", "text", "--checkpoint-file", filepath.Join(dir, "state.db"),
-		"--leader-elect", "--leader-elect-namespace", rbacNS, "--leader-elect-name", "kbr")
-	cmd.Stdout, cmd.Stderr = &log, &log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	must(t, cmd.Start())
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	deadline = time.Now().Add(60 * time.Second)
-	for !strings.Contains(log.String(), "became the leader") {
-		select {
-		case err := <-exited:
-			t.Fatalf("the bridge exited (%v) before it led as the chart's ServiceAccount:\n%s", err, log.String())
-		case <-time.After(100 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			_ = cmd.Process.Kill()
-			<-exited
-			t.Fatalf("the bridge did not lead within 60s as the chart's ServiceAccount:\n%s", log.String())
-		}
+	b, err := tryStartBridge(t, cp, string(cfg), withKubeconfig(sa), withLogLevel("info"), withFlags("--reload=false"),
+		withLeaderElection(rbacNS, "kbr"), withReadyLog("became the leader"))
+	if err != nil {
+		t.Fatalf("the bridge did not lead as the chart's ServiceAccount: %v", err)
 	}
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Errorf("the bridge exited with %v:\n%s", err, log.String())
-		}
-	case <-time.After(30 * time.Second):
-		_ = cmd.Process.Kill()
-		<-exited
-		t.Errorf("the bridge did not stop within 30s:\n%s", log.String())
-	}
-	if strings.Contains(log.String(), "forbidden") {
-		t.Errorf("the bridge was refused something:\n%s", log.String())
+	b.halt() // a clean exit, then:
+	if strings.Contains(b.log(), "forbidden") {
+		t.Errorf("the bridge was refused something:\n%s", b.log())
 	}
 }
 

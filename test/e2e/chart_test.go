@@ -1,16 +1,13 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -127,51 +124,26 @@ func TestChartInstallAndIdentity(t *testing.T) {
 	}
 
 	sa := cp.ServiceAccountKubeconfig(t, "kb-system", "kb")
-	cfgPath := filepath.Join(dir, "config.yaml")
-	must(t, os.WriteFile(cfgPath, []byte(cfg), 0o600))
-	run := func(cfgPath string) *exec.Cmd {
-		return exec.Command(bridgeBin, "run", "--config", cfgPath, "--kubeconfig", sa, "--admin-addr", "127.0.0.1:0",
-			"--log-format", "text", "--checkpoint-file", filepath.Join(t.TempDir(), "state.db"))
-	}
 	// As the chart's identity, the bridge starts (RBAC takes a moment to reach the authorizer).
-	var log syncWriter
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		log = syncWriter{}
-		cmd := run(cfgPath)
-		cmd.Stdout, cmd.Stderr = &log, &log
-		must(t, cmd.Start())
-		started := false
-		for wait := time.Now().Add(15 * time.Second); time.Now().Before(wait); time.Sleep(50 * time.Millisecond) {
-			if strings.Contains(log.String(), "bridge started") {
-				started = true
-				break
-			}
-			if cmd.ProcessState != nil {
-				break
-			}
+	testenv.Await(t, 30*time.Second, time.Second, func() error {
+		b, err := tryStartBridge(t, cp, cfg, withKubeconfig(sa), withLogLevel("info"), withStartTimeout(15*time.Second))
+		if err != nil {
+			return fmt.Errorf("the bridge did not start as the chart's ServiceAccount: %w", err)
 		}
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		_ = cmd.Wait()
-		if started {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the bridge did not start as the chart's ServiceAccount:\n%s", log.String())
-		}
-		time.Sleep(time.Second)
-	}
+		b.stop()
+		return nil
+	})
 
 	// A rule outside the chart's RBAC is refused at start, naming what is missing.
 	extra := filepath.Join(dir, "extra.yaml")
 	must(t, os.WriteFile(extra, []byte(cfg+rule("secrets", "v1/secrets", "chart-apps")), 0o600))
-	res, err := run(extra).CombinedOutput()
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != 2 {
-		t.Errorf("exit = %v, want 2\n%s", err, res)
+	res, code := runBridgeCommand(t, "run", "--config", extra, "--kubeconfig", sa, "--admin-addr", "127.0.0.1:0",
+		"--log-format", "text", "--checkpoint-file", filepath.Join(t.TempDir(), "state.db"))
+	if code != 2 {
+		t.Errorf("exit status %d, want 2\n%s", code, res)
 	}
 	want := `rules[2]: "system:serviceaccount:kb-system:kb" may not list or watch secrets in namespace "chart-apps"`
-	if !bytes.Contains(res, []byte(want)) {
+	if !strings.Contains(res, want) {
 		t.Errorf("output lacks %q:\n%s", want, res)
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -83,8 +82,7 @@ rules:
 `
 	}
 	down := "http://127.0.0.1:1/events" // nothing listens: refused
-	state := filepath.Join(t.TempDir(), "state.db")
-	b := startBridgeArgs(t, cp, config(down), "--drain-timeout", "1s", "--checkpoint-file", state)
+	b := startBridge(t, cp, config(down), withFlags("--drain-timeout", "1s"))
 	create := func(names ...string) {
 		for _, n := range names {
 			_, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{})
@@ -130,20 +128,19 @@ rules:
 	del("d", "g")
 	time.Sleep(time.Second)
 	// The drain times out: the bridge says so and exits 1.
-	must(t, b.cmd.Process.Signal(syscall.SIGTERM))
-	select {
-	case <-b.done:
-	case <-time.After(30 * time.Second):
+	b.signal(syscall.SIGTERM)
+	if exited, _ := b.wait(30 * time.Second); !exited {
 		t.Fatalf("no exit within 30s of SIGTERM:\n%s", b.log())
 	}
 	if !strings.Contains(b.log(), "shutdown deadline reached with 2 events undelivered") {
 		t.Fatalf("the drain did not time out with the two deletions queued:\n%s", b.log())
 	}
-	b2 := startBridgeArgs(t, cp, config(hook.srv.URL+"/events"), "--drain-timeout", "1s", "--checkpoint-file", state)
+	must(t, os.WriteFile(b.configPath, []byte(config(hook.srv.URL+"/events")), 0o600))
+	b.start() // on the same checkpoint
 	testenv.Eventually(t, 15*time.Second, "the two deletions after the restart", func() bool { return len(hook.subjects()) >= 5 })
 	time.Sleep(time.Second)
 	if got, want := hook.subjects(), subjects("a", "b", "c", "d", "g"); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("after the restart the receiver got deletions %v, want %v", got, want)
 	}
-	b2.stop(t)
+	b.stop()
 }

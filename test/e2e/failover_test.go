@@ -3,11 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -30,79 +26,43 @@ func TestLeaderFailover(t *testing.T) {
 		testenv.EnsureNamespace(t, cp, ns)
 	}
 	srv := testenv.StartNATS(t)
-	dir := t.TempDir()
-	cfgPath := filepath.Join(dir, "config.yaml")
-	must(t, os.WriteFile(cfgPath, []byte(`apiVersion: kubebridge.io/v1alpha1
+	cfg := `apiVersion: kubebridge.io/v1alpha1
 kind: BridgeConfig
 cluster: e2e
 checkpoint: {natsKV: {sink: bus, bucket: kb-failover}}
 sinks:
   - name: bus
-    nats: {url: "`+srv.ClientURL()+`", jetstream: true, stream: {name: K8S, duplicateWindow: 10m}}
+    nats: {url: "` + srv.ClientURL() + `", jetstream: true, stream: {name: K8S, duplicateWindow: 10m}}
 rules:
   - name: cms
     resource: v1/configmaps
-    namespaces: [`+strings.Join(namespaces, ", ")+`]
+    namespaces: [` + strings.Join(namespaces, ", ") + `]
     sinks: [bus]
-`), 0o600))
-	kc, err := cp.Kubeconfig(dir)
-	must(t, err)
-	start := func(name string) (*exec.Cmd, *syncWriter) {
-		out := &syncWriter{}
-		cmd := exec.Command(bridgeBin, "run", "--config", cfgPath, "--kubeconfig", kc, "--log-format", "text", "--admin-addr", "127.0.0.1:0",
-			"--leader-elect", "--leader-elect-namespace", "default", "--leader-elect-name", "kb-failover",
-			"--leader-elect-lease-duration", "4s", "--leader-elect-renew-deadline", "3s", "--leader-elect-retry-period", "500ms")
-		cmd.Env = append(os.Environ(), "HOSTNAME="+name)
-		cmd.Stdout, cmd.Stderr = out, out
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		must(t, cmd.Start())
-		t.Cleanup(func() {
-			_ = cmd.Process.Signal(syscall.SIGCONT)
-			_ = cmd.Process.Kill()
-			_, _ = cmd.Process.Wait()
-		})
-		return cmd, out
+`
+	// Replicas on one Lease and the config's checkpoint; the test's end
+	// kills them (the old leader exits by itself, with the lease lost).
+	replica := func(name, ready string) *bridgeProc {
+		return startBridge(t, cp, cfg, withConfigCheckpoint(), withLogLevel("info"), withLeaderElection("default", "kb-failover"), withShortLease(),
+			withReplicaName(name), withReadyLog(ready), withKillAtEnd())
 	}
-	waitLog := func(out *syncWriter, want string, timeout time.Duration) {
-		t.Helper()
-		deadline := time.Now().Add(timeout)
-		for !strings.Contains(out.String(), want) {
-			if time.Now().After(deadline) {
-				t.Fatalf("no %q within %s:\n%s", want, timeout, out.String())
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
+	a := replica("replica-a", "became the leader")
+	b := replica("replica-b", "following")
 
-	a, aOut := start("replica-a")
-	waitLog(aOut, "became the leader", 60*time.Second)
-	_, bOut := start("replica-b")
-	waitLog(bOut, "following", 60*time.Second)
-
-	l := &load{created: map[string]bool{}}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go l.run(t, cp, namespaces, stop, &wg)
+	l := startLoad(t, cp, namespaces, false)
 	time.Sleep(1500 * time.Millisecond)
 
-	must(t, a.Process.Signal(syscall.SIGSTOP)) // frozen: cannot renew
-	waitLog(bOut, "became the leader", 30*time.Second)
+	a.signal(syscall.SIGSTOP) // frozen: cannot renew
+	b.waitLog("became the leader", 30*time.Second)
 	time.Sleep(1 * time.Second)
-	must(t, a.Process.Signal(syscall.SIGCONT))
-	exited := make(chan error, 1)
-	go func() { exited <- a.Wait() }()
-	select {
-	case <-exited:
-	case <-time.After(20 * time.Second):
-		t.Fatalf("the old leader kept running after losing its lease:\n%s", aOut.String())
+	a.signal(syscall.SIGCONT)
+	if exited, _ := a.wait(20 * time.Second); !exited {
+		t.Fatalf("the old leader kept running after losing its lease:\n%s", a.log())
 	}
-	if !strings.Contains(aOut.String(), "lost the leader lease") {
-		t.Errorf("the old leader did not say it lost the lease:\n%s", aOut.String())
+	if !strings.Contains(a.log(), "lost the leader lease") {
+		t.Errorf("the old leader did not say it lost the lease:\n%s", a.log())
 	}
 	time.Sleep(1 * time.Second)
-	close(stop)
-	wg.Wait()
+	l.stop()
 
 	// Truth from the apiserver; what consumers have from the stream.
 	current := map[string]string{}
@@ -120,8 +80,8 @@ rules:
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
 	var lost []string
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	var msgs uint64
+	testenv.Poll(60*time.Second, 500*time.Millisecond, func() bool {
 		last := map[string]string{} // subject -> last id
 		st, err := js.Stream(context.Background(), "K8S")
 		must(t, err)
@@ -146,12 +106,10 @@ rules:
 			}
 		}
 		l.mu.Unlock()
-		if len(lost) == 0 || time.Now().After(deadline) {
-			t.Logf("failover under %d changes: stream holds %d messages, lost %d", l.ops, info.State.Msgs, len(lost))
-			break
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
+		msgs = info.State.Msgs
+		return len(lost) == 0
+	})
+	t.Logf("failover under %d changes: stream holds %d messages, lost %d", l.ops, msgs, len(lost))
 	if len(lost) > 0 {
 		t.Errorf("lost after failover:\n  %s", strings.Join(lost[:min(len(lost), 20)], "\n  "))
 	}

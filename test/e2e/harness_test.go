@@ -1,5 +1,7 @@
 // Package e2e runs the bridge binary as a subprocess against the real
 // control plane of internal/testenv and checks what its sinks receive.
+// startBridge (launch_test.go) runs `bridge run`, with options for what a
+// test needs otherwise; eventually and poll wait for what it delivers.
 package e2e
 
 import (
@@ -9,10 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -24,96 +23,6 @@ var bridgeBin string
 // The bridge is built with the race detector: the e2e runs double as a race
 // test of the whole pipeline.
 func TestMain(m *testing.M) { testenv.MainWithBridge(m, true, &bridgeBin) }
-
-// bridgeProc is a running `bridge run`.
-type bridgeProc struct {
-	cmd        *exec.Cmd
-	configPath string
-	logPath    string
-	done       chan struct{}
-	err        error
-}
-
-// startBridge runs the bridge with config against cp and waits until it
-// has synced its caches. It is stopped (SIGTERM, clean exit required) when
-// the test ends.
-func startBridge(t *testing.T, cp *testenv.ControlPlane, config string) *bridgeProc {
-	t.Helper()
-	return startBridgeArgs(t, cp, config)
-}
-
-// startBridgeArgs is startBridge with more flags for bridge run.
-func startBridgeArgs(t *testing.T, cp *testenv.ControlPlane, config string, extra ...string) *bridgeProc {
-	t.Helper()
-	dir := t.TempDir()
-	cfgPath := filepath.Join(dir, "config.yaml")
-	if err := os.WriteFile(cfgPath, []byte(config), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	kc, err := cp.Kubeconfig(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := &bridgeProc{logPath: filepath.Join(dir, "bridge.log"), done: make(chan struct{}), configPath: cfgPath}
-	logFile, err := os.Create(b.logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.cmd = exec.Command(bridgeBin, append([]string{"run", "--config", cfgPath, "--kubeconfig", kc, "--log-format", "text", "--log-level", "debug",
-		"--checkpoint-file", filepath.Join(dir, "state.db"), "--admin-addr", "127.0.0.1:0", "--admin-addr-file", adminAddrFile(b.logPath),
-		"--credential-dirs", os.TempDir()}, extra...)...) // the tests' secrets are in their temp dirs
-	b.cmd.Stdout, b.cmd.Stderr = logFile, logFile
-	b.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := b.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		b.err = b.cmd.Wait()
-		logFile.Close()
-		close(b.done)
-	}()
-	t.Cleanup(func() { b.stop(t) })
-	deadline := time.After(60 * time.Second)
-	for !strings.Contains(b.log(), "bridge started") {
-		select {
-		case <-b.done:
-			t.Fatalf("bridge exited before it started (%v):\n%s", b.err, b.log())
-		case <-deadline:
-			t.Fatalf("bridge not started after 60s:\n%s", b.log())
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-	return b
-}
-
-func (b *bridgeProc) log() string {
-	data, _ := os.ReadFile(b.logPath)
-	return string(data)
-}
-
-// stop sends SIGTERM and requires a clean exit within 30s.
-func (b *bridgeProc) stop(t *testing.T) {
-	t.Helper()
-	select {
-	case <-b.done:
-		return
-	default:
-	}
-	_ = b.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-b.done:
-		if b.err != nil {
-			t.Errorf("bridge exited with %v:\n%s", b.err, b.log())
-		}
-		if strings.Contains(b.log(), "WARNING: DATA RACE") {
-			t.Errorf("the race detector fired:\n%s", b.log())
-		}
-	case <-time.After(30 * time.Second):
-		_ = b.cmd.Process.Kill()
-		<-b.done
-		t.Errorf("bridge did not stop within 30s of SIGTERM:\n%s", b.log())
-	}
-}
 
 // ce is one delivered CloudEvent as a consumer sees it.
 type ce struct {
@@ -168,21 +77,18 @@ func readEvents(t *testing.T, path string) []ce {
 // waitEvents polls path until cond holds for the events so far.
 func waitEvents(t *testing.T, path string, what string, cond func([]ce) bool) []ce {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		evs := readEvents(t, path)
-		if cond(evs) {
-			return evs
+	var evs []ce
+	eventually(t, 30*time.Second, func() error {
+		if evs = readEvents(t, path); cond(evs) {
+			return nil
 		}
-		if time.Now().After(deadline) {
-			var lines []string
-			for _, e := range evs {
-				lines = append(lines, fmt.Sprintf("%s %s %s %s", e.Rule, e.change(), e.Subject, e.Reason))
-			}
-			t.Fatalf("timed out waiting for %s; have:\n  %s", what, strings.Join(lines, "\n  "))
+		var lines []string
+		for _, e := range evs {
+			lines = append(lines, fmt.Sprintf("%s %s %s %s", e.Rule, e.change(), e.Subject, e.Reason))
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("waiting for %s; have:\n  %s", what, strings.Join(lines, "\n  "))
+	})
+	return evs
 }
 
 // of returns the changes rule delivered for subject, in order, as
@@ -214,28 +120,27 @@ func has(evs []ce, rule, subject string, changes ...string) bool {
 	return true
 }
 
-// adminURL is the bridge's admin endpoint.
-func (b *bridgeProc) adminURL(t *testing.T) string {
+// eventually calls check every 50ms until it returns nil; once timeout
+// has passed, it fails t with check's last error, which says what was
+// missing. (testenv.Await polls at another interval.)
+func eventually(t *testing.T, timeout time.Duration, check func() error) {
 	t.Helper()
-	u, err := adminURLOf(b.logPath)
-	if err != nil {
-		t.Fatalf("%v\n%s", err, b.log())
-	}
-	return u
+	testenv.Await(t, timeout, 50*time.Millisecond, check)
 }
 
-// adminAddrFile is where a bridge logging to logPath writes its admin
-// address (bridge run --admin-addr-file); each start rewrites it.
-func adminAddrFile(logPath string) string { return logPath + ".admin" }
+// poll calls cond every 50ms until it holds or timeout has passed, and
+// reports whether it held. For a caller that asserts on its own
+// afterwards, so that a timeout shows what was received.
+func poll(timeout time.Duration, cond func() bool) bool {
+	return testenv.Poll(timeout, 50*time.Millisecond, cond)
+}
 
-// adminURLOf is the admin endpoint of the bridge logging to logPath, as it
-// wrote it (the latest start's).
-func adminURLOf(logPath string) (string, error) {
-	data, err := os.ReadFile(adminAddrFile(logPath))
-	if err != nil {
-		return "", fmt.Errorf("no admin address: %w", err)
-	}
-	return "http://" + strings.TrimSpace(string(data)), nil
+// mustRead is the content of the file at path.
+func mustRead(t *testing.T, path string) string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	must(t, err)
+	return string(data)
 }
 
 // fileConfig is a config whose one sink, "out", appends to path, with rules.

@@ -30,11 +30,11 @@ func TestBridgeMemoryLimit(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Setenv("GOMEMLIMIT", c.goMemLimit)
 			t.Setenv("KUBEBRIDGE_MEMORY_LIMIT", "536870912") // 512Mi
-			b := startBridgeArgs(t, cp, fileConfig(filepath.Join(t.TempDir(), "events.jsonl"), rule("cms", "v1/configmaps", "default")), c.flags...)
+			b := startBridge(t, cp, fileConfig(filepath.Join(t.TempDir(), "events.jsonl"), rule("cms", "v1/configmaps", "default")), withFlags(c.flags...))
 			if line := startLine(b.log()); !strings.Contains(line, c.wantLog) {
 				t.Errorf("start line lacks %q:\n%s", c.wantLog, line)
 			}
-			_, text := get(t, b.adminURL(t)+"/metrics")
+			_, text := get(t, b.adminURL()+"/metrics")
 			if got := metric(t, text, "go_gc_gomemlimit_bytes"); got != c.want {
 				t.Errorf("go_gc_gomemlimit_bytes = %v, want %v", got, c.want)
 			}
@@ -48,7 +48,7 @@ func TestBridgeMemoryLimit(t *testing.T) {
 		if line := startLine(b.log()); !strings.Contains(line, "memoryLimit=0 memoryLimitFrom=none") {
 			t.Errorf("start line lacks memoryLimit=0 memoryLimitFrom=none:\n%s", line)
 		}
-		_, text := get(t, b.adminURL(t)+"/metrics")
+		_, text := get(t, b.adminURL()+"/metrics")
 		if got := metric(t, text, "go_gc_gomemlimit_bytes"); got != 9.223372036854776e18 {
 			t.Errorf("go_gc_gomemlimit_bytes = %v, want MaxInt64 (none)", got)
 		}

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -39,26 +40,20 @@ func installGadgets(t *testing.T, dyn dynamic.Interface) {
 				"schema": map[string]any{"openAPIV3Schema": map[string]any{"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}},
 		},
 	}}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	deadline := time.Now().Add(60 * time.Second) // for both waits
+	testenv.Await(t, time.Until(deadline), 200*time.Millisecond, func() error {
 		_, err := dyn.Resource(crdGVR).Create(ctx, crd, metav1.CreateOptions{})
 		if err == nil || apierrors.IsAlreadyExists(err) {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) { // a deleted CRD lingers until its objects are gone
-			t.Fatalf("creating the CRD: %v", err)
+		return fmt.Errorf("creating the CRD: %w", err) // a deleted CRD lingers until its objects are gone
+	})
+	testenv.Await(t, time.Until(deadline), 100*time.Millisecond, func() error {
+		if _, err := dyn.Resource(gadgetGVR).Namespace("missing").List(ctx, metav1.ListOptions{}); err != nil {
+			return fmt.Errorf("gadgets not served: %w", err)
 		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	for {
-		if _, err := dyn.Resource(gadgetGVR).Namespace("missing").List(ctx, metav1.ListOptions{}); err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("gadgets not served after 60s")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // deleteGadgets deletes the CRD and waits until it is gone.
@@ -68,14 +63,12 @@ func deleteGadgets(t *testing.T, dyn dynamic.Interface) {
 	if err := dyn.Resource(crdGVR).Delete(ctx, gadgetCRD, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if _, err := dyn.Resource(crdGVR).Get(ctx, gadgetCRD, metav1.GetOptions{}); apierrors.IsNotFound(err) {
-			return
+	testenv.Await(t, 60*time.Second, 100*time.Millisecond, func() error {
+		if _, err := dyn.Resource(crdGVR).Get(ctx, gadgetCRD, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("the CRD was not deleted (get: %v)", err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the CRD was not deleted after 60s")
-		}
-	}
+		return nil
+	})
 }
 
 func createGadget(t *testing.T, dyn dynamic.Interface, name string) {
@@ -118,13 +111,12 @@ func TestMissingResourceWaitsAndFollowsTheCRD(t *testing.T) {
 	testenv.EnsureNamespace(t, cp, "missing")
 	deleteGadgets(t, dyn) // absent at the start, whatever ran before
 	out := filepath.Join(t.TempDir(), "events.jsonl")
-	state := filepath.Join(t.TempDir(), "state.db")
 	cfg := fileConfig(out, rule("cms", "v1/configmaps", "missing"), rule("gadgets", "missing.kubebridge.io/v1/gadgets", "missing"))
-	b := startBridgeArgs(t, cp, cfg, "--resource-poll", "200ms", "--checkpoint-file", state)
+	b := startBridge(t, cp, cfg, withFlags("--resource-poll", "200ms"))
 	if !strings.Contains(b.log(), "the cluster does not serve") {
 		t.Errorf("no warning about the absent resource:\n%s", b.log())
 	}
-	admin := b.adminURL(t)
+	admin := b.adminURL()
 	code, body := get(t, admin+"/readyz?verbose")
 	if code != 200 || !strings.Contains(body, "[!]rule gadgets degraded") || strings.Contains(body, "rule cms") || !strings.Contains(body, "[+]sink out ok") {
 		t.Errorf("/readyz = %d:\n%s", code, body)
@@ -145,15 +137,12 @@ func TestMissingResourceWaitsAndFollowsTheCRD(t *testing.T) {
 		createGadget(t, dyn, fmt.Sprintf("g%d", i))
 	}
 	waitEvents(t, out, "the gadgets", func(evs []ce) bool { return len(heldBy(evs, "gadgets")) == 3 })
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		_, text = get(t, admin+"/metrics")
-		if metric(t, text, `kubebridge_rule_waiting{rule="gadgets"}`) == 0 {
-			break
+	testenv.Await(t, 10*time.Second, 100*time.Millisecond, func() error {
+		if _, text = get(t, admin+"/metrics"); metric(t, text, `kubebridge_rule_waiting{rule="gadgets"}`) != 0 {
+			return errors.New("kubebridge_rule_waiting{rule=gadgets} still 1 after its view was delivered")
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("kubebridge_rule_waiting{rule=gadgets} still 1 after its view was delivered")
-		}
-	}
+		return nil
+	})
 
 	// Deleted at runtime: its objects are gone, so are they from the view.
 	deleteGadgets(t, dyn)
@@ -177,9 +166,9 @@ func TestMissingResourceWaitsAndFollowsTheCRD(t *testing.T) {
 
 	// Stopped with the gadget in its checkpoint; the CRD goes while it is
 	// away: the next start delivers the deletion and runs.
-	b.stop(t)
+	b.stop()
 	deleteGadgets(t, dyn)
-	b2 := startBridgeArgs(t, cp, cfg, "--resource-poll", "200ms", "--checkpoint-file", state)
+	b.start() // on the same checkpoint
 	evs := waitEvents(t, out, "the deletion found at the start", func(evs []ce) bool { return len(heldBy(evs, "gadgets")) == 0 })
 	if got := of(evs, "gadgets", "missing/back"); strings.Join(got, " ") != "added deleted" {
 		t.Errorf("missing/back: %v, want added deleted", got)
@@ -187,5 +176,5 @@ func TestMissingResourceWaitsAndFollowsTheCRD(t *testing.T) {
 	if h := heldBy(evs, "cms"); len(h) != 2 {
 		t.Errorf("configmaps held: %v, want missing/one and missing/two", h)
 	}
-	b2.stop(t)
+	b.stop()
 }

@@ -10,14 +10,12 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -221,12 +219,6 @@ type modelObj struct {
 	labels            map[string]string
 }
 
-type modelBridge struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-	err  error
-}
-
 // modelRun is one seeded run: its own control plane, NATS, webhook and bridge.
 type modelRun struct {
 	t      *testing.T
@@ -249,16 +241,16 @@ type modelRun struct {
 	// am is the alert sink's receiver: a real Alertmanager.
 	am *testenv.Alertmanager
 
-	dir, cfgPath, ckptPath, logPath, filePath string
-	bridge                                    *modelBridge
-	variant                                   int
-	hookUpAt                                  time.Time // zero while the webhook is up
-	refuseUntil                               time.Time // zero while the webhook refuses nothing
-	tokenPath                                 string    // the webhook's bearerTokenFile
-	token                                     string    // what the webhook takes
-	rotateAt                                  time.Time // when the token file gets the new token; zero: done
-	dyn                                       dynamic.Interface
-	gadgets                                   int // gadgets made so far (names)
+	dir, cfgPath, ckptPath, filePath string
+	bridge                           *bridgeProc
+	variant                          int
+	hookUpAt                         time.Time // zero while the webhook is up
+	refuseUntil                      time.Time // zero while the webhook refuses nothing
+	tokenPath                        string    // the webhook's bearerTokenFile
+	token                            string    // what the webhook takes
+	rotateAt                         time.Time // when the token file gets the new token; zero: done
+	dyn                              dynamic.Interface
+	gadgets                          int // gadgets made so far (names)
 
 	start time.Time
 	opLog []string
@@ -326,7 +318,6 @@ func (m *modelRun) run() {
 	m.dir = t.TempDir()
 	m.cfgPath = filepath.Join(m.dir, "config.yaml")
 	m.ckptPath = filepath.Join(m.dir, "state.db")
-	m.logPath = filepath.Join(m.dir, "bridge.log")
 	m.filePath = filepath.Join(m.dir, "events.jsonl")
 	m.tokenPath = filepath.Join(m.dir, "hook-token")
 	m.token = "token-0"
@@ -835,24 +826,20 @@ sinks:
 }
 
 func (m *modelRun) startBridge() {
-	cmd := runBridge(m.t, m.cp, m.cfgPath, m.ckptPath, m.logPath)
-	b := &modelBridge{cmd: cmd, done: make(chan struct{})}
-	go func() {
-		b.err = cmd.Wait()
-		close(b.done)
-	}()
-	m.bridge = b
-	m.logOp("bridge started (pid %d, config variant %d)", cmd.Process.Pid, m.variant)
+	if m.bridge == nil {
+		m.bridge = startBridge(m.t, m.cp, "", withConfigFile(m.cfgPath), withCheckpointFile(m.ckptPath), withRestartFlags())
+	} else {
+		m.bridge.start()
+	}
+	m.logOp("bridge started (pid %d, config variant %d)", m.bridge.cmd.Process.Pid, m.variant)
 }
 
 // checkBridgeAlive restarts a bridge that exited by itself, and says so.
 func (m *modelRun) checkBridgeAlive() {
-	select {
-	case <-m.bridge.done:
+	if m.bridge.exited() {
 		m.logOp("bridge exited by itself: %v", m.bridge.err)
 		m.t.Errorf("%s: the bridge exited by itself (%v); see the operation log", m.seedLine(), m.bridge.err)
 		m.startBridge()
-	default:
 	}
 }
 
@@ -861,21 +848,16 @@ func (m *modelRun) checkBridgeAlive() {
 func (m *modelRun) restartBridge(kind string) {
 	b := m.bridge
 	if kind == "kill" {
-		_ = b.cmd.Process.Signal(syscall.SIGKILL)
-		<-b.done
+		b.kill()
 		m.logOp("bridge SIGKILLed")
 	} else {
 		t0 := time.Now()
-		_ = b.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-b.done:
-			m.logOp("bridge SIGTERMed: exit %v after %s", b.err, time.Since(t0).Round(time.Millisecond))
-			if b.err != nil {
-				m.notes = append(m.notes, fmt.Sprintf("SIGTERM at %s: exit %v (webhook down: %v)", time.Since(m.start).Round(time.Millisecond), b.err, !m.hookUpAt.IsZero()))
+		if exited, err := b.terminate(40 * time.Second); exited {
+			m.logOp("bridge SIGTERMed: exit %v after %s", err, time.Since(t0).Round(time.Millisecond))
+			if err != nil {
+				m.notes = append(m.notes, fmt.Sprintf("SIGTERM at %s: exit %v (webhook down: %v)", time.Since(m.start).Round(time.Millisecond), err, !m.hookUpAt.IsZero()))
 			}
-		case <-time.After(40 * time.Second):
-			_ = b.cmd.Process.Kill()
-			<-b.done
+		} else {
 			m.logOp("bridge did not stop within 40s of SIGTERM; killed")
 			m.t.Errorf("%s: the bridge did not stop within 40s of SIGTERM", m.seedLine())
 		}
@@ -913,33 +895,32 @@ func (m *modelRun) reload() {
 // applyConfig writes the config of the current variant and waits until the
 // bridge reloaded it; it returns the refusal logged, if any.
 func (m *modelRun) applyConfig() string {
-	log := mustRead(m.t, m.logPath)
+	log := m.bridge.log()
 	before, refusedBefore := strings.Count(log, "config reloaded"), strings.Count(log, "config change refused")
 	m.writeConfig()
 	m.logOp("config rewritten: variant %d", m.variant)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		log := mustRead(m.t, m.logPath)
+	refusal := ""
+	applied := poll(30*time.Second, func() bool {
+		log := m.bridge.log()
 		if strings.Count(log, "config reloaded") > before {
 			m.logOp("config reloaded")
-			return ""
+			return true
 		}
 		if strings.Count(log, "config change refused") > refusedBefore {
-			i := strings.LastIndex(log, "config change refused")
-			line := log[i:]
-			if j := strings.IndexByte(line, '\n'); j >= 0 {
-				line = line[:j]
+			refusal = log[strings.LastIndex(log, "config change refused"):]
+			if j := strings.IndexByte(refusal, '\n'); j >= 0 {
+				refusal = refusal[:j]
 			}
-			m.logOp("config refused: %s", line)
-			return line
+			m.logOp("config refused: %s", refusal)
+			return true
 		}
-		if time.Now().After(deadline) {
-			m.logOp("config not reloaded within 30s")
-			m.t.Errorf("%s: the bridge did not apply the rewritten config within 30s", m.seedLine())
-			return ""
-		}
-		time.Sleep(50 * time.Millisecond)
+		return false
+	})
+	if !applied {
+		m.logOp("config not reloaded within 30s")
+		m.t.Errorf("%s: the bridge did not apply the rewritten config within 30s", m.seedLine())
 	}
+	return refusal
 }
 
 // maybeHookUp brings the webhook back when its outage is over (or now).
@@ -960,24 +941,17 @@ func (m *modelRun) maybeHookUp(now bool) {
 
 func (m *modelRun) stopBridgeAtEnd() {
 	b := m.bridge
-	select {
-	case <-b.done:
-	default:
-		_ = b.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-b.done:
-			if b.err != nil {
-				m.t.Errorf("%s: the bridge exited with %v on the final SIGTERM (everything was delivered)", m.seedLine(), b.err)
-			}
-		case <-time.After(40 * time.Second):
-			_ = b.cmd.Process.Kill()
-			<-b.done
+	if !b.exited() {
+		switch exited, err := b.terminate(40 * time.Second); {
+		case !exited:
 			m.t.Errorf("%s: the bridge did not stop within 40s of the final SIGTERM", m.seedLine())
+		case err != nil:
+			m.t.Errorf("%s: the bridge exited with %v on the final SIGTERM (everything was delivered)", m.seedLine(), err)
 		}
 	}
-	if log, err := os.ReadFile(m.logPath); err == nil && strings.Contains(string(log), "WARNING: DATA RACE") {
-		i := strings.Index(string(log), "WARNING: DATA RACE")
-		m.t.Errorf("%s: the race detector fired in the bridge:\n%s", m.seedLine(), string(log)[i:min(len(log), i+6000)])
+	if log := b.log(); strings.Contains(log, "WARNING: DATA RACE") {
+		i := strings.Index(log, "WARNING: DATA RACE")
+		m.t.Errorf("%s: the race detector fired in the bridge:\n%s", m.seedLine(), log[i:min(len(log), i+6000)])
 	}
 }
 
@@ -992,7 +966,7 @@ type modelEvent struct {
 
 // pending is the sum of the sinks' queue depths from /metrics, or -1.
 func (m *modelRun) pending() int {
-	admin, err := adminURLOf(m.logPath)
+	admin, err := adminURLOf(m.bridge.logPath)
 	if err != nil {
 		return -1
 	}
@@ -1199,9 +1173,8 @@ func alertLabels(as []testenv.Alert) []map[string]string {
 
 // quiesce waits until the sinks stop receiving for 3s with nothing pending.
 func (m *modelRun) quiesce(limit time.Duration) bool {
-	deadline := time.Now().Add(limit)
 	last, since := "", time.Now()
-	for time.Now().Before(deadline) {
+	quiet := testenv.Poll(limit, 300*time.Millisecond, func() bool {
 		c := m.counts()
 		p := m.pending()
 		if p < 0 && !m.noMetrics { // no queue depth in /metrics: go by the sinks alone
@@ -1210,14 +1183,16 @@ func (m *modelRun) quiesce(limit time.Duration) bool {
 		}
 		if c != last || p > 0 {
 			last, since = c, time.Now()
-		} else if time.Since(since) >= 3*time.Second {
-			m.logOp("quiescent: %s", c)
-			return true
+			return false
 		}
-		time.Sleep(300 * time.Millisecond)
+		return time.Since(since) >= 3*time.Second
+	})
+	if quiet {
+		m.logOp("quiescent: %s", last)
+	} else {
+		m.logOp("not quiescent after %s: %s, pending %d", limit, last, m.pending())
 	}
-	m.logOp("not quiescent after %s: %s, pending %d", limit, last, m.pending())
-	return false
+	return quiet
 }
 
 // modelTruth is the apiserver's state at the end.
@@ -1590,9 +1565,7 @@ func (m *modelRun) verify() {
 		dir := filepath.Join(keep, strconv.FormatInt(m.seed, 10))
 		if err := os.MkdirAll(dir, 0o755); err == nil {
 			copyTo := func(name string, data []byte) { _ = os.WriteFile(filepath.Join(dir, name), data, 0o644) }
-			if data, err := os.ReadFile(m.logPath); err == nil {
-				copyTo("bridge.log", data)
-			}
+			copyTo("bridge.log", []byte(m.bridge.log()))
 			for _, sink := range modelSinks {
 				var lines []string
 				for _, e := range recv[sink] {

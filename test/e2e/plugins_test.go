@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -85,11 +84,11 @@ rules:
 	must(t, os.WriteFile(refused, []byte(cfg), 0o600))
 	kc, err := cp.Kubeconfig(dir)
 	must(t, err)
-	out, err := exec.Command(bridgeBin, "run", "--config", refused, "--kubeconfig", kc, "--admin-addr", "", "--checkpoint-file", filepath.Join(dir, "refused.db")).CombinedOutput()
-	if code := exitCode(err); code != 2 || !strings.Contains(string(out), "sinks[0].exec: exec plugins run programs named in the config, as the bridge: start the bridge with --allow-exec-plugins") {
+	out, code := runBridgeCommand(t, "run", "--config", refused, "--kubeconfig", kc, "--admin-addr", "", "--checkpoint-file", filepath.Join(dir, "refused.db"))
+	if code != 2 || !strings.Contains(out, "sinks[0].exec: exec plugins run programs named in the config, as the bridge: start the bridge with --allow-exec-plugins") {
 		t.Errorf("without --allow-exec-plugins: exit %d\n%s", code, out)
 	}
-	b := startBridgeArgs(t, cp, cfg, "--allow-exec-plugins")
+	b := startBridge(t, cp, cfg, withFlags("--allow-exec-plugins"))
 	cs := cp.Clientset(t)
 	create := func(name string, labels map[string]string) {
 		t.Helper()
@@ -240,16 +239,4 @@ func findPluginPid(b *bridgeProc, command []string) (int, bool) {
 		}
 	}
 	return 0, false
-}
-
-// exitCode is a finished command's exit status (0 without an error).
-func exitCode(err error) int {
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		return ee.ExitCode()
-	}
-	if err != nil {
-		return -1
-	}
-	return 0
 }

@@ -4,7 +4,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -59,11 +58,7 @@ rules:
 `
 	b := startBridge(t, cp, v1)
 	cfgPath := b.configPath
-	l := &load{created: map[string]bool{}}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go l.run(t, cp, namespaces, stop, &wg)
+	l := startLoad(t, cp, namespaces, false)
 
 	time.Sleep(time.Second)
 	must(t, os.WriteFile(cfgPath, []byte(v2), 0o600))
@@ -75,8 +70,7 @@ rules:
 	must(t, os.WriteFile(cfgPath, []byte(strings.Replace(v2, `labelSelector: "!never"`, `where: "objekt.x == 1"`, 1)), 0o600))
 	testenv.Eventually(t, 30*time.Second, "the broken config to be refused", func() bool { return strings.Contains(b.log(), "config change refused") })
 	time.Sleep(time.Second) // the running config keeps delivering
-	close(stop)
-	wg.Wait()
+	l.stop()
 
 	if !strings.Contains(b.log(), "undeclared reference to 'objekt'") {
 		t.Errorf("the refusal does not say why:\n%s", b.log())

@@ -22,7 +22,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -37,23 +36,17 @@ import (
 
 // ---------------------------------------------------------------- helpers
 
-// rvRunLog is the log of the bridge's current run (since the last start).
-func rvRunLog(b *viewBridge) string {
-	log := mustRead(b.t, b.logPath)
-	return log[strings.LastIndex(log, "===== start"):]
-}
-
 // rvWaitReload writes config to the bridge's config file and waits until
 // the current run logs one more "config reloaded" than before; it returns
 // that log line.
-func rvWaitReload(t *testing.T, b *viewBridge, config string) string {
+func rvWaitReload(t *testing.T, b *bridgeProc, config string) string {
 	t.Helper()
-	before := strings.Count(rvRunLog(b), "config reloaded")
-	must(t, os.WriteFile(b.cfgPath, []byte(config), 0o600))
+	before := strings.Count(b.runLog(), "config reloaded")
+	must(t, os.WriteFile(b.configPath, []byte(config), 0o600))
 	var line string
 	failed := false
-	ok := viewPoll(60*time.Second, func() bool {
-		log := rvRunLog(b)
+	ok := poll(60*time.Second, func() bool {
+		log := b.runLog()
 		if strings.Contains(log, "config change refused") || strings.Contains(log, "msg=stopping") {
 			failed = true
 			return true
@@ -71,10 +64,10 @@ func rvWaitReload(t *testing.T, b *viewBridge, config string) string {
 		return true
 	})
 	if !ok {
-		t.Fatalf("the config change was not applied within 60s:\n%s", viewTail(rvRunLog(b), 40))
+		t.Fatalf("the config change was not applied within 60s:\n%s", lastLines(b.runLog(), 40))
 	}
 	if failed {
-		t.Fatalf("the config change was refused, or the bridge stopped:\n%s", viewTail(rvRunLog(b), 40))
+		t.Fatalf("the config change was refused, or the bridge stopped:\n%s", lastLines(b.runLog(), 40))
 	}
 	return line
 }
@@ -83,7 +76,7 @@ func rvWaitReload(t *testing.T, b *viewBridge, config string) string {
 // times in a row, and reports whether it did (within 30s).
 func rvCheckpointSettled(adminURL string) (last float64, ok bool) {
 	zeroes := 0
-	ok = viewPoll(30*time.Second, func() bool {
+	ok = poll(30*time.Second, func() bool {
 		v, got := viewMetric(adminURL, "kubebridge_checkpoint_lag")
 		last = v
 		if got && v == 0 {
@@ -248,9 +241,7 @@ rules:
 	const v2Subject = "k8s.{cluster}.v2.{resource}.{namespace}.{name}.{type}"
 	v1, v2 := config(""), config(`, subject: "`+v2Subject+`"`)
 
-	b := newViewBridge(t, cp, v1)
-	b.checkpoint = "" // no --checkpoint-file: the config's natsKV checkpoint
-	b.start()
+	b := startBridge(t, cp, v1, withConfigCheckpoint(), withRestartFlags())
 	js := viewJetStream(t, srv)
 	cms := cs.CoreV1().ConfigMaps(ns)
 	patch := func(name, v string) {
@@ -264,7 +255,7 @@ rules:
 		viewCreateCM(t, cs, ns, name, map[string]string{"v": "1"})
 	}
 	waitEvents(t, out, "a1..a3 added to the file sink", func(evs []ce) bool { return len(evs) >= 3 })
-	if !viewPoll(30*time.Second, func() bool { return len(viewStream(t, js, stream)) >= 3 }) {
+	if !poll(30*time.Second, func() bool { return len(viewStream(t, js, stream)) >= 3 }) {
 		t.Fatalf("the stream holds %d messages before the reload, want 3", len(viewStream(t, js, stream)))
 	}
 	admin := b.adminURL()
@@ -298,10 +289,10 @@ rules:
 		}
 		return got[min(3, len(got)):]
 	}
-	if !viewPoll(30*time.Second, func() bool { return len(busAfterReload()) >= 6 }) {
+	if !poll(30*time.Second, func() bool { return len(busAfterReload()) >= 6 }) {
 		t.Fatalf("the bus published %d events after the reload, want 6:\n%s", len(busAfterReload()), viewDump(busAfterReload()))
 	}
-	if !viewPoll(10*time.Second, func() bool { return rvDelivered(admin, "bus") >= 6 && rvDelivered(admin, "out") >= 9 }) {
+	if !poll(10*time.Second, func() bool { return rvDelivered(admin, "bus") >= 6 && rvDelivered(admin, "out") >= 9 }) {
 		t.Fatalf("the rebuilt bus sink acknowledged %v events, want 6; the kept file sink %v, want 9", rvDelivered(admin, "bus"), rvDelivered(admin, "out"))
 	}
 	// The new subject shows that the rebuilt sink published them.
@@ -314,10 +305,10 @@ rules:
 	lag, ok := rvCheckpointSettled(admin)
 	if !ok {
 		t.Errorf("kubebridge_checkpoint_lag = %v for 30s after the reload, want 0: the checkpoint cannot be written (%q in the log: %d)",
-			lag, "writing the checkpoint failed", strings.Count(rvRunLog(b), "writing the checkpoint failed"))
+			lag, "writing the checkpoint failed", strings.Count(b.runLog(), "writing the checkpoint failed"))
 	}
-	if n := strings.Count(rvRunLog(b), "writing the checkpoint failed"); n > 0 {
-		t.Errorf("%d checkpoint writes failed after the reload:\n%s", n, viewTail(rvRunLog(b), 20))
+	if n := strings.Count(b.runLog(), "writing the checkpoint failed"); n > 0 {
+		t.Errorf("%d checkpoint writes failed after the reload:\n%s", n, lastLines(b.runLog(), 20))
 	}
 
 	// The bucket itself: for both sinks, exactly the objects that exist,
@@ -364,7 +355,7 @@ rules:
 	// SIGKILL; meanwhile b1 deleted (created after the reload) and b2 updated.
 	nFile := len(readEvents(t, out))
 	nBus := len(viewStream(t, js, stream))
-	b.stop(syscall.SIGKILL)
+	b.kill()
 	must(t, cms.Delete(ctx, "b1", metav1.DeleteOptions{}))
 	patch("b2", "2")
 	b2rv := rvCurrent(t, cs, ns)[ns+"/b2"].RV
@@ -376,7 +367,7 @@ rules:
 		msgs := viewStream(t, js, stream)
 		return viewStreamEvents(msgs[min(nBus, len(msgs)):])
 	}
-	viewPoll(30*time.Second, func() bool {
+	poll(30*time.Second, func() bool {
 		return len(afterFile()) >= 2 && len(afterBus()) >= 2 && rvDelivered(admin, "bus") >= 2 && rvDelivered(admin, "out") >= 2
 	})
 	if _, ok := rvCheckpointSettled(admin); !ok {
@@ -517,10 +508,9 @@ rules:
 		names[i] = fmt.Sprintf("c-%02d", i)
 		viewCreateCM(t, cs, ns, names[i], map[string]string{"v": "0"})
 	}
-	b := newViewBridge(t, cp, config("1"))
-	b.start()
+	b := startBridge(t, cp, config("1"), withRestartFlags())
 	subjectOf := func(name string) string { return ns + "/" + name }
-	if !viewPoll(30*time.Second, func() bool { return len(hook.snapshot()) >= objects }) {
+	if !poll(30*time.Second, func() bool { return len(hook.snapshot()) >= objects }) {
 		t.Fatalf("the webhook got %d events at start, want the %d additions", len(hook.snapshot()), objects)
 	}
 
@@ -597,7 +587,7 @@ rules:
 		}
 		return out
 	}
-	viewPoll(60*time.Second, func() bool { return len(behind()) == 0 })
+	poll(60*time.Second, func() bool { return len(behind()) == 0 })
 	admin := b.adminURL()
 	// The receiver records a request when it arrives; the bridge counts it
 	// once answered. Every request of the new sink is acknowledged first.
@@ -609,7 +599,7 @@ rules:
 		}
 		return n
 	}
-	if !viewPoll(10*time.Second, func() bool { return rvDelivered(admin, "hook") >= float64(newSent()) }) {
+	if !poll(10*time.Second, func() bool { return rvDelivered(admin, "hook") >= float64(newSent()) }) {
 		t.Errorf("the reloaded sink acknowledged %v events, its receiver got %d", rvDelivered(admin, "hook"), newSent())
 	}
 	if lag, ok := rvCheckpointSettled(admin); !ok {
@@ -722,12 +712,12 @@ rules:
 		prior[r.ev.Subject] = seen{rvNum(viewRVOf(r.ev)), i, r.gen}
 	}
 	n0 := len(reqs)
-	b.stop(syscall.SIGKILL)
+	b.kill()
 	b.start()
 	admin = b.adminURL()
 	// Quiet for 2s in a row (at most 20s): whatever the restart sends has arrived.
 	quietSince, lastLen := time.Now(), n0
-	viewPoll(20*time.Second, func() bool {
+	poll(20*time.Second, func() bool {
 		if n := len(hook.snapshot()); n != lastLen {
 			lastLen, quietSince = n, time.Now()
 		}

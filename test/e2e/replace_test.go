@@ -10,12 +10,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -48,25 +46,13 @@ func TestReplacementOnTheSameVolumeDuringChurn(t *testing.T) {
 	}
 	recv := newGenReceiver(t)
 	volume := t.TempDir() // the PersistentVolumeClaim
-	dir := t.TempDir()
-	cfgPath := filepath.Join(dir, "config.yaml")
-	must(t, os.WriteFile(cfgPath, []byte(replaceConfig(recv.URL, filepath.Join(volume, "state.db"), namespaces)), 0o600))
-	logPath := filepath.Join(dir, "bridge.log")
 
-	l := &load{created: map[string]bool{}}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go l.run(t, cp, namespaces, stop, &wg)
-	var stopOnce sync.Once
-	stopLoad := func() { stopOnce.Do(func() { close(stop) }); wg.Wait() }
-	t.Cleanup(stopLoad) // also when the test fails early
+	l := startLoad(t, cp, namespaces, false)
 	cs := cp.Clientset(t)
 	ctx := context.Background()
 
 	lease := namespaces[0]
-	bridge := startPod(t, cp, cfgPath, logPath, lease)
-	defer func() { stopBridgeProc(t, bridge, logPath) }()
+	bridge := startPod(t, cp, replaceConfig(recv.URL, filepath.Join(volume, "state.db"), namespaces), lease)
 	const replacements = 5
 	const killAt = 3                // this one is a SIGKILL
 	handover := map[string]string{} // uid -> ns/name, deleted while no bridge ran
@@ -78,11 +64,10 @@ func TestReplacementOnTheSameVolumeDuringChurn(t *testing.T) {
 		time.Sleep(live)
 		var killed time.Time
 		if i == killAt {
-			must(t, bridge.Process.Signal(syscall.SIGKILL))
+			bridge.kill()
 			killed = time.Now()
-			_ = bridge.Wait()
 		} else {
-			stopBridgeProc(t, bridge, logPath)
+			bridge.stop()
 		}
 		// No bridge runs: the churn goes on, and objects the consumer holds
 		// are deleted (their deletions are what an empty checkpoint loses).
@@ -103,10 +88,10 @@ func TestReplacementOnTheSameVolumeDuringChurn(t *testing.T) {
 		}
 		time.Sleep(300 * time.Millisecond) // changes keep coming while it is down
 		recv.next(killed)
-		bridge = startPod(t, cp, cfgPath, logPath, lease)
+		bridge.start() // a new pod on the same volume
 	}
 	time.Sleep(time.Second)
-	stopLoad()
+	l.stop()
 	if len(handover) < replacements {
 		t.Fatalf("only %d objects deleted during %d handovers: the test did not exercise them", len(handover), replacements)
 	}
@@ -119,7 +104,7 @@ func TestReplacementOnTheSameVolumeDuringChurn(t *testing.T) {
 	t.Logf("%d events, %d generations, %d deleted during handovers (%d delivered as kbreplay: checkpoint), %d duplicate ids, %d sent again after the SIGKILL (last acknowledged within %s before it)",
 		len(recv.events()), replacements+1, len(handover), rep.handoverReplayed, rep.dups, rep.resentAfterKill, killWindow)
 	rep.fail(t)
-	if !strings.Contains(mustRead(t, logPath), "replayedFromCheckpoint") {
+	if !strings.Contains(bridge.log(), "replayedFromCheckpoint") {
 		t.Error("no reconciliation from the checkpoint logged")
 	}
 }
@@ -134,11 +119,8 @@ func TestReplacementOnAnEmptyDirResendsAndLosesDeletions(t *testing.T) {
 	namespaces := []string{fmt.Sprintf("replace-empty-%d", rand.IntN(1<<20))}
 	testenv.EnsureNamespace(t, cp, namespaces[0])
 	recv := newGenReceiver(t)
-	dir := t.TempDir()
-	cfgPath := filepath.Join(dir, "config.yaml")
-	logPath := filepath.Join(dir, "bridge.log")
-	writeCfg := func() { // a new emptyDir for each pod
-		must(t, os.WriteFile(cfgPath, []byte(replaceConfig(recv.URL, filepath.Join(t.TempDir(), "state.db"), namespaces)), 0o600))
+	config := func() string { // a new emptyDir for each pod
+		return replaceConfig(recv.URL, filepath.Join(t.TempDir(), "state.db"), namespaces)
 	}
 	cs := cp.Clientset(t).CoreV1().ConfigMaps(namespaces[0])
 	ctx := context.Background()
@@ -146,10 +128,9 @@ func TestReplacementOnAnEmptyDirResendsAndLosesDeletions(t *testing.T) {
 		_, err := cs.Create(ctx, newConfigMap(fmt.Sprintf("obj-%d", i)), metav1.CreateOptions{})
 		must(t, err)
 	}
-	writeCfg()
-	bridge := startPod(t, cp, cfgPath, logPath, namespaces[0])
-	waitFor(t, "the 5 objects delivered", func() bool { return len(recv.mirror(t)) == 5 })
-	stopBridgeProc(t, bridge, logPath)
+	bridge := startPod(t, cp, config(), namespaces[0])
+	testenv.Eventually(t, 30*time.Second, "the 5 objects delivered", func() bool { return len(recv.mirror(t)) == 5 })
+	bridge.stop()
 	handover := map[string]string{}
 	for uid, o := range recv.mirror(t) {
 		if len(handover) == 2 {
@@ -159,10 +140,9 @@ func TestReplacementOnAnEmptyDirResendsAndLosesDeletions(t *testing.T) {
 		handover[uid] = o.key
 	}
 	recv.next(time.Time{})
-	writeCfg()
-	bridge = startPod(t, cp, cfgPath, logPath, namespaces[0])
-	defer stopBridgeProc(t, bridge, logPath)
-	waitFor(t, "the 3 remaining objects sent again", func() bool {
+	must(t, os.WriteFile(bridge.configPath, []byte(config()), 0o600))
+	bridge.start()
+	testenv.Eventually(t, 30*time.Second, "the 3 remaining objects sent again", func() bool {
 		n := 0
 		for _, e := range recv.received() {
 			if e.gen == 1 && e.change() == "added" {
@@ -179,38 +159,15 @@ func TestReplacementOnAnEmptyDirResendsAndLosesDeletions(t *testing.T) {
 }
 
 // startPod starts the bridge as the chart's default install runs it: with
-// leader election (one replica, the Lease lease) and without hot reload,
-// in a new working directory (a new pod). It returns once the bridge leads
-// and has reconciled with its checkpoint. (Shorter lease durations than
-// the defaults only shorten the wait after a SIGKILL.)
-func startPod(t *testing.T, cp *testenv.ControlPlane, cfgPath, logPath, lease string) *exec.Cmd {
+// leader election (one replica, the Lease lease) and without hot reload;
+// each start is in a new working directory (a new pod). It returns once
+// the bridge leads and has reconciled with its checkpoint. (Shorter lease
+// durations than the defaults only shorten the wait after a SIGKILL.)
+func startPod(t *testing.T, cp *testenv.ControlPlane, config, lease string) *bridgeProc {
 	t.Helper()
-	kc, err := cp.Kubeconfig(filepath.Dir(cfgPath))
-	must(t, err)
-	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	must(t, err)
-	defer logFile.Close()
-	const marker = "\n===== pod "
-	fmt.Fprintf(logFile, "%s%s\n", marker, time.Now().Format(time.RFC3339Nano))
-	cmd := exec.Command(bridgeBin, "run", "--config", cfgPath, "--kubeconfig", kc, "--log-format", "text", "--admin-addr", "127.0.0.1:0",
-		"--reload=false", "--leader-elect", "--leader-elect-namespace", "default", "--leader-elect-name", lease,
-		"--leader-elect-lease-duration", "4s", "--leader-elect-renew-deadline", "3s", "--leader-elect-retry-period", "500ms")
-	cmd.Dir = t.TempDir()
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	must(t, cmd.Start())
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		data := mustRead(t, logPath)
-		last := data[strings.LastIndex(data, marker):]
-		if strings.Contains(last, `msg="bridge started" `) { // (not "bridge started; campaigning")
-			return cmd
-		}
-		if time.Now().After(deadline) {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-			t.Fatalf("bridge not leading after 60s:\n%s", last)
-		}
-	}
+	return startBridge(t, cp, config, withConfigCheckpoint(), withLogLevel("info"), withFlags("--reload=false"),
+		withLeaderElection("default", lease), withShortLease(),
+		withReadyLog(`msg="bridge started" `)) // (not "bridge started; campaigning")
 }
 
 func replaceConfig(url, checkpoint string, namespaces []string) string {
@@ -233,43 +190,6 @@ rules:
 // newConfigMap is a ConfigMap named name with one data key.
 func newConfigMap(name string) *corev1.ConfigMap {
 	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"v": "0"}}
-}
-
-// stopBridgeProc stops a bridge as the kubelet stops a pod: SIGTERM, and a
-// clean exit (its queues drained, its checkpoint written) within 30s.
-func stopBridgeProc(t *testing.T, cmd *exec.Cmd, logPath string) {
-	t.Helper()
-	if cmd.ProcessState != nil {
-		return
-	}
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("bridge exited with %v after SIGTERM:\n%s", err, tail(mustRead(t, logPath), 4000))
-		}
-	case <-time.After(30 * time.Second):
-		_ = cmd.Process.Kill()
-		<-done
-		t.Errorf("bridge did not stop within 30s of SIGTERM:\n%s", tail(mustRead(t, logPath), 4000))
-	}
-	if strings.Contains(mustRead(t, logPath), "WARNING: DATA RACE") {
-		t.Errorf("the race detector fired:\n%s", mustRead(t, logPath))
-	}
-}
-
-func tail(s string, n int) string { return s[max(0, len(s)-n):] }
-
-// waitFor polls cond for up to 30s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
 }
 
 // genReceiver is a webhook consumer (batch mode) that stamps each event
@@ -519,12 +439,10 @@ func replaceCheck(t *testing.T, recv *genReceiver, truth map[string]heldObj, han
 // apiserver or 60s pass (a slow retry is not a loss).
 func waitReplaceReport(t *testing.T, cp *testenv.ControlPlane, namespaces []string, recv *genReceiver, handover map[string]string) replaceReport {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		rep := replaceCheck(t, recv, replaceTruth(t, cp, namespaces), handover)
-		if !rep.failed() || time.Now().After(deadline) {
-			return rep
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	var rep replaceReport
+	testenv.Poll(60*time.Second, 200*time.Millisecond, func() bool {
+		rep = replaceCheck(t, recv, replaceTruth(t, cp, namespaces), handover)
+		return !rep.failed()
+	})
+	return rep
 }

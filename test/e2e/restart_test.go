@@ -5,13 +5,11 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -27,52 +25,46 @@ import (
 	"github.com/kubebridge/kubebridge/internal/testenv"
 )
 
-// runBridge starts `bridge run` with a fixed checkpoint file (so that it
-// survives restarts) and waits until it has started.
-//
-// An empty checkpointPath leaves the checkpoint to the config (NATS KV);
-// the bridge then runs in a fresh working directory each time.
-func runBridge(t *testing.T, cp *testenv.ControlPlane, cfgPath, checkpointPath, logPath string) *exec.Cmd {
-	t.Helper()
-	kc, err := cp.Kubeconfig(filepath.Dir(cfgPath))
-	must(t, err)
-	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	must(t, err)
-	defer logFile.Close()
-	fmt.Fprintf(logFile, "\n===== start %s\n", time.Now().Format(time.RFC3339Nano))
-	args := []string{"run", "--config", cfgPath, "--kubeconfig", kc, "--log-format", "text", "--admin-addr", "127.0.0.1:0", "--admin-addr-file", adminAddrFile(logPath),
-		"--credential-dirs", os.TempDir(), "--resource-poll", "300ms"} // the tests' secrets are in their temp dirs
-	if checkpointPath != "" {
-		args = append(args, "--checkpoint-file", checkpointPath)
-	}
-	cmd := exec.Command(bridgeBin, args...)
-	cmd.Dir = t.TempDir()
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	must(t, cmd.Start())
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		data, _ := os.ReadFile(logPath)
-		last := string(data)[strings.LastIndex(string(data), "===== start"):]
-		if strings.Contains(last, "bridge started") {
-			return cmd
-		}
-		if time.Now().After(deadline) {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-			t.Fatalf("bridge not started:\n%s", last)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// load creates, updates and deletes ConfigMaps in several namespaces until
-// stop is closed; it returns the names it ever created.
+// load creates, updates and deletes ConfigMaps in several namespaces
+// while it runs (startLoad, start, stop) and records the names it ever
+// created.
 type load struct {
 	mu      sync.Mutex
 	created map[string]bool // ns/name
 	ops     int
 	widgets bool // also change Widgets (the test CRD), named w-<n>
+
+	t          *testing.T
+	cp         *testenv.ControlPlane
+	namespaces []string
+	halt       chan struct{} // closed to stop it; nil while stopped
+	wg         sync.WaitGroup
+}
+
+// startLoad starts changing objects in namespaces (and Widgets too with
+// widgets). It stops at stop, or at the latest when the test ends.
+func startLoad(t *testing.T, cp *testenv.ControlPlane, namespaces []string, widgets bool) *load {
+	l := &load{created: map[string]bool{}, widgets: widgets, t: t, cp: cp, namespaces: namespaces}
+	l.start()
+	t.Cleanup(l.stop)
+	return l
+}
+
+// start starts the load again after stop.
+func (l *load) start() {
+	l.halt = make(chan struct{})
+	l.wg.Add(1)
+	go l.run(l.halt)
+}
+
+// stop ends the load and waits until it has ended.
+func (l *load) stop() {
+	if l.halt == nil {
+		return
+	}
+	close(l.halt)
+	l.wg.Wait()
+	l.halt = nil
 }
 
 // widgetOp creates, patches or deletes a Widget now and then.
@@ -107,8 +99,9 @@ func (l *load) widgetOp(ctx context.Context, dyn dynamic.Interface, ns string, i
 	}
 }
 
-func (l *load) run(t *testing.T, cp *testenv.ControlPlane, namespaces []string, stop <-chan struct{}, wg *sync.WaitGroup) {
-	defer wg.Done()
+func (l *load) run(stop <-chan struct{}) {
+	defer l.wg.Done()
+	t, cp, namespaces := l.t, l.cp, l.namespaces
 	cs := cp.Clientset(t)
 	dyn := dynamic.NewForConfigOrDie(cp.RESTConfig())
 	ctx := context.Background()
@@ -169,50 +162,29 @@ func TestSIGKILLRestartsLoseNothing(t *testing.T) {
 		testenv.EnsureNamespace(t, cp, ns)
 	}
 	testenv.InstallWidgetCRD(t, cp)
-	dir := t.TempDir()
-	out := filepath.Join(dir, "events.jsonl")
-	cfgPath := filepath.Join(dir, "config.yaml")
-	must(t, os.WriteFile(cfgPath, []byte(fileConfig(out, rule("cms", "v1/configmaps", namespaces...), rule("widgets", "example.kubebridge.io/v1/widgets", namespaces...))), 0o600))
-	checkpointPath := filepath.Join(dir, "state.db")
-	logPath := filepath.Join(dir, "bridge.log")
+	out := filepath.Join(t.TempDir(), "events.jsonl")
+	cfg := fileConfig(out, rule("cms", "v1/configmaps", namespaces...), rule("widgets", "example.kubebridge.io/v1/widgets", namespaces...))
 
-	l := &load{created: map[string]bool{}, widgets: true}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go l.run(t, cp, namespaces, stop, &wg)
+	l := startLoad(t, cp, namespaces, true)
 
 	kills := 5
 	if n, err := strconv.Atoi(os.Getenv("KUBEBRIDGE_CHAOS_KILLS")); err == nil && n > 0 {
 		kills = n // make chaos runs more
 	}
-	bridge := runBridge(t, cp, cfgPath, checkpointPath, logPath)
+	b := startBridge(t, cp, cfg, withRestartFlags())
 	for kill := 1; kill <= kills; kill++ {
 		time.Sleep(time.Duration(700+rand.IntN(800)) * time.Millisecond)
-		must(t, bridge.Process.Signal(syscall.SIGKILL))
-		_ = bridge.Wait()
+		b.kill()
 		time.Sleep(300 * time.Millisecond) // changes keep coming while it is down
-		bridge = runBridge(t, cp, cfgPath, checkpointPath, logPath)
+		b.start()                          // on the same checkpoint
 	}
 	time.Sleep(500 * time.Millisecond)
-	close(stop)
-	wg.Wait()
-	defer func() {
-		_ = bridge.Process.Signal(syscall.SIGTERM)
-		_ = bridge.Wait()
-	}()
+	l.stop()
 
 	verifyAgainstTruth(t, cp, namespaces, l, fmt.Sprintf("%d SIGKILLs", kills), func() []ce { return readEvents(t, out) })
-	if !strings.Contains(mustRead(t, logPath), "replayedFromCheckpoint") {
+	if !strings.Contains(b.log(), "replayedFromCheckpoint") {
 		t.Error("no reconciliation logged")
 	}
-}
-
-func mustRead(t *testing.T, path string) string {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	must(t, err)
-	return string(data)
 }
 
 // replayEvery re-sends a sink the whole view (kbreplay: resync, the
@@ -284,29 +256,26 @@ func TestNATSKVCheckpointAcrossWorkingDirectories(t *testing.T) {
 	cp := testenv.SharedControlPlane(t)
 	testenv.EnsureNamespace(t, cp, "kv")
 	srv := testenv.StartNATS(t)
-	dir := t.TempDir()
-	cfgPath := filepath.Join(dir, "config.yaml")
-	must(t, os.WriteFile(cfgPath, []byte(`apiVersion: kubebridge.io/v1alpha1
+	cfg := `apiVersion: kubebridge.io/v1alpha1
 kind: BridgeConfig
 cluster: e2e
 checkpoint: {natsKV: {sink: bus, bucket: kb-e2e}}
 sinks:
   - name: bus
-    nats: {url: "`+srv.ClientURL()+`", jetstream: true, stream: {name: K8S}}
+    nats: {url: "` + srv.ClientURL() + `", jetstream: true, stream: {name: K8S}}
 rules:
   - name: cms
     resource: v1/configmaps
     namespaces: [kv]
     sinks: [bus]
-`), 0o600))
-	logPath := filepath.Join(dir, "bridge.log")
+`
 	cs := cp.Clientset(t).CoreV1().ConfigMaps("kv")
 	ctx := context.Background()
 	for _, name := range []string{"keep", "change", "drop"} {
 		_, err := cs.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"v": "1"}}, metav1.CreateOptions{})
 		must(t, err)
 	}
-	bridge := runBridge(t, cp, cfgPath, "", logPath)
+	b := startBridge(t, cp, cfg, withConfigCheckpoint(), withRestartFlags())
 	nc, err := natsgo.Connect(srv.ClientURL())
 	must(t, err)
 	defer nc.Close()
@@ -314,8 +283,7 @@ rules:
 	read := func(want int) []string {
 		t.Helper()
 		var got []string
-		deadline := time.Now().Add(30 * time.Second)
-		for len(got) < want && time.Now().Before(deadline) {
+		testenv.Poll(30*time.Second, 100*time.Millisecond, func() bool {
 			st, err := js.Stream(ctx, "K8S")
 			if err == nil {
 				info, _ := st.Info(ctx)
@@ -327,16 +295,15 @@ rules:
 					}
 				}
 			}
-			time.Sleep(100 * time.Millisecond)
-		}
+			return len(got) >= want
+		})
 		return got
 	}
 	if got := read(3); len(got) != 3 {
 		t.Fatalf("first start delivered %v, want the 3 objects", got)
 	}
 	time.Sleep(1500 * time.Millisecond) // the checkpoint flushes every second
-	must(t, bridge.Process.Signal(syscall.SIGKILL))
-	_ = bridge.Wait()
+	b.kill()
 
 	_, err = cs.Patch(ctx, "change", types.MergePatchType, []byte(`{"data":{"v":"2"}}`), metav1.PatchOptions{})
 	must(t, err)
@@ -344,11 +311,7 @@ rules:
 	_, err = cs.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "new"}}, metav1.CreateOptions{})
 	must(t, err)
 
-	bridge = runBridge(t, cp, cfgPath, "", logPath) // another working directory
-	defer func() {
-		_ = bridge.Process.Signal(syscall.SIGTERM)
-		_ = bridge.Wait()
-	}()
+	b.start() // in another working directory, as each run
 	got := read(6)
 	tail := got[3:]
 	slices.Sort(tail)
@@ -410,15 +373,11 @@ func verifyAgainstTruth(t *testing.T, cp *testenv.ControlPlane, namespaces []str
 	var lost []string
 	var dups int
 	var evs []ce
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	testenv.Poll(60*time.Second, 200*time.Millisecond, func() bool {
 		evs = received()
 		lost, dups = check(evs)
-		if len(lost) == 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return len(lost) == 0
+	})
 	l.mu.Lock()
 	ops := l.ops
 	l.mu.Unlock()

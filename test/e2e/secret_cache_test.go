@@ -26,11 +26,11 @@ func TestSecretsCachedAsDigests(t *testing.T) {
 	}
 	out := filepath.Join(t.TempDir(), "events.jsonl")
 	const rules = "    include: [object, oldObject, patch]\n    changed: [data]\n"
-	b := startBridgeArgs(t, cp, fileConfig(out,
+	b := startBridge(t, cp, fileConfig(out,
 		rule("solo", "v1/secrets", "secret-cache")+rules,
 		rule("redacted", "v1/secrets", "secret-cache-shared")+rules,
 		rule("allowed", "v1/secrets", "secret-cache-shared")+rules+"    allowSecretData: true\n",
-	), "--allow-secret-data")
+	), withFlags("--allow-secret-data"))
 
 	ctx := context.Background()
 	const pw, pw2, pw3 = "hunter2", "correct-horse", "battery-staple"

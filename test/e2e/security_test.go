@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -77,13 +78,13 @@ rules:
 			t.Fatalf("creating role %q: %v", name, err)
 		}
 	}
-	deadline := time.After(30 * time.Second)
+	deadline := time.Now().Add(30 * time.Second) // for NATS and the webhook
 	var natsSubjects []string
 	for len(natsSubjects) < 2 {
 		select {
 		case m := <-msgs:
 			natsSubjects = append(natsSubjects, m.Subject)
-		case <-deadline:
+		case <-time.After(time.Until(deadline)):
 			t.Fatalf("NATS got %q, want both roles", natsSubjects)
 		}
 	}
@@ -94,21 +95,18 @@ rules:
 	if strings.Join(natsSubjects, " ") != strings.Join(want, " ") || strings.ContainsAny(natsSubjects[0], "\n\r\x1b ") {
 		t.Errorf("NATS subjects %q, want %q", natsSubjects, want)
 	}
-	for {
+	var got []string
+	eventually(t, time.Until(deadline), func() error {
 		mu.Lock()
-		got := append([]string(nil), subjects...)
+		got = append([]string(nil), subjects...)
 		mu.Unlock()
-		if len(got) == 2 {
-			if got[0] != "hostile/"+hostile || got[1] != "hostile/after" {
-				t.Errorf("webhook subjects %q", got)
-			}
-			break
+		if len(got) != 2 {
+			return fmt.Errorf("webhook got %q, want both roles (a hostile name stalls the sink)", got)
 		}
-		select {
-		case <-deadline:
-			t.Fatalf("webhook got %q, want both roles (a hostile name stalls the sink)", got)
-		case <-time.After(50 * time.Millisecond):
-		}
+		return nil
+	})
+	if got[0] != "hostile/"+hostile || got[1] != "hostile/after" {
+		t.Errorf("webhook subjects %q", got)
 	}
 }
 
@@ -130,7 +128,7 @@ func TestAllowSecretDataNeedsTheRunFlag(t *testing.T) {
 		redacted bool
 	}{{nil, true}, {[]string{"--allow-secret-data"}, false}} {
 		out := filepath.Join(t.TempDir(), "events.jsonl")
-		b := startBridgeArgs(t, cp, cfg(out), tc.flags...)
+		b := startBridge(t, cp, cfg(out), withFlags(tc.flags...))
 		evs := waitEvents(t, out, "the secret", func(evs []ce) bool { return len(evs) == 1 })
 		data, _ := evs[0].Data.Object["data"].(map[string]any)
 		switch pw := data["password"]; {
@@ -142,6 +140,6 @@ func TestAllowSecretDataNeedsTheRunFlag(t *testing.T) {
 		if tc.redacted && !strings.Contains(b.log(), "rule sets allowSecretData, but the bridge runs without --allow-secret-data") {
 			t.Errorf("no warning in the log:\n%s", b.log())
 		}
-		b.stop(t)
+		b.stop()
 	}
 }

@@ -5,9 +5,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -27,11 +25,7 @@ func TestShutdownDrainDeadlineAndSecondSignal(t *testing.T) {
 	}
 	cp := testenv.SharedControlPlane(t)
 	testenv.EnsureNamespace(t, cp, "stuck")
-	dir := t.TempDir()
-	kc, err := cp.Kubeconfig(dir)
-	must(t, err)
-	cfg := filepath.Join(dir, "c.yaml")
-	must(t, os.WriteFile(cfg, []byte(`apiVersion: kubebridge.io/v1alpha1
+	cfg := `apiVersion: kubebridge.io/v1alpha1
 kind: BridgeConfig
 cluster: e2e
 sinks:
@@ -43,82 +37,47 @@ rules:
     resource: v1/configmaps
     namespaces: [stuck]
     sinks: [full]
-`), 0o600))
-	_, err = cp.Clientset(t).CoreV1().ConfigMaps("stuck").Create(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "c"}}, metav1.CreateOptions{})
+`
+	_, err := cp.Clientset(t).CoreV1().ConfigMaps("stuck").Create(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "c"}}, metav1.CreateOptions{})
 	must(t, err)
 
-	start := func(drain string) (*exec.Cmd, *syncWriter, chan error) {
-		out := &syncWriter{}
-		cmd := exec.Command(bridgeBin, "run", "--config", cfg, "--kubeconfig", kc, "--log-format", "text", "--drain-timeout", drain,
-			"--checkpoint-file", filepath.Join(t.TempDir(), "state.db"), "--admin-addr", "127.0.0.1:0")
-		cmd.Stdout, cmd.Stderr = out, out
-		must(t, cmd.Start())
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		deadline := time.Now().Add(60 * time.Second)
-		for !strings.Contains(out.String(), "bridge started") || !strings.Contains(out.String(), "disk full") { // running, the event queued and failing
-			if time.Now().After(deadline) {
-				t.Fatalf("no delivery failure logged:\n%s", out.String())
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		return cmd, out, done
+	// Running, the event queued and failing.
+	start := func(t *testing.T, drain string) *bridgeProc {
+		return startBridge(t, cp, cfg, withLogLevel("info"), withFlags("--drain-timeout", drain), withReadyLog("bridge started", "disk full"))
 	}
 
 	t.Run("drain deadline", func(t *testing.T) {
-		cmd, out, done := start("1s")
-		must(t, cmd.Process.Signal(syscall.SIGTERM))
-		select {
-		case err := <-done:
-			var ee *exec.ExitError
-			if !errors.As(err, &ee) || ee.ExitCode() != 1 {
-				t.Errorf("exit = %v, want status 1", err)
-			}
-			if !strings.Contains(out.String(), "shutdown deadline reached with 1 events undelivered") {
-				t.Errorf("log lacks the undelivered count:\n%s", out.String())
-			}
-		case <-time.After(20 * time.Second):
-			_ = cmd.Process.Kill()
+		b := start(t, "1s")
+		b.signal(syscall.SIGTERM)
+		exited, err := b.wait(20 * time.Second)
+		if !exited {
+			b.kill()
 			t.Fatal("bridge did not exit after its drain deadline")
+		}
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+			t.Errorf("exit = %v, want status 1", err)
+		}
+		if !strings.Contains(b.log(), "shutdown deadline reached with 1 events undelivered") {
+			t.Errorf("log lacks the undelivered count:\n%s", b.log())
 		}
 	})
 
 	t.Run("second signal", func(t *testing.T) {
-		cmd, out, done := start("1h")
-		must(t, cmd.Process.Signal(syscall.SIGTERM))
+		b := start(t, "1h")
+		b.signal(syscall.SIGTERM)
 		time.Sleep(500 * time.Millisecond)
-		select {
-		case err := <-done:
-			t.Fatalf("exited on the first signal with a 1h drain deadline: %v\n%s", err, out.String())
-		default:
+		if b.exited() {
+			t.Fatalf("exited on the first signal with a 1h drain deadline: %v\n%s", b.err, b.log())
 		}
-		must(t, cmd.Process.Signal(syscall.SIGTERM))
-		select {
-		case err := <-done:
-			if err == nil {
-				t.Error("exit status 0 after being interrupted")
-			}
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
+		b.signal(syscall.SIGTERM)
+		exited, err := b.wait(10 * time.Second)
+		if !exited {
+			b.kill()
 			t.Fatal("bridge ignored the second signal")
 		}
+		if err == nil {
+			t.Error("exit status 0 after being interrupted")
+		}
 	})
-}
-
-// syncWriter collects a process's output while the test reads it.
-type syncWriter struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (w *syncWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *syncWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
 }

@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -136,20 +137,16 @@ rules:
 		t.Errorf("wildcard consumer got %v, want only the prod deployment", subjects)
 	}
 
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	eventually(t, 30*time.Second, func() error {
 		mu.Lock()
 		n := len(hooked)
 		mu.Unlock()
 		data, _ := os.ReadFile(deadLetters)
-		if n >= 1 && bytes.Count(data, []byte("\n")) >= 1 {
-			break
+		if n < 1 || bytes.Count(data, []byte("\n")) < 1 {
+			return fmt.Errorf("webhook got %d, dead-letter %q", n, data)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("webhook got %d, dead-letter %q", n, data)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	mu.Lock()
 	if hooked[0].Get("ce-subject") != "sinks-prod/settings" || hooked[0].Get("ce-type") != "io.kubebridge.configmaps.core.added" {
 		t.Errorf("webhook headers %v", hooked[0])

@@ -3,9 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -383,14 +381,12 @@ func TestBadConfigFailsAtStart(t *testing.T) {
 	} {
 		cfg := filepath.Join(dir, "c.yaml")
 		must(t, os.WriteFile(cfg, []byte("apiVersion: kubebridge.io/v1alpha1\nkind: BridgeConfig\ncluster: e2e\nsinks:\n  - name: out\n    file: {path: "+out+"}\nrules:\n  - name: r\n    sinks: [out]\n"+tc.rule), 0o600))
-		cmd := exec.Command(bridgeBin, "run", "--config", cfg, "--kubeconfig", kc, "--checkpoint-file", filepath.Join(dir, "state.db"), "--admin-addr", "127.0.0.1:0")
-		outBytes, err := cmd.CombinedOutput()
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.ExitCode() != 2 {
-			t.Errorf("exit = %v, want 2; output:\n%s", err, outBytes)
+		output, code := runBridgeCommand(t, "run", "--config", cfg, "--kubeconfig", kc, "--checkpoint-file", filepath.Join(dir, "state.db"), "--admin-addr", "127.0.0.1:0")
+		if code != 2 {
+			t.Errorf("exit status %d, want 2; output:\n%s", code, output)
 		}
-		if !strings.Contains(string(outBytes), cfg+tc.want) {
-			t.Errorf("output lacks %q:\n%s", cfg+tc.want, outBytes)
+		if !strings.Contains(output, cfg+tc.want) {
+			t.Errorf("output lacks %q:\n%s", cfg+tc.want, output)
 		}
 		if _, err := os.Stat(out); !os.IsNotExist(err) {
 			t.Errorf("the file sink was opened (%v): the bridge half-started", err)

@@ -3,10 +3,8 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -38,17 +36,10 @@ func TestStartsDeliverExactlyTheDifference(t *testing.T) {
 			Data: map[string]string{"v": "0"}}, metav1.CreateOptions{})
 		must(t, err)
 	}
-	dir := t.TempDir()
-	out, state, logPath := filepath.Join(dir, "events.jsonl"), filepath.Join(dir, "state.db"), filepath.Join(dir, "bridge.log")
-	cfgPath := filepath.Join(dir, "config.yaml")
-	must(t, writeFile(cfgPath, fileConfig(out,
+	out := filepath.Join(t.TempDir(), "events.jsonl")
+	cfg := fileConfig(out,
 		rule("byns", "v1/configmaps", ns),
-		"  - name: bysel\n    resource: v1/configmaps\n    namespaceSelector: starts=yes\n    labelSelector: in=yes\n    sinks: [out]\n")))
-	stop := func(cmd *exec.Cmd) {
-		t.Helper()
-		must(t, cmd.Process.Signal(syscall.SIGTERM))
-		must(t, cmd.Wait())
-	}
+		"  - name: bysel\n    resource: v1/configmaps\n    namespaceSelector: starts=yes\n    labelSelector: in=yes\n    sinks: [out]\n")
 	count := func(evs []ce) map[string]int {
 		m := map[string]int{}
 		for _, e := range evs {
@@ -68,7 +59,7 @@ func TestStartsDeliverExactlyTheDifference(t *testing.T) {
 	}
 
 	// Cold: every object once per rule, found by the start (kbreplay checkpoint).
-	cmd := runBridge(t, cp, cfgPath, state, logPath)
+	b := startBridge(t, cp, cfg, withRestartFlags())
 	evs := waitEvents(t, out, "the initial view", func(evs []ce) bool { return len(evs) >= 2*n })
 	time.Sleep(time.Second) // a duplicate from the reconciliation would show by now
 	evs = readEvents(t, out)
@@ -78,16 +69,16 @@ func TestStartsDeliverExactlyTheDifference(t *testing.T) {
 			t.Fatalf("cold start: %s %s has kbreplay %q, want checkpoint", e.Rule, e.Subject, e.Replay)
 		}
 	}
-	stop(cmd)
+	b.stop()
 
 	// Warm, nothing changed: nothing.
 	before := len(evs)
-	cmd = runBridge(t, cp, cfgPath, state, logPath)
+	b.start() // on the same checkpoint
 	time.Sleep(2 * time.Second)
 	if evs = readEvents(t, out); len(evs) != before {
 		t.Fatalf("warm restart with nothing changed delivered %d events, first %s %s %s", len(evs)-before, evs[before].Rule, evs[before].change(), evs[before].Subject)
 	}
-	stop(cmd)
+	b.stop()
 
 	// Changed while away: 10 deleted, 10 updated, 10 created, 10 out of
 	// bysel's view (label), then restart.
@@ -100,7 +91,7 @@ func TestStartsDeliverExactlyTheDifference(t *testing.T) {
 		_, err = cs.CoreV1().ConfigMaps(ns).Patch(ctx, fmt.Sprintf("c-%04d", 200+i), types.MergePatchType, []byte(`{"metadata":{"labels":{"in":"no"}}}`), metav1.PatchOptions{})
 		must(t, err)
 	}
-	cmd = runBridge(t, cp, cfgPath, state, logPath)
+	b.start() // on the same checkpoint
 	want := map[string]int{
 		"byns deleted": 10, "byns updated": 20, "byns added": 10, // the relabelled ones are updates to byns
 		"bysel deleted": 10, "bysel updated": 10, "bysel added": 10, "bysel deleted:unmatched": 10,
@@ -118,5 +109,5 @@ func TestStartsDeliverExactlyTheDifference(t *testing.T) {
 			t.Errorf("relabelled %s: bysel sent %s without kbreason unmatched", e.Subject, e.change())
 		}
 	}
-	stop(cmd)
+	b.stop()
 }

@@ -14,8 +14,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -120,21 +118,6 @@ func viewDistinctIDs(evs []ce) []string {
 	return dup
 }
 
-// viewPoll polls cond until it holds or timeout passes; it reports whether
-// it held. The caller asserts, so that a timeout shows what was received.
-func viewPoll(timeout time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // viewMetric reads one sample from the admin endpoint; ok is false when the
 // endpoint or the sample is missing.
 func viewMetric(adminURL, name string) (float64, bool) {
@@ -160,7 +143,7 @@ func viewMetric(adminURL, name string) (float64, bool) {
 func viewSettle(t *testing.T, adminURL, sink string, n int) {
 	t.Helper()
 	delivered := `kubebridge_sink_delivered_total{sink="` + sink + `"}`
-	if !viewPoll(30*time.Second, func() bool { v, ok := viewMetric(adminURL, delivered); return ok && v >= float64(n) }) {
+	if !poll(30*time.Second, func() bool { v, ok := viewMetric(adminURL, delivered); return ok && v >= float64(n) }) {
 		v, _ := viewMetric(adminURL, delivered)
 		t.Fatalf("precondition: sink %s acknowledged %v events, want %d", sink, v, n)
 	}
@@ -170,7 +153,7 @@ func viewSettle(t *testing.T, adminURL, sink string, n int) {
 		return
 	}
 	zeroes := 0
-	if !viewPoll(30*time.Second, func() bool {
+	if !poll(30*time.Second, func() bool {
 		if v, ok := viewMetric(adminURL, "kubebridge_checkpoint_lag"); ok && v == 0 {
 			zeroes++
 		} else {
@@ -180,82 +163,6 @@ func viewSettle(t *testing.T, adminURL, sink string, n int) {
 	}) {
 		t.Fatal("precondition: the checkpoint did not catch up within 30s")
 	}
-}
-
-// viewBridge is a `bridge run` (runBridge) that the test stops and starts
-// again with the same config, checkpoint file and log.
-type viewBridge struct {
-	t                            *testing.T
-	cp                           *testenv.ControlPlane
-	cfgPath, checkpoint, logPath string
-	cmd                          *exec.Cmd
-}
-
-func newViewBridge(t *testing.T, cp *testenv.ControlPlane, config string) *viewBridge {
-	t.Helper()
-	dir := t.TempDir()
-	b := &viewBridge{t: t, cp: cp, cfgPath: filepath.Join(dir, "config.yaml"), checkpoint: filepath.Join(dir, "state.db"), logPath: filepath.Join(dir, "bridge.log")}
-	must(t, os.WriteFile(b.cfgPath, []byte(config), 0o600))
-	t.Cleanup(func() {
-		if b.cmd != nil {
-			_ = b.cmd.Process.Signal(syscall.SIGTERM)
-			done := make(chan struct{})
-			go func() { _ = b.cmd.Wait(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(30 * time.Second):
-				_ = b.cmd.Process.Kill()
-				<-done
-			}
-			b.cmd = nil
-		}
-		if t.Failed() {
-			t.Logf("bridge log (%s):\n%s", b.logPath, viewTail(mustRead(t, b.logPath), 60))
-		}
-	})
-	return b
-}
-
-func (b *viewBridge) start() {
-	b.t.Helper()
-	b.cmd = runBridge(b.t, b.cp, b.cfgPath, b.checkpoint, b.logPath)
-}
-
-// stop ends the bridge with sig; SIGTERM must exit cleanly within 30s.
-func (b *viewBridge) stop(sig syscall.Signal) {
-	b.t.Helper()
-	must(b.t, b.cmd.Process.Signal(sig))
-	done := make(chan error, 1)
-	go func() { done <- b.cmd.Wait() }()
-	select {
-	case err := <-done:
-		if sig == syscall.SIGTERM && err != nil {
-			b.t.Fatalf("bridge exited with %v after SIGTERM", err)
-		}
-	case <-time.After(30 * time.Second):
-		_ = b.cmd.Process.Kill()
-		<-done
-		b.t.Fatalf("bridge did not exit within 30s of %v", sig)
-	}
-	b.cmd = nil
-}
-
-// adminURL is the admin endpoint of the current run (the last start in the log).
-func (b *viewBridge) adminURL() string {
-	b.t.Helper()
-	u, err := adminURLOf(b.logPath)
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	return u
-}
-
-func viewTail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 func viewCreateCM(t *testing.T, cs kubernetes.Interface, ns, name string, data map[string]string) *corev1.ConfigMap {
@@ -342,14 +249,13 @@ func TestViewRecreatedWhileStopped(t *testing.T) {
 			ns := "vw-recreate-" + strings.ToLower(mode.name)
 			testenv.EnsureNamespace(t, cp, ns)
 			out := filepath.Join(t.TempDir(), "events.jsonl")
-			b := newViewBridge(t, cp, fileConfig(out, rule("cms", "v1/configmaps", ns)))
-			b.start()
+			b := startBridge(t, cp, fileConfig(out, rule("cms", "v1/configmaps", ns)), withRestartFlags())
 			subject := ns + "/x"
 			first := viewCreateCM(t, cs, ns, "x", map[string]string{"gen": "1"})
 			uid1 := string(first.UID)
 			waitEvents(t, out, "added(uid1)", func(evs []ce) bool { return len(viewEvents(evs, "cms", subject)) >= 1 })
 			viewSettle(t, b.adminURL(), "out", 1)
-			b.stop(mode.sig)
+			b.stopWith(mode.sig)
 
 			must(t, cs.CoreV1().ConfigMaps(ns).Delete(context.Background(), "x", metav1.DeleteOptions{}))
 			second := viewCreateCM(t, cs, ns, "x", map[string]string{"gen": "2"})
@@ -359,8 +265,8 @@ func TestViewRecreatedWhileStopped(t *testing.T) {
 			}
 			names := map[string]string{uid1: "uid1", uid2: "uid2"}
 
-			b.start()
-			viewPoll(30*time.Second, func() bool {
+			b.start() // on the same checkpoint
+			poll(30*time.Second, func() bool {
 				for _, e := range viewEvents(readEvents(t, out), "cms", subject) {
 					if viewUIDOf(e) == uid2 {
 						return true
@@ -407,7 +313,7 @@ func TestViewRecreatedWhileWatchBroken(t *testing.T) {
 	subject := ns + "/x"
 	uid1 := string(viewCreateCM(t, cs, ns, "x", map[string]string{"gen": "1"}).UID)
 	waitEvents(t, out, "added(uid1)", func(evs []ce) bool { return len(viewEvents(evs, "cms", subject)) >= 1 })
-	viewSettle(t, b.adminURL(t), "out", 1)
+	viewSettle(t, b.adminURL(), "out", 1)
 
 	var uid2 string
 	cp.WhileAPIServerDown(t, func(alt *rest.Config) {
@@ -417,7 +323,7 @@ func TestViewRecreatedWhileWatchBroken(t *testing.T) {
 	})
 	names := map[string]string{uid1: "uid1", uid2: "uid2"}
 
-	viewPoll(60*time.Second, func() bool {
+	poll(60*time.Second, func() bool {
 		evs := readEvents(t, out)
 		seenUID2 := false
 		for _, e := range viewEvents(evs, "cms", subject) {
@@ -459,11 +365,10 @@ func TestViewFilteredEventsAcrossRestart(t *testing.T) {
 			testenv.EnsureNamespace(t, cp, ns)
 			out := filepath.Join(t.TempDir(), "events.jsonl")
 			sel := "namespaces: [" + ns + "]"
-			b := newViewBridge(t, cp, fileConfig(out,
+			b := startBridge(t, cp, fileConfig(out,
 				viewRule("all", "v1/configmaps", sel),
 				viewRule("dels", "v1/configmaps", sel, "events: [deleted]"),
-				viewRule("upds", "v1/configmaps", sel, "events: [updated, deleted]")))
-			b.start()
+				viewRule("upds", "v1/configmaps", sel, "events: [updated, deleted]")), withRestartFlags())
 			gone := viewCreateCM(t, cs, ns, "gone", map[string]string{"v": "1"})
 			changed := viewCreateCM(t, cs, ns, "changed", map[string]string{"v": "1"})
 			names := map[string]string{string(gone.UID): "gone", string(changed.UID): "changed"}
@@ -478,14 +383,14 @@ func TestViewFilteredEventsAcrossRestart(t *testing.T) {
 					t.Fatalf("rule %s was delivered %s before any deletion or update:\n%s", e.Rule, e.change(), viewDump(readEvents(t, out)))
 				}
 			}
-			b.stop(mode.sig)
+			b.stopWith(mode.sig)
 
 			must(t, cs.CoreV1().ConfigMaps(ns).Delete(ctx, "gone", metav1.DeleteOptions{}))
 			upd, err := cs.CoreV1().ConfigMaps(ns).Patch(ctx, "changed", types.MergePatchType, []byte(`{"data":{"v":"2"}}`), metav1.PatchOptions{})
 			must(t, err)
 
-			b.start()
-			viewPoll(30*time.Second, func() bool {
+			b.start() // on the same checkpoint
+			poll(30*time.Second, func() bool {
 				evs := readEvents(t, out)
 				return len(viewEvents(evs, "all", goneSubj)) >= 2 && len(viewEvents(evs, "all", changedSubj)) >= 2 &&
 					len(viewEvents(evs, "dels", goneSubj)) >= 1 && len(viewEvents(evs, "upds", goneSubj)) >= 1 && len(viewEvents(evs, "upds", changedSubj)) >= 1
@@ -556,7 +461,7 @@ rules:
     sinks: [bus]
 `)
 	js := viewJetStream(t, srv)
-	admin := b.adminURL(t)
+	admin := b.adminURL()
 	delivered := `kubebridge_sink_delivered_total{sink="bus"}`
 	subject := ns + "/o"
 
@@ -576,12 +481,12 @@ rules:
 		want = append(want, step.want)
 		n := len(want)
 		// The bridge acknowledges the publish (PubAck, duplicates included)...
-		if !viewPoll(30*time.Second, func() bool { v, ok := viewMetric(admin, delivered); return ok && v >= float64(n) }) {
+		if !poll(30*time.Second, func() bool { v, ok := viewMetric(admin, delivered); return ok && v >= float64(n) }) {
 			v, _ := viewMetric(admin, delivered)
 			t.Fatalf("step %d (namespace label %s): the bridge acknowledged %v publishes, want %d; stream:\n%s", i, step.value, v, n, viewDump(viewStreamEvents(viewStream(t, js, "VIEWREENTER"))))
 		}
 		// ...and PubAck means stored, unless JetStream took it for a duplicate.
-		viewPoll(3*time.Second, func() bool { return len(viewStream(t, js, "VIEWREENTER")) >= n })
+		poll(3*time.Second, func() bool { return len(viewStream(t, js, "VIEWREENTER")) >= n })
 		got := viewStreamEvents(viewStream(t, js, "VIEWREENTER"))
 		if !viewSame(viewSeq(viewEvents(got, "sel", subject), names), want) {
 			v, _ := viewMetric(admin, delivered)
@@ -633,17 +538,17 @@ rules:
     sinks: [bus]
 `)
 	js := viewJetStream(t, srv)
-	admin := b.adminURL(t)
+	admin := b.adminURL()
 	delivered := `kubebridge_sink_delivered_total{sink="bus"}`
 	obj := viewCreateCM(t, cs, ns, "o", map[string]string{"v": "1"})
 	_, err := cs.CoreV1().ConfigMaps(ns).Patch(ctx, "o", types.MergePatchType, []byte(`{"data":{"v":"2"}}`), metav1.PatchOptions{})
 	must(t, err)
 	names := map[string]string{string(obj.UID): "uid1"}
-	if !viewPoll(30*time.Second, func() bool { v, ok := viewMetric(admin, delivered); return ok && v >= 4 }) {
+	if !poll(30*time.Second, func() bool { v, ok := viewMetric(admin, delivered); return ok && v >= 4 }) {
 		v, _ := viewMetric(admin, delivered)
 		t.Fatalf("the bridge acknowledged %v publishes, want 4 (2 rules x added, updated); stream:\n%s", v, viewDump(viewStreamEvents(viewStream(t, js, "VIEWTWO"))))
 	}
-	viewPoll(3*time.Second, func() bool { return len(viewStream(t, js, "VIEWTWO")) >= 4 })
+	poll(3*time.Second, func() bool { return len(viewStream(t, js, "VIEWTWO")) >= 4 })
 	msgs := viewStream(t, js, "VIEWTWO")
 	got := viewStreamEvents(msgs)
 	subject := ns + "/o"
@@ -719,12 +624,12 @@ rules:
     namespaces: [`+ns+`]
     sinks: [hook]
 `)
-	admin := b.adminURL(t)
+	admin := b.adminURL()
 	metricOf := func(name string) float64 { v, _ := viewMetric(admin, name+`{sink="hook"}`); return v }
 	obj := viewCreateCM(t, cs, ns, "o", map[string]string{"v": "1"})
 
 	// Either the bridge took the redirect for a delivery, or it retried.
-	if !viewPoll(30*time.Second, func() bool {
+	if !poll(30*time.Second, func() bool {
 		r, _, _ := counts()
 		return r >= 3 || metricOf("kubebridge_sink_delivered_total") > 0
 	}) {
@@ -739,7 +644,7 @@ rules:
 	mu.Lock()
 	accept = true
 	mu.Unlock()
-	if !viewPoll(30*time.Second, func() bool { _, _, a := counts(); return a >= 1 }) {
+	if !poll(30*time.Second, func() bool { _, _, a := counts(); return a >= 1 }) {
 		r, g, _ := counts()
 		t.Fatalf("the event was never POSTed again after the receiver accepted POSTs (%d redirected POSTs, %d GETs, delivered_total=%v, failed_total=%v): lost on the redirect",
 			r, g, metricOf("kubebridge_sink_delivered_total"), metricOf("kubebridge_sink_failed_total"))
@@ -757,7 +662,7 @@ rules:
 	if uid, _, _ := unstructured.NestedString(data.Object, "metadata", "uid"); uid != string(obj.UID) {
 		t.Errorf("accepted POST body carries uid %q, want %s: %s", uid, obj.UID, p.body)
 	}
-	viewPoll(5*time.Second, func() bool { return metricOf("kubebridge_sink_delivered_total") >= 1 })
+	poll(5*time.Second, func() bool { return metricOf("kubebridge_sink_delivered_total") >= 1 })
 	if d, f, dl := metricOf("kubebridge_sink_delivered_total"), metricOf("kubebridge_sink_failed_total"), metricOf("kubebridge_sink_dead_lettered_total"); d != 1 || f != 0 || dl != 0 {
 		t.Errorf("delivered_total=%v failed_total=%v dead_lettered_total=%v, want 1, 0, 0", d, f, dl)
 	}
@@ -814,7 +719,7 @@ func viewExpectPairs(t *testing.T, out, rule, prefix string, uids []string) {
 		}
 		return m
 	}
-	viewPoll(30*time.Second, func() bool { return len(missing(readEvents(t, out))) == 0 })
+	poll(30*time.Second, func() bool { return len(missing(readEvents(t, out))) == 0 })
 	if m := missing(readEvents(t, out)); len(m) > 0 {
 		t.Errorf("%d of %d objects created right after their (selected) namespace did not arrive as exactly one added:\n  %s", len(m), len(uids), strings.Join(m, "\n  "))
 	}
