@@ -162,45 +162,17 @@ rules:
 			store := run.inf().GetIndexer()
 			h := handler(in, store, map[*filters.Rule][]string{r: {"out"}}, false)
 
-			// Each pass updates every object once, to a newer resourceVersion
-			// (the view skips a state older than what the sink was handed).
-			// The revisions of a pass are built while the timer is stopped.
-			const objects = 1000
-			payloads := [2]map[string]any{{"payload": strings.Repeat("a", 1000)}, {"payload": strings.Repeat("b", 1000)}}
-			prev, cur := make([]*unstructured.Unstructured, objects), make([]*unstructured.Unstructured, objects)
-			for i := range cur {
-				cur[i] = benchObject(i, payloads[0])
-				if err := store.Add(cur[i]); err != nil {
-					b.Fatal(err)
-				}
-			}
-			// cpu-ns/op is the process's CPU time per notification while the
-			// timer runs (the handler's goroutine, the sink's worker, the GC):
-			// unlike ns/op, it does not grow while other work on the machine
-			// holds the CPU.
-			var cpuUsed time.Duration
-			cpuStart, cpuOK := processCPU()
+			revs := newBenchRevisions(b, store)
 			b.ReportAllocs()
 			b.ResetTimer()
+			revs.startClock()
 			for i := 0; i < b.N; i++ {
-				o := i % objects
-				if o == 0 {
-					b.StopTimer()
-					paused, _ := processCPU()
-					cpuUsed += paused - cpuStart
-					pass := i/objects + 1
-					prev, cur = cur, prev
-					for j, u := range prev {
-						cur[j] = revise(u, pass*objects+j+1, payloads[pass%2])
-					}
-					cpuStart, _ = processCPU()
-					b.StartTimer()
-				}
-				want = cur[o]
+				var old *unstructured.Unstructured
+				old, want = revs.next(i)
 				if err := store.Update(want); err != nil {
 					b.Fatal(err)
 				}
-				h.OnUpdate(prev[o], want)
+				h.OnUpdate(old, want)
 				if i%256 == 0 { // let the sink keep up: coalescing would skip its work
 					for d.Pending() > 4096 {
 						time.Sleep(10 * time.Microsecond)
@@ -217,15 +189,12 @@ rules:
 				time.Sleep(10 * time.Microsecond)
 			}
 			b.StopTimer()
-			cpuEnd, _ := processCPU()
-			cpuUsed += cpuEnd - cpuStart
+			revs.stopClock()
 			if received, matched := r.Counts(); received != uint64(b.N) || matched != uint64(b.N) {
 				b.Fatalf("rule counts %d received, %d matched; want %d", received, matched, b.N)
 			}
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "notifications/s")
-			if cpuOK {
-				b.ReportMetric(float64(cpuUsed.Nanoseconds())/float64(b.N), "cpu-ns/op")
-			}
+			revs.reportCPU()
 			cancel()
 			<-done
 			_ = sink.Close(ctx)
@@ -246,46 +215,82 @@ func BenchmarkCacheWriteAndHandler(b *testing.B) {
 	}
 	store := in.running[0].inf().GetIndexer()
 	h := handler(in, store, map[*filters.Rule][]string{r: {"live"}}, false)
-	const objects = 1000
-	payloads := [2]map[string]any{{"payload": strings.Repeat("a", 1000)}, {"payload": strings.Repeat("b", 1000)}}
-	prev, cur := make([]*unstructured.Unstructured, objects), make([]*unstructured.Unstructured, objects)
-	for i := range cur {
-		cur[i] = benchObject(i, payloads[0])
-		if err := store.Add(cur[i]); err != nil {
-			b.Fatal(err)
-		}
-	}
-	var cpuUsed time.Duration
-	cpuStart, cpuOK := processCPU()
+	revs := newBenchRevisions(b, store)
 	b.ReportAllocs()
 	b.ResetTimer()
+	revs.startClock()
 	for i := 0; i < b.N; i++ {
-		o := i % objects
-		if o == 0 {
-			b.StopTimer()
-			paused, _ := processCPU()
-			cpuUsed += paused - cpuStart
-			pass := i/objects + 1
-			prev, cur = cur, prev
-			for j, u := range prev {
-				cur[j] = revise(u, pass*objects+j+1, payloads[pass%2])
-			}
-			cpuStart, _ = processCPU()
-			b.StartTimer()
-		}
-		if err := store.Update(cur[o]); err != nil {
+		old, cur := revs.next(i)
+		if err := store.Update(cur); err != nil {
 			b.Fatal(err)
 		}
-		h.OnUpdate(prev[o], cur[o])
+		h.OnUpdate(old, cur)
 	}
 	b.StopTimer()
-	cpuEnd, _ := processCPU()
-	cpuUsed += cpuEnd - cpuStart
+	revs.stopClock()
 	if notified != b.N {
 		b.Fatalf("%d notifications; want %d", notified, b.N)
 	}
-	if cpuOK {
-		b.ReportMetric(float64(cpuUsed.Nanoseconds())/float64(b.N), "cpu-ns/op")
+	revs.reportCPU()
+}
+
+// benchRevisions are the benchmarks' 1,000 objects, in the cache: each
+// pass updates every object once, to a newer resourceVersion (the view
+// skips a state older than what the sink was handed), its revisions built
+// while the timer and the CPU clock are stopped.
+type benchRevisions struct {
+	b         *testing.B
+	payloads  [2]map[string]any
+	prev, cur []*unstructured.Unstructured
+	// cpu is the process's CPU time while the timer runs (the handler's
+	// goroutine, the sink's worker, the GC): unlike ns/op, it does not grow
+	// while other work on the machine holds the CPU.
+	cpu, cpuStart time.Duration
+	cpuOK         bool
+}
+
+const benchObjects = 1000
+
+func newBenchRevisions(b *testing.B, store cache.Store) *benchRevisions {
+	r := &benchRevisions{b: b, payloads: [2]map[string]any{{"payload": strings.Repeat("a", 1000)}, {"payload": strings.Repeat("b", 1000)}},
+		prev: make([]*unstructured.Unstructured, benchObjects), cur: make([]*unstructured.Unstructured, benchObjects)}
+	for i := range r.cur {
+		r.cur[i] = benchObject(i, r.payloads[0])
+		if err := store.Add(r.cur[i]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return r
+}
+
+// next returns op i's object: its state in the cache and its next one.
+func (r *benchRevisions) next(i int) (old, cur *unstructured.Unstructured) {
+	o := i % benchObjects
+	if o == 0 {
+		r.b.StopTimer()
+		r.stopClock()
+		pass := i/benchObjects + 1
+		r.prev, r.cur = r.cur, r.prev
+		for j, u := range r.prev {
+			r.cur[j] = revise(u, pass*benchObjects+j+1, r.payloads[pass%2])
+		}
+		r.startClock()
+		r.b.StartTimer()
+	}
+	return r.prev[o], r.cur[o]
+}
+
+func (r *benchRevisions) startClock() { r.cpuStart, r.cpuOK = processCPU() }
+
+func (r *benchRevisions) stopClock() {
+	now, _ := processCPU()
+	r.cpu += now - r.cpuStart
+}
+
+// reportCPU reports cpu-ns/op where the process's CPU time can be read.
+func (r *benchRevisions) reportCPU() {
+	if r.cpuOK {
+		r.b.ReportMetric(float64(r.cpu.Nanoseconds())/float64(r.b.N), "cpu-ns/op")
 	}
 }
 
