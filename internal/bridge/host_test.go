@@ -3,6 +3,7 @@ package bridge
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -118,12 +119,7 @@ func TestNATSConnectionsAreSharedByConnectionSettings(t *testing.T) {
 func TestEmbeddedServerIsTheHosts(t *testing.T) {
 	ctx := context.Background()
 	t.Setenv("KUBEBRIDGE_DATA_DIR", t.TempDir())
-	l, err := net.Listen("tcp", "127.0.0.1:0") // a free port
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
+	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort())
 	sc := config.Sink{Name: "bus", Type: "nats", Spec: &natssink.Config{Embedded: true, URL: "nats://" + addr, Subject: natssink.DefaultSubject, JetStream: true}}
 	cfg := &config.Config{Sinks: []config.Sink{sc}}
 	h := newHost(discard, components.SinkRegistry())
@@ -187,12 +183,7 @@ func TestEmbeddedServerIsTheHosts(t *testing.T) {
 func TestEmbeddedSinkHoldsCheckpointAndDeadLetters(t *testing.T) {
 	ctx := context.Background()
 	t.Setenv("KUBEBRIDGE_DATA_DIR", t.TempDir())
-	l, err := net.Listen("tcp", "127.0.0.1:0") // a free port
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
+	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort())
 	delivered := func(name string, spec *natssink.Config) config.Sink {
 		return config.Sink{Name: name, Type: "nats", Spec: spec, Workers: 1, Queue: config.Queue{Capacity: 100},
 			Retry: config.Retry{InitialInterval: config.Duration(time.Millisecond), MaxInterval: config.Duration(10 * time.Millisecond)}}
