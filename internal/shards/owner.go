@@ -1,0 +1,594 @@
+package shards
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	coordclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
+)
+
+// LabelGroup labels the Leases of one group of replicas (shard and member
+// leases), so that one list reads them all.
+const LabelGroup = "kubebridge.io/shards"
+
+// labelRole says whether a Lease is a shard's or a member's.
+const labelRole = "kubebridge.io/role"
+
+// Options configure an Owner.
+type Options struct {
+	// Leases is the Lease client of the namespace the group's Leases live in.
+	Leases coordclient.LeaseInterface
+	// Group names the replicas that share the shards: Leases <group>-shard-<i>
+	// and <group>-member-<hash of identity>, labelled LabelGroup=<group>.
+	Group string
+	// Identity names this replica in the Leases; unique per process.
+	Identity string
+	// Shards is N.
+	Shards int
+	// LeaseDuration, RenewDeadline, RetryPeriod as in client-go's leader
+	// election. Defaults 15s, 10s, 2s.
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	Logger                                    *slog.Logger
+}
+
+// Handler is what an Owner drives, per shard. Calls for one shard never
+// overlap; calls for different shards may.
+type Handler interface {
+	// Acquired starts delivering shard: this replica holds its Lease. ctx
+	// ends when it stops holding it (or at Halt): an Acquired in progress
+	// returns early then. An error gives the shard back (after Release).
+	Acquired(ctx context.Context, shard int) error
+	// Release stops delivering shard and writes what it acknowledged: the
+	// replica gives it to another (or shuts down). The Lease is renewed
+	// until it returns, then released.
+	Release(shard int)
+	// Lost stops delivering shard at once, writing nothing: its Lease was
+	// not renewed in time or another replica holds it.
+	Lost(shard int)
+}
+
+// Stats are an Owner's counts.
+type Stats struct {
+	Owned                 []int // shards held and delivering or starting, ascending
+	Acquired, Released    uint64
+	Lost, AcquireFailures uint64
+	Members               int // live replicas this one sees, itself included
+}
+
+// Owner holds a fair share of N shard Leases for this replica: every
+// retry period it reads the group's Leases in one list, renews its member
+// Lease and the shard Leases it holds, and compares the number it holds
+// with its share of the live members (N/R, one more for the first N%R
+// identities in order). It gives back what it holds beyond its share
+// (Release, then the Lease) and takes free or expired shards up to it
+// (Lease, then Acquired). A shard's Lease counts as expired when it did not
+// change for LeaseDuration as this replica observed it (client-go's rule:
+// clocks are not compared), and a holder delivers only within
+// RenewDeadline of starting its last successful renewal (Fence), so two
+// replicas never deliver one shard at once.
+type Owner struct {
+	opts    Options
+	h       Handler
+	logger  *slog.Logger
+	member  string           // this replica's member Lease
+	renewed []atomic.Int64   // per shard: unix nanos a successful write of its Lease started; 0: not held
+	seen    map[string]*seen // by Lease name: its last version and when it changed (the loop's)
+
+	mu      sync.Mutex
+	claims  map[int]*claim
+	halted  bool
+	backoff map[int]time.Time // shards whose Acquired failed: not taken again before
+
+	acquired, released, lost, failures atomic.Uint64
+	members                            atomic.Int64
+
+	stop    context.CancelFunc
+	loop    sync.WaitGroup // the loop
+	changes sync.WaitGroup // Acquired, Release and Lost calls
+}
+
+// seen is what a replica observed of one Lease.
+type seen struct {
+	version string
+	at      time.Time
+}
+
+// claim is a shard this replica holds.
+type claim struct {
+	lease     *coordinationv1.Lease // as last read or written
+	releasing bool
+	cancel    context.CancelFunc // ends Acquired's ctx
+	busy      chan struct{}      // closed when the shard's last change returned
+}
+
+// New returns an Owner of opts's shards driving h; Run starts it.
+func New(opts Options, h Handler) (*Owner, error) {
+	if opts.LeaseDuration == 0 {
+		opts.LeaseDuration, opts.RenewDeadline, opts.RetryPeriod = 15*time.Second, 10*time.Second, 2*time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Shards < 1 || opts.Shards > MaxShards {
+		return nil, fmt.Errorf("shards: %d is not between 1 and %d", opts.Shards, MaxShards)
+	}
+	if msgs := validation.IsValidLabelValue(opts.Group); len(msgs) > 0 || opts.Group == "" {
+		return nil, fmt.Errorf("shard lease group %q: must be a label value (at most 63 characters): %s", opts.Group, strings.Join(msgs, "; "))
+	}
+	if opts.Identity == "" {
+		return nil, errors.New("shard owner: an identity is required")
+	}
+	o := &Owner{
+		opts: opts, h: h, logger: opts.Logger.With("identity", opts.Identity),
+		member:  fmt.Sprintf("%s-member-%016x", opts.Group, Hash(opts.Identity)),
+		renewed: make([]atomic.Int64, opts.Shards),
+		seen:    map[string]*seen{},
+		claims:  map[int]*claim{},
+		backoff: map[int]time.Time{},
+		stop:    func() {},
+	}
+	return o, nil
+}
+
+// ShardLease is the name of shard i's Lease in group.
+func ShardLease(group string, i int) string { return group + "-shard-" + strconv.Itoa(i) }
+
+// Fence fails while this replica may not deliver shard: it does not hold
+// its Lease, or its last renewal started more than RenewDeadline ago.
+func (o *Owner) Fence(shard int) error {
+	at := o.renewed[shard].Load()
+	if at == 0 {
+		return fmt.Errorf("shard %d is not held by this replica", shard)
+	}
+	if since := time.Since(time.Unix(0, at)); since > o.opts.RenewDeadline {
+		return fmt.Errorf("shard %d: lease last renewed %s ago", shard, since.Round(time.Millisecond))
+	}
+	return nil
+}
+
+// Run starts the loop; it runs until Release.
+func (o *Owner) Run() {
+	ctx, cancel := context.WithCancel(context.Background())
+	o.stop = cancel
+	o.loop.Add(1)
+	go func() {
+		defer o.loop.Done()
+		first := true
+		for {
+			o.tick(ctx, first)
+			first = false
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(o.opts.RetryPeriod):
+			}
+		}
+	}()
+}
+
+// Halt takes no shard from now on and cuts Acquired calls in progress
+// short, waiting for them. Held shards stay held (renewed) until Release:
+// the caller stops delivering them meanwhile.
+func (o *Owner) Halt() {
+	o.mu.Lock()
+	o.halted = true
+	var busy []chan struct{}
+	for _, c := range o.claims {
+		c.cancel()
+		busy = append(busy, c.busy)
+	}
+	o.mu.Unlock()
+	for _, b := range busy {
+		<-b
+	}
+}
+
+// Release ends the loop, waits for every change in progress and releases
+// every Lease this replica holds, its member Lease included, so that the
+// others take its shards at once. Call it after Halt, once the caller
+// stopped delivering.
+func (o *Owner) Release() {
+	o.stop()
+	o.loop.Wait()
+	o.changes.Wait()
+	ctx, cancel := context.WithTimeout(context.Background(), o.opts.RenewDeadline)
+	defer cancel()
+	o.mu.Lock()
+	claims := o.claims
+	o.claims = map[int]*claim{}
+	o.mu.Unlock()
+	for i, c := range claims {
+		o.renewed[i].Store(0)
+		o.releaseLease(ctx, i, c.lease)
+	}
+	if err := o.opts.Leases.Delete(ctx, o.member, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		o.logger.Warn("could not delete the member lease; the others count this replica until it expires", "lease", o.member, "error", err)
+	}
+}
+
+// Stats returns the counts.
+func (o *Owner) Stats() Stats {
+	o.mu.Lock()
+	owned := make([]int, 0, len(o.claims))
+	for i, c := range o.claims {
+		if !c.releasing {
+			owned = append(owned, i)
+		}
+	}
+	o.mu.Unlock()
+	slices.Sort(owned)
+	return Stats{Owned: owned, Acquired: o.acquired.Load(), Released: o.released.Load(), Lost: o.lost.Load(),
+		AcquireFailures: o.failures.Load(), Members: int(o.members.Load())}
+}
+
+// tick is one round: read, renew, rebalance. The first round only renews
+// and observes: a replica learns who is alive before taking its share.
+func (o *Owner) tick(ctx context.Context, first bool) {
+	rctx, cancel := context.WithTimeout(ctx, o.opts.RenewDeadline)
+	defer cancel()
+	list, err := o.opts.Leases.List(rctx, metav1.ListOptions{LabelSelector: LabelGroup + "=" + o.opts.Group})
+	now := time.Now()
+	if err != nil {
+		if ctx.Err() == nil {
+			o.logger.Warn("cannot read the shard leases; retrying", "error", err)
+		}
+		o.expire(now)
+		return
+	}
+	leases := map[string]*coordinationv1.Lease{}
+	for i := range list.Items {
+		l := &list.Items[i]
+		leases[l.Name] = l
+		if s := o.seen[l.Name]; s == nil || s.version != l.ResourceVersion {
+			o.seen[l.Name] = &seen{version: l.ResourceVersion, at: now}
+		}
+	}
+	for name := range o.seen {
+		if leases[name] == nil {
+			delete(o.seen, name)
+		}
+	}
+	o.renewMember(rctx, leases[o.member])
+	o.renewShards(rctx, leases)
+	o.expire(time.Now())
+	members := o.liveMembers(leases, now)
+	o.members.Store(int64(len(members)))
+	if first || ctx.Err() != nil {
+		return
+	}
+	o.rebalance(rctx, leases, members, now)
+	o.collect(rctx, leases, now)
+}
+
+// expired reports whether Lease l did not change for LeaseDuration as
+// this replica observed it.
+func (o *Owner) expired(l *coordinationv1.Lease, now time.Time) bool {
+	s := o.seen[l.Name]
+	return s != nil && now.Sub(s.at) >= o.opts.LeaseDuration
+}
+
+// liveMembers returns the identities of the live members, sorted, this
+// replica included.
+func (o *Owner) liveMembers(leases map[string]*coordinationv1.Lease, now time.Time) []string {
+	ids := []string{o.opts.Identity}
+	for _, l := range leases {
+		if l.Labels[labelRole] != "member" || l.Name == o.member || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" || o.expired(l, now) {
+			continue
+		}
+		if !slices.Contains(ids, *l.Spec.HolderIdentity) {
+			ids = append(ids, *l.Spec.HolderIdentity)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// share is this replica's fair share of the shards among members.
+func (o *Owner) share(members []string) int {
+	n, r := o.opts.Shards, len(members)
+	idx := slices.Index(members, o.opts.Identity)
+	share := n / r
+	if idx < n%r {
+		share++
+	}
+	return share
+}
+
+// leaseFor is a Lease of this group held by this replica, renewed now.
+func (o *Owner) leaseFor(name, role string, base *coordinationv1.Lease, now time.Time) *coordinationv1.Lease {
+	l := &coordinationv1.Lease{}
+	if base != nil {
+		l = base.DeepCopy()
+	}
+	l.Name = name
+	if l.Labels == nil {
+		l.Labels = map[string]string{}
+	}
+	l.Labels[LabelGroup], l.Labels[labelRole] = o.opts.Group, role
+	id := o.opts.Identity
+	secs := int32(o.opts.LeaseDuration / time.Second)
+	t := metav1.NewMicroTime(now)
+	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != id {
+		l.Spec.AcquireTime = &t
+		if l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "" {
+			transitions := int32(0)
+			if l.Spec.LeaseTransitions != nil {
+				transitions = *l.Spec.LeaseTransitions
+			}
+			transitions++
+			l.Spec.LeaseTransitions = &transitions
+		}
+	}
+	l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.RenewTime = &id, &secs, &t
+	return l
+}
+
+// write creates l (base nil) or updates it from base's version.
+func (o *Owner) write(ctx context.Context, l *coordinationv1.Lease, create bool) (*coordinationv1.Lease, error) {
+	if create {
+		return o.opts.Leases.Create(ctx, l, metav1.CreateOptions{})
+	}
+	return o.opts.Leases.Update(ctx, l, metav1.UpdateOptions{})
+}
+
+func (o *Owner) renewMember(ctx context.Context, current *coordinationv1.Lease) {
+	if _, err := o.write(ctx, o.leaseFor(o.member, "member", current, time.Now()), current == nil); err != nil && ctx.Err() == nil {
+		o.logger.Warn("cannot renew the member lease", "lease", o.member, "error", err)
+	}
+}
+
+// renewShards renews the Lease of every shard held. One another replica
+// holds now is lost.
+func (o *Owner) renewShards(ctx context.Context, leases map[string]*coordinationv1.Lease) {
+	o.mu.Lock()
+	held := make(map[int]*claim, len(o.claims))
+	for i, c := range o.claims {
+		held[i] = c
+	}
+	o.mu.Unlock()
+	for i, c := range held {
+		current := leases[ShardLease(o.opts.Group, i)]
+		if current == nil || current.Spec.HolderIdentity == nil || *current.Spec.HolderIdentity != o.opts.Identity {
+			o.lose(i, c, "another replica holds its lease")
+			continue
+		}
+		start := time.Now()
+		l, err := o.write(ctx, o.leaseFor(current.Name, "shard", current, start), false)
+		if err != nil {
+			if ctx.Err() == nil {
+				o.logger.Warn("cannot renew a shard lease", "shard", i, "error", err)
+			}
+			continue
+		}
+		o.mu.Lock()
+		if o.claims[i] == c {
+			c.lease = l
+			o.renewed[i].Store(start.UnixNano())
+		}
+		o.mu.Unlock()
+	}
+}
+
+// expire gives up shards not renewed within RenewDeadline.
+func (o *Owner) expire(now time.Time) {
+	o.mu.Lock()
+	var late []int
+	for i := range o.claims {
+		if at := o.renewed[i].Load(); at != 0 && now.Sub(time.Unix(0, at)) > o.opts.RenewDeadline {
+			late = append(late, i)
+		}
+	}
+	o.mu.Unlock()
+	for _, i := range late {
+		o.mu.Lock()
+		c := o.claims[i]
+		o.mu.Unlock()
+		if c != nil {
+			o.lose(i, c, "its lease was not renewed in time")
+		}
+	}
+}
+
+// lose stops delivering shard i at once (Lost) and forgets it.
+func (o *Owner) lose(i int, c *claim, why string) {
+	o.mu.Lock()
+	if o.claims[i] != c {
+		o.mu.Unlock()
+		return
+	}
+	delete(o.claims, i)
+	o.renewed[i].Store(0)
+	c.cancel()
+	prev := c.busy
+	done := make(chan struct{})
+	c.busy = done
+	o.mu.Unlock()
+	o.lost.Add(1)
+	o.logger.Warn("lost a shard; stopped delivering it", "shard", i, "reason", why)
+	o.changes.Add(1)
+	go func() {
+		defer o.changes.Done()
+		defer close(done)
+		<-prev
+		o.h.Lost(i)
+	}()
+}
+
+// rebalance gives back what this replica holds beyond its share and
+// takes free shards up to it.
+func (o *Owner) rebalance(ctx context.Context, leases map[string]*coordinationv1.Lease, members []string, now time.Time) {
+	share := o.share(members)
+	o.mu.Lock()
+	if o.halted {
+		o.mu.Unlock()
+		return
+	}
+	var active []int
+	for i, c := range o.claims {
+		if !c.releasing {
+			active = append(active, i)
+		}
+	}
+	slices.Sort(active)
+	o.mu.Unlock()
+	if extra := len(active) - share; extra > 0 {
+		for _, i := range active[len(active)-extra:] {
+			o.giveBack(i, "rebalancing", len(members))
+		}
+		return
+	}
+	want := share - len(active)
+	if want <= 0 {
+		return
+	}
+	// Start looking at this replica's own part of the ring: replicas that
+	// take shards at the same time mostly try different ones.
+	idx := slices.Index(members, o.opts.Identity)
+	from := idx * o.opts.Shards / len(members)
+	for k := 0; k < o.opts.Shards && want > 0; k++ {
+		i := (from + k) % o.opts.Shards
+		o.mu.Lock()
+		_, mine := o.claims[i]
+		blocked := now.Before(o.backoff[i])
+		o.mu.Unlock()
+		if mine || blocked {
+			continue
+		}
+		current := leases[ShardLease(o.opts.Group, i)]
+		if current != nil {
+			holder := ""
+			if current.Spec.HolderIdentity != nil {
+				holder = *current.Spec.HolderIdentity
+			}
+			if holder != "" && holder != o.opts.Identity && !o.expired(current, now) {
+				continue
+			}
+		}
+		if o.take(ctx, i, current, len(members)) {
+			want--
+		}
+	}
+}
+
+// take writes shard i's Lease for this replica (conditional on the
+// version read: of two replicas taking it, one succeeds) and starts
+// delivering it.
+func (o *Owner) take(ctx context.Context, i int, current *coordinationv1.Lease, members int) bool {
+	start := time.Now()
+	l, err := o.write(ctx, o.leaseFor(ShardLease(o.opts.Group, i), "shard", current, start), current == nil)
+	if err != nil {
+		if !apierrors.IsConflict(err) && !apierrors.IsAlreadyExists(err) && ctx.Err() == nil {
+			o.logger.Warn("cannot take a shard lease", "shard", i, "error", err)
+		}
+		return false
+	}
+	actx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	c := &claim{lease: l, cancel: cancel, busy: done}
+	o.mu.Lock()
+	if o.halted {
+		o.mu.Unlock()
+		cancel()
+		close(done)
+		o.releaseLease(ctx, i, l)
+		return false
+	}
+	o.claims[i] = c
+	o.renewed[i].Store(start.UnixNano())
+	o.mu.Unlock()
+	o.acquired.Add(1)
+	o.logger.Info("took a shard; delivering it", "shard", i, "members", members)
+	o.changes.Add(1)
+	go func() {
+		defer o.changes.Done()
+		err := o.h.Acquired(actx, i)
+		close(done)
+		if err != nil && actx.Err() == nil {
+			o.failures.Add(1)
+			o.logger.Error("could not start delivering a shard; giving it back", "shard", i, "error", err)
+			o.mu.Lock()
+			o.backoff[i] = time.Now().Add(5 * o.opts.LeaseDuration)
+			o.mu.Unlock()
+			o.giveBack(i, "failed to start", members)
+		}
+	}()
+	return true
+}
+
+// giveBack stops delivering shard i (Release, renewing meanwhile), then
+// releases its Lease.
+func (o *Owner) giveBack(i int, why string, members int) {
+	o.mu.Lock()
+	c := o.claims[i]
+	if c == nil || c.releasing {
+		o.mu.Unlock()
+		return
+	}
+	c.releasing = true
+	c.cancel()
+	prev := c.busy
+	done := make(chan struct{})
+	c.busy = done
+	o.mu.Unlock()
+	o.logger.Info("giving a shard back", "shard", i, "reason", why, "members", members)
+	o.changes.Add(1)
+	go func() {
+		defer o.changes.Done()
+		defer close(done)
+		<-prev
+		o.h.Release(i)
+		o.mu.Lock()
+		if o.claims[i] != c { // lost meanwhile
+			o.mu.Unlock()
+			return
+		}
+		delete(o.claims, i)
+		o.renewed[i].Store(0)
+		lease := c.lease
+		o.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), o.opts.RenewDeadline)
+		defer cancel()
+		o.releaseLease(ctx, i, lease)
+		o.released.Add(1)
+	}()
+}
+
+// releaseLease empties the holder of shard i's Lease (from the version
+// last written): another replica may take it at once.
+func (o *Owner) releaseLease(ctx context.Context, i int, l *coordinationv1.Lease) {
+	if l == nil {
+		return
+	}
+	l = l.DeepCopy()
+	empty := ""
+	l.Spec.HolderIdentity = &empty
+	if _, err := o.opts.Leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+		o.logger.Warn("could not release a shard lease; another replica takes it when it expires", "shard", i, "error", err)
+	}
+}
+
+// collect deletes member Leases that expired long ago (replicas killed
+// without releasing theirs), conditional on the version observed.
+func (o *Owner) collect(ctx context.Context, leases map[string]*coordinationv1.Lease, now time.Time) {
+	for name, l := range leases {
+		if l.Labels[labelRole] != "member" || name == o.member {
+			continue
+		}
+		if s := o.seen[name]; s != nil && now.Sub(s.at) >= 10*o.opts.LeaseDuration {
+			rv := l.ResourceVersion
+			_ = o.opts.Leases.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rv}})
+		}
+	}
+}

@@ -1,0 +1,217 @@
+package shards_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubebridge/kubebridge/internal/shards"
+	"github.com/kubebridge/kubebridge/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// recorder is a Handler that records which shards it delivers.
+type recorder struct {
+	mu         sync.Mutex
+	delivering map[int]bool
+	calls      []string
+}
+
+func (r *recorder) Acquired(_ context.Context, shard int) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.delivering[shard] = true
+	r.calls = append(r.calls, fmt.Sprintf("acquired %d", shard))
+	return nil
+}
+
+func (r *recorder) Release(shard int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.delivering, shard)
+	r.calls = append(r.calls, fmt.Sprintf("release %d", shard))
+}
+
+func (r *recorder) Lost(shard int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.delivering, shard)
+	r.calls = append(r.calls, fmt.Sprintf("lost %d", shard))
+}
+
+type replica struct {
+	id    string
+	owner *shards.Owner
+	rec   *recorder
+	gone  bool
+}
+
+const testShards = 8
+
+// Replicas share the shards evenly, take over the shards of one that
+// stops renewing (killed or frozen) once its leases expire, rebalance when
+// one joins or leaves, and at no instant do two of them pass the fence of
+// one shard, frozen ones included.
+func TestOwnersShareShardsAndNeverOverlap(t *testing.T) {
+	cp := testenv.SharedControlPlane(t)
+	ns := "shard-owner"
+	testenv.EnsureNamespace(t, cp, ns)
+	leases := cp.Clientset(t).CoordinationV1().Leases(ns)
+	group := fmt.Sprintf("g%d", time.Now().UnixNano()%1e6)
+
+	var mu sync.Mutex
+	var replicas []*replica
+	start := func(id string) *replica {
+		r := &replica{id: id, rec: &recorder{delivering: map[int]bool{}}}
+		o, err := shards.New(shards.Options{Leases: leases, Group: group, Identity: id, Shards: testShards,
+			LeaseDuration: 2 * time.Second, RenewDeadline: 1500 * time.Millisecond, RetryPeriod: 200 * time.Millisecond}, r.rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.owner = o
+		o.Run()
+		mu.Lock()
+		replicas = append(replicas, r)
+		mu.Unlock()
+		return r
+	}
+	live := func() []*replica {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.DeleteFunc(slices.Clone(replicas), func(r *replica) bool { return r.gone })
+	}
+
+	// The fence watch: every millisecond, no shard passes two fences.
+	var overlaps atomic.Int64
+	var firstOverlap atomic.Value
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	var watching sync.WaitGroup
+	watching.Add(1)
+	go func() {
+		defer watching.Done()
+		for watchCtx.Err() == nil {
+			mu.Lock()
+			rs := slices.Clone(replicas)
+			mu.Unlock()
+			for i := range testShards {
+				var holders []string
+				for _, r := range rs {
+					if r.owner.Fence(i) == nil {
+						holders = append(holders, r.id)
+					}
+				}
+				if len(holders) > 1 {
+					overlaps.Add(1)
+					firstOverlap.CompareAndSwap(nil, fmt.Sprintf("shard %d: %v", i, holders))
+				}
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	defer func() {
+		stopWatch()
+		watching.Wait()
+		if n := overlaps.Load(); n > 0 {
+			t.Errorf("two replicas passed one shard's fence at once (%d samples), first: %v", n, firstOverlap.Load())
+		}
+	}()
+
+	// balanced waits until the live replicas deliver every shard once,
+	// each between floor and ceil of its share.
+	balanced := func(what string) {
+		t.Helper()
+		var last string
+		ok := testenv.Poll(30*time.Second, 50*time.Millisecond, func() bool {
+			rs := live()
+			counts := map[int]int{}
+			var per []int
+			last = ""
+			for _, r := range rs {
+				r.rec.mu.Lock()
+				for i := range r.rec.delivering {
+					counts[i]++
+				}
+				per = append(per, len(r.rec.delivering))
+				last += fmt.Sprintf("%s=%v ", r.id, r.rec.delivering)
+				r.rec.mu.Unlock()
+			}
+			if len(counts) != testShards {
+				return false
+			}
+			for _, c := range counts {
+				if c != 1 {
+					return false
+				}
+			}
+			lo, hi := testShards/len(rs), (testShards+len(rs)-1)/len(rs)
+			for _, n := range per {
+				if n < lo || n > hi {
+					return false
+				}
+			}
+			return true
+		})
+		if !ok {
+			t.Fatalf("%s: not balanced: %s", what, last)
+		}
+		t.Logf("%s: %s", what, last)
+	}
+
+	a, b, _ := start("replica-a"), start("replica-b"), start("replica-c")
+	balanced("three replicas")
+
+	// A joins: the others give shards back.
+	start("replica-d")
+	balanced("four replicas")
+
+	// One leaves gracefully: its shards are released at once.
+	a.owner.Halt()
+	a.rec.mu.Lock()
+	held := len(a.rec.delivering)
+	for i := range a.rec.delivering {
+		delete(a.rec.delivering, i) // as the bridge stops delivering them before Release
+	}
+	a.rec.mu.Unlock()
+	t0 := time.Now()
+	a.owner.Release()
+	a.gone = true
+	balanced("after a graceful leave")
+	t.Logf("a released %d shards; taken over within %s", held, time.Since(t0).Round(time.Millisecond))
+
+	// One is frozen (its loop stops, as under SIGSTOP or SIGKILL): its
+	// shards are taken after its leases expire, and its fence closes
+	// before anyone else's opens (the watch above).
+	b.owner.Freeze()
+	b.gone = true
+	balanced("after a replica froze")
+	for i := range testShards {
+		if b.owner.Fence(i) == nil {
+			t.Errorf("the frozen replica still passes the fence of shard %d", i)
+		}
+	}
+	for _, r := range live() {
+		r.owner.Halt()
+		r.owner.Release()
+		r.gone = true
+	}
+	list, err := leases.List(context.Background(), metav1ListGroup(group))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range list.Items {
+		if h := l.Spec.HolderIdentity; h != nil && *h != "" && *h != "replica-b" {
+			t.Errorf("lease %s still held by %s after every live replica released", l.Name, *h)
+		}
+	}
+}
+
+func metav1ListGroup(group string) metav1.ListOptions {
+	return metav1.ListOptions{LabelSelector: shards.LabelGroup + "=" + group}
+}
