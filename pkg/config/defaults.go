@@ -32,6 +32,8 @@ func (c *Config) applyLateDefaults() {
 	}
 }
 
+func (s *Sharding) SetDefaults() { s.Key = "uid" }
+
 func (k *NATSKVCheckpoint) SetDefaults() { k.Bucket = DefaultKVBucket }
 
 // SetDefaults: a dead-letter file rotates at 100 MiB, keeping 5.

@@ -24,6 +24,8 @@ type Config struct {
 	Rules []Rule `yaml:"rules"`
 	// Redaction says what of a Secret never leaves the cluster (with its data and stringData).
 	Redaction Redaction `yaml:"redaction"`
+	// Sharding splits the watched objects into shards that replicas share, each delivered by one replica at a time (docs/sharding.md). Requires checkpoint.natsKV. Default: off (the bridge, or its one leader, delivers every object).
+	Sharding *Sharding `yaml:"sharding"`
 
 	lines map[string]int // key path -> line in the file it was loaded from
 }
@@ -41,6 +43,14 @@ func (c *Config) LineOf(path string) int {
 type Redaction struct {
 	// SecretAnnotations are more Secret annotations whose values are redacted, besides kubectl.kubernetes.io/last-applied-configuration and openshift.io/token-secret.value, which hold the Secret's values and are always redacted; "*" redacts every annotation.
 	SecretAnnotations []string `yaml:"secretAnnotations"`
+}
+
+// Sharding splits the objects into N virtual shards by a 64-bit FNV-1a hash of their uid or namespace (the apiserver's KEP-5866 hash); each shard is owned through its own Lease, and live replicas share the shards evenly.
+type Sharding struct {
+	// Shards is the number of virtual shards, 1 to 256, fixed for the life of the checkpoint bucket: each shard's acknowledged views are kept under its own keys. More shards than replicas lets a change of replicas move load in small steps.
+	Shards int `yaml:"shards"`
+	// Key is what an object's shard is computed from: uid (default; spreads objects evenly) or namespace (keeps a namespace's objects on one replica; cluster-scoped objects all land in one shard).
+	Key string `yaml:"key"`
 }
 
 // Checkpoint selects the store for per-sink delivered state. Exactly one of file and natsKV; file when neither is set.

@@ -101,6 +101,10 @@ func (c *Config) Validate() error {
 		}
 	}
 
+	if c.Sharding != nil && c.Checkpoint.NATSKV == nil {
+		errs = append(errs, ErrorAt("sharding", "needs checkpoint.natsKV: a shard's acknowledged views must be readable by whichever replica owns the shard next, and a file is one replica's"))
+	}
+
 	for _, ref := range c.SinkRefs() { // their types: validateProviders
 		if _, ok := sinkIndex[ref.Sink]; !ok && ref.Sink != "" {
 			errs = append(errs, ErrorAt(ref.Path+".sink", "unknown sink %q (%s)", ref.Sink, have))
@@ -178,6 +182,22 @@ type replayWaiter interface {
 // CheckpointKV when some of its sinks cannot hold the bucket (one whose
 // destination lacks a key-value store, as it is configured).
 type kvHolder interface{ CanHoldKV() error }
+
+// maxShards bounds sharding.shards: each shard is a Lease every replica
+// reads and its owner renews every retry period (internal/shards.MaxShards).
+const maxShards = 256
+
+// Validate checks the shard count and key.
+func (s *Sharding) Validate() error {
+	var errs []error
+	if s.Shards < 1 || s.Shards > maxShards {
+		errs = append(errs, ErrorAt("shards", "must be between 1 and %d, got %d", maxShards, s.Shards))
+	}
+	if s.Key != "uid" && s.Key != "namespace" {
+		errs = append(errs, ErrorAt("key", "must be uid or namespace, got %q", s.Key))
+	}
+	return errors.Join(errs...)
+}
 
 // Validate checks that at most one store is chosen.
 func (c *Checkpoint) Validate() error {
