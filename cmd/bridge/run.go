@@ -81,7 +81,8 @@ Without --kubeconfig it uses the in-cluster service account.`,
 				CheckpointFile: checkpointFile, ResetCheckpoint: resetCheckpoint, CheckpointInterval: checkpointInterval,
 				AllowSecretData: allowSecretData, OptIns: optIns(allowExecPlugins), Namespace: namespace, CredentialDirs: credDirs,
 				ResourcePoll: resourcePoll, ReloadDrain: drainTimeout}
-			if leaderElect {
+			sharding := cfg.Sharding != nil
+			if leaderElect || sharding { // sharding: a Lease per shard, with the same settings
 				if le.RenewDeadline >= le.LeaseDuration || le.RetryPeriod >= le.RenewDeadline {
 					return &exitError{exitInvalid, errors.New("leader election: want --leader-elect-retry-period < --leader-elect-renew-deadline < --leader-elect-lease-duration")}
 				}
@@ -127,7 +128,7 @@ Without --kubeconfig it uses the in-cluster service account.`,
 			}
 			watchCtx, stopWatch := context.WithCancel(ctx)
 			watching := make(chan struct{})
-			if reload && !leaderElect {
+			if reload && !leaderElect && !sharding {
 				go func() {
 					defer close(watching)
 					watchConfig(watchCtx, file, b, logger)
@@ -180,7 +181,8 @@ Without --kubeconfig it uses the in-cluster service account.`,
 	f.BoolVar(&reload, "reload", true, "apply changes of the config file live (checked first; a bad config is refused and the running one stays)")
 	f.BoolVar(&leaderElect, "leader-elect", false, "deliver only while holding a Lease; other replicas keep warm caches and take over")
 	f.StringVar(&le.Namespace, "leader-elect-namespace", envOr("POD_NAMESPACE", "default"), "namespace of the Lease")
-	f.StringVar(&le.Name, "leader-elect-name", "kubebridge", "name of the Lease")
+	f.StringVar(&le.Name, "leader-elect-name", "kubebridge", "name of the Lease (with sharding: the prefix of the shards' Leases, <name>-shard-<i>)")
+	f.StringVar(&le.Identity, "identity", envOr("POD_NAME", ""), "this replica's name in the Leases, unique among the replicas (default: $POD_NAME, else the host name and pid)")
 	f.DurationVar(&le.LeaseDuration, "leader-elect-lease-duration", 15*time.Second, "how long a lease holds without renewal")
 	f.DurationVar(&le.RenewDeadline, "leader-elect-renew-deadline", 10*time.Second, "the leader stops delivering when it could not renew for this long")
 	f.DurationVar(&le.RetryPeriod, "leader-elect-retry-period", 2*time.Second, "how often to try to acquire or renew")

@@ -32,8 +32,21 @@ func (t *target) Checks() []admin.Check {
 	default:
 		checks = append(checks, admin.Check{Name: "informers"})
 	}
-	for _, d := range b.deliver.deliveries() {
-		checks = append(checks, admin.Check{Name: "sink " + d.Name, Err: d.Healthy()})
+	// Sharded, a sink has a delivery per shard held: one check per sink,
+	// failing with the first that fails.
+	var order []string
+	health := map[string]error{}
+	for _, d := range b.Deliveries() {
+		if _, seen := health[d.Name]; !seen {
+			order = append(order, d.Name)
+			health[d.Name] = nil
+		}
+		if err := d.Healthy(); err != nil && health[d.Name] == nil {
+			health[d.Name] = err
+		}
+	}
+	for _, name := range order {
+		checks = append(checks, admin.Check{Name: "sink " + name, Err: health[name]})
 	}
 	for _, w := range b.waitingRules() {
 		checks = append(checks, admin.Check{Name: "rule " + w.rule, Err: w.err, Degraded: true})
@@ -44,7 +57,7 @@ func (t *target) Checks() []admin.Check {
 // ReplayRules lists the rules a replay of sink covers (rule only, if set).
 func (t *target) ReplayRules(sink, rule string) ([]string, error) {
 	b := (*Bridge)(t)
-	if b.deliver.running(sink) == nil || !b.started.Load() {
+	if !b.started.Load() || !slices.ContainsFunc(b.deliverers(), func(d *deliverer) bool { return d.running(sink) != nil }) {
 		return nil, fmt.Errorf("no running sink %q", sink)
 	}
 	rules, _ := b.snapshot()
@@ -64,9 +77,11 @@ func (t *target) ReplayRules(sink, rule string) ([]string, error) {
 // object in it is sent again (the one transition path, view.Sync).
 func (t *target) Replay(sink, rule string) int {
 	b := (*Bridge)(t)
-	s := b.deliver.running(sink)
-	if s == nil {
-		return 0 // stopped delivering meanwhile
+	n := 0
+	for _, d := range b.deliverers() {
+		if s := d.running(sink); s != nil { // else stopped delivering meanwhile
+			n += d.reconcile(s, rule, event.ReplayResync)
+		}
 	}
-	return b.deliver.reconcile(s, rule, event.ReplayResync)
+	return n
 }

@@ -136,6 +136,7 @@ type Bridge struct {
 	host    *host       // what sinks share (connections, embedded servers): closed last
 	deliver *deliverer  // the sinks, their views and deliveries, the checkpoint
 	owner   *leaseOwner // nil: this replica delivers from the start
+	sharded *sharded    // set with config sharding: owner and deliver stay unused
 
 	fatal        chan error
 	reloadMu     sync.Mutex  // one reload at a time, not during shutdown
@@ -179,6 +180,9 @@ func New(opts Options) *Bridge {
 		Latency:            latency,
 	})
 	b.metrics = newMetrics(b, latency)
+	if sc := opts.Config.Sharding; sc != nil {
+		b.sharded = newSharded(b, sc)
+	}
 	b.admin = admin.New(admin.Options{Target: (*target)(b), Metrics: b.metrics.handler(), REST: opts.REST, Namespace: opts.Namespace, Logger: opts.Logger})
 	return b
 }
@@ -202,6 +206,13 @@ func (b *Bridge) Start(ctx context.Context) (err error) {
 	// warm one compares each listed object with the checkpoint as it comes.
 	syncCtx, cancelSync := context.WithTimeout(ctx, b.opts.SyncTimeout)
 	defer cancelSync()
+	if b.sharded != nil {
+		if err := b.sharded.start(ctx, syncCtx); err != nil {
+			return err
+		}
+		b.started.Store(true)
+		return nil
+	}
 	if le := b.opts.LeaderElection; le != nil {
 		cs, err := kubernetes.NewForConfig(b.opts.REST)
 		if err != nil {
@@ -288,7 +299,11 @@ func (b *Bridge) buildInformers(cfg *config.Config, info *ClusterInfo) error {
 	for _, sc := range cfg.Sinks {
 		replayEvery[sc.Name] = sc.ReplayEvery.D()
 	}
-	informers, err := informer.New(dyn, plan, b.deliver.notify, replayEvery, b.logger)
+	notify := b.deliver.notify
+	if b.sharded != nil {
+		notify = b.sharded.notify
+	}
+	informers, err := informer.New(dyn, plan, notify, replayEvery, b.logger)
 	if err != nil {
 		return err
 	}
@@ -360,15 +375,34 @@ func (b *Bridge) snapshot() ([]*filters.Rule, *informer.Informers) {
 	return b.rules, b.informers
 }
 
-// Ready reports whether the caches have synced.
+// Ready reports whether the caches have synced (sharded: and every shard
+// held reconciled).
 func (b *Bridge) Ready() bool {
 	_, in := b.snapshot()
-	return in != nil && in.Synced()
+	if in == nil || !in.Synced() {
+		return false
+	}
+	return b.sharded == nil || b.sharded.ready()
 }
 
 // Deliveries returns the per-sink deliveries, in config order (none while
 // this replica does not deliver; after Shutdown, with their final counts).
-func (b *Bridge) Deliveries() []*delivery.Delivery { return b.deliver.deliveries() }
+// Sharded, each shard held has its own, shard by shard.
+func (b *Bridge) Deliveries() []*delivery.Delivery {
+	var out []*delivery.Delivery
+	for _, d := range b.deliverers() {
+		out = append(out, d.deliveries()...)
+	}
+	return out
+}
+
+// deliverers are the deliverers in use: the one, or one per shard held.
+func (b *Bridge) deliverers() []*deliverer {
+	if b.sharded != nil {
+		return b.sharded.runs()
+	}
+	return []*deliverer{b.deliver}
+}
 
 // Shutdown stops the informers, drains every queue into its sink until ctx
 // ends, then stops the workers and closes the sinks. Events still queued
@@ -397,12 +431,24 @@ func (b *Bridge) teardown(ctx context.Context) (left int, err error) {
 	if b.owner != nil {
 		b.owner.halt()
 	}
+	sh := b.sharded
+	if sh != nil && sh.owner != nil {
+		sh.owner.Halt() // no shard taken from now on; the held ones stay renewed
+	}
 	if _, in := b.snapshot(); in != nil {
 		in.Stop()
 	}
 	left, err = b.deliver.stop(ctx, false)
 	if b.owner != nil {
 		b.owner.release() // after the last checkpoint write
+	}
+	if sh != nil {
+		l, e := sh.stopAll(ctx)
+		left += l
+		if sh.owner != nil {
+			sh.owner.Release() // after the shards' last checkpoint writes
+		}
+		err = errors.Join(err, e, sh.closeShared())
 	}
 	closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
 	defer cancel()

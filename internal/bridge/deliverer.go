@@ -51,6 +51,10 @@ type delivererOptions struct {
 	Registry *sinks.Registry
 	Host     *host
 	Logger   *slog.Logger
+	// Sinks builds the sinks; nil: Registry. DeadLetter builds a sink's
+	// dead-letter; nil: Host's. (Sharding shares both among its shards.)
+	Sinks      sinkCreator
+	DeadLetter func(ctx context.Context, cfg *config.Config, s config.Sink) (sinks.DeadLetter, func(context.Context) error, error)
 	// Source returns the current rules and the caches their views are
 	// reconciled against (a reload replaces both); nil caches: none yet.
 	Source func() ([]*filters.Rule, source)
@@ -77,7 +81,18 @@ type source interface {
 
 var _ source = (*informer.Informers)(nil)
 
-func newDeliverer(opts delivererOptions) *deliverer { return &deliverer{opts: opts} }
+func newDeliverer(opts delivererOptions) *deliverer {
+	if opts.Sinks == nil {
+		opts.Sinks = opts.Registry
+	}
+	if opts.DeadLetter == nil {
+		h := opts.Host
+		opts.DeadLetter = func(ctx context.Context, cfg *config.Config, s config.Sink) (sinks.DeadLetter, func(context.Context) error, error) {
+			return h.deadLetter(ctx, cfg, s.DeadLetter)
+		}
+	}
+	return &deliverer{opts: opts}
+}
 
 // start builds the sinks cfgs configure (cfg is the whole config: what
 // dead-letters and the checkpoint name), opens the checkpoint, starts each
@@ -88,7 +103,7 @@ func (d *deliverer) start(ctx context.Context, cfg *config.Config, cfgs []config
 	d.life.Lock()
 	defer d.life.Unlock()
 	d.ctx, d.cancel = context.WithCancel(context.Background())
-	set, _, err := buildSinkSet(ctx, d.opts.Registry, cfgs, nil, d.opts.Logger)
+	set, _, err := buildSinkSet(ctx, d.opts.Sinks, cfgs, nil, d.opts.Logger)
 	if err != nil {
 		return err
 	}
@@ -129,7 +144,7 @@ func (d *deliverer) start(ctx context.Context, cfg *config.Config, cfgs []config
 // dead-letter, checkpoint hooks (none without a recorder), latency metric
 // and fence.
 func (d *deliverer) startRun(ctx context.Context, cfg *config.Config, s *sinkRun) error {
-	dl, closeDL, err := d.opts.Host.deadLetter(ctx, cfg, s.cfg.DeadLetter)
+	dl, closeDL, err := d.opts.DeadLetter(ctx, cfg, s.cfg)
 	if err != nil {
 		return fmt.Errorf("sink %q: deadLetter: %w", s.cfg.Name, err)
 	}

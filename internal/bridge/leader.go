@@ -41,18 +41,23 @@ type fencedLock struct {
 	renewed atomic.Int64 // unix nanos of the last successful Create/Update
 }
 
+// Create and Update record when a successful write started: the Lease
+// may change on the server any time after that, and the others count its
+// duration from when they see it change.
 func (l *fencedLock) Create(ctx context.Context, r resourcelock.LeaderElectionRecord) error {
+	start := time.Now()
 	err := l.Interface.Create(ctx, r)
 	if err == nil && r.HolderIdentity == l.Identity() {
-		l.renewed.Store(time.Now().UnixNano())
+		l.renewed.Store(start.UnixNano())
 	}
 	return err
 }
 
 func (l *fencedLock) Update(ctx context.Context, r resourcelock.LeaderElectionRecord) error {
+	start := time.Now()
 	err := l.Interface.Update(ctx, r)
 	if err == nil && r.HolderIdentity == l.Identity() {
-		l.renewed.Store(time.Now().UnixNano())
+		l.renewed.Store(start.UnixNano())
 	}
 	return err
 }
@@ -79,7 +84,8 @@ type leaseOwner struct {
 	campaigns sync.WaitGroup     // the elector's goroutine
 }
 
-func newLeaseOwner(le LeaderElection, cs kubernetes.Interface, logger *slog.Logger) *leaseOwner {
+// withDefaults fills what le leaves unset.
+func (le LeaderElection) withDefaults() LeaderElection {
 	if le.Identity == "" {
 		host, _ := os.Hostname()
 		le.Identity = fmt.Sprintf("%s-%d", host, os.Getpid())
@@ -87,6 +93,22 @@ func newLeaseOwner(le LeaderElection, cs kubernetes.Interface, logger *slog.Logg
 	if le.LeaseDuration == 0 {
 		le.LeaseDuration, le.RenewDeadline, le.RetryPeriod = 15*time.Second, 10*time.Second, 2*time.Second
 	}
+	return le
+}
+
+// leaseSettings are the Lease settings of this replica: the leader
+// election's, or (sharding without it) the defaults in the bridge's
+// namespace.
+func (b *Bridge) leaseSettings() LeaderElection {
+	le := LeaderElection{Namespace: b.opts.Namespace, Name: "kubebridge"}
+	if b.opts.LeaderElection != nil {
+		le = *b.opts.LeaderElection
+	}
+	return le.withDefaults()
+}
+
+func newLeaseOwner(le LeaderElection, cs kubernetes.Interface, logger *slog.Logger) *leaseOwner {
+	le = le.withDefaults()
 	lock := &fencedLock{Interface: &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: le.Namespace, Name: le.Name},
 		Client:     cs.CoordinationV1(),

@@ -2,11 +2,13 @@ package bridge
 
 import (
 	"net/http"
+	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/kubebridge/kubebridge/internal/delivery"
 	"github.com/kubebridge/kubebridge/internal/version"
 	"github.com/kubebridge/kubebridge/pkg/filters"
 )
@@ -64,7 +66,14 @@ var (
 	descMatched    = prometheus.NewDesc("kubebridge_rule_matched_total", "Events the rule produced (received minus matched were filtered out).", []string{"rule"}, nil)
 	descWaiting    = prometheus.NewDesc("kubebridge_rule_waiting", "1 while the rule waits for its resource: the cluster does not serve it (a CRD not installed) or its informer has not listed it yet.", []string{"rule"}, nil)
 	descLag        = prometheus.NewDesc("kubebridge_checkpoint_lag", "Acknowledged changes not yet written to the checkpoint.", nil, nil)
-	descLeader     = prometheus.NewDesc("kubebridge_leader", "1 while this replica delivers (the leader, or the only one).", nil, nil)
+	descLeader     = prometheus.NewDesc("kubebridge_leader", "1 while this replica delivers (the leader, the only one, or a holder of shards).", nil, nil)
+	// Sharding.
+	descShardsOwned    = prometheus.NewDesc("kubebridge_shards_owned", "Shards this replica holds and delivers.", nil, nil)
+	descShardMembers   = prometheus.NewDesc("kubebridge_shard_members", "Live replicas sharing the shards, as this one sees them (itself included).", nil, nil)
+	descShardHandovers = prometheus.NewDesc("kubebridge_shard_handovers_total", "Shards this replica took (acquired), gave back (released), lost (its lease not renewed in time) or could not start delivering (failed).", []string{"kind"}, nil)
+	descShardPending   = prometheus.NewDesc("kubebridge_shard_pending_events", "Events of a held shard queued or in flight, all its sinks together.", []string{"shard"}, nil)
+	descShardLag       = prometheus.NewDesc("kubebridge_shard_checkpoint_lag", "Acknowledged changes of a held shard not yet written to the checkpoint.", []string{"shard"}, nil)
+	descShardFiltered  = prometheus.NewDesc("kubebridge_shards_apiserver_filtered", "1 when the apiserver lists and watches only this replica's shards (ShardedListAndWatch), 0 when the replica filters every object itself.", nil, nil)
 	descEvalErrors = prometheus.NewDesc("kubebridge_rule_where_errors_total", "where evaluations that failed (the event was not delivered).", []string{"rule"}, nil)
 	descSynced     = prometheus.NewDesc("kubebridge_informers_synced", "1 once every informer's cache has synced.", nil, nil)
 	descBuild      = prometheus.NewDesc("kubebridge_build_info", "The build.", []string{"version", "commit"}, nil)
@@ -74,30 +83,29 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) { prometheus.DescribeBy
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	b := (*Bridge)(c)
-	for _, d := range b.Deliveries() {
-		s := d.Stats()
-		ch <- prometheus.MustNewConstMetric(descEnqueued, prometheus.CounterValue, float64(s.Queue.Offered), d.Name)
-		ch <- prometheus.MustNewConstMetric(descDelivered, prometheus.CounterValue, float64(s.Delivered), d.Name)
-		ch <- prometheus.MustNewConstMetric(descRetried, prometheus.CounterValue, float64(s.Retried), d.Name)
-		ch <- prometheus.MustNewConstMetric(descFailed, prometheus.CounterValue, float64(s.Failed), d.Name)
-		ch <- prometheus.MustNewConstMetric(descDeadLettered, prometheus.CounterValue, float64(s.DeadLettered), d.Name)
-		ch <- prometheus.MustNewConstMetric(descCoalesced, prometheus.CounterValue, float64(s.Queue.Coalesced), d.Name)
-		ch <- prometheus.MustNewConstMetric(descCancelled, prometheus.CounterValue, float64(s.Queue.Cancelled), d.Name)
-		limit, inFlight := d.Concurrency()
-		ch <- prometheus.MustNewConstMetric(descLimit, prometheus.GaugeValue, float64(limit), d.Name)
-		ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(inFlight), d.Name)
-		ch <- prometheus.MustNewConstMetric(descDepth, prometheus.GaugeValue, float64(s.Pending), d.Name)
-		ch <- prometheus.MustNewConstMetric(descCapacity, prometheus.GaugeValue, float64(s.Capacity), d.Name)
-		ch <- prometheus.MustNewConstMetric(descParked, prometheus.GaugeValue, float64(s.Parked), d.Name)
-		ch <- prometheus.MustNewConstMetric(descParkedAge, prometheus.GaugeValue, s.OldestParked.Seconds(), d.Name)
-		ch <- prometheus.MustNewConstMetric(descThrottled, prometheus.GaugeValue, float64(s.Throttled), d.Name)
+	for _, s := range sinkTotals(b.Deliveries()) {
+		name := s.name
+		ch <- prometheus.MustNewConstMetric(descEnqueued, prometheus.CounterValue, float64(s.Queue.Offered), name)
+		ch <- prometheus.MustNewConstMetric(descDelivered, prometheus.CounterValue, float64(s.Delivered), name)
+		ch <- prometheus.MustNewConstMetric(descRetried, prometheus.CounterValue, float64(s.Retried), name)
+		ch <- prometheus.MustNewConstMetric(descFailed, prometheus.CounterValue, float64(s.Failed), name)
+		ch <- prometheus.MustNewConstMetric(descDeadLettered, prometheus.CounterValue, float64(s.DeadLettered), name)
+		ch <- prometheus.MustNewConstMetric(descCoalesced, prometheus.CounterValue, float64(s.Queue.Coalesced), name)
+		ch <- prometheus.MustNewConstMetric(descCancelled, prometheus.CounterValue, float64(s.Queue.Cancelled), name)
+		ch <- prometheus.MustNewConstMetric(descLimit, prometheus.GaugeValue, float64(s.limit), name)
+		ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(s.inFlight), name)
+		ch <- prometheus.MustNewConstMetric(descDepth, prometheus.GaugeValue, float64(s.Pending), name)
+		ch <- prometheus.MustNewConstMetric(descCapacity, prometheus.GaugeValue, float64(s.Capacity), name)
+		ch <- prometheus.MustNewConstMetric(descParked, prometheus.GaugeValue, float64(s.Parked), name)
+		ch <- prometheus.MustNewConstMetric(descParkedAge, prometheus.GaugeValue, s.OldestParked.Seconds(), name)
+		ch <- prometheus.MustNewConstMetric(descThrottled, prometheus.GaugeValue, float64(s.Throttled), name)
 		failing := 0.0
 		if s.Failing {
 			failing = 1
 		}
-		ch <- prometheus.MustNewConstMetric(descFailing, prometheus.GaugeValue, failing, d.Name)
+		ch <- prometheus.MustNewConstMetric(descFailing, prometheus.GaugeValue, failing, name)
 		for reason, n := range s.DestinationErrors {
-			ch <- prometheus.MustNewConstMetric(descDestErrors, prometheus.CounterValue, float64(n), d.Name, reason)
+			ch <- prometheus.MustNewConstMetric(descDestErrors, prometheus.CounterValue, float64(n), name, reason)
 		}
 	}
 	rules, in := b.snapshot()
@@ -116,16 +124,94 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descMatched, prometheus.CounterValue, float64(matched), r.Name)
 		ch <- prometheus.MustNewConstMetric(descEvalErrors, prometheus.CounterValue, float64(r.EvalErrors()), r.Name)
 	}
-	ch <- prometheus.MustNewConstMetric(descLag, prometheus.GaugeValue, float64(b.deliver.lag()))
-	leader := 0.0
-	if b.deliver.delivering() {
-		leader = 1
+	lag, leader := 0, 0.0
+	for _, d := range b.deliverers() {
+		lag += d.lag()
+		if d.delivering() {
+			leader = 1
+		}
 	}
+	ch <- prometheus.MustNewConstMetric(descLag, prometheus.GaugeValue, float64(lag))
 	ch <- prometheus.MustNewConstMetric(descLeader, prometheus.GaugeValue, leader)
+	if sh := b.sharded; sh != nil {
+		c.collectShards(ch, sh)
+	}
 	synced := 0.0
 	if b.Ready() {
 		synced = 1
 	}
 	ch <- prometheus.MustNewConstMetric(descSynced, prometheus.GaugeValue, synced)
 	ch <- prometheus.MustNewConstMetric(descBuild, prometheus.GaugeValue, 1, version.Version, version.Commit())
+}
+
+// collectShards reports the shard owner's counts and each held shard's
+// pending events and checkpoint lag.
+func (c *collector) collectShards(ch chan<- prometheus.Metric, sh *sharded) {
+	st := sh.stats()
+	ch <- prometheus.MustNewConstMetric(descShardsOwned, prometheus.GaugeValue, float64(len(st.Owned)))
+	ch <- prometheus.MustNewConstMetric(descShardMembers, prometheus.GaugeValue, float64(st.Members))
+	for kind, n := range map[string]uint64{"acquired": st.Acquired, "released": st.Released, "lost": st.Lost, "failed": st.AcquireFailures} {
+		ch <- prometheus.MustNewConstMetric(descShardHandovers, prometheus.CounterValue, float64(n), kind)
+	}
+	filtered := 0.0
+	if sh.filter {
+		filtered = 1
+	}
+	ch <- prometheus.MustNewConstMetric(descShardFiltered, prometheus.GaugeValue, filtered)
+	for _, held := range sh.held() {
+		pending := 0
+		for _, dv := range held.d.deliveries() {
+			pending += dv.Pending()
+		}
+		shard := strconv.Itoa(held.shard)
+		ch <- prometheus.MustNewConstMetric(descShardPending, prometheus.GaugeValue, float64(pending), shard)
+		ch <- prometheus.MustNewConstMetric(descShardLag, prometheus.GaugeValue, float64(held.d.lag()), shard)
+	}
+}
+
+// sinkTotal is one sink's counts over its deliveries (one per shard held
+// when sharded).
+type sinkTotal struct {
+	name string
+	delivery.Stats
+	limit, inFlight int
+}
+
+// sinkTotals sums the deliveries' counts per sink, in the order first seen.
+func sinkTotals(ds []*delivery.Delivery) []*sinkTotal {
+	var out []*sinkTotal
+	byName := map[string]*sinkTotal{}
+	for _, d := range ds {
+		s := d.Stats()
+		limit, inFlight := d.Concurrency()
+		t := byName[d.Name]
+		if t == nil {
+			t = &sinkTotal{name: d.Name, Stats: s, limit: limit, inFlight: inFlight}
+			byName[d.Name] = t
+			out = append(out, t)
+			continue
+		}
+		t.Delivered += s.Delivered
+		t.Failed += s.Failed
+		t.Retried += s.Retried
+		t.DeadLettered += s.DeadLettered
+		t.Queue.Offered += s.Queue.Offered
+		t.Queue.Coalesced += s.Queue.Coalesced
+		t.Queue.Cancelled += s.Queue.Cancelled
+		t.Pending += s.Pending
+		t.Capacity += s.Capacity
+		t.Parked += s.Parked
+		t.OldestParked = max(t.OldestParked, s.OldestParked)
+		t.Throttled += s.Throttled
+		t.Failing = t.Failing || s.Failing
+		t.limit += limit
+		t.inFlight += inFlight
+		for reason, n := range s.DestinationErrors {
+			if t.DestinationErrors == nil {
+				t.DestinationErrors = map[string]uint64{}
+			}
+			t.DestinationErrors[reason] += n
+		}
+	}
+	return out
 }

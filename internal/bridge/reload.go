@@ -39,8 +39,8 @@ func (b *Bridge) Reload(ctx context.Context, cfg *config.Config) error {
 	if !b.started.Load() {
 		return errors.New("the bridge is not running")
 	}
-	if b.opts.LeaderElection != nil {
-		return errors.New("live reload with leader election is not supported; roll the pods instead")
+	if b.opts.LeaderElection != nil || b.sharded != nil {
+		return errors.New("live reload with leader election or sharding is not supported; roll the pods instead")
 	}
 	old := b.opts.Config
 	if cfg.Cluster != old.Cluster || !reflect.DeepEqual(cfg.Checkpoint, old.Checkpoint) {

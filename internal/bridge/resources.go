@@ -57,10 +57,12 @@ func served(ctx context.Context, dc discovery.DiscoveryInterface, gvr schema.Gro
 // (its resource appeared and was listed) or stopped (its resource went
 // away: the empty cache makes every object of the view a deletion).
 func (b *Bridge) resourcesChanged(rules []*filters.Rule) {
-	if !b.deliver.delivering() {
-		return // not delivering: the reconciliation when it starts covers this
+	n := 0
+	for _, d := range b.deliverers() {
+		if d.delivering() { // else the reconciliation when it starts covers this
+			n += d.reconcileRules(rules)
+		}
 	}
-	n := b.deliver.reconcileRules(rules)
 	b.logger.Info("rules reconciled after their resource changed", "rules", len(rules), "events", n)
 }
 

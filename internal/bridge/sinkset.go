@@ -33,12 +33,18 @@ type sinkRun struct {
 	closers  []func(context.Context) error
 }
 
+// sinkCreator builds sinks: a *sinks.Registry, or what shares one sink
+// among the deliverers of several shards (sharedSinks).
+type sinkCreator interface {
+	Create(ctx context.Context, s sinks.Settings) (sinks.Sink, error)
+}
+
 // buildSinkSet builds the set for cfgs. A sink whose config equals its run
 // in prev keeps that run (queue, worker and view go on); the others are
 // built by reg. retired lists prev's runs that the new set does not keep
 // (changed or removed). Nothing changes until the caller publishes next: on
 // error what was built is closed and prev is untouched.
-func buildSinkSet(ctx context.Context, reg *sinks.Registry, cfgs []config.Sink, prev *sinkSet, logger *slog.Logger) (next *sinkSet, retired []*sinkRun, err error) {
+func buildSinkSet(ctx context.Context, reg sinkCreator, cfgs []config.Sink, prev *sinkSet, logger *slog.Logger) (next *sinkSet, retired []*sinkRun, err error) {
 	next = &sinkSet{byName: map[string]*sinkRun{}}
 	var built []*sinkRun
 	for _, sc := range cfgs {

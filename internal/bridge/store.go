@@ -18,6 +18,10 @@ func (b *Bridge) openCheckpoint(ctx context.Context) (checkpoint.Store, func() e
 			if err != nil {
 				return nil, nil, err
 			}
+			if err := checkShardLayout(ctx, store, b.opts.Config); err != nil {
+				_ = store.Close()
+				return nil, nil, err
+			}
 			return store, store.Close, nil
 		}
 	}

@@ -20,6 +20,11 @@ type Notification struct {
 	Cache   cache.KeyGetter            // the informer's cache
 	Object  *unstructured.Unstructured // the state an add or update notification carries
 	Gone    *unstructured.Unstructured // the last state, for a delete notification
+	// Replaced is the previous state of an update whose object has
+	// another uid (a relist found it deleted and created again under the
+	// same key): a receiver that places objects by uid (shards) must also
+	// tell the old incarnation's place that it is gone.
+	Replaced *unstructured.Unstructured
 	Resync  bool                       // an informer resync: a replay to the registration's sinks
 	// Initial marks an add of the informer's first list (see
 	// Informers.SkipInitialList): other caches may not have synced yet.
@@ -48,14 +53,18 @@ func handler(in *Informers, idx cache.Indexer, targets map[*filters.Rule][]strin
 			if !ok1 || !ok2 {
 				return
 			}
-			md := metadata(u)
+			md, oldMD := metadata(u), metadata(old)
 			rv, _ := md["resourceVersion"].(string)
-			oldRV, _ := metadata(old)["resourceVersion"].(string)
+			oldRV, _ := oldMD["resourceVersion"].(string)
 			resync := oldRV == rv
 			if resync && !replays {
 				return
 			}
-			in.notify(Notification{Key: objectKey(md), Targets: targets, Cache: idx, Object: u, Resync: resync})
+			n := Notification{Key: objectKey(md), Targets: targets, Cache: idx, Object: u, Resync: resync}
+			if uid, oldUID := md["uid"], oldMD["uid"]; uid != oldUID {
+				n.Replaced = old
+			}
+			in.notify(n)
 		},
 		DeleteFunc: func(obj any) {
 			// A tombstone without a usable last state still syncs the key:

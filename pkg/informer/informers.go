@@ -29,6 +29,12 @@ type Informers struct {
 	// without it they are notified with Initial set.
 	SkipInitialList bool
 
+	// ShardSelector, when set before Start, is sent with every list and
+	// watch of the rules' resources (ListOptions.ShardSelector, KEP-5866):
+	// an apiserver that serves it returns only the objects of those
+	// shards. Reselect changes it. The namespaces informer is not sharded.
+	ShardSelector string
+
 	// Discover, when set, says whether the cluster serves a resource now;
 	// it is asked every PollEvery (default 10s) once started, so that a
 	// rule whose resource is absent (a CRD not installed, or deleted)
@@ -50,6 +56,7 @@ type Informers struct {
 	ns          cache.SharedIndexInformer // namespaces, when a rule selects them by label
 	nsRules     []*filters.Rule
 
+	mu     sync.Mutex // Reselect and the poller replace informers one at a time
 	wg     sync.WaitGroup
 	runCtx context.Context
 	cancel context.CancelFunc
@@ -156,10 +163,12 @@ func (in *Informers) prepare(run *running) (*instance, error) {
 			}
 		}
 	}
+	shards := in.ShardSelector
 	inf := dynamicinformer.NewFilteredDynamicInformer(client, spec.GVR, spec.Namespace, resyncCheck, indexers,
 		func(o *metav1.ListOptions) {
 			o.LabelSelector = spec.LabelSelector
 			o.FieldSelector = spec.FieldSelector
+			o.ShardSelector = shards
 		}).Informer()
 	if err := inf.SetTransform(w.transform()); err != nil {
 		return nil, err
@@ -299,6 +308,35 @@ func (in *Informers) startInstance(inst *instance) {
 		defer close(inst.done)
 		inst.informer.RunWithContext(ctx)
 	}()
+}
+
+// Reselect replaces every informer of the rules' resources by one that
+// lists and watches with shardSelector, and waits until they synced or
+// ctx ends. A watch cannot change its selector, so the new informers list
+// again: their adds are notified with Initial set (an object they no
+// longer list is not notified as gone: the caller reconciles, reading the
+// new caches). No notification of the old informers follows its return.
+func (in *Informers) Reselect(ctx context.Context, shardSelector string) error {
+	in.mu.Lock()
+	in.ShardSelector = shardSelector
+	for _, run := range in.running {
+		old := run.cur.Load()
+		fresh, err := in.prepare(run)
+		if err != nil {
+			in.mu.Unlock()
+			return err
+		}
+		if old.cancel != nil {
+			old.cancel()
+			<-old.done
+		}
+		run.cur.Store(fresh)
+		if !run.absent.Load() {
+			in.startInstance(fresh)
+		}
+	}
+	in.mu.Unlock()
+	return in.WaitSynced(ctx)
 }
 
 // Stop stops every informer and waits for them. Idempotent.

@@ -47,12 +47,14 @@ func (in *Informers) poll(ctx context.Context) {
 				}
 				served[gvr] = present
 			}
+			in.mu.Lock()
 			switch {
 			case present && run.absent.Load():
 				in.appeared(ctx, run)
 			case !present && !run.absent.Load():
 				in.disappeared(run)
 			}
+			in.mu.Unlock()
 		}
 	}
 }

@@ -1,0 +1,491 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/kubebridge/kubebridge/internal/checkpoint"
+	"github.com/kubebridge/kubebridge/internal/shards"
+	"github.com/kubebridge/kubebridge/pkg/config"
+	"github.com/kubebridge/kubebridge/pkg/filters"
+	"github.com/kubebridge/kubebridge/pkg/informer"
+)
+
+// sharded is ownership by shards (config sharding): a shards.Owner holds
+// this replica's share of the shard Leases and drives one deliverer per
+// shard held, each with the shard's own views and checkpoint keys, fenced
+// by the shard's Lease. The informers are shared: notifications are
+// routed by the object's shard, and where the apiserver filters by shard
+// (KEP-5866) the informers list only the shards held (Reselect).
+type sharded struct {
+	b      *Bridge
+	space  shards.Space
+	owner  *shards.Owner
+	logger *slog.Logger
+	// filter: the apiserver serves shardSelector, so the informers ask
+	// for the shards held; otherwise they list everything and routing
+	// alone filters.
+	filter bool
+
+	store      checkpoint.Store // the KV bucket the shards' stores share
+	closeStore func() error
+	sinks      *sharedSinks
+
+	mu         sync.Mutex
+	deliverers map[int]*shardRun
+	table      atomic.Pointer[[]*deliverer] // by shard: those delivering, for the informers' goroutines
+
+	selectMu sync.Mutex
+	selected []bool // the shards the informers' selector asks for (filter)
+}
+
+// shardRun is a held shard's deliverer and whether it reconciled.
+type shardRun struct {
+	d     *deliverer
+	ready atomic.Bool
+}
+
+func newSharded(b *Bridge, sc *config.Sharding) *sharded {
+	s := &sharded{b: b, space: shards.Space{N: sc.Shards, Key: sc.Key}, logger: b.logger, deliverers: map[int]*shardRun{},
+		selected: make([]bool, sc.Shards)}
+	s.sinks = newSharedSinks(b.opts.Sinks, b.host)
+	empty := make([]*deliverer, sc.Shards)
+	s.table.Store(&empty)
+	return s
+}
+
+// start opens the checkpoint bucket, checks its layout, finds whether the
+// apiserver filters by shard, starts the informers and then the owner.
+func (s *sharded) start(ctx, syncCtx context.Context) error {
+	b := s.b
+	le := b.leaseSettings()
+	cs, err := kubernetes.NewForConfig(b.opts.REST)
+	if err != nil {
+		return err
+	}
+	store, ok, err := b.host.checkpointStore(ctx, b.opts.Config)
+	if !ok {
+		err = errors.New("sharding needs the NATS KV checkpoint (checkpoint.natsKV)")
+	}
+	if err != nil {
+		return err
+	}
+	s.store, s.closeStore = store, store.Close
+	if err := checkShardLayout(ctx, store, b.opts.Config); err != nil {
+		return err
+	}
+	s.filter = apiserverFiltersShards(ctx, cs, le.Namespace, s.space)
+	_, in := b.snapshot()
+	if s.filter {
+		in.ShardSelector = s.space.Selector(s.selected)
+		s.logger.Info("the apiserver filters by shard (ShardedListAndWatch): this replica lists and watches only the shards it holds")
+	} else {
+		s.logger.Info("the apiserver does not filter by shard (gate ShardedListAndWatch off, or older than 1.36): every replica lists every object and keeps its shards'")
+	}
+	s.owner, err = shards.New(shards.Options{Leases: cs.CoordinationV1().Leases(le.Namespace), Group: le.Name, Identity: le.Identity, Shards: s.space.N,
+		LeaseDuration: le.LeaseDuration, RenewDeadline: le.RenewDeadline, RetryPeriod: le.RetryPeriod, Logger: b.logger}, s)
+	if err != nil {
+		return err
+	}
+	if err := in.Start(syncCtx); err != nil {
+		return err
+	}
+	s.owner.Run()
+	b.logger.Info("bridge started; sharing the shards", "shards", s.space.N, "key", s.space.Key, "identity", le.Identity,
+		"informers", in.Specs(), "rules", len(b.rules))
+	return nil
+}
+
+// apiserverFiltersShards asks the apiserver a list with a shard selector
+// that matches everything: one that applies it says so (shardInfo).
+func apiserverFiltersShards(ctx context.Context, cs kubernetes.Interface, ns string, space shards.Space) bool {
+	all := make([]bool, space.N)
+	for i := range all {
+		all[i] = true
+	}
+	list, err := cs.CoordinationV1().Leases(ns).List(ctx, metav1.ListOptions{Limit: 1, ShardSelector: space.Selector(all)})
+	return err == nil && list.ShardInfo != nil
+}
+
+// Acquired starts delivering shard i (shards.Handler): its deliverer
+// loads the shard's views from the checkpoint, the informers are asked
+// for the shard where the apiserver filters, and once they synced the
+// views are reconciled.
+func (s *sharded) Acquired(ctx context.Context, i int) error {
+	b := s.b
+	cfg := b.opts.Config
+	d := newDeliverer(delivererOptions{
+		Registry:           b.opts.Sinks,
+		Host:               b.host,
+		Logger:             s.logger.With("shard", i),
+		Sinks:              s.sinks,
+		DeadLetter:         s.sinks.deadLetter,
+		Source:             s.source(i),
+		OpenStore:          s.openStore(i),
+		CheckpointInterval: b.opts.CheckpointInterval,
+		Fence:              func() error { return s.owner.Fence(i) },
+		Latency:            b.metrics.latency,
+	})
+	run := &shardRun{d: d}
+	s.mu.Lock()
+	s.deliverers[i] = run
+	s.publish()
+	s.mu.Unlock()
+	if err := d.start(ctx, cfg, cfg.Sinks); err != nil {
+		return err
+	}
+	if err := s.selectHeld(ctx); err != nil {
+		return err
+	}
+	_, in := b.snapshot()
+	if err := in.WaitSynced(ctx); err != nil {
+		return err
+	}
+	n := d.reconcileAll()
+	run.ready.Store(true)
+	s.logger.Info("delivering a shard", "shard", i, "replayedFromCheckpoint", n)
+	return nil
+}
+
+// Release stops delivering shard i, draining for up to the reload drain
+// and writing what was acknowledged (shards.Handler).
+func (s *sharded) Release(i int) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.b.opts.ReloadDrain)
+	defer cancel()
+	s.stop(ctx, i, false)
+}
+
+// Lost stops delivering shard i at once, writing nothing
+// (shards.Handler): its next owner reconciles from the checkpoint.
+func (s *sharded) Lost(i int) { s.stop(cancelled(), i, true) }
+
+func (s *sharded) stop(ctx context.Context, i int, abandon bool) {
+	s.mu.Lock()
+	run := s.deliverers[i]
+	delete(s.deliverers, i)
+	s.publish()
+	s.mu.Unlock()
+	if run == nil {
+		return
+	}
+	left, err := run.d.stop(ctx, abandon)
+	if err != nil || left > 0 {
+		s.logger.Warn("stopped delivering a shard", "shard", i, "undelivered", left, "error", err)
+	}
+}
+
+// stopAll stops every shard's deliverer (teardown), draining until ctx
+// ends; it returns how many events were left.
+func (s *sharded) stopAll(ctx context.Context) (left int, err error) {
+	s.mu.Lock()
+	runs := s.deliverers
+	s.deliverers = map[int]*shardRun{}
+	s.publish()
+	s.mu.Unlock()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	var errs []error
+	for _, run := range runs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l, e := run.d.stop(ctx, false)
+			mu.Lock()
+			left += l
+			errs = append(errs, e)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return left, errors.Join(errs...)
+}
+
+// publish makes the deliverers the informers' goroutines see; s.mu held.
+func (s *sharded) publish() {
+	t := make([]*deliverer, s.space.N)
+	for i, run := range s.deliverers {
+		t[i] = run.d
+	}
+	s.table.Store(&t)
+}
+
+// selectHeld points the informers at the shards held or being taken,
+// where the apiserver filters (one relist for several shards taken at
+// once: the first caller's selector covers the others).
+func (s *sharded) selectHeld(ctx context.Context) error {
+	if !s.filter {
+		return nil
+	}
+	s.selectMu.Lock()
+	defer s.selectMu.Unlock()
+	want := make([]bool, s.space.N)
+	s.mu.Lock()
+	for i := range s.deliverers {
+		want[i] = true
+	}
+	s.mu.Unlock()
+	covered := true
+	for i := range want {
+		if want[i] && !s.selected[i] {
+			covered = false
+		}
+	}
+	if covered {
+		return nil
+	}
+	_, in := s.b.snapshot()
+	sel := s.space.Selector(want)
+	if err := in.Reselect(ctx, sel); err != nil {
+		return fmt.Errorf("listing the shards held: %w", err)
+	}
+	s.selected = want
+	// The old informers' objects that the new ones do not list were not
+	// notified as gone: the shards kept reconcile against the new caches.
+	s.mu.Lock()
+	var kept []*shardRun
+	for _, run := range s.deliverers {
+		if run.ready.Load() {
+			kept = append(kept, run)
+		}
+	}
+	s.mu.Unlock()
+	for _, run := range kept {
+		run.d.reconcileAll()
+	}
+	return nil
+}
+
+// notify routes a notification to the deliverer of the object's shard
+// (and of its previous incarnation's, when it was replaced), each seeing
+// only its shard's objects in the cache.
+func (s *sharded) notify(n informer.Notification) {
+	table := *s.table.Load()
+	obj := n.Object
+	if obj == nil {
+		obj = n.Gone
+	}
+	if obj == nil {
+		if item, ok, err := n.Cache.GetByKey(n.Key); err == nil && ok {
+			obj, _ = item.(*unstructured.Unstructured)
+		}
+	}
+	if obj == nil { // no state to place it by: every shard checks its own
+		for i, d := range table {
+			if d != nil {
+				d.notify(s.scoped(n, i))
+			}
+		}
+		return
+	}
+	i := s.space.Of(obj)
+	if d := table[i]; d != nil {
+		d.notify(s.scoped(n, i))
+	}
+	if n.Replaced != nil {
+		if j := s.space.Of(n.Replaced); j != i && table[j] != nil {
+			gone := s.scoped(n, j)
+			gone.Object, gone.Initial, gone.Resync = nil, false, false // read the shard's cache: the key is gone from it
+			table[j].notify(gone)
+		}
+	}
+}
+
+// scoped is n as shard i sees it: its cache holds only the shard's objects.
+func (s *sharded) scoped(n informer.Notification, i int) informer.Notification {
+	n.Cache = shardCache{c: n.Cache, space: s.space, shard: i}
+	return n
+}
+
+// shardCache is a cache that holds only one shard's objects.
+type shardCache struct {
+	c     cache.KeyGetter
+	space shards.Space
+	shard int
+}
+
+func (c shardCache) GetByKey(key string) (any, bool, error) {
+	item, ok, err := c.c.GetByKey(key)
+	if err != nil || !ok {
+		return item, ok, err
+	}
+	if u, isU := item.(*unstructured.Unstructured); isU && c.space.Of(u) != c.shard {
+		return nil, false, nil
+	}
+	return item, ok, err
+}
+
+// shardSource is a source as shard i sees it.
+type shardSource struct {
+	in    source
+	space shards.Space
+	shard int
+}
+
+func (s shardSource) View(r *filters.Rule) []*unstructured.Unstructured {
+	return slices.DeleteFunc(s.in.View(r), func(u *unstructured.Unstructured) bool { return s.space.Of(u) != s.shard })
+}
+
+func (s shardSource) Cache(r *filters.Rule, key string) cache.KeyGetter {
+	c := s.in.Cache(r, key)
+	if c == nil {
+		return nil
+	}
+	return shardCache{c: c, space: s.space, shard: s.shard}
+}
+
+func (s *sharded) source(i int) func() ([]*filters.Rule, source) {
+	return func() ([]*filters.Rule, source) {
+		rules, in := s.b.source()
+		if in == nil {
+			return rules, nil
+		}
+		return rules, shardSource{in: in, space: s.space, shard: i}
+	}
+}
+
+// openStore opens shard i's part of the shared bucket; the shared store
+// stays open (closed at teardown).
+func (s *sharded) openStore(i int) func(context.Context) (checkpoint.Store, func() error, error) {
+	return func(context.Context) (checkpoint.Store, func() error, error) {
+		return shardStore{Store: s.store, suffix: fmt.Sprintf(".shard-%d", i)}, nil, nil
+	}
+}
+
+// shardStore is one shard's views in a store shared by all: its sinks'
+// keys carry the shard (<sink>.shard-<i>.<rule>.<key> in the KV).
+type shardStore struct {
+	checkpoint.Store
+	suffix string
+}
+
+func (s shardStore) Load(ctx context.Context, sink, rule string) (map[string]checkpoint.Entry, error) {
+	return s.Store.Load(ctx, sink+s.suffix, rule)
+}
+
+func (s shardStore) Apply(ctx context.Context, changes []checkpoint.Change) error {
+	scoped := make([]checkpoint.Change, len(changes))
+	for i, c := range changes {
+		c.Sink += s.suffix
+		scoped[i] = c
+	}
+	return s.Store.Apply(ctx, scoped)
+}
+
+func (shardStore) Close() error { return nil }
+
+// ready reports whether every shard held has reconciled.
+func (s *sharded) ready() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, run := range s.deliverers {
+		if !run.ready.Load() {
+			return false
+		}
+	}
+	return true
+}
+
+// heldShard is a shard held and its deliverer.
+type heldShard struct {
+	shard int
+	d     *deliverer
+}
+
+// held returns the shards held with their deliverers, by shard.
+func (s *sharded) held() []heldShard {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]heldShard, 0, len(s.deliverers))
+	for i, run := range s.deliverers {
+		out = append(out, heldShard{shard: i, d: run.d})
+	}
+	slices.SortFunc(out, func(a, b heldShard) int { return a.shard - b.shard })
+	return out
+}
+
+// runs returns the deliverers of the shards held, by shard.
+func (s *sharded) runs() []*deliverer {
+	held := s.held()
+	out := make([]*deliverer, len(held))
+	for k, h := range held {
+		out[k] = h.d
+	}
+	return out
+}
+
+// layoutSink, layoutRule and layoutKey hold, in the checkpoint, how its
+// views are laid out: sharding's shards and key. A sink name cannot start
+// with "_", so no sink's views collide with it.
+const layoutSink, layoutRule, layoutKey = "_layout", "sharding", "sharding"
+
+// checkShardLayout refuses a checkpoint whose views were written with
+// another layout (sharding on or off, another shard count or key): they
+// would be read under the wrong keys, and deletions made meanwhile lost.
+// A sharded config marks the bucket with its layout; no mark is "off".
+func checkShardLayout(ctx context.Context, store checkpoint.Store, cfg *config.Config) error {
+	want := "off"
+	if sc := cfg.Sharding; sc != nil {
+		want = fmt.Sprintf("%d shards by %s", sc.Shards, sc.Key)
+	}
+	got, err := store.Load(ctx, layoutSink, layoutRule)
+	if err != nil {
+		return fmt.Errorf("reading the checkpoint's layout: %w", err)
+	}
+	have := "off"
+	if e, marked := got[layoutKey]; marked {
+		have = e.Name
+	}
+	switch {
+	case have == want:
+		return nil
+	case have != "off":
+		return layoutError(have, want)
+	}
+	// An unmarked bucket: unsharded views, or none yet.
+	for _, r := range cfg.Rules {
+		for _, sink := range r.Sinks {
+			views, err := store.Load(ctx, sink, r.Name)
+			if err != nil {
+				return fmt.Errorf("reading the checkpoint's layout: %w", err)
+			}
+			if len(views) > 0 {
+				return layoutError(have, want)
+			}
+		}
+	}
+	return store.Apply(ctx, []checkpoint.Change{{Sink: layoutSink, Rule: layoutRule, Key: layoutKey, Entry: &checkpoint.Entry{UID: "-", ResourceVersion: "1", Name: want}}})
+}
+
+func layoutError(have, want string) error {
+	return fmt.Errorf("the checkpoint bucket holds views written with sharding %s, and the config asks for sharding %s: "+
+		"its views cannot be read that way (deletions made meanwhile would be lost); keep the sharding it was written with, "+
+		"or name a new checkpoint.natsKV.bucket (every object is then delivered again)", have, want)
+}
+
+// shardedStats are a sharded bridge's counts for metrics.
+func (s *sharded) stats() shards.Stats {
+	if s.owner == nil {
+		return shards.Stats{}
+	}
+	return s.owner.Stats()
+}
+
+// closeShared closes the shared store once every shard stopped.
+func (s *sharded) closeShared() error {
+	if s.closeStore == nil {
+		return nil
+	}
+	err := s.closeStore()
+	s.closeStore = nil
+	return err
+}

@@ -1,0 +1,130 @@
+package bridge
+
+import (
+	"context"
+	"sync"
+
+	"github.com/kubebridge/kubebridge/pkg/config"
+	"github.com/kubebridge/kubebridge/pkg/sinks"
+)
+
+// sharedSinks builds each sink, and each dead-letter, once for all the
+// shards a replica delivers: their deliverers share it (a file appended
+// by one writer, one exec plugin process, one connection pool), and the
+// last to close it closes it.
+type sharedSinks struct {
+	reg  *sinks.Registry
+	host *host
+
+	mu   sync.Mutex
+	refs map[string]*sharedRef
+}
+
+type sharedRef struct {
+	value any
+	close func(context.Context) error
+	n     int
+}
+
+func newSharedSinks(reg *sinks.Registry, h *host) *sharedSinks {
+	return &sharedSinks{reg: reg, host: h, refs: map[string]*sharedRef{}}
+}
+
+// acquire returns key's value, opened at its first use, and what releases
+// this use of it.
+func (s *sharedSinks) acquire(key string, open func() (any, func(context.Context) error, error)) (any, func(context.Context) error, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.refs[key]
+	if r == nil {
+		v, c, err := open()
+		if err != nil {
+			return nil, nil, err
+		}
+		r = &sharedRef{value: v, close: c}
+		s.refs[key] = r
+	}
+	r.n++
+	var once sync.Once
+	release := func(ctx context.Context) (err error) {
+		once.Do(func() {
+			s.mu.Lock()
+			r.n--
+			last := r.n == 0
+			if last {
+				delete(s.refs, key)
+			}
+			s.mu.Unlock()
+			if last && r.close != nil {
+				err = r.close(ctx)
+			}
+		})
+		return err
+	}
+	return r.value, release, nil
+}
+
+// Create implements sinkCreator.
+func (s *sharedSinks) Create(ctx context.Context, st sinks.Settings) (sinks.Sink, error) {
+	v, release, err := s.acquire("sink/"+st.Config.Name, func() (any, func(context.Context) error, error) {
+		sink, err := s.reg.Create(ctx, st)
+		if err != nil {
+			return nil, nil, err
+		}
+		return sink, sink.Close, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return shareSink(v.(sinks.Sink), release), nil
+}
+
+// deadLetter is delivererOptions.DeadLetter.
+func (s *sharedSinks) deadLetter(ctx context.Context, cfg *config.Config, sc config.Sink) (sinks.DeadLetter, func(context.Context) error, error) {
+	if sc.DeadLetter == nil {
+		return nil, nil, nil
+	}
+	v, release, err := s.acquire("deadLetter/"+sc.Name, func() (any, func(context.Context) error, error) {
+		dl, c, err := s.host.deadLetter(ctx, cfg, sc.DeadLetter)
+		return dl, c, err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return v.(sinks.DeadLetter), release, nil
+}
+
+// sharedSink is one use of a shared sink: Close releases it.
+type sharedSink struct {
+	sinks.Sink
+	release func(context.Context) error
+}
+
+func (s *sharedSink) Close(ctx context.Context) error { return s.release(ctx) }
+
+// shareSink wraps sink for one user, keeping the optional interfaces the
+// delivery looks for.
+func shareSink(sink sinks.Sink, release func(context.Context) error) sinks.Sink {
+	h := &sharedSink{Sink: sink, release: release}
+	b, batches := sink.(sinks.Batcher)
+	hc, checks := sink.(sinks.HealthChecker)
+	switch {
+	case batches && checks:
+		return struct {
+			*sharedSink
+			sinks.Batcher
+			sinks.HealthChecker
+		}{h, b, hc}
+	case batches:
+		return struct {
+			*sharedSink
+			sinks.Batcher
+		}{h, b}
+	case checks:
+		return struct {
+			*sharedSink
+			sinks.HealthChecker
+		}{h, hc}
+	}
+	return h
+}
