@@ -74,9 +74,9 @@ var (
 	descShardPending   = prometheus.NewDesc("kubebridge_shard_pending_events", "Events of a held shard queued or in flight, all its sinks together.", []string{"shard"}, nil)
 	descShardLag       = prometheus.NewDesc("kubebridge_shard_checkpoint_lag", "Acknowledged changes of a held shard not yet written to the checkpoint.", []string{"shard"}, nil)
 	descShardFiltered  = prometheus.NewDesc("kubebridge_shards_apiserver_filtered", "1 when the apiserver lists and watches only this replica's shards (ShardedListAndWatch), 0 when the replica filters every object itself.", nil, nil)
-	descEvalErrors = prometheus.NewDesc("kubebridge_rule_where_errors_total", "where evaluations that failed (the event was not delivered).", []string{"rule"}, nil)
-	descSynced     = prometheus.NewDesc("kubebridge_informers_synced", "1 once every informer's cache has synced.", nil, nil)
-	descBuild      = prometheus.NewDesc("kubebridge_build_info", "The build.", []string{"version", "commit"}, nil)
+	descEvalErrors     = prometheus.NewDesc("kubebridge_rule_where_errors_total", "where evaluations that failed (the event was not delivered).", []string{"rule"}, nil)
+	descSynced         = prometheus.NewDesc("kubebridge_informers_synced", "1 once every informer's cache has synced.", nil, nil)
+	descBuild          = prometheus.NewDesc("kubebridge_build_info", "The build.", []string{"version", "commit"}, nil)
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) { prometheus.DescribeByCollect(c, ch) }

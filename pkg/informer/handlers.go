@@ -25,7 +25,7 @@ type Notification struct {
 	// same key): a receiver that places objects by uid (shards) must also
 	// tell the old incarnation's place that it is gone.
 	Replaced *unstructured.Unstructured
-	Resync  bool                       // an informer resync: a replay to the registration's sinks
+	Resync   bool // an informer resync: a replay to the registration's sinks
 	// Initial marks an add of the informer's first list (see
 	// Informers.SkipInitialList): other caches may not have synced yet.
 	Initial bool
