@@ -16,7 +16,36 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{/* The config file, as the bridge reads it. */}}
 {{- define "kubebridge.config" -}}
 {{- $cfg := merge (dict "apiVersion" "kubebridge.io/v1alpha1" "kind" "BridgeConfig") (deepCopy .Values.config) -}}
+{{- if include "kubebridge.sharded" . -}}
+{{- $_ := set $cfg "sharding" (dict "shards" (int .Values.sharding.shards) "key" (.Values.sharding.key | default "uid")) -}}
+{{- end -}}
 {{ toYaml $cfg }}
+{{- end -}}
+
+{{/* kubebridge.sharded is "true" when sharding.shards > 0, else empty. */}}
+{{- define "kubebridge.sharded" -}}
+{{- if gt (int ((.Values.sharding | default dict).shards | default 0)) 0 }}true{{ end -}}
+{{- end -}}
+
+{{/*
+kubebridge.checkSharding fails the render when sharding cannot keep its
+promise: each shard's views must be readable by whichever replica owns it
+next (a NATS KV every replica reaches), and the bridge does not apply a
+config change in place while it shares shards (hotReload).
+*/}}
+{{- define "kubebridge.checkSharding" -}}
+{{- if include "kubebridge.sharded" . -}}
+{{- $kind := include "kubebridge.checkpointKind" . -}}
+{{- if ne $kind "natsKV" -}}
+{{- fail (printf "sharding.shards=%d needs config.checkpoint.natsKV on a NATS server every replica reaches (a nats sink with a url, not embedded): each shard's acknowledged views must be readable by whichever replica owns the shard next; the checkpoint is %s" (int .Values.sharding.shards) $kind) -}}
+{{- end -}}
+{{- if .Values.hotReload -}}
+{{- fail "sharding shares the objects among replicas, which do not apply a config change in place: set hotReload=false (config changes roll the pods)" -}}
+{{- end -}}
+{{- if (.Values.config | default dict).sharding -}}
+{{- fail "set sharding in the chart's sharding values (shards, key), not in config.sharding" -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{/* The Lease the replicas share (--leader-elect-name). */}}
@@ -147,7 +176,7 @@ checkpoint and never deliver the objects deleted during the handover.
 */}}
 {{- define "kubebridge.checkLeaderElection" -}}
 {{- $replicas := int .Values.replicas -}}
-{{- if and .Values.leaderElection.enabled (gt $replicas 1) -}}
+{{- if and .Values.leaderElection.enabled (gt $replicas 1) (not (include "kubebridge.sharded" .)) -}}
 {{- $kind := include "kubebridge.checkpointKind" . -}}
 {{- if eq $kind "file" -}}
 {{- fail (printf "leaderElection.enabled=true with replicas=%d needs a checkpoint every replica reads: with the file checkpoint on %s, a new leader starts from an empty checkpoint and never delivers the objects deleted during the handover as deleted. Set config.checkpoint.natsKV (sink: <a nats sink>, bucket: kubebridge), or persistence.enabled=true with persistence.accessMode=ReadWriteMany (a volume every node mounts), or replicas=1" $replicas (ternary "a ReadWriteOnce PVC" "an emptyDir" (.Values.persistence.enabled | default false))) -}}
@@ -181,7 +210,7 @@ its checkpoint, release the volume) before the new one starts: Recreate.
 Otherwise the pods roll and the Lease keeps one delivering.
 */}}
 {{- define "kubebridge.strategy" -}}
-{{- if and (eq (include "kubebridge.dataVolume" .) "pvc") (or (ne (toString .Values.persistence.accessMode) "ReadWriteMany") (not .Values.leaderElection.enabled)) -}}
+{{- if and (eq (include "kubebridge.dataVolume" .) "pvc") (or (ne (toString .Values.persistence.accessMode) "ReadWriteMany") (not (or .Values.leaderElection.enabled (include "kubebridge.sharded" .)))) -}}
 Recreate
 {{- else -}}
 RollingUpdate
