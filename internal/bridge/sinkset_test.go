@@ -25,6 +25,7 @@ type testSinks struct {
 	mu      sync.Mutex
 	log     []string // "create a", "close a"
 	taken   map[string][]string
+	changes map[string][]string // "<change> <uid>"
 	hold    chan struct{} // while open, Send blocks
 	failFor string        // Create of this sink name fails
 }
@@ -79,8 +80,12 @@ func (s *testSink) Send(ctx context.Context, evs []*event.Event) error {
 	if s.ts.taken == nil {
 		s.ts.taken = map[string][]string{}
 	}
+	if s.ts.changes == nil {
+		s.ts.changes = map[string][]string{}
+	}
 	for _, e := range evs {
 		s.ts.taken[s.name] = append(s.ts.taken[s.name], e.Name)
+		s.ts.changes[s.name] = append(s.ts.changes[s.name], fmt.Sprintf("%s %s", e.Change, e.UID))
 	}
 	return nil
 }
