@@ -154,4 +154,3 @@ func TestCheckpointLayoutIsFixed(t *testing.T) {
 		}
 	})
 }
-

@@ -26,8 +26,8 @@ type testSinks struct {
 	log     []string // "create a", "close a"
 	taken   map[string][]string
 	changes map[string][]string // "<change> <uid>"
-	hold    chan struct{} // while open, Send blocks
-	failFor string        // Create of this sink name fails
+	hold    chan struct{}       // while open, Send blocks
+	failFor string              // Create of this sink name fails
 }
 
 type testSinkConfig struct {
