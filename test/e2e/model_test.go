@@ -78,11 +78,23 @@ import (
 //	KUBEBRIDGE_MODEL_FAULTS  comma list of kill,term,hook,reload,apiserver,nats,refuse,churn,rotate,crd; "none"; default all
 //	KUBEBRIDGE_MODEL_RULES   comma list of rule names to configure (default all: a-all,a-del,b-all,b-upd,c-all,c-del,g-all,g-del)
 //	KUBEBRIDGE_MODEL_KEEP    a directory: on failure, the bridge log and what each sink received are copied there
+//	KUBEBRIDGE_MODEL_SHARDS  TestModel with sharding: that many shards (default 0: one bridge, file checkpoint)
+//
+// TestModelSharded runs the same model with sharding (4 shards, NATS KV
+// checkpoint) and two to three replicas: a kill or term hits one replica,
+// the others keep delivering; a reload is a rolling restart onto the new
+// config; scale adds a replica or takes one away (SIGTERM); an apiserver
+// restart outlasts the shard Leases' renew deadline, so every replica
+// loses its shards and takes them again.
 //
 // The seed fixes the schedule (operations, their targets, fault kinds and
 // durations), not the timing relative to the bridge, so a rerun with the
 // same seed explores the same scenario but may interleave differently.
-func TestModel(t *testing.T) {
+func TestModel(t *testing.T) { testModel(t, modelEnvInt("KUBEBRIDGE_MODEL_SHARDS", 0)) }
+
+func TestModelSharded(t *testing.T) { testModel(t, modelEnvInt("KUBEBRIDGE_MODEL_SHARDS", 4)) }
+
+func testModel(t *testing.T, shards int) {
 	seed := time.Now().UnixNano() % 1_000_000_000
 	if s, err := strconv.ParseInt(os.Getenv("KUBEBRIDGE_MODEL_SEED"), 10, 64); err == nil {
 		seed = s
@@ -104,6 +116,9 @@ func TestModel(t *testing.T) {
 			}
 		}
 	}
+	if shards == 0 {
+		delete(faults, "scale") // replicas come and go only when they share shards
+	}
 	var only map[string]bool
 	if v := os.Getenv("KUBEBRIDGE_MODEL_RULES"); v != "" {
 		only = map[string]bool{}
@@ -114,7 +129,7 @@ func TestModel(t *testing.T) {
 	for i := range runs {
 		s := seed + int64(i)
 		t.Run(fmt.Sprintf("seed=%d", s), func(t *testing.T) {
-			m := &modelRun{t: t, seed: s, nOps: ops, faults: faults, only: only}
+			m := &modelRun{t: t, seed: s, nOps: ops, faults: faults, only: only, shards: shards}
 			m.run()
 		})
 	}
@@ -128,7 +143,7 @@ func modelEnvInt(name string, def int) int {
 }
 
 var (
-	modelFaultKinds = []string{"kill", "term", "hook", "reload", "apiserver", "nats", "refuse", "churn", "rotate", "crd"}
+	modelFaultKinds = []string{"kill", "term", "hook", "reload", "apiserver", "nats", "refuse", "churn", "rotate", "crd", "scale"}
 	modelNamespaces = []string{"mdl-a", "mdl-b", "mdl-c", "mdl-d"}
 	modelNames      = []string{"o0", "o1", "o2", "o3", "o4", "o5"}
 	modelSinks      = []string{"file", "bus", "hook", "shaped"}
@@ -242,7 +257,11 @@ type modelRun struct {
 	am *testenv.Alertmanager
 
 	dir, cfgPath, ckptPath, filePath string
-	bridge                           *bridgeProc
+	// bridges are the running replicas: one, or (shards > 0) two to three
+	// sharing the shards; replicaN names the next one.
+	bridges  []*bridgeProc
+	shards   int
+	replicaN int
 	variant                          int
 	hookUpAt                         time.Time // zero while the webhook is up
 	refuseUntil                      time.Time // zero while the webhook refuses nothing
@@ -383,7 +402,7 @@ func (m *modelRun) schedule() []string {
 	}
 	weights := []w{{"create", 22}, {"update", 20}, {"delete", 9}, {"recreate", 8}, {"relabel", 14}, {"nsflip", 7},
 		{"kill", 4}, {"term", 2}, {"hook", 3}, {"reload", 4}, {"apiserver", 2}, {"nats", 2}, {"refuse", 3}, {"churn", 2},
-		{"rotate", 2}, {"crd", 2}}
+		{"rotate", 2}, {"crd", 2}, {"scale", 3}}
 	total := 0
 	for _, x := range weights {
 		if m.isFault(x.kind) && !m.faults[x.kind] {
@@ -438,6 +457,8 @@ func (m *modelRun) do(kind string, i int) {
 		m.opNSFlip(m.cs)
 	case "kill", "term":
 		m.restartBridge(kind)
+	case "scale":
+		m.scale()
 	case "hook":
 		if !m.hookUpAt.IsZero() {
 			m.opUpdate(m.cs, i)
@@ -766,7 +787,11 @@ func (m *modelRun) config() string {
 	fmt.Fprintf(&b, `apiVersion: kubebridge.io/v1alpha1
 kind: BridgeConfig
 cluster: model
-sinks:
+`)
+	if m.shards > 0 {
+		fmt.Fprintf(&b, "checkpoint: {natsKV: {sink: bus, bucket: kb-model}}\nsharding: {shards: %d}\n", m.shards)
+	}
+	fmt.Fprintf(&b, `sinks:
   - name: file
     file: {path: %s}
   - name: bus
@@ -826,46 +851,101 @@ sinks:
 }
 
 func (m *modelRun) startBridge() {
-	if m.bridge == nil {
-		m.bridge = startBridge(m.t, m.cp, "", withConfigFile(m.cfgPath), withCheckpointFile(m.ckptPath), withRestartFlags())
-	} else {
-		m.bridge.start()
+	if m.shards == 0 {
+		if len(m.bridges) == 0 {
+			m.bridges = []*bridgeProc{startBridge(m.t, m.cp, "", withConfigFile(m.cfgPath), withCheckpointFile(m.ckptPath), withRestartFlags())}
+		} else {
+			m.bridges[0].start()
+		}
+		m.logOp("bridge started (pid %d, config variant %d)", m.bridges[0].cmd.Process.Pid, m.variant)
+		return
 	}
-	m.logOp("bridge started (pid %d, config variant %d)", m.bridge.cmd.Process.Pid, m.variant)
+	for range 2 {
+		m.addReplica()
+	}
+}
+
+// addReplica starts one more replica sharing the shards (short Leases: a
+// killed replica's shards move within seconds).
+func (m *modelRun) addReplica() {
+	name := fmt.Sprintf("replica-%d", m.replicaN)
+	m.replicaN++
+	b := startBridge(m.t, m.cp, "", withConfigFile(m.cfgPath), withConfigCheckpoint(), withRestartFlags(), withShortLease(),
+		withFlags("--leader-elect-namespace", "default", "--leader-elect-name", "kb-model", "--identity", name),
+		withReadyLog("bridge started; sharing the shards"))
+	m.bridges = append(m.bridges, b)
+	m.logOp("replica %s started (pid %d, config variant %d, %d replicas)", name, b.cmd.Process.Pid, m.variant, len(m.bridges))
+}
+
+// scale adds a replica (up to three) or takes one away (SIGTERM), at
+// random; never below one.
+func (m *modelRun) scale() {
+	if m.shards == 0 {
+		return
+	}
+	if len(m.bridges) < 3 && (len(m.bridges) == 1 || m.rng.IntN(2) == 0) {
+		m.addReplica()
+		return
+	}
+	i := m.rng.IntN(len(m.bridges))
+	b := m.bridges[i]
+	if exited, err := b.terminate(40 * time.Second); !exited || err != nil {
+		m.t.Errorf("%s: a replica scaled away did not stop cleanly on SIGTERM (exited %v, %v)", m.seedLine(), exited, err)
+	}
+	m.bridges = slices.Delete(m.bridges, i, i+1)
+	m.logOp("a replica scaled away (SIGTERM): %d replicas", len(m.bridges))
 }
 
 // checkBridgeAlive restarts a bridge that exited by itself, and says so.
 func (m *modelRun) checkBridgeAlive() {
-	if m.bridge.exited() {
-		m.logOp("bridge exited by itself: %v", m.bridge.err)
-		m.t.Errorf("%s: the bridge exited by itself (%v); see the operation log", m.seedLine(), m.bridge.err)
-		m.startBridge()
+	for _, b := range m.bridges {
+		if b.exited() {
+			m.logOp("bridge exited by itself: %v", b.err)
+			m.t.Errorf("%s: the bridge exited by itself (%v); see the operation log", m.seedLine(), b.err)
+			b.start()
+		}
 	}
 }
 
-// restartBridge stops the bridge (SIGKILL or SIGTERM), makes a few changes
-// while it is down, and starts it again.
+// restartBridge stops the bridge (SIGKILL or SIGTERM; sharded: one
+// replica, the others go on), makes a few changes while it is down, and
+// starts it again.
 func (m *modelRun) restartBridge(kind string) {
-	b := m.bridge
+	b := m.bridges[m.rng.IntN(len(m.bridges))]
 	if kind == "kill" {
 		b.kill()
 		m.logOp("bridge SIGKILLed")
 	} else {
-		t0 := time.Now()
-		if exited, err := b.terminate(40 * time.Second); exited {
-			m.logOp("bridge SIGTERMed: exit %v after %s", err, time.Since(t0).Round(time.Millisecond))
-			if err != nil {
-				m.notes = append(m.notes, fmt.Sprintf("SIGTERM at %s: exit %v (webhook down: %v)", time.Since(m.start).Round(time.Millisecond), err, !m.hookUpAt.IsZero()))
-			}
-		} else {
-			m.logOp("bridge did not stop within 40s of SIGTERM; killed")
-			m.t.Errorf("%s: the bridge did not stop within 40s of SIGTERM", m.seedLine())
-		}
+		m.terminate(b)
 	}
 	for range m.rng.IntN(4) {
 		m.randomChange(m.cs, len(m.opLog))
 	}
-	m.startBridge()
+	b.start()
+	m.logOp("bridge started again (pid %d, config variant %d)", b.cmd.Process.Pid, m.variant)
+}
+
+// terminate stops b with SIGTERM, as a pod deletion does.
+func (m *modelRun) terminate(b *bridgeProc) {
+	t0 := time.Now()
+	if exited, err := b.terminate(40 * time.Second); exited {
+		m.logOp("bridge SIGTERMed: exit %v after %s", err, time.Since(t0).Round(time.Millisecond))
+		if err != nil {
+			m.notes = append(m.notes, fmt.Sprintf("SIGTERM at %s: exit %v (webhook down: %v)", time.Since(m.start).Round(time.Millisecond), err, !m.hookUpAt.IsZero()))
+		}
+	} else {
+		m.logOp("bridge did not stop within 40s of SIGTERM; killed")
+		m.t.Errorf("%s: the bridge did not stop within 40s of SIGTERM", m.seedLine())
+	}
+}
+
+// logs is every replica's log, one after the other.
+func (m *modelRun) logs() string {
+	var b strings.Builder
+	for _, r := range m.bridges {
+		b.WriteString(r.log())
+	}
+	return b.String()
 }
 
 // writeConfig replaces the config file atomically (as a ConfigMap volume
@@ -881,6 +961,17 @@ func (m *modelRun) writeConfig() {
 // the previous variant is written back so that file and bridge agree.
 func (m *modelRun) reload() {
 	m.variant = 1 - m.variant
+	if m.shards > 0 {
+		// Sharded replicas do not reload in place: the pods roll, one at a
+		// time, onto the new config.
+		m.writeConfig()
+		m.logOp("config rewritten: variant %d; rolling the replicas", m.variant)
+		for _, b := range m.bridges {
+			m.terminate(b)
+			b.start()
+		}
+		return
+	}
 	refusal := m.applyConfig()
 	if refusal == "" {
 		return
@@ -895,13 +986,13 @@ func (m *modelRun) reload() {
 // applyConfig writes the config of the current variant and waits until the
 // bridge reloaded it; it returns the refusal logged, if any.
 func (m *modelRun) applyConfig() string {
-	log := m.bridge.log()
+	log := m.bridges[0].log()
 	before, refusedBefore := strings.Count(log, "config reloaded"), strings.Count(log, "config change refused")
 	m.writeConfig()
 	m.logOp("config rewritten: variant %d", m.variant)
 	refusal := ""
 	applied := poll(30*time.Second, func() bool {
-		log := m.bridge.log()
+		log := m.bridges[0].log()
 		if strings.Count(log, "config reloaded") > before {
 			m.logOp("config reloaded")
 			return true
@@ -940,18 +1031,19 @@ func (m *modelRun) maybeHookUp(now bool) {
 }
 
 func (m *modelRun) stopBridgeAtEnd() {
-	b := m.bridge
-	if !b.exited() {
-		switch exited, err := b.terminate(40 * time.Second); {
-		case !exited:
-			m.t.Errorf("%s: the bridge did not stop within 40s of the final SIGTERM", m.seedLine())
-		case err != nil:
-			m.t.Errorf("%s: the bridge exited with %v on the final SIGTERM (everything was delivered)", m.seedLine(), err)
+	for _, b := range m.bridges {
+		if !b.exited() {
+			switch exited, err := b.terminate(40 * time.Second); {
+			case !exited:
+				m.t.Errorf("%s: the bridge did not stop within 40s of the final SIGTERM", m.seedLine())
+			case err != nil:
+				m.t.Errorf("%s: the bridge exited with %v on the final SIGTERM (everything was delivered)", m.seedLine(), err)
+			}
 		}
-	}
-	if log := b.log(); strings.Contains(log, "WARNING: DATA RACE") {
-		i := strings.Index(log, "WARNING: DATA RACE")
-		m.t.Errorf("%s: the race detector fired in the bridge:\n%s", m.seedLine(), log[i:min(len(log), i+6000)])
+		if log := b.log(); strings.Contains(log, "WARNING: DATA RACE") {
+			i := strings.Index(log, "WARNING: DATA RACE")
+			m.t.Errorf("%s: the race detector fired in the bridge:\n%s", m.seedLine(), log[i:min(len(log), i+6000)])
+		}
 	}
 }
 
@@ -964,9 +1056,24 @@ type modelEvent struct {
 	ns, name string
 }
 
-// pending is the sum of the sinks' queue depths from /metrics, or -1.
+// pending is the sum of the sinks' queue depths from every replica's
+// /metrics, or -1.
 func (m *modelRun) pending() int {
-	admin, err := adminURLOf(m.bridge.logPath)
+	total := 0
+	for _, b := range m.bridges {
+		p := bridgePending(b)
+		if p < 0 {
+			return -1
+		}
+		total += p
+	}
+	return total
+}
+
+// bridgePending is the sum of one bridge's queue depths, or -1. A replica
+// that holds no shard has no deliveries to report.
+func bridgePending(b *bridgeProc) int {
+	admin, err := adminURLOf(b.logPath)
 	if err != nil {
 		return -1
 	}
@@ -984,7 +1091,7 @@ func (m *modelRun) pending() int {
 		total += int(v)
 		found++
 	}
-	if found < len(modelSinks) {
+	if found < len(modelSinks) && !regexp.MustCompile(`(?m)^kubebridge_shards_owned 0$`).Match(body) {
 		return -1
 	}
 	return total
@@ -1565,7 +1672,7 @@ func (m *modelRun) verify() {
 		dir := filepath.Join(keep, strconv.FormatInt(m.seed, 10))
 		if err := os.MkdirAll(dir, 0o755); err == nil {
 			copyTo := func(name string, data []byte) { _ = os.WriteFile(filepath.Join(dir, name), data, 0o644) }
-			copyTo("bridge.log", []byte(m.bridge.log()))
+			copyTo("bridge.log", []byte(m.logs()))
 			for _, sink := range modelSinks {
 				var lines []string
 				for _, e := range recv[sink] {
