@@ -259,17 +259,17 @@ type modelRun struct {
 	dir, cfgPath, ckptPath, filePath string
 	// bridges are the running replicas: one, or (shards > 0) two to three
 	// sharing the shards; replicaN names the next one.
-	bridges  []*bridgeProc
-	shards   int
-	replicaN int
-	variant                          int
-	hookUpAt                         time.Time // zero while the webhook is up
-	refuseUntil                      time.Time // zero while the webhook refuses nothing
-	tokenPath                        string    // the webhook's bearerTokenFile
-	token                            string    // what the webhook takes
-	rotateAt                         time.Time // when the token file gets the new token; zero: done
-	dyn                              dynamic.Interface
-	gadgets                          int // gadgets made so far (names)
+	bridges     []*bridgeProc
+	shards      int
+	replicaN    int
+	variant     int
+	hookUpAt    time.Time // zero while the webhook is up
+	refuseUntil time.Time // zero while the webhook refuses nothing
+	tokenPath   string    // the webhook's bearerTokenFile
+	token       string    // what the webhook takes
+	rotateAt    time.Time // when the token file gets the new token; zero: done
+	dyn         dynamic.Interface
+	gadgets     int // gadgets made so far (names)
 
 	start time.Time
 	opLog []string
