@@ -58,7 +58,7 @@ type shardRun struct {
 func newSharded(b *Bridge, sc *config.Sharding) *sharded {
 	s := &sharded{b: b, space: shards.Space{N: sc.Shards, Key: sc.Key}, logger: b.logger, deliverers: map[int]*shardRun{},
 		selected: make([]bool, sc.Shards)}
-	s.sinks = newSharedSinks(b.opts.Sinks, b.host)
+	s.sinks = newSharedSinks(b.opts.Sinks, b.host, b.logger)
 	empty := make([]*deliverer, sc.Shards)
 	s.table.Store(&empty)
 	return s

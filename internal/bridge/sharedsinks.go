@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 
 	"github.com/kubebridge/kubebridge/pkg/config"
@@ -13,8 +14,9 @@ import (
 // by one writer, one exec plugin process, one connection pool), and the
 // last to close it closes it.
 type sharedSinks struct {
-	reg  *sinks.Registry
-	host *host
+	reg    *sinks.Registry
+	host   *host
+	logger *slog.Logger // the sinks log for every shard, not the first one's
 
 	mu   sync.Mutex
 	refs map[string]*sharedRef
@@ -26,8 +28,8 @@ type sharedRef struct {
 	n     int
 }
 
-func newSharedSinks(reg *sinks.Registry, h *host) *sharedSinks {
-	return &sharedSinks{reg: reg, host: h, refs: map[string]*sharedRef{}}
+func newSharedSinks(reg *sinks.Registry, h *host, logger *slog.Logger) *sharedSinks {
+	return &sharedSinks{reg: reg, host: h, logger: logger, refs: map[string]*sharedRef{}}
 }
 
 // acquire returns key's value, opened at its first use, and what releases
@@ -67,6 +69,7 @@ func (s *sharedSinks) acquire(key string, open func() (any, func(context.Context
 // Create implements sinkCreator.
 func (s *sharedSinks) Create(ctx context.Context, st sinks.Settings) (sinks.Sink, error) {
 	v, release, err := s.acquire("sink/"+st.Config.Name, func() (any, func(context.Context) error, error) {
+		st.Logger = s.logger.With("sink", st.Config.Name)
 		sink, err := s.reg.Create(ctx, st)
 		if err != nil {
 			return nil, nil, err

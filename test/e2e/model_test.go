@@ -931,7 +931,7 @@ func (m *modelRun) terminate(b *bridgeProc) {
 	if exited, err := b.terminate(40 * time.Second); exited {
 		m.logOp("bridge SIGTERMed: exit %v after %s", err, time.Since(t0).Round(time.Millisecond))
 		if err != nil {
-			m.notes = append(m.notes, fmt.Sprintf("SIGTERM at %s: exit %v (webhook down: %v)", time.Since(m.start).Round(time.Millisecond), err, !m.hookUpAt.IsZero()))
+			m.notes = append(m.notes, fmt.Sprintf("SIGTERM at %s: exit %v (webhook down: %v): %s", time.Since(m.start).Round(time.Millisecond), err, !m.hookUpAt.IsZero(), lastErrorLine(b.runLog())))
 		}
 	} else {
 		m.logOp("bridge did not stop within 40s of SIGTERM; killed")
@@ -1689,4 +1689,15 @@ func (m *modelRun) verify() {
 		}
 	}
 	t.Error(b.String())
+}
+
+// lastErrorLine is the last line of log at level ERROR, or "".
+func lastErrorLine(log string) string {
+	lines := strings.Split(log, "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if strings.Contains(lines[i], "level=ERROR") {
+			return lines[i]
+		}
+	}
+	return ""
 }
