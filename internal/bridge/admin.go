@@ -78,10 +78,12 @@ func (t *target) ReplayRules(sink, rule string) ([]string, error) {
 func (t *target) Replay(sink, rule string) int {
 	b := (*Bridge)(t)
 	n := 0
-	for _, d := range b.deliverers() {
-		if s := d.running(sink); s != nil { // else stopped delivering meanwhile
-			n += d.reconcile(s, rule, event.ReplayResync)
+	b.readingCaches(func() {
+		for _, d := range b.deliverers() {
+			if s := d.running(sink); s != nil { // else stopped delivering meanwhile
+				n += d.reconcile(s, rule, event.ReplayResync)
+			}
 		}
-	}
+	})
 	return n
 }

@@ -396,6 +396,16 @@ func (b *Bridge) Deliveries() []*delivery.Delivery {
 	return out
 }
 
+// readingCaches runs fn, which reconciles views against the caches, while
+// no Reselect replaces them (sharded); alone, it just runs fn.
+func (b *Bridge) readingCaches(fn func()) {
+	if b.sharded != nil {
+		b.sharded.reading(fn)
+		return
+	}
+	fn()
+}
+
 // deliverers are the deliverers in use: the one, or one per shard held.
 func (b *Bridge) deliverers() []*deliverer {
 	if b.sharded != nil {
@@ -432,8 +442,11 @@ func (b *Bridge) teardown(ctx context.Context) (left int, err error) {
 		b.owner.halt()
 	}
 	sh := b.sharded
-	if sh != nil && sh.owner != nil {
-		sh.owner.Halt() // no shard taken from now on; the held ones stay renewed
+	if sh != nil {
+		sh.halting()
+		if sh.owner != nil {
+			sh.owner.Halt() // no shard taken from now on; the held ones stay renewed
+		}
 	}
 	if _, in := b.snapshot(); in != nil {
 		in.Stop()

@@ -233,6 +233,19 @@ func (d *deliverer) reconcileAll() int {
 	return n
 }
 
+// resync reconciles every sink's views with the caches again (they were
+// replaced: objects the new caches lack were not notified as gone). It
+// returns how many events that sends.
+func (d *deliverer) resync() int {
+	d.life.Lock()
+	defer d.life.Unlock()
+	n := 0
+	for _, s := range d.active.Load().runs() {
+		n += d.reconcile(s, "", event.ReplayCheckpoint)
+	}
+	return n
+}
+
 // reconcile syncs every object key of sink s's views (of one rule, or all)
 // with the caches: the objects in each rule's view and those the sink was
 // handed. replay marks what it finds (event.ReplayResync also re-sends

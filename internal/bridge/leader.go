@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -38,7 +39,8 @@ var ErrLostLeadership = errors.New("lost the leader lease; stopped delivering")
 // before its elector notices.
 type fencedLock struct {
 	resourcelock.Interface
-	renewed atomic.Int64 // unix nanos of the last successful Create/Update
+	base    time.Time    // monotonic origin: the fence must not move with the wall clock
+	renewed atomic.Int64 // when the last successful Create/Update started, in nanos since base, +1; 0: never
 }
 
 // Create and Update record when a successful write started: the Lease
@@ -48,7 +50,7 @@ func (l *fencedLock) Create(ctx context.Context, r resourcelock.LeaderElectionRe
 	start := time.Now()
 	err := l.Interface.Create(ctx, r)
 	if err == nil && r.HolderIdentity == l.Identity() {
-		l.renewed.Store(start.UnixNano())
+		l.renewed.Store(int64(start.Sub(l.base)) + 1)
 	}
 	return err
 }
@@ -57,9 +59,19 @@ func (l *fencedLock) Update(ctx context.Context, r resourcelock.LeaderElectionRe
 	start := time.Now()
 	err := l.Interface.Update(ctx, r)
 	if err == nil && r.HolderIdentity == l.Identity() {
-		l.renewed.Store(start.UnixNano())
+		l.renewed.Store(int64(start.Sub(l.base)) + 1)
 	}
 	return err
+}
+
+// sinceRenewal is how long ago the last successful write started; never
+// renewed, longer than any deadline.
+func (l *fencedLock) sinceRenewal() time.Duration {
+	at := l.renewed.Load()
+	if at == 0 {
+		return time.Duration(math.MaxInt64)
+	}
+	return time.Since(l.base) - time.Duration(at-1)
 }
 
 // leaseOwner is ownership by one Lease: the replica holding it owns every
@@ -109,7 +121,7 @@ func (b *Bridge) leaseSettings() LeaderElection {
 
 func newLeaseOwner(le LeaderElection, cs kubernetes.Interface, logger *slog.Logger) *leaseOwner {
 	le = le.withDefaults()
-	lock := &fencedLock{Interface: &resourcelock.LeaseLock{
+	lock := &fencedLock{base: time.Now(), Interface: &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: le.Namespace, Name: le.Name},
 		Client:     cs.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: le.Identity},
@@ -122,7 +134,7 @@ func newLeaseOwner(le LeaderElection, cs kubernetes.Interface, logger *slog.Logg
 // fence fails once this replica may no longer hold the Lease: more than
 // RenewDeadline after its last renewal (see fencedLock).
 func (o *leaseOwner) fence() error {
-	if since := time.Since(time.Unix(0, o.lock.renewed.Load())); since > o.le.RenewDeadline {
+	if since := o.lock.sinceRenewal(); since > o.le.RenewDeadline {
 		return fmt.Errorf("not the leader: lease last renewed %s ago", since.Round(time.Millisecond))
 	}
 	return nil

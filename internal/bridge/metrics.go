@@ -70,7 +70,8 @@ var (
 	// Sharding.
 	descShardsOwned    = prometheus.NewDesc("kubebridge_shards_owned", "Shards this replica holds and delivers.", nil, nil)
 	descShardMembers   = prometheus.NewDesc("kubebridge_shard_members", "Live replicas sharing the shards, as this one sees them (itself included).", nil, nil)
-	descShardHandovers = prometheus.NewDesc("kubebridge_shard_handovers_total", "Shards this replica took (acquired), gave back (released), lost (its lease not renewed in time) or could not start delivering (failed).", []string{"kind"}, nil)
+	descShardHandovers = prometheus.NewDesc("kubebridge_shard_handovers_total", "Shards this replica took (acquired), gave back (released), lost (its lease not renewed in time), and attempts to start delivering a shard held that failed and are retried (failed).", []string{"kind"}, nil)
+	descCached         = prometheus.NewDesc("kubebridge_informer_cached_objects", "Objects in an informer's cache (with sharding filtered by the apiserver: this replica's shards only).", []string{"informer"}, nil)
 	descShardPending   = prometheus.NewDesc("kubebridge_shard_pending_events", "Events of a held shard queued or in flight, all its sinks together.", []string{"shard"}, nil)
 	descShardLag       = prometheus.NewDesc("kubebridge_shard_checkpoint_lag", "Acknowledged changes of a held shard not yet written to the checkpoint.", []string{"shard"}, nil)
 	descShardFiltered  = prometheus.NewDesc("kubebridge_shards_apiserver_filtered", "1 when the apiserver lists and watches only this replica's shards (ShardedListAndWatch), 0 when the replica filters every object itself.", nil, nil)
@@ -136,6 +137,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	if sh := b.sharded; sh != nil {
 		c.collectShards(ch, sh)
 	}
+	if in != nil {
+		for name, n := range in.Cached() {
+			ch <- prometheus.MustNewConstMetric(descCached, prometheus.GaugeValue, float64(n), name)
+		}
+	}
 	synced := 0.0
 	if b.Ready() {
 		synced = 1
@@ -150,7 +156,7 @@ func (c *collector) collectShards(ch chan<- prometheus.Metric, sh *sharded) {
 	st := sh.stats()
 	ch <- prometheus.MustNewConstMetric(descShardsOwned, prometheus.GaugeValue, float64(len(st.Owned)))
 	ch <- prometheus.MustNewConstMetric(descShardMembers, prometheus.GaugeValue, float64(st.Members))
-	for kind, n := range map[string]uint64{"acquired": st.Acquired, "released": st.Released, "lost": st.Lost, "failed": st.AcquireFailures} {
+	for kind, n := range map[string]uint64{"acquired": st.Acquired, "released": st.Released, "lost": st.Lost, "failed": st.AcquireFailures + sh.startFailures.Load()} {
 		ch <- prometheus.MustNewConstMetric(descShardHandovers, prometheus.CounterValue, float64(n), kind)
 	}
 	filtered := 0.0

@@ -58,11 +58,13 @@ func served(ctx context.Context, dc discovery.DiscoveryInterface, gvr schema.Gro
 // away: the empty cache makes every object of the view a deletion).
 func (b *Bridge) resourcesChanged(rules []*filters.Rule) {
 	n := 0
-	for _, d := range b.deliverers() {
-		if d.delivering() { // else the reconciliation when it starts covers this
-			n += d.reconcileRules(rules)
+	b.readingCaches(func() {
+		for _, d := range b.deliverers() {
+			if d.delivering() { // else the reconciliation when it starts covers this
+				n += d.reconcileRules(rules)
+			}
 		}
-	}
+	})
 	b.logger.Info("rules reconciled after their resource changed", "rules", len(rules), "events", n)
 }
 

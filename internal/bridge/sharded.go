@@ -8,12 +8,15 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/kubebridge/kubebridge/internal/backoff"
 	"github.com/kubebridge/kubebridge/internal/checkpoint"
 	"github.com/kubebridge/kubebridge/internal/shards"
 	"github.com/kubebridge/kubebridge/pkg/config"
@@ -45,20 +48,32 @@ type sharded struct {
 	deliverers map[int]*shardRun
 	table      atomic.Pointer[[]*deliverer] // by shard: those delivering, for the informers' goroutines
 
+	// caches is held for reading while views are reconciled against the
+	// informers' caches, and for writing while Reselect replaces them:
+	// no reconciliation reads a cache being listed again.
+	caches   sync.RWMutex
 	selectMu sync.Mutex
 	selected []bool // the shards the informers' selector asks for (filter)
+
+	ctx    context.Context // ends at teardown: what a Reselect waits for at most
+	cancel context.CancelFunc
+
+	startFailures atomic.Uint64
 }
 
-// shardRun is a held shard's deliverer and whether it reconciled.
+// shardRun is a held shard's deliverer, whether its views were loaded
+// (started) and whether it reconciled once (ready).
 type shardRun struct {
-	d     *deliverer
-	ready atomic.Bool
+	d       *deliverer
+	started atomic.Bool
+	ready   atomic.Bool
 }
 
 func newSharded(b *Bridge, sc *config.Sharding) *sharded {
 	s := &sharded{b: b, space: shards.Space{N: sc.Shards, Key: sc.Key}, logger: b.logger, deliverers: map[int]*shardRun{},
 		selected: make([]bool, sc.Shards)}
 	s.sinks = newSharedSinks(b.opts.Sinks, b.host, b.logger)
+	s.ctx, s.cancel = context.WithCancel(context.Background())
 	empty := make([]*deliverer, sc.Shards)
 	s.table.Store(&empty)
 	return s
@@ -87,12 +102,21 @@ func (s *sharded) start(ctx, syncCtx context.Context) error {
 	s.filter = apiserverFiltersShards(ctx, cs, le.Namespace, s.space)
 	_, in := b.snapshot()
 	if s.filter {
-		in.ShardSelector = s.space.Selector(s.selected)
+		in.SetShardSelector(s.space.Selector(s.selected))
 		s.logger.Info("the apiserver filters by shard (ShardedListAndWatch): this replica lists and watches only the shards it holds")
 	} else {
 		s.logger.Info("the apiserver does not filter by shard (gate ShardedListAndWatch off, or older than 1.36): every replica lists every object and keeps its shards'")
 	}
-	s.owner, err = shards.New(shards.Options{Leases: cs.CoordinationV1().Leases(le.Namespace), Group: le.Name, Identity: le.Identity, Shards: s.space.N,
+	// One list and a write per shard held every retry period: client-go's
+	// default 5 requests/s would starve the renewals of many shards.
+	lrc := rest.CopyConfig(b.opts.REST)
+	lrc.QPS = float32(2*(s.space.N+2)) / float32(max(le.RetryPeriod.Seconds(), 0.1))
+	lrc.Burst = 2 * (s.space.N + 2)
+	lcs, err := kubernetes.NewForConfig(lrc)
+	if err != nil {
+		return err
+	}
+	s.owner, err = shards.New(shards.Options{Leases: lcs.CoordinationV1().Leases(le.Namespace), Group: le.Name, Identity: le.Identity, Shards: s.space.N,
 		LeaseDuration: le.LeaseDuration, RenewDeadline: le.RenewDeadline, RetryPeriod: le.RetryPeriod, Logger: b.logger}, s)
 	if err != nil {
 		return err
@@ -120,38 +144,58 @@ func apiserverFiltersShards(ctx context.Context, cs kubernetes.Interface, ns str
 // Acquired starts delivering shard i (shards.Handler): its deliverer
 // loads the shard's views from the checkpoint, the informers are asked
 // for the shard where the apiserver filters, and once they synced the
-// views are reconciled.
+// views are reconciled. A start that fails (the checkpoint's bucket
+// unreachable for a moment) is tried again, with backoff, until it
+// succeeds or the shard is no longer held: the shard stays with this
+// replica, not ready, rather than bounce between replicas.
 func (s *sharded) Acquired(ctx context.Context, i int) error {
 	b := s.b
 	cfg := b.opts.Config
-	d := newDeliverer(delivererOptions{
-		Registry:           b.opts.Sinks,
-		Host:               b.host,
-		Logger:             s.logger.With("shard", i),
-		Sinks:              s.sinks,
-		DeadLetter:         s.sinks.deadLetter,
-		Source:             s.source(i),
-		OpenStore:          s.openStore(i),
-		CheckpointInterval: b.opts.CheckpointInterval,
-		Fence:              func() error { return s.owner.Fence(i) },
-		Latency:            b.metrics.latency,
-	})
-	run := &shardRun{d: d}
-	s.mu.Lock()
-	s.deliverers[i] = run
-	s.publish()
-	s.mu.Unlock()
-	if err := d.start(ctx, cfg, cfg.Sinks); err != nil {
+	retry := backoff.Backoff{Initial: 200 * time.Millisecond, Max: 10 * time.Second}
+	var run *shardRun
+	for {
+		d := newDeliverer(delivererOptions{
+			Registry:           b.opts.Sinks,
+			Host:               b.host,
+			Logger:             s.logger.With("shard", i),
+			Sinks:              s.sinks,
+			DeadLetter:         s.sinks.deadLetter,
+			Source:             s.source(i),
+			OpenStore:          s.openStore(i),
+			CheckpointInterval: b.opts.CheckpointInterval,
+			Fence:              func() error { return s.owner.Fence(i) },
+			Latency:            b.metrics.latency,
+		})
+		run = &shardRun{d: d}
+		s.mu.Lock()
+		s.deliverers[i] = run
+		s.publish()
+		s.mu.Unlock()
+		err := d.start(ctx, cfg, cfg.Sinks)
+		if err == nil {
+			break
+		}
+		s.startFailures.Add(1)
+		s.stop(cancelled(), i, true)
+		wait := retry.Next()
+		s.logger.Error("could not start delivering a shard; trying again", "shard", i, "retryIn", wait, "error", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+	}
+	run.started.Store(true)
+	if err := s.selectHeld(); err != nil {
 		return err
 	}
-	if err := s.selectHeld(ctx); err != nil {
-		return err
-	}
+	s.caches.RLock()
+	defer s.caches.RUnlock()
 	_, in := b.snapshot()
 	if err := in.WaitSynced(ctx); err != nil {
 		return err
 	}
-	n := d.reconcileAll()
+	n := run.d.reconcileAll()
 	run.ready.Store(true)
 	s.logger.Info("delivering a shard", "shard", i, "replayedFromCheckpoint", n)
 	return nil
@@ -221,8 +265,11 @@ func (s *sharded) publish() {
 
 // selectHeld points the informers at the shards held or being taken,
 // where the apiserver filters (one relist for several shards taken at
-// once: the first caller's selector covers the others).
-func (s *sharded) selectHeld(ctx context.Context) error {
+// once: the first caller's selector covers the others). The informers are
+// replaced under the caches' write lock, and every shard whose views are
+// loaded is reconciled against the new caches before anyone reads them:
+// an object the new list lacks was never notified as gone.
+func (s *sharded) selectHeld() error {
 	if !s.filter {
 		return nil
 	}
@@ -243,26 +290,36 @@ func (s *sharded) selectHeld(ctx context.Context) error {
 	if covered {
 		return nil
 	}
+	s.caches.Lock()
+	defer s.caches.Unlock()
 	_, in := s.b.snapshot()
-	sel := s.space.Selector(want)
-	if err := in.Reselect(ctx, sel); err != nil {
+	// The bridge's lifetime, not the shard's: once the informers are
+	// replaced, the other shards need the new lists whatever becomes of
+	// the shard that asked.
+	err := in.Reselect(s.ctx, s.space.Selector(want))
+	s.selected = want
+	if err != nil {
 		return fmt.Errorf("listing the shards held: %w", err)
 	}
-	s.selected = want
-	// The old informers' objects that the new ones do not list were not
-	// notified as gone: the shards kept reconcile against the new caches.
 	s.mu.Lock()
-	var kept []*shardRun
+	var loaded []*shardRun
 	for _, run := range s.deliverers {
-		if run.ready.Load() {
-			kept = append(kept, run)
+		if run.started.Load() {
+			loaded = append(loaded, run)
 		}
 	}
 	s.mu.Unlock()
-	for _, run := range kept {
-		run.d.reconcileAll()
+	for _, run := range loaded {
+		run.d.resync()
 	}
 	return nil
+}
+
+// reading holds the caches for reading while fn reconciles against them.
+func (s *sharded) reading(fn func()) {
+	s.caches.RLock()
+	defer s.caches.RUnlock()
+	fn()
 }
 
 // notify routes a notification to the deliverer of the object's shard
@@ -479,6 +536,10 @@ func (s *sharded) stats() shards.Stats {
 	}
 	return s.owner.Stats()
 }
+
+// halting ends what a Reselect waits for: teardown's first step, so that
+// an Acquired in progress returns for Halt.
+func (s *sharded) halting() { s.cancel() }
 
 // closeShared closes the shared store once every shard stopped.
 func (s *sharded) closeShared() error {

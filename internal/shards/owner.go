@@ -82,14 +82,21 @@ type Owner struct {
 	opts    Options
 	h       Handler
 	logger  *slog.Logger
-	member  string           // this replica's member Lease
-	renewed []atomic.Int64   // per shard: unix nanos a successful write of its Lease started; 0: not held
+	member  string // this replica's member Lease
+	// base is the monotonic origin of renewed: the fence must not move
+	// with the wall clock.
+	base    time.Time
+	renewed []atomic.Int64   // per shard: when a successful write of its Lease started (nanos since base, +1); 0: not held
 	seen    map[string]*seen // by Lease name: its last version and when it changed (the loop's)
+	blind   bool             // the last list failed: observations are stale (the loop's)
 
-	mu      sync.Mutex
-	claims  map[int]*claim
-	halted  bool
-	backoff map[int]time.Time // shards whose Acquired failed: not taken again before
+	mu     sync.Mutex
+	claims map[int]*claim
+	// busy holds, per shard, a channel closed when the shard's last
+	// Handler call returned: calls for one shard never overlap, even
+	// across claims (a shard lost and taken again waits for its Lost).
+	busy   []chan struct{}
+	halted bool
 
 	acquired, released, lost, failures atomic.Uint64
 	members                            atomic.Int64
@@ -110,7 +117,6 @@ type claim struct {
 	lease     *coordinationv1.Lease // as last read or written
 	releasing bool
 	cancel    context.CancelFunc // ends Acquired's ctx
-	busy      chan struct{}      // closed when the shard's last change returned
 }
 
 // New returns an Owner of opts's shards driving h; Run starts it.
@@ -133,13 +139,34 @@ func New(opts Options, h Handler) (*Owner, error) {
 	o := &Owner{
 		opts: opts, h: h, logger: opts.Logger.With("identity", opts.Identity),
 		member:  fmt.Sprintf("%s-member-%016x", opts.Group, Hash(opts.Identity)),
+		base:    time.Now(),
 		renewed: make([]atomic.Int64, opts.Shards),
 		seen:    map[string]*seen{},
 		claims:  map[int]*claim{},
-		backoff: map[int]time.Time{},
+		busy:    make([]chan struct{}, opts.Shards),
 		stop:    func() {},
 	}
+	for i := range o.busy {
+		o.busy[i] = closed
+	}
 	return o, nil
+}
+
+// closed is a closed channel: no change in progress.
+var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// mark records that a write of shard i's Lease that started at start
+// succeeded.
+func (o *Owner) mark(i int, start time.Time) { o.renewed[i].Store(int64(start.Sub(o.base)) + 1) }
+
+// sinceRenewal is how long ago shard i's last successful write started,
+// and whether it is held.
+func (o *Owner) sinceRenewal(i int, now time.Time) (time.Duration, bool) {
+	at := o.renewed[i].Load()
+	if at == 0 {
+		return 0, false
+	}
+	return now.Sub(o.base) - time.Duration(at-1), true
 }
 
 // ShardLease is the name of shard i's Lease in group.
@@ -148,21 +175,36 @@ func ShardLease(group string, i int) string { return group + "-shard-" + strconv
 // Fence fails while this replica may not deliver shard: it does not hold
 // its Lease, or its last renewal started more than RenewDeadline ago.
 func (o *Owner) Fence(shard int) error {
-	at := o.renewed[shard].Load()
-	if at == 0 {
+	since, held := o.sinceRenewal(shard, time.Now())
+	if !held {
 		return fmt.Errorf("shard %d is not held by this replica", shard)
 	}
-	if since := time.Since(time.Unix(0, at)); since > o.opts.RenewDeadline {
+	if since > o.opts.RenewDeadline {
 		return fmt.Errorf("shard %d: lease last renewed %s ago", shard, since.Round(time.Millisecond))
 	}
 	return nil
 }
 
-// Run starts the loop; it runs until Release.
+// Run starts the loop; it runs until Release. A watchdog beside it stops
+// delivering a shard as soon as its renewal is overdue, whatever the loop
+// is waiting for (a slow list).
 func (o *Owner) Run() {
 	ctx, cancel := context.WithCancel(context.Background())
 	o.stop = cancel
-	o.loop.Add(1)
+	o.loop.Add(2)
+	go func() {
+		defer o.loop.Done()
+		t := time.NewTicker(max(o.opts.RetryPeriod/4, 10*time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case now := <-t.C:
+				o.expire(now)
+			}
+		}
+	}()
 	go func() {
 		defer o.loop.Done()
 		first := true
@@ -184,11 +226,10 @@ func (o *Owner) Run() {
 func (o *Owner) Halt() {
 	o.mu.Lock()
 	o.halted = true
-	var busy []chan struct{}
 	for _, c := range o.claims {
 		c.cancel()
-		busy = append(busy, c.busy)
 	}
+	busy := slices.Clone(o.busy)
 	o.mu.Unlock()
 	for _, b := range busy {
 		<-b
@@ -213,6 +254,9 @@ func (o *Owner) Release() {
 		o.renewed[i].Store(0)
 		o.releaseLease(ctx, i, c.lease)
 	}
+	o.mu.Lock()
+	o.halted = true
+	o.mu.Unlock()
 	if err := o.opts.Leases.Delete(ctx, o.member, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		o.logger.Warn("could not delete the member lease; the others count this replica until it expires", "lease", o.member, "error", err)
 	}
@@ -236,16 +280,26 @@ func (o *Owner) Stats() Stats {
 // tick is one round: read, renew, rebalance. The first round only renews
 // and observes: a replica learns who is alive before taking its share.
 func (o *Owner) tick(ctx context.Context, first bool) {
-	rctx, cancel := context.WithTimeout(ctx, o.opts.RenewDeadline)
-	defer cancel()
-	list, err := o.opts.Leases.List(rctx, metav1.ListOptions{LabelSelector: LabelGroup + "=" + o.opts.Group})
+	lctx, cancel := context.WithTimeout(ctx, o.opts.RenewDeadline/2)
+	list, err := o.opts.Leases.List(lctx, metav1.ListOptions{LabelSelector: LabelGroup + "=" + o.opts.Group})
+	cancel()
 	now := time.Now()
 	if err != nil {
 		if ctx.Err() == nil {
 			o.logger.Warn("cannot read the shard leases; retrying", "error", err)
 		}
+		o.blind = true
 		o.expire(now)
 		return
+	}
+	// After a failed list, what was observed is stale: every Lease would
+	// look expired, and every replica would take every shard. Observe
+	// afresh, as on the first round.
+	if o.blind {
+		o.blind, first = false, true
+		for _, s := range o.seen {
+			s.at = now
+		}
 	}
 	leases := map[string]*coordinationv1.Lease{}
 	for i := range list.Items {
@@ -260,17 +314,21 @@ func (o *Owner) tick(ctx context.Context, first bool) {
 			delete(o.seen, name)
 		}
 	}
-	o.renewMember(rctx, leases[o.member])
-	o.renewShards(rctx, leases)
+	o.renewMember(ctx, leases[o.member])
+	o.renewShards(ctx, leases)
 	o.expire(time.Now())
 	members := o.liveMembers(leases, now)
 	o.members.Store(int64(len(members)))
 	if first || ctx.Err() != nil {
 		return
 	}
-	o.rebalance(rctx, leases, members, now)
-	o.collect(rctx, leases, now)
+	o.rebalance(ctx, leases, members, now)
+	o.collect(ctx, leases, now)
 }
+
+// writeTimeout bounds one Lease write: a slow one must not hold up the
+// renewal of the others past their deadline.
+func (o *Owner) writeTimeout() time.Duration { return max(o.opts.RenewDeadline/4, time.Second) }
 
 // expired reports whether Lease l did not change for LeaseDuration as
 // this replica observed it.
@@ -337,6 +395,8 @@ func (o *Owner) leaseFor(name, role string, base *coordinationv1.Lease, now time
 
 // write creates l (base nil) or updates it from base's version.
 func (o *Owner) write(ctx context.Context, l *coordinationv1.Lease, create bool) (*coordinationv1.Lease, error) {
+	ctx, cancel := context.WithTimeout(ctx, o.writeTimeout())
+	defer cancel()
 	if create {
 		return o.opts.Leases.Create(ctx, l, metav1.CreateOptions{})
 	}
@@ -375,7 +435,7 @@ func (o *Owner) renewShards(ctx context.Context, leases map[string]*coordination
 		o.mu.Lock()
 		if o.claims[i] == c {
 			c.lease = l
-			o.renewed[i].Store(start.UnixNano())
+			o.mark(i, start)
 		}
 		o.mu.Unlock()
 	}
@@ -386,7 +446,7 @@ func (o *Owner) expire(now time.Time) {
 	o.mu.Lock()
 	var late []int
 	for i := range o.claims {
-		if at := o.renewed[i].Load(); at != 0 && now.Sub(time.Unix(0, at)) > o.opts.RenewDeadline {
+		if since, held := o.sinceRenewal(i, now); held && since > o.opts.RenewDeadline {
 			late = append(late, i)
 		}
 	}
@@ -411,9 +471,9 @@ func (o *Owner) lose(i int, c *claim, why string) {
 	delete(o.claims, i)
 	o.renewed[i].Store(0)
 	c.cancel()
-	prev := c.busy
+	prev := o.busy[i]
 	done := make(chan struct{})
-	c.busy = done
+	o.busy[i] = done
 	o.mu.Unlock()
 	o.lost.Add(1)
 	o.logger.Warn("lost a shard; stopped delivering it", "shard", i, "reason", why)
@@ -461,9 +521,16 @@ func (o *Owner) rebalance(ctx context.Context, leases map[string]*coordinationv1
 		i := (from + k) % o.opts.Shards
 		o.mu.Lock()
 		_, mine := o.claims[i]
-		blocked := now.Before(o.backoff[i])
+		busy := o.busy[i] != closed
+		if busy {
+			select {
+			case <-o.busy[i]:
+				busy = false
+			default:
+			}
+		}
 		o.mu.Unlock()
-		if mine || blocked {
+		if mine || busy { // held, or its last change (a Lost, a Release) still running
 			continue
 		}
 		current := leases[ShardLease(o.opts.Group, i)]
@@ -496,17 +563,17 @@ func (o *Owner) take(ctx context.Context, i int, current *coordinationv1.Lease, 
 	}
 	actx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	c := &claim{lease: l, cancel: cancel, busy: done}
+	c := &claim{lease: l, cancel: cancel}
 	o.mu.Lock()
 	if o.halted {
 		o.mu.Unlock()
 		cancel()
-		close(done)
 		o.releaseLease(ctx, i, l)
 		return false
 	}
 	o.claims[i] = c
-	o.renewed[i].Store(start.UnixNano())
+	o.busy[i] = done
+	o.mark(i, start)
 	o.mu.Unlock()
 	o.acquired.Add(1)
 	o.logger.Info("took a shard; delivering it", "shard", i, "members", members)
@@ -518,9 +585,6 @@ func (o *Owner) take(ctx context.Context, i int, current *coordinationv1.Lease, 
 		if err != nil && actx.Err() == nil {
 			o.failures.Add(1)
 			o.logger.Error("could not start delivering a shard; giving it back", "shard", i, "error", err)
-			o.mu.Lock()
-			o.backoff[i] = time.Now().Add(5 * o.opts.LeaseDuration)
-			o.mu.Unlock()
 			o.giveBack(i, "failed to start", members)
 		}
 	}()
@@ -538,9 +602,9 @@ func (o *Owner) giveBack(i int, why string, members int) {
 	}
 	c.releasing = true
 	c.cancel()
-	prev := c.busy
+	prev := o.busy[i]
 	done := make(chan struct{})
-	c.busy = done
+	o.busy[i] = done
 	o.mu.Unlock()
 	o.logger.Info("giving a shard back", "shard", i, "reason", why, "members", members)
 	o.changes.Add(1)
@@ -571,11 +635,24 @@ func (o *Owner) releaseLease(ctx context.Context, i int, l *coordinationv1.Lease
 	if l == nil {
 		return
 	}
-	l = l.DeepCopy()
-	empty := ""
-	l.Spec.HolderIdentity = &empty
-	if _, err := o.opts.Leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+	for range 2 { // a renewal may have written it meanwhile: read it again once
+		l = l.DeepCopy()
+		empty := ""
+		l.Spec.HolderIdentity = &empty
+		_, err := o.opts.Leases.Update(ctx, l, metav1.UpdateOptions{})
+		if err == nil {
+			return
+		}
+		if apierrors.IsConflict(err) {
+			fresh, gerr := o.opts.Leases.Get(ctx, l.Name, metav1.GetOptions{})
+			if gerr == nil && fresh.Spec.HolderIdentity != nil && *fresh.Spec.HolderIdentity == o.opts.Identity {
+				l = fresh
+				continue
+			}
+			return // another replica holds it already
+		}
 		o.logger.Warn("could not release a shard lease; another replica takes it when it expires", "shard", i, "error", err)
+		return
 	}
 }
 

@@ -3,6 +3,7 @@ package shards_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -18,32 +19,52 @@ import (
 func TestMain(m *testing.M) { testenv.Main(m) }
 
 // recorder is a Handler that records which shards it delivers.
+// Each call takes a while, as a real start (loading the checkpoint) and
+// stop (draining) do; calls for one shard must never overlap.
 type recorder struct {
+	t          *testing.T
 	mu         sync.Mutex
 	delivering map[int]bool
+	inCall     map[int]bool
 	calls      []string
 }
 
-func (r *recorder) Acquired(_ context.Context, shard int) error {
+func (r *recorder) enter(shard int, what string) {
+	r.mu.Lock()
+	if r.inCall[shard] {
+		r.t.Errorf("%s of shard %d while another call for it runs", what, shard)
+	}
+	r.inCall[shard] = true
+	r.calls = append(r.calls, fmt.Sprintf("%s %d", what, shard))
+	r.mu.Unlock()
+	time.Sleep(time.Duration(rand.IntN(30)) * time.Millisecond)
+}
+
+func (r *recorder) leave(shard int, delivering bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.delivering[shard] = true
-	r.calls = append(r.calls, fmt.Sprintf("acquired %d", shard))
+	r.inCall[shard] = false
+	if delivering {
+		r.delivering[shard] = true
+	} else {
+		delete(r.delivering, shard)
+	}
+}
+
+func (r *recorder) Acquired(_ context.Context, shard int) error {
+	r.enter(shard, "acquired")
+	r.leave(shard, true)
 	return nil
 }
 
 func (r *recorder) Release(shard int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	delete(r.delivering, shard)
-	r.calls = append(r.calls, fmt.Sprintf("release %d", shard))
+	r.enter(shard, "release")
+	r.leave(shard, false)
 }
 
 func (r *recorder) Lost(shard int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	delete(r.delivering, shard)
-	r.calls = append(r.calls, fmt.Sprintf("lost %d", shard))
+	r.enter(shard, "lost")
+	r.leave(shard, false)
 }
 
 type replica struct {
@@ -69,7 +90,7 @@ func TestOwnersShareShardsAndNeverOverlap(t *testing.T) {
 	var mu sync.Mutex
 	var replicas []*replica
 	start := func(id string) *replica {
-		r := &replica{id: id, rec: &recorder{delivering: map[int]bool{}}}
+		r := &replica{id: id, rec: &recorder{t: t, delivering: map[int]bool{}, inCall: map[int]bool{}}}
 		o, err := shards.New(shards.Options{Leases: leases, Group: group, Identity: id, Shards: testShards,
 			LeaseDuration: 2 * time.Second, RenewDeadline: 1500 * time.Millisecond, RetryPeriod: 200 * time.Millisecond}, r.rec)
 		if err != nil {

@@ -29,12 +29,6 @@ type Informers struct {
 	// without it they are notified with Initial set.
 	SkipInitialList bool
 
-	// ShardSelector, when set before Start, is sent with every list and
-	// watch of the rules' resources (ListOptions.ShardSelector, KEP-5866):
-	// an apiserver that serves it returns only the objects of those
-	// shards. Reselect changes it. The namespaces informer is not sharded.
-	ShardSelector string
-
 	// Discover, when set, says whether the cluster serves a resource now;
 	// it is asked every PollEvery (default 10s) once started, so that a
 	// rule whose resource is absent (a CRD not installed, or deleted)
@@ -56,8 +50,13 @@ type Informers struct {
 	ns          cache.SharedIndexInformer // namespaces, when a rule selects them by label
 	nsRules     []*filters.Rule
 
-	mu     sync.Mutex // Reselect and the poller replace informers one at a time
-	wg     sync.WaitGroup
+	// shardSelector is sent with every list and watch of the rules'
+	// resources (SetShardSelector).
+	shardSelector atomic.Pointer[string]
+
+	mu      sync.Mutex // Reselect and the poller replace informers one at a time
+	stopped bool       // Stop was called: nothing starts any more
+	wg      sync.WaitGroup
 	runCtx context.Context
 	cancel context.CancelFunc
 }
@@ -163,12 +162,13 @@ func (in *Informers) prepare(run *running) (*instance, error) {
 			}
 		}
 	}
-	shards := in.ShardSelector
 	inf := dynamicinformer.NewFilteredDynamicInformer(client, spec.GVR, spec.Namespace, resyncCheck, indexers,
 		func(o *metav1.ListOptions) {
 			o.LabelSelector = spec.LabelSelector
 			o.FieldSelector = spec.FieldSelector
-			o.ShardSelector = shards
+			if sel := in.shardSelector.Load(); sel != nil {
+				o.ShardSelector = *sel
+			}
 		}).Informer()
 	if err := inf.SetTransform(w.transform()); err != nil {
 		return nil, err
@@ -310,6 +310,13 @@ func (in *Informers) startInstance(inst *instance) {
 	}()
 }
 
+// SetShardSelector makes every list and watch of the rules' resources
+// from now on ask for the objects of some shards only
+// (ListOptions.ShardSelector, KEP-5866; an apiserver without it ignores
+// it). Set it before Start; Reselect changes it on running informers. The
+// namespaces informer is never sharded.
+func (in *Informers) SetShardSelector(selector string) { in.shardSelector.Store(&selector) }
+
 // Reselect replaces every informer of the rules' resources by one that
 // lists and watches with shardSelector, and waits until they synced or
 // ctx ends. A watch cannot change its selector, so the new informers list
@@ -318,7 +325,11 @@ func (in *Informers) startInstance(inst *instance) {
 // new caches). No notification of the old informers follows its return.
 func (in *Informers) Reselect(ctx context.Context, shardSelector string) error {
 	in.mu.Lock()
-	in.ShardSelector = shardSelector
+	if in.stopped {
+		in.mu.Unlock()
+		return errors.New("the informers are stopped")
+	}
+	in.SetShardSelector(shardSelector)
 	for _, run := range in.running {
 		old := run.cur.Load()
 		fresh, err := in.prepare(run)
@@ -332,6 +343,7 @@ func (in *Informers) Reselect(ctx context.Context, shardSelector string) error {
 		}
 		run.cur.Store(fresh)
 		if !run.absent.Load() {
+			run.late.Store(false) // its new list is awaited like a start's
 			in.startInstance(fresh)
 		}
 	}
@@ -341,10 +353,23 @@ func (in *Informers) Reselect(ctx context.Context, shardSelector string) error {
 
 // Stop stops every informer and waits for them. Idempotent.
 func (in *Informers) Stop() {
+	in.mu.Lock()
+	in.stopped = true
+	in.mu.Unlock()
 	if in.cancel != nil {
 		in.cancel()
 	}
 	in.wg.Wait()
+}
+
+// Cached returns how many objects each informer's cache holds, by its
+// spec (for metrics: it lists the keys).
+func (in *Informers) Cached() map[string]int {
+	out := map[string]int{}
+	for _, r := range in.running {
+		out[r.Spec.String()] += len(r.inf().GetStore().ListKeys())
+	}
+	return out
 }
 
 // Synced reports whether every informer has synced.
