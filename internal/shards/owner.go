@@ -79,10 +79,10 @@ type Stats struct {
 // RenewDeadline of starting its last successful renewal (Fence), so two
 // replicas never deliver one shard at once.
 type Owner struct {
-	opts    Options
-	h       Handler
-	logger  *slog.Logger
-	member  string // this replica's member Lease
+	opts   Options
+	h      Handler
+	logger *slog.Logger
+	member string // this replica's member Lease
 	// base is the monotonic origin of renewed: the fence must not move
 	// with the wall clock.
 	base    time.Time

@@ -57,8 +57,8 @@ type Informers struct {
 	mu      sync.Mutex // Reselect and the poller replace informers one at a time
 	stopped bool       // Stop was called: nothing starts any more
 	wg      sync.WaitGroup
-	runCtx context.Context
-	cancel context.CancelFunc
+	runCtx  context.Context
+	cancel  context.CancelFunc
 }
 
 // running is a Watch and its informer: the informer runs while the
