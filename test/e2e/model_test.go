@@ -1066,8 +1066,28 @@ func (m *modelRun) pending() int {
 			return -1
 		}
 		total += p
+		// Sharded, a replica that has not reconciled the shards it holds
+		// (starting one, or listing again) has work ahead it cannot count.
+		if m.shards > 0 && !bridgeReady(b) {
+			total++
+		}
 	}
 	return total
+}
+
+// bridgeReady reports whether b's /readyz says ready.
+func bridgeReady(b *bridgeProc) bool {
+	admin, err := adminURLOf(b.logPath)
+	if err != nil {
+		return false
+	}
+	client := &http.Client{Timeout: 2 * time.Second}
+	resp, err := client.Get(admin + "/readyz")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
 }
 
 // bridgePending is the sum of one bridge's queue depths, or -1. A replica
