@@ -102,7 +102,9 @@ func newDeliverer(opts delivererOptions) *deliverer {
 func (d *deliverer) start(ctx context.Context, cfg *config.Config, cfgs []config.Sink) error {
 	d.life.Lock()
 	defer d.life.Unlock()
+	d.mu.Lock() // abort reads cancel from another goroutine
 	d.ctx, d.cancel = context.WithCancel(context.Background())
+	d.mu.Unlock()
 	set, _, err := buildSinkSet(ctx, d.opts.Sinks, cfgs, nil, d.opts.Logger)
 	if err != nil {
 		return err
@@ -431,6 +433,17 @@ func (d *deliverer) stop(ctx context.Context, abandon bool) (left int, err error
 	}
 	d.store = nil
 	return left, errors.Join(errs...)
+}
+
+// abort ends every delivery's context at once (sends in flight are cut),
+// without waiting: this replica may no longer deliver; stop follows.
+func (d *deliverer) abort() {
+	d.mu.Lock()
+	cancel := d.cancel
+	d.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
 }
 
 // cancelled is a context that has ended: stop with it drains nothing.

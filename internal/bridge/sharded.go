@@ -59,6 +59,7 @@ type sharded struct {
 	cancel context.CancelFunc
 
 	startFailures atomic.Uint64
+	starting      map[int]bool // shards held whose Acquired has not returned (s.mu)
 }
 
 // shardRun is a held shard's deliverer, whether its views were loaded
@@ -71,7 +72,7 @@ type shardRun struct {
 
 func newSharded(b *Bridge, sc *config.Sharding) *sharded {
 	s := &sharded{b: b, space: shards.Space{N: sc.Shards, Key: sc.Key}, logger: b.logger, deliverers: map[int]*shardRun{},
-		selected: make([]bool, sc.Shards)}
+		selected: make([]bool, sc.Shards), starting: map[int]bool{}}
 	s.sinks = newSharedSinks(b.opts.Sinks, b.host, b.logger)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	empty := make([]*deliverer, sc.Shards)
@@ -151,6 +152,14 @@ func apiserverFiltersShards(ctx context.Context, cs kubernetes.Interface, ns str
 func (s *sharded) Acquired(ctx context.Context, i int) error {
 	b := s.b
 	cfg := b.opts.Config
+	s.mu.Lock()
+	s.starting[i] = true // not ready until it returns, retries included
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.starting, i)
+		s.mu.Unlock()
+	}()
 	retry := backoff.Backoff{Initial: 200 * time.Millisecond, Max: 10 * time.Second}
 	var run *shardRun
 	for {
@@ -186,6 +195,9 @@ func (s *sharded) Acquired(ctx context.Context, i int) error {
 		}
 	}
 	run.started.Store(true)
+	if err := ctx.Err(); err != nil {
+		return err // lost or halted meanwhile: no relist for it
+	}
 	if err := s.selectHeld(); err != nil {
 		return err
 	}
@@ -201,12 +213,24 @@ func (s *sharded) Acquired(ctx context.Context, i int) error {
 	return nil
 }
 
-// Release stops delivering shard i, draining for up to the reload drain
-// and writing what was acknowledged (shards.Handler).
+// Release stops delivering shard i, draining for up to the drain timeout
+// (cut short by a shutdown, which drains on its own clock) and writing
+// what was acknowledged (shards.Handler).
 func (s *sharded) Release(i int) {
-	ctx, cancel := context.WithTimeout(context.Background(), s.b.opts.ReloadDrain)
+	ctx, cancel := context.WithTimeout(s.ctx, s.b.opts.ReloadDrain)
 	defer cancel()
 	s.stop(ctx, i, false)
+}
+
+// Fenced cuts shard i's sends in flight at once: its Lease is lost
+// (shards.Fencer). Lost follows and stops the rest.
+func (s *sharded) Fenced(i int) {
+	s.mu.Lock()
+	run := s.deliverers[i]
+	s.mu.Unlock()
+	if run != nil {
+		run.d.abort()
+	}
 }
 
 // Lost stops delivering shard i at once, writing nothing
@@ -295,16 +319,24 @@ func (s *sharded) selectHeld() error {
 	_, in := s.b.snapshot()
 	// The bridge's lifetime, not the shard's: once the informers are
 	// replaced, the other shards need the new lists whatever becomes of
-	// the shard that asked.
-	err := in.Reselect(s.ctx, s.space.Selector(want))
-	s.selected = want
-	if err != nil {
+	// the shard that asked. Lists that do not come in time leave every
+	// shard held without its objects: the bridge stops (its Leases
+	// released, the shards go to the others).
+	ctx, cancel := context.WithTimeout(s.ctx, s.b.opts.SyncTimeout)
+	defer cancel()
+	if err := in.Reselect(ctx, s.space.Selector(want)); err != nil {
+		if s.ctx.Err() == nil {
+			s.b.fail(fmt.Errorf("listing the shards held again: %w", err))
+		}
 		return fmt.Errorf("listing the shards held: %w", err)
 	}
+	s.selected = want
+	// Only the shards the new lists cover: one whose views loaded after
+	// want was taken waits for its own selectHeld.
 	s.mu.Lock()
 	var loaded []*shardRun
-	for _, run := range s.deliverers {
-		if run.started.Load() {
+	for i, run := range s.deliverers {
+		if want[i] && run.started.Load() {
 			loaded = append(loaded, run)
 		}
 	}
@@ -444,6 +476,9 @@ func (shardStore) Close() error { return nil }
 func (s *sharded) ready() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if len(s.starting) > 0 {
+		return false
+	}
 	for _, run := range s.deliverers {
 		if !run.ready.Load() {
 			return false

@@ -59,6 +59,14 @@ type Handler interface {
 	Lost(shard int)
 }
 
+// Fencer is a Handler that can cut what it does for a shard short at
+// once: Fenced is called, before Lost and without waiting for the shard's
+// call in progress, when its Lease is lost, so that sends in flight end
+// now rather than when Lost gets its turn. It must not block.
+type Fencer interface {
+	Fenced(shard int)
+}
+
 // Stats are an Owner's counts.
 type Stats struct {
 	Owned                 []int // shards held and delivering or starting, ascending
@@ -88,7 +96,7 @@ type Owner struct {
 	base    time.Time
 	renewed []atomic.Int64   // per shard: when a successful write of its Lease started (nanos since base, +1); 0: not held
 	seen    map[string]*seen // by Lease name: its last version and when it changed (the loop's)
-	blind   bool             // the last list failed: observations are stale (the loop's)
+	lastOK  time.Time        // when the last list succeeded (the loop's)
 
 	mu     sync.Mutex
 	claims map[int]*claim
@@ -254,9 +262,6 @@ func (o *Owner) Release() {
 		o.renewed[i].Store(0)
 		o.releaseLease(ctx, i, c.lease)
 	}
-	o.mu.Lock()
-	o.halted = true
-	o.mu.Unlock()
 	if err := o.opts.Leases.Delete(ctx, o.member, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		o.logger.Warn("could not delete the member lease; the others count this replica until it expires", "lease", o.member, "error", err)
 	}
@@ -288,19 +293,19 @@ func (o *Owner) tick(ctx context.Context, first bool) {
 		if ctx.Err() == nil {
 			o.logger.Warn("cannot read the shard leases; retrying", "error", err)
 		}
-		o.blind = true
 		o.expire(now)
 		return
 	}
-	// After a failed list, what was observed is stale: every Lease would
-	// look expired, and every replica would take every shard. Observe
-	// afresh, as on the first round.
-	if o.blind {
-		o.blind, first = false, true
+	// What this replica did not see, it cannot count as unchanged: the
+	// time it could not list (beyond one period) is taken off every
+	// observation, or after an outage every Lease would look expired and
+	// every replica would take every shard.
+	if blind := now.Sub(o.lastOK) - 2*o.opts.RetryPeriod; !o.lastOK.IsZero() && blind > 0 {
 		for _, s := range o.seen {
-			s.at = now
+			s.at = s.at.Add(blind)
 		}
 	}
+	o.lastOK = now
 	leases := map[string]*coordinationv1.Lease{}
 	for i := range list.Items {
 		l := &list.Items[i]
@@ -418,28 +423,42 @@ func (o *Owner) renewShards(ctx context.Context, leases map[string]*coordination
 		held[i] = c
 	}
 	o.mu.Unlock()
+	// In parallel, a few at a time: one slow write must not push the
+	// others past their deadline.
+	sem := make(chan struct{}, renewers)
+	var wg sync.WaitGroup
 	for i, c := range held {
 		current := leases[ShardLease(o.opts.Group, i)]
 		if current == nil || current.Spec.HolderIdentity == nil || *current.Spec.HolderIdentity != o.opts.Identity {
 			o.lose(i, c, "another replica holds its lease")
 			continue
 		}
-		start := time.Now()
-		l, err := o.write(ctx, o.leaseFor(current.Name, "shard", current, start), false)
-		if err != nil {
-			if ctx.Err() == nil {
-				o.logger.Warn("cannot renew a shard lease", "shard", i, "error", err)
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			start := time.Now()
+			l, err := o.write(ctx, o.leaseFor(current.Name, "shard", current, start), false)
+			if err != nil {
+				if ctx.Err() == nil {
+					o.logger.Warn("cannot renew a shard lease", "shard", i, "error", err)
+				}
+				return
 			}
-			continue
-		}
-		o.mu.Lock()
-		if o.claims[i] == c {
-			c.lease = l
-			o.mark(i, start)
-		}
-		o.mu.Unlock()
+			o.mu.Lock()
+			if o.claims[i] == c {
+				c.lease = l
+				o.mark(i, start)
+			}
+			o.mu.Unlock()
+		}()
 	}
+	wg.Wait()
 }
+
+// renewers bounds the Lease renewals in flight at once.
+const renewers = 8
 
 // expire gives up shards not renewed within RenewDeadline.
 func (o *Owner) expire(now time.Time) {
@@ -454,8 +473,9 @@ func (o *Owner) expire(now time.Time) {
 	for _, i := range late {
 		o.mu.Lock()
 		c := o.claims[i]
+		since, held := o.sinceRenewal(i, time.Now()) // renewed since the scan?
 		o.mu.Unlock()
-		if c != nil {
+		if c != nil && held && since > o.opts.RenewDeadline {
 			o.lose(i, c, "its lease was not renewed in time")
 		}
 	}
@@ -475,6 +495,9 @@ func (o *Owner) lose(i int, c *claim, why string) {
 	done := make(chan struct{})
 	o.busy[i] = done
 	o.mu.Unlock()
+	if f, ok := o.h.(Fencer); ok {
+		f.Fenced(i) // at once, not behind the shard's call in progress
+	}
 	o.lost.Add(1)
 	o.logger.Warn("lost a shard; stopped delivering it", "shard", i, "reason", why)
 	o.changes.Add(1)
@@ -568,7 +591,9 @@ func (o *Owner) take(ctx context.Context, i int, current *coordinationv1.Lease, 
 	if o.halted {
 		o.mu.Unlock()
 		cancel()
-		o.releaseLease(ctx, i, l)
+		rctx, rcancel := context.WithTimeout(ctx, o.writeTimeout())
+		defer rcancel()
+		o.releaseLease(rctx, i, l)
 		return false
 	}
 	o.claims[i] = c
@@ -582,7 +607,10 @@ func (o *Owner) take(ctx context.Context, i int, current *coordinationv1.Lease, 
 		defer o.changes.Done()
 		err := o.h.Acquired(actx, i)
 		close(done)
-		if err != nil && actx.Err() == nil {
+		o.mu.Lock()
+		halted := o.halted
+		o.mu.Unlock()
+		if err != nil && actx.Err() == nil && !halted {
 			o.failures.Add(1)
 			o.logger.Error("could not start delivering a shard; giving it back", "shard", i, "error", err)
 			o.giveBack(i, "failed to start", members)
@@ -665,7 +693,9 @@ func (o *Owner) collect(ctx context.Context, leases map[string]*coordinationv1.L
 		}
 		if s := o.seen[name]; s != nil && now.Sub(s.at) >= 10*o.opts.LeaseDuration {
 			rv := l.ResourceVersion
-			_ = o.opts.Leases.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rv}})
+			dctx, cancel := context.WithTimeout(ctx, o.writeTimeout())
+			_ = o.opts.Leases.Delete(dctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rv}})
+			cancel()
 		}
 	}
 }

@@ -347,7 +347,9 @@ func (in *Informers) Reselect(ctx context.Context, shardSelector string) error {
 			in.startInstance(fresh)
 		}
 	}
-	in.mu.Unlock()
+	// Held until the lists are in: the poller must not start a resource
+	// that appears meanwhile as "late", which readiness does not await.
+	defer in.mu.Unlock()
 	return in.WaitSynced(ctx)
 }
 

@@ -48,13 +48,19 @@ func (in *Informers) poll(ctx context.Context) {
 				served[gvr] = present
 			}
 			in.mu.Lock()
+			gone := false
 			switch {
 			case present && run.absent.Load():
 				in.appeared(ctx, run)
 			case !present && !run.absent.Load():
-				in.disappeared(run)
+				gone = in.disappeared(run)
 			}
 			in.mu.Unlock()
+			// Outside in.mu: the receiver reconciles, which may wait for a
+			// Reselect, which takes in.mu.
+			if gone && in.OnChange != nil {
+				in.OnChange(run.Rules)
+			}
 		}
 	}
 }
@@ -80,14 +86,15 @@ func (in *Informers) appeared(ctx context.Context, run *running) {
 }
 
 // disappeared stops run's informer and puts an empty one, not started, in
-// its place: the rules' views are then reconciled to nothing.
-func (in *Informers) disappeared(run *running) {
+// its place, and reports whether it did: the caller then has the rules'
+// views reconciled to nothing (OnChange), outside in.mu.
+func (in *Informers) disappeared(run *running) bool {
 	in.logger.Warn("the cluster no longer serves the resource; its rules' objects are gone, the rules wait for it", "informer", run.Spec.String(), "rules", ruleNames(run.Rules))
 	old := run.cur.Load()
 	fresh, err := in.prepare(run)
 	if err != nil {
 		in.logger.Error("cannot prepare the informer for the resource's return", "informer", run.Spec.String(), "error", err)
-		return
+		return false
 	}
 	run.absent.Store(true)
 	if old.cancel != nil {
@@ -95,9 +102,7 @@ func (in *Informers) disappeared(run *running) {
 		<-old.done
 	}
 	run.cur.Store(fresh)
-	if in.OnChange != nil {
-		in.OnChange(run.Rules)
-	}
+	return true
 }
 
 // Waiting lists the rules that do not hold their view now, and why: the
