@@ -508,6 +508,8 @@ func replicaState(p *bridgeProc, identity string) replicaResult {
 func (b *bed) shardCold(gate, ns string, replicas, n, run int) (shardStart, error) {
 	res := shardStart{Gate: gate, Replicas: replicas, Objects: n, Run: run}
 	c := newCollector()
+	tr := &receiptTrace{start: time.Now(), byUID: map[string][]string{}}
+	c.tap = tr.add
 	closeSub, err := natsReceiver(b.natsURL, c)
 	if err != nil {
 		return res, err
@@ -562,10 +564,10 @@ func (b *bed) shardCold(gate, ns string, replicas, n, run int) (shardStart, erro
 	for t, l := range c.byType {
 		res.Types[t] = len(l)
 	}
-	if res.Events != n {
-		logRepeated(c, 5)
-	}
 	c.mu.Unlock()
+	if res.Events != n {
+		tr.repeated()
+	}
 	want := gate == "on"
 	for _, m := range res.Members {
 		if m.Filtered != want {
@@ -573,26 +575,6 @@ func (b *bed) shardCold(gate, ns string, replicas, n, run int) (shardStart, erro
 		}
 	}
 	return res, stopAll(ps)
-}
-
-// logRepeated logs up to most objects that got more than one event, with
-// their ids; c.mu held.
-func logRepeated(c *collector, most int) {
-	byUID := map[string][]string{}
-	for id := range c.ids {
-		uid, _, _ := strings.Cut(id, ".")
-		byUID[uid] = append(byUID[uid], id)
-	}
-	n := 0
-	for _, ids := range byUID {
-		if len(ids) > 1 {
-			if n++; n <= most {
-				slices.Sort(ids)
-				log.Printf("  more than one event: %s", strings.Join(ids, ", "))
-			}
-		}
-	}
-	log.Printf("  %d objects of %d got more than one event", n, len(byUID))
 }
 
 // shardChurn starts replicas on an empty namespace, waits until they
@@ -854,6 +836,50 @@ func (t *receiptTrace) mark(what string, at time.Time) {
 	t.mu.Lock()
 	t.marks = append(t.marks, t.since(at)+" "+what)
 	t.mu.Unlock()
+}
+
+// repeated logs what a cold start sent beyond one added per object: by
+// shard, the objects sent deleted and the spans (since the first replica
+// started) in which their first added, their deletion and their second
+// added arrived, and one of them in full.
+func (t *receiptTrace) repeated() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	type span struct{ lo, hi float64 }
+	widen := func(s *span, x float64) {
+		if s.lo == 0 || x < s.lo {
+			s.lo = x
+		}
+		s.hi = max(s.hi, x)
+	}
+	byShard := map[int]int{}
+	var added, deleted, again span
+	example := ""
+	for uid, rs := range t.byUID {
+		if len(rs) < 2 {
+			continue
+		}
+		byShard[shardSpace.OfHash(shards.Hash(uid))]++
+		adds := 0
+		for _, r := range rs {
+			id, at, _ := strings.Cut(r, " ")
+			x, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimPrefix(at, "+"), "s"), 64)
+			switch {
+			case strings.HasSuffix(id, ".deleted"):
+				widen(&deleted, x)
+			case adds == 0:
+				adds++
+				widen(&added, x)
+			default:
+				widen(&again, x)
+			}
+		}
+		if example == "" {
+			example = strings.Join(rs, ", ")
+		}
+	}
+	log.Printf("  objects sent more than once, by shard: %v; first added %.2f-%.2fs, deleted %.2f-%.2fs, added again %.2f-%.2fs after the start; e.g. %s",
+		byShard, added.lo, added.hi, deleted.lo, deleted.hi, again.lo, again.hi, example)
 }
 
 // classify walks each object's first receipts of an id: the objects
