@@ -110,3 +110,55 @@ func TestBenchSmoke(t *testing.T) {
 	}
 	t.Log(rep)
 }
+
+// A small sharded phase runs end to end: every replica count delivers
+// every object on both apiservers, the replicas end in fair shares (the
+// apiserver filtering only where its gate is on), the churn is delivered
+// in full, and after the handovers the consumer holds the cluster's
+// objects.
+func TestShardsSmoke(t *testing.T) {
+	if _, err := testenv.ToolsDir(); err != nil {
+		testenv.SkipOrFail(t, err)
+	}
+	o := options{runs: 1, workers: 8, shards: 300, shardReplicas: "1,2", shardGates: "on,off", shardChurnN: 100,
+		shardHandovers: 1, shardHandoverRate: 30}
+	res, err := run(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sr := res.Shards
+	if len(sr.Cold) != 4 || len(sr.Baseline) != 2 || len(sr.Churn) != 2 || len(sr.Handover) != 1 || sr.Final == nil {
+		t.Fatalf("%d cold, %d baseline, %d churn, %d handover measurements, final %v", len(sr.Cold), len(sr.Baseline), len(sr.Churn), len(sr.Handover), sr.Final)
+	}
+	for _, r := range sr.Cold {
+		held := make([]int, len(r.Members))
+		for i, m := range r.Members {
+			held[i] = m.Shards
+			if m.CPU <= 0 || m.PeakRSS <= 0 || m.Filtered != (r.Gate == "on") {
+				t.Errorf("%s: %s: cpu %.2f, peak rss %d, apiserver filtered %v", r, m.Identity, m.CPU, m.PeakRSS, m.Filtered)
+			}
+		}
+		if r.Types["added"] < r.Objects || r.Seconds <= 0 || !fairShares(held) {
+			t.Errorf("%s: held %v", r, held)
+		}
+	}
+	for _, r := range sr.Churn {
+		if r.Events != r.Changes || r.OutOfOrder != 0 || r.cpu() <= 0 {
+			t.Errorf("%s", r)
+		}
+	}
+	h, f := sr.Handover[0], sr.Final
+	if h.DeliverSeconds <= 0 || h.OwnedSeconds <= 0 || h.JoinSeconds <= 0 || len(h.Shards) != benchShards/2 {
+		t.Errorf("%s", h)
+	}
+	if f.Missing+f.Extra+f.Stale+f.OutOfOrder != 0 {
+		t.Errorf("after the handovers: %+v", *f)
+	}
+	rep := report(o, res)
+	for _, s := range []string{"### Sharding: cold start on 300", "| on | 2 |", "| off | bare informer |", "### Sharding: live churn", "| **median** |"} {
+		if !strings.Contains(rep, s) {
+			t.Errorf("report has no %q:\n%s", s, rep)
+		}
+	}
+	t.Log(rep)
+}

@@ -17,11 +17,15 @@
 // requests, per-object order), -outage (memory while a webhook answers
 // 503 under create/delete churn, then the final state checked). -cbor
 // starts the apiserver serving CBOR and adds the consumers baseline-cbor
-// and nats-json.
+// and nats-json. -shards (shards.go): replicas sharing 8 shards, each
+// apiserver setting of ShardedListAndWatch on a control plane of its own:
+// cold starts of 1, 2, 4 replicas, and with the gate on the churn's rate
+// and the handover after a SIGKILL.
 //
 //	go run ./hack/bench -runs 5            # or: make bench
 //	go run ./hack/bench -n 300 -runs 1 -memory 1000 -latency-n 300   # smoke
 //	go run ./hack/bench -runs 1 -n 0 -consumers baseline,nats -latency-rate 0 -memory "" -cold 2000
+//	go run ./hack/bench -runs 1 -n 0 -latency-rate 0 -memory "" -shards 2000 -shard-churn-n 1000 -shard-handovers 2
 package main
 
 import (
@@ -86,6 +90,12 @@ func main() {
 	flag.IntVar(&o.outageLive, "outage-live", 1000, "ConfigMaps that stay in place during the outage")
 	flag.DurationVar(&o.outageSample, "outage-sample", 15*time.Second, "interval of the outage's memory samples")
 	flag.BoolVar(&o.cbor, "cbor", false, "start the apiserver with CBORServingAndStorage=true")
+	flag.IntVar(&o.shards, "shards", 0, "ConfigMaps of the sharded cold starts (0: no -shards phase)")
+	flag.StringVar(&o.shardReplicas, "shard-replicas", "1,2,4", "replica counts of the sharded cold starts (ratios are to 1)")
+	flag.StringVar(&o.shardGates, "shard-gates", "on,off", "apiserver settings of ShardedListAndWatch, each on a control plane of its own (churn and handovers: on only)")
+	flag.IntVar(&o.shardChurnN, "shard-churn-n", 5000, "ConfigMaps per sharded churn run, 1 and 2 replicas (3 changes each; 0: none)")
+	flag.IntVar(&o.shardHandovers, "shard-handovers", 5, "SIGKILLs of one of two replicas under churn (0: none)")
+	flag.IntVar(&o.shardHandoverRate, "shard-handover-rate", 100, "names created (and deleted 1s later) per second during the handovers")
 	flag.Parse()
 	o.command = commandLine(os.Args)
 	consumersSet := false
@@ -100,7 +110,7 @@ func main() {
 	fmt.Print(report(o, res))
 	if o.jsonOut != "" {
 		out, _ := json.MarshalIndent(map[string]any{"machine": machine(), "command": o.command,
-			"runs": res.Runs, "memory": res.Memory, "cold": res.Cold, "slow": res.Slow, "outage": res.Outage}, "", "  ")
+			"runs": res.Runs, "memory": res.Memory, "cold": res.Cold, "slow": res.Slow, "outage": res.Outage, "shards": res.Shards}, "", "  ")
 		if err := os.WriteFile(o.jsonOut, out, 0o644); err != nil {
 			log.Fatal(err)
 		}
@@ -124,6 +134,12 @@ type options struct {
 	outageLive          int
 	outageSample        time.Duration
 	cbor                bool
+	shards              int
+	shardReplicas       string
+	shardGates          string
+	shardChurnN         int
+	shardHandovers      int
+	shardHandoverRate   int
 	command             string // as typed, for the report
 }
 
@@ -134,6 +150,7 @@ type results struct {
 	Cold   []startResult
 	Slow   []slowResult
 	Outage []outageResult
+	Shards *shardResults
 }
 
 // commandLine renders the bench's own command line, quoted for a shell.
@@ -295,6 +312,13 @@ func run(o options) (res results, err error) {
 				return res, fmt.Errorf("outage run %d: %w", r, err)
 			}
 			res.Outage = append(res.Outage, m)
+		}
+	}
+	if o.shards > 0 {
+		sr, err := b.shardRuns(o)
+		res.Shards = &sr
+		if err != nil {
+			return res, err
 		}
 	}
 	return res, nil
@@ -522,6 +546,7 @@ type bridgeProc struct {
 	cmd     *exec.Cmd
 	admin   string
 	pprof   string // with -profile
+	log     string // its log file
 	done    chan struct{}
 	started time.Time // just before the process was started
 	ready   time.Time // when /readyz first answered 200
@@ -531,6 +556,28 @@ type bridgeProc struct {
 // checkpoint and log are named after name: starting the same name again
 // restarts it from its checkpoint (the log is appended to).
 func (b *bed) startBridge(name, cfg string, profiling bool, extra ...string) (*bridgeProc, error) {
+	args := []string{"--checkpoint-file", filepath.Join(b.dir, name+".checkpoint")}
+	pprofAddr := "127.0.0.1:" + strconv.Itoa(testenv.FreePort())
+	if profiling {
+		args = append(args, "--profiling", "--profiling-addr", pprofAddr)
+	}
+	p, err := b.launch(name, cfg, append(args, extra...)...)
+	if err != nil {
+		return nil, err
+	}
+	p.pprof = "http://" + pprofAddr
+	// Polled often: the warm restart is timed to this answer.
+	if err := p.waitReady(5*time.Millisecond, 5*time.Minute); err != nil {
+		p.kill()
+		return nil, err
+	}
+	return p, nil
+}
+
+// launch starts the bridge with cfg (written to <name>.yaml), its log
+// appended to <name>.log, and args after the common flags; it does not
+// wait.
+func (b *bed) launch(name, cfg string, args ...string) (*bridgeProc, error) {
 	cfgFile := filepath.Join(b.dir, name+".yaml")
 	if err := os.WriteFile(cfgFile, []byte(cfg), 0o644); err != nil {
 		return nil, err
@@ -541,38 +588,37 @@ func (b *bed) startBridge(name, cfg string, profiling bool, extra ...string) (*b
 	}
 	defer logFile.Close()
 	admin := "127.0.0.1:" + strconv.Itoa(testenv.FreePort())
-	args := []string{"run", "--config", cfgFile, "--kubeconfig", b.kubeconfig, "--admin-addr", admin,
-		"--checkpoint-file", filepath.Join(b.dir, name+".checkpoint"), "--reload=false", "--log-level", "warn"}
-	pprofAddr := "127.0.0.1:" + strconv.Itoa(testenv.FreePort())
-	if profiling {
-		args = append(args, "--profiling", "--profiling-addr", pprofAddr)
-	}
-	cmd := exec.Command(b.bridge, append(args, extra...)...)
+	common := []string{"run", "--config", cfgFile, "--kubeconfig", b.kubeconfig, "--admin-addr", admin, "--reload=false", "--log-level", "warn"}
+	cmd := exec.Command(b.bridge, append(common, args...)...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	p := &bridgeProc{cmd: cmd, admin: "http://" + admin, pprof: "http://" + pprofAddr, done: make(chan struct{}), started: time.Now()}
+	p := &bridgeProc{cmd: cmd, admin: "http://" + admin, log: logFile.Name(), done: make(chan struct{}), started: time.Now()}
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
 	go func() { _ = cmd.Wait(); close(p.done) }()
-	// Polled often: the warm restart is timed to this answer.
-	deadline := time.Now().Add(5 * time.Minute)
+	return p, nil
+}
+
+// waitReady polls /readyz every poll until it answers 200 (p.ready is
+// then set), the bridge exits or within passed.
+func (p *bridgeProc) waitReady(poll, within time.Duration) error {
+	deadline := time.Now().Add(within)
 	for {
 		resp, err := http.Get(p.admin + "/readyz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				p.ready = time.Now()
-				return p, nil
+				return nil
 			}
 		}
 		select {
 		case <-p.done:
-			return nil, fmt.Errorf("bridge exited: see %s", logFile.Name())
-		case <-time.After(5 * time.Millisecond):
+			return fmt.Errorf("bridge exited: see %s", p.log)
+		case <-time.After(poll):
 		}
 		if time.Now().After(deadline) {
-			p.kill()
-			return nil, fmt.Errorf("bridge not ready after 5m: see %s", logFile.Name())
+			return fmt.Errorf("bridge not ready after %v: see %s", within, p.log)
 		}
 	}
 }

@@ -212,9 +212,16 @@ const recoveryStall = 70 * time.Second
 // compareHeld compares what the consumer holds (its events applied by uid)
 // with the namespace's ConfigMaps.
 func (b *bed) compareHeld(ctx context.Context, ns string, c *collector) (missing, extra, stale int, err error) {
+	m, e, s, err := b.diffHeld(ctx, ns, c)
+	return len(m), len(e), len(s), err
+}
+
+// diffHeld is compareHeld's uids: in the cluster but not held, held but
+// gone, held at another resourceVersion.
+func (b *bed) diffHeld(ctx context.Context, ns string, c *collector) (missing, extra, stale []string, err error) {
 	list, err := b.cs.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return 0, 0, 0, err
+		return nil, nil, nil, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -225,14 +232,14 @@ func (b *bed) compareHeld(ctx context.Context, ns string, c *collector) (missing
 		rv, held := c.held[uid]
 		switch {
 		case !held:
-			missing++
+			missing = append(missing, uid)
 		case rv != cm.ResourceVersion:
-			stale++
+			stale = append(stale, uid)
 		}
 	}
 	for uid := range c.held {
 		if !inCluster[uid] {
-			extra++
+			extra = append(extra, uid)
 		}
 	}
 	return missing, extra, stale, nil

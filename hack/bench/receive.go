@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -39,6 +40,9 @@ type collector struct {
 	// resourceVersion (added/updated put it, deleted removes it).
 	held    map[string]string
 	arrived chan struct{} // signalled (non-blocking) on every delivery
+	// tap, when set before the first receipt, sees every receipt (the
+	// handover runs watch for a shard's first event after a kill).
+	tap func(id string, now time.Time)
 }
 
 // revision orders one object's events: by resourceVersion, and at the same
@@ -73,6 +77,9 @@ func (c *collector) record(id string, at time.Time, now time.Time) {
 		c.apply(id)
 	}
 	c.mu.Unlock()
+	if c.tap != nil {
+		c.tap(id, now)
+	}
 	select {
 	case c.arrived <- struct{}{}:
 	default:
@@ -89,6 +96,12 @@ func (c *collector) apply(id string) {
 	uid, rv, typ := f[0], f[2], f[3]
 	kind, known := typeRank[typ]
 	n, err := strconv.ParseUint(rv, 10, 64)
+	if rv == "" && typ == "deleted" {
+		// The deletion of an incarnation sent but not acknowledged before a
+		// crash, found gone on the restart: its resourceVersion is not
+		// known, and nothing of its uid comes after it.
+		n, err = math.MaxUint64, nil
+	}
 	if !known || err != nil {
 		return
 	}
@@ -109,6 +122,13 @@ func (c *collector) unique() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.ids)
+}
+
+// holding is how many objects the consumer holds (applied by uid).
+func (c *collector) holding() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.held)
 }
 
 func (c *collector) receipts() int {

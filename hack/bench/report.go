@@ -170,6 +170,9 @@ func report(o options, res results) string {
 	if len(res.Outage) > 0 {
 		b.WriteString(outageReport(o, res.Outage))
 	}
+	if res.Shards != nil {
+		b.WriteString(shardReport(o, *res.Shards))
+	}
 	return b.String()
 }
 
@@ -427,6 +430,202 @@ func outageReport(o options, outage []outageResult) string {
 	for _, s := range outage[0].Samples {
 		fmt.Fprintf(&b, "| %.0f s | %d | %d | %d | %d | %.1f MiB | %.1f MiB | %.1f MiB |\n", s.T, s.Live, s.Churned, s.Queued, s.Coalesced,
 			mib(s.HeapInUse), mib(s.HeapLive), mib(s.RSS))
+	}
+	return b.String()
+}
+
+// balanced is the median time until the replicas first held fair shares,
+// over the runs where they did before every object was delivered.
+func balanced(rs []shardStart) string {
+	var in []shardStart
+	for _, r := range rs {
+		if r.BalancedSeconds > 0 {
+			in = append(in, r)
+		}
+	}
+	switch {
+	case len(in) == 0:
+		return "not before all delivered"
+	case len(in) < len(rs):
+		return fmt.Sprintf("%.2f s (%d of %d runs; the others not before all delivered)", medianOf(in, func(r shardStart) float64 { return r.BalancedSeconds }), len(in), len(rs))
+	}
+	return fmt.Sprintf("%.2f s", medianOf(in, func(r shardStart) float64 { return r.BalancedSeconds }))
+}
+
+// shardReport gives the sharded cold starts per apiserver setting and
+// replica count, each replica against the one replica of the same run,
+// then the churn and the handovers.
+func shardReport(o options, res shardResults) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n### Sharding: cold start on %d existing ConfigMaps, %d shards by uid, the replicas started at once; medians of %d runs\n\n", o.shards, benchShards, o.runs)
+	b.WriteString("Each replica is a process of its own on this machine's cores, shared with the apiserver, etcd, nats-server and the other replicas: its CPU seconds and peak RSS (VmHWM) until the subscriber had every object are what it would use on a node of its own; the time is not. " +
+		"A ratio is a replica's over the one replica's of the same apiserver in the same run (the largest of the replicas'), then the median over runs; the goal with the apiserver filtering is <= 1.1/N. " +
+		"Shards: held at the end (over runs and replicas), and the most one replica held at once during the start (sampled every " + shardSample.String() + ", most over runs). " +
+		"Delivered: unique event ids, one `added` per object expected; deleted: `deleted` events among them (nothing is deleted: each is an object announced gone while it exists, then added again under a new id).\n\n")
+	b.WriteString("| apiserver filters | replicas | time to all delivered | CPU s per replica (min - max) | CPU / 1 replica (largest) | goal | CPU all replicas / 1 replica | peak RSS per replica (min - max) | RSS / 1 replica (largest) | balanced after | shards held | most held at once | delivered / objects | deleted (max) | duplicates |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	type key struct {
+		gate   string
+		n, run int
+	}
+	byKey := map[key]shardStart{}
+	var gates []string
+	var counts []int
+	for _, r := range res.Cold {
+		byKey[key{r.Gate, r.Replicas, r.Run}] = r
+		if !slices.Contains(gates, r.Gate) {
+			gates = append(gates, r.Gate)
+		}
+		if !slices.Contains(counts, r.Replicas) {
+			counts = append(counts, r.Replicas)
+		}
+	}
+	minMax := func(ms []replicaResult, f func(replicaResult) float64) (lo, hi float64) {
+		lo, hi = f(ms[0]), f(ms[0])
+		for _, m := range ms[1:] {
+			lo, hi = min(lo, f(m)), max(hi, f(m))
+		}
+		return lo, hi
+	}
+	sum := func(ms []replicaResult, f func(replicaResult) float64) (s float64) {
+		for _, m := range ms {
+			s += f(m)
+		}
+		return s
+	}
+	cpu := func(m replicaResult) float64 { return m.CPU }
+	rss := func(m replicaResult) float64 { return mib(m.PeakRSS) }
+	for _, g := range gates {
+		var base []startResult
+		for _, r := range res.Baseline {
+			if r.Gate == g {
+				base = append(base, r.startResult)
+			}
+		}
+		if len(base) > 0 {
+			fmt.Fprintf(&b, "| %s | bare informer | %.2f s | %.2f | | | | %.0f MiB | | | | | %.0f / %d | | |\n", g,
+				medianOf(base, func(r startResult) float64 { return r.Seconds }), medianOf(base, func(r startResult) float64 { return r.CPU }),
+				medianOf(base, func(r startResult) float64 { return mib(r.PeakRSS) }),
+				medianOf(base, func(r startResult) float64 { return float64(r.Events) }), base[0].Objects)
+		}
+		for _, n := range counts {
+			var rs []shardStart
+			for _, r := range res.Cold {
+				if r.Gate == g && r.Replicas == n && len(r.Members) > 0 {
+					rs = append(rs, r)
+				}
+			}
+			if len(rs) == 0 {
+				continue
+			}
+			// ratio is the median over runs of f's largest replica (or, sum,
+			// all replicas together) over the one replica's.
+			ratio := func(f func(replicaResult) float64, all bool) string {
+				var xs []float64
+				for _, r := range rs {
+					one, ok := byKey[key{g, 1, r.Run}]
+					if !ok || len(one.Members) == 0 {
+						continue
+					}
+					_, hi := minMax(r.Members, f)
+					if all {
+						hi = sum(r.Members, f)
+					}
+					xs = append(xs, hi/f(one.Members[0]))
+				}
+				if len(xs) == 0 {
+					return "-"
+				}
+				return fmt.Sprintf("%.2f", median(xs))
+			}
+			held := []float64{}
+			most := 0
+			for _, r := range rs {
+				for _, m := range r.Members {
+					held = append(held, float64(m.Shards))
+					most = max(most, m.MostShards)
+				}
+			}
+			hLo, hHi := slices.Min(held), slices.Max(held)
+			deleted := 0
+			for _, r := range rs {
+				deleted = max(deleted, r.Types["deleted"])
+			}
+			fmt.Fprintf(&b, "| %s | %d | %.2f s | %.2f - %.2f | %s | %.2f | %s | %.0f - %.0f MiB | %s | %s | %.0f - %.0f | %d | %.0f / %d | %.0f (%d) | %.0f |\n", g, n,
+				medianOf(rs, func(r shardStart) float64 { return r.Seconds }),
+				medianOf(rs, func(r shardStart) float64 { lo, _ := minMax(r.Members, cpu); return lo }),
+				medianOf(rs, func(r shardStart) float64 { _, hi := minMax(r.Members, cpu); return hi }),
+				ratio(cpu, false), 1.1/float64(n), ratio(cpu, true),
+				medianOf(rs, func(r shardStart) float64 { lo, _ := minMax(r.Members, rss); return lo }),
+				medianOf(rs, func(r shardStart) float64 { _, hi := minMax(r.Members, rss); return hi }),
+				ratio(rss, false),
+				balanced(rs), hLo, hHi, most,
+				medianOf(rs, func(r shardStart) float64 { return float64(r.Events) }), rs[0].Objects,
+				medianOf(rs, func(r shardStart) float64 { return float64(r.Types["deleted"]) }), deleted,
+				medianOf(rs, func(r shardStart) float64 { return float64(r.Duplicates) }))
+		}
+	}
+	if len(res.Churn) > 0 {
+		fmt.Fprintf(&b, "\n### Sharding: live churn, %d ConfigMaps created, updated, deleted (%d changes) as fast as the apiserver takes them, apiserver filtering; medians of %d runs\n\n", o.shardChurnN, 3*o.shardChurnN, o.runs)
+		b.WriteString("The replicas share the shards (balanced, ready) before the load starts. Rate: unique events from the first write to the last event; CPU: what the load cost each replica.\n\n")
+		b.WriteString("| replicas | delivered/s | ratio to 1 replica | CPU s per replica (min - max) | CPU s per 10k events, all replicas | peak RSS per replica (max) | delivered / changes | duplicates | out of order |\n")
+		b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
+		one := map[int]shardChurn{}
+		var ns []int
+		for _, r := range res.Churn {
+			if r.Replicas == 1 {
+				one[r.Run] = r
+			}
+			if !slices.Contains(ns, r.Replicas) {
+				ns = append(ns, r.Replicas)
+			}
+		}
+		for _, n := range ns {
+			var rs []shardChurn
+			for _, r := range res.Churn {
+				if r.Replicas == n {
+					rs = append(rs, r)
+				}
+			}
+			fmt.Fprintf(&b, "| %d | %.0f | %.2f | %.2f - %.2f | %.2f | %.0f MiB | %.0f / %d | %.0f | %.0f |\n", n,
+				medianOf(rs, shardChurn.perSecond),
+				medianOf(rs, func(r shardChurn) float64 { return r.perSecond() / one[r.Run].perSecond() }),
+				medianOf(rs, func(r shardChurn) float64 { lo, _ := minMax(r.Members, cpu); return lo }),
+				medianOf(rs, func(r shardChurn) float64 { _, hi := minMax(r.Members, cpu); return hi }),
+				medianOf(rs, func(r shardChurn) float64 { return r.cpu() / float64(r.Events) * 10000 }),
+				medianOf(rs, func(r shardChurn) float64 { _, hi := minMax(r.Members, rss); return hi }),
+				medianOf(rs, func(r shardChurn) float64 { return float64(r.Events) }), rs[0].Changes,
+				medianOf(rs, func(r shardChurn) float64 { return float64(r.Duplicates) }),
+				medianOf(rs, func(r shardChurn) float64 { return float64(r.OutOfOrder) }))
+		}
+	}
+	if len(res.Handover) > 0 {
+		fmt.Fprintf(&b, "\n### Sharding: handover after a SIGKILL, 2 replicas, apiserver filtering, %d names/s created and deleted 1 s later; leases 4 s (renew deadline 3 s, retry 500 ms)\n\n", o.shardHandoverRate)
+		fmt.Fprintf(&b, "Times from the SIGKILL: the first event of an object in one of the killed replica's shards (received after %v), the survivor holding all %d shards, and it being ready with them; then a replacement (a new identity) starts: the time until the two hold fair shares, both ready.\n\n", handoverGuard, benchShards)
+		b.WriteString("| round | killed replica's shards | first event in them | survivor holds all | survivor ready | replacement balanced |\n|---|---|---|---|---|---|\n")
+		for _, h := range res.Handover {
+			fmt.Fprintf(&b, "| %d | %v | %.2f s | %.2f s | %.2f s | %.2f s |\n", h.Round, h.Shards, h.DeliverSeconds, h.OwnedSeconds, h.ReadySeconds, h.JoinSeconds)
+		}
+		hs := res.Handover
+		most := func(f func(handover) float64) float64 {
+			m := 0.0
+			for _, h := range hs {
+				m = max(m, f(h))
+			}
+			return m
+		}
+		for _, row := range []struct {
+			name string
+			f    func(func(handover) float64) float64
+		}{{"median", func(f func(handover) float64) float64 { return medianOf(hs, f) }}, {"max", most}} {
+			fmt.Fprintf(&b, "| **%s** | | %.2f s | %.2f s | %.2f s | %.2f s |\n", row.name,
+				row.f(func(h handover) float64 { return h.DeliverSeconds }), row.f(func(h handover) float64 { return h.OwnedSeconds }),
+				row.f(func(h handover) float64 { return h.ReadySeconds }), row.f(func(h handover) float64 { return h.JoinSeconds }))
+		}
+	}
+	if f := res.Final; f != nil {
+		fmt.Fprintf(&b, "\nAfter the handovers: %d names churned, %d events, %d duplicates (same id), %d objects deleted again under another id (the deletion's acknowledgement not yet in the checkpoint when its replica was killed), %d other first deliveries out of order; the consumer's state against the cluster: %d missing, %d deleted but held, %d stale (all must be 0).\n",
+			f.Churned, f.Events, f.Duplicates, f.DeletedAgain, f.OutOfOrder, f.Missing, f.Extra, f.Stale)
 	}
 	return b.String()
 }
