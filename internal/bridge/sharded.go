@@ -57,6 +57,10 @@ type sharded struct {
 
 	ctx    context.Context // ends at teardown: what a Reselect waits for at most
 	cancel context.CancelFunc
+	// listed closes once the informers started and synced: a shard taken
+	// before waits for it (the owner runs from the process's start, so
+	// that replicas starting together see each other before the lists).
+	listed chan struct{}
 
 	startFailures atomic.Uint64
 	starting      map[int]bool // shards held whose Acquired has not returned (s.mu)
@@ -75,6 +79,7 @@ func newSharded(b *Bridge, sc *config.Sharding) *sharded {
 		selected: make([]bool, sc.Shards), starting: map[int]bool{}}
 	s.sinks = newSharedSinks(b.opts.Sinks, b.host, b.logger)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.listed = make(chan struct{})
 	empty := make([]*deliverer, sc.Shards)
 	s.table.Store(&empty)
 	return s
@@ -122,10 +127,14 @@ func (s *sharded) start(ctx, syncCtx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The owner first: it registers this replica among the members at
+	// once, so that replicas started together share the shards from the
+	// start instead of the first one to finish its list taking them all.
+	s.owner.Run()
 	if err := in.Start(syncCtx); err != nil {
 		return err
 	}
-	s.owner.Run()
+	close(s.listed)
 	b.logger.Info("bridge started; sharing the shards", "shards", s.space.N, "key", s.space.Key, "identity", le.Identity,
 		"informers", in.Specs(), "rules", len(b.rules))
 	return nil
@@ -195,6 +204,10 @@ func (s *sharded) Acquired(ctx context.Context, i int) error {
 		}
 	}
 	run.started.Store(true)
+	select {
+	case <-s.listed:
+	case <-ctx.Done():
+	}
 	if err := ctx.Err(); err != nil {
 		return err // lost or halted meanwhile: no relist for it
 	}
