@@ -359,20 +359,7 @@ func waitShardsBalanced(t *testing.T, what string, replicas ...*bridgeProc) {
 }
 
 // scrapeMetric reads one unlabelled sample from a replica's /metrics.
-func scrapeMetric(b *bridgeProc, name string) (float64, bool) {
-	resp, err := http.Get(b.adminURL() + "/metrics")
-	if err != nil {
-		return 0, false
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` (\S+)$`).FindSubmatch(body)
-	if m == nil {
-		return 0, false
-	}
-	v, err := strconv.ParseFloat(string(m[1]), 64)
-	return v, err == nil
-}
+func scrapeMetric(b *bridgeProc, name string) (float64, bool) { return viewMetric(b.adminURL(), name) }
 
 // scrapeSum sums the samples of a metric (any labels) from a replica.
 func scrapeSum(b *bridgeProc, name string) int {
