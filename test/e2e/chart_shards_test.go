@@ -18,13 +18,15 @@ func TestChartShardingRefusesWhatCannotShare(t *testing.T) {
 	embedded := strings.Replace(chartNATSConfig, `{url: "nats://nats.nats.svc:4222", jetstream: true}`, "{embedded: true, jetstream: true}", 1)
 	cases := []struct{ name, values, want string }{
 		{"file checkpoint", "replicas: 2\nsharding: {shards: 4}\n" + chartNATSConfig,
-			"sharding.shards=4 needs config.checkpoint.natsKV on a NATS server every replica reaches (a nats sink with a url, not embedded)"},
+			"sharding (4 shards) needs config.checkpoint.natsKV on a NATS server every replica reaches (a nats sink with a url, not embedded)"},
 		{"embedded nats-server", "sharding: {shards: 4}\nleaderElection: {enabled: false}\n" + embedded + "  checkpoint: {natsKV: {sink: bus}}\n",
 			"the checkpoint is natsKV-embedded"},
 		{"hotReload", "sharding: {shards: 4}\nhotReload: true\nleaderElection: {enabled: false}\n" + chartNATSConfig + "  checkpoint: {natsKV: {sink: bus}}\n",
 			"set hotReload=false"},
-		{"sharding in the config", "sharding: {shards: 4}\n" + chartNATSConfig + "  checkpoint: {natsKV: {sink: bus}}\n  sharding: {shards: 2}\n",
-			"set sharding in the chart's sharding values"},
+		{"sharding set twice", "sharding: {shards: 4}\n" + chartNATSConfig + "  checkpoint: {natsKV: {sink: bus}}\n  sharding: {shards: 2}\n",
+			"sharding is set twice"},
+		{"config.sharding with the file checkpoint", "leaderElection: {enabled: false}\n" + chartNATSConfig + "  sharding: {shards: 2}\n",
+			"sharding (2 shards) needs config.checkpoint.natsKV"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -16,15 +16,15 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{/* The config file, as the bridge reads it. */}}
 {{- define "kubebridge.config" -}}
 {{- $cfg := merge (dict "apiVersion" "kubebridge.io/v1alpha1" "kind" "BridgeConfig") (deepCopy .Values.config) -}}
-{{- if include "kubebridge.sharded" . -}}
+{{- if gt (int ((.Values.sharding | default dict).shards | default 0)) 0 -}}
 {{- $_ := set $cfg "sharding" (dict "shards" (int .Values.sharding.shards) "key" (.Values.sharding.key | default "uid")) -}}
 {{- end -}}
 {{ toYaml $cfg }}
 {{- end -}}
 
-{{/* kubebridge.sharded is "true" when sharding.shards > 0, else empty. */}}
+{{/* kubebridge.sharded is "true" when sharding.shards > 0 or the config sets sharding, else empty. */}}
 {{- define "kubebridge.sharded" -}}
-{{- if gt (int ((.Values.sharding | default dict).shards | default 0)) 0 }}true{{ end -}}
+{{- if or (gt (int ((.Values.sharding | default dict).shards | default 0)) 0) ((.Values.config | default dict).sharding) }}true{{ end -}}
 {{- end -}}
 
 {{/*
@@ -37,13 +37,13 @@ config change in place while it shares shards (hotReload).
 {{- if include "kubebridge.sharded" . -}}
 {{- $kind := include "kubebridge.checkpointKind" . -}}
 {{- if ne $kind "natsKV" -}}
-{{- fail (printf "sharding.shards=%d needs config.checkpoint.natsKV on a NATS server every replica reaches (a nats sink with a url, not embedded): each shard's acknowledged views must be readable by whichever replica owns the shard next; the checkpoint is %s" (int .Values.sharding.shards) $kind) -}}
+{{- fail (printf "sharding (%d shards) needs config.checkpoint.natsKV on a NATS server every replica reaches (a nats sink with a url, not embedded): each shard's acknowledged views must be readable by whichever replica owns the shard next; the checkpoint is %s" (int (dig "sharding" "shards" (.Values.sharding.shards | default 0) (.Values.config | default dict))) $kind) -}}
 {{- end -}}
 {{- if .Values.hotReload -}}
 {{- fail "sharding shares the objects among replicas, which do not apply a config change in place: set hotReload=false (config changes roll the pods)" -}}
 {{- end -}}
-{{- if (.Values.config | default dict).sharding -}}
-{{- fail "set sharding in the chart's sharding values (shards, key), not in config.sharding" -}}
+{{- if and (.Values.config | default dict).sharding (gt (int ((.Values.sharding | default dict).shards | default 0)) 0) -}}
+{{- fail "sharding is set twice: in the chart's sharding values and in config.sharding; keep one" -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
