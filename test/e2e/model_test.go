@@ -899,10 +899,10 @@ func (m *modelRun) scale() {
 		return
 	}
 	i := m.rng.IntN(len(m.bridges))
-	b := m.bridges[i]
-	if exited, err := b.terminate(40 * time.Second); !exited || err != nil {
-		m.t.Errorf("%s: a replica scaled away did not stop cleanly on SIGTERM (exited %v, %v)", m.seedLine(), exited, err)
-	}
+	// As any SIGTERM: with the webhook down, the drain deadline passes and
+	// the exit is 1 ("shutdown incomplete"), noted; what it did not deliver
+	// is not acknowledged, and the shard's next owner sends it.
+	m.terminate(m.bridges[i])
 	m.bridges = slices.Delete(m.bridges, i, i+1)
 	m.logOp("a replica scaled away (SIGTERM): %d replicas", len(m.bridges))
 }
