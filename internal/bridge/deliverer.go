@@ -67,6 +67,9 @@ type delivererOptions struct {
 	// Fence, when set, is checked before every send and checkpoint write:
 	// it fails once this replica may no longer own what it delivers.
 	Fence func() error
+	// Hold, when set, bounds each send by the hold the fence was passed
+	// under (delivery.Hooks.Hold).
+	Hold func(ctx context.Context) (context.Context, context.CancelFunc)
 	// Latency observes, per sink, the time from observing a change to its
 	// acknowledgement; nil: not observed.
 	Latency *prometheus.HistogramVec
@@ -159,7 +162,7 @@ func (d *deliverer) startRun(ctx context.Context, cfg *config.Config, s *sinkRun
 	if d.opts.Latency != nil {
 		latency = d.opts.Latency.WithLabelValues(name)
 	}
-	hooks := delivery.Hooks{Fence: d.opts.Fence, OnAck: func(evs []*event.Event) {
+	hooks := delivery.Hooks{Fence: d.opts.Fence, Hold: d.opts.Hold, OnAck: func(evs []*event.Event) {
 		if recorder != nil {
 			recorder.Acked(name, evs)
 		}

@@ -69,8 +69,9 @@ var (
 	descLeader     = prometheus.NewDesc("kubebridge_leader", "1 while this replica delivers (the leader, the only one, or a holder of shards).", nil, nil)
 	// Sharding.
 	descShardsOwned    = prometheus.NewDesc("kubebridge_shards_owned", "Shards this replica holds and delivers.", nil, nil)
+	descShardsLapsed   = prometheus.NewDesc("kubebridge_shards_lapsed", "Shards held whose lease renewal is overdue: nothing is sent for them until it is renewed (or another replica takes them).", nil, nil)
 	descShardMembers   = prometheus.NewDesc("kubebridge_shard_members", "Live replicas sharing the shards, as this one sees them (itself included).", nil, nil)
-	descShardHandovers = prometheus.NewDesc("kubebridge_shard_handovers_total", "Shards this replica took (acquired), gave back (released), lost (its lease not renewed in time), and attempts to start delivering a shard held that failed and are retried (failed).", []string{"kind"}, nil)
+	descShardHandovers = prometheus.NewDesc("kubebridge_shard_handovers_total", "Shards this replica took (acquired), gave back (released), lost (another replica took its lease), holds that lapsed (a renewal overdue: fenced, queue kept) and of those resumed (renewed with nobody having written the lease meanwhile), and attempts to start delivering a shard held that failed and are retried (failed).", []string{"kind"}, nil)
 	descCached         = prometheus.NewDesc("kubebridge_informer_cached_objects", "Objects in an informer's cache (with sharding filtered by the apiserver: this replica's shards only).", []string{"informer"}, nil)
 	descShardPending   = prometheus.NewDesc("kubebridge_shard_pending_events", "Events of a held shard queued or in flight, all its sinks together.", []string{"shard"}, nil)
 	descShardLag       = prometheus.NewDesc("kubebridge_shard_checkpoint_lag", "Acknowledged changes of a held shard not yet written to the checkpoint.", []string{"shard"}, nil)
@@ -155,8 +156,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 func (c *collector) collectShards(ch chan<- prometheus.Metric, sh *sharded) {
 	st := sh.stats()
 	ch <- prometheus.MustNewConstMetric(descShardsOwned, prometheus.GaugeValue, float64(len(st.Owned)))
+	ch <- prometheus.MustNewConstMetric(descShardsLapsed, prometheus.GaugeValue, float64(len(st.Lapsed)))
 	ch <- prometheus.MustNewConstMetric(descShardMembers, prometheus.GaugeValue, float64(st.Members))
-	for kind, n := range map[string]uint64{"acquired": st.Acquired, "released": st.Released, "lost": st.Lost, "failed": st.AcquireFailures + sh.startFailures.Load()} {
+	for kind, n := range map[string]uint64{"acquired": st.Acquired, "released": st.Released, "lost": st.Lost, "lapsed": st.Lapses, "resumed": st.Resumed, "failed": st.AcquireFailures + sh.startFailures.Load()} {
 		ch <- prometheus.MustNewConstMetric(descShardHandovers, prometheus.CounterValue, float64(n), kind)
 	}
 	filtered := 0.0

@@ -182,6 +182,7 @@ func (s *sharded) Acquired(ctx context.Context, i int) error {
 			OpenStore:          s.openStore(i),
 			CheckpointInterval: b.opts.CheckpointInterval,
 			Fence:              func() error { return s.owner.Fence(i) },
+			Hold:               func(ctx context.Context) (context.Context, context.CancelFunc) { return s.owner.Hold(ctx, i) },
 			Latency:            b.metrics.latency,
 		})
 		run = &shardRun{d: d}

@@ -131,6 +131,13 @@ type Hooks struct {
 	// is sent and the batch waits, as with BeforeSend, until the fence opens
 	// or Run's context ends (the bridge cancels it when the lease is lost).
 	Fence func() error
+	// Hold, when set, bounds each send by the hold it passed the fence
+	// under: the context it returns ends when that hold lapses (a shard's
+	// Lease not renewed in time), so that a send to a slow destination
+	// cannot reach it after another replica took over. A send cut short
+	// this way is not the destination's failure: the batch waits, as for
+	// the fence, and is sent again once the hold is renewed.
+	Hold func(ctx context.Context) (context.Context, context.CancelFunc)
 	// OnAck gets the events the destination (or the dead-letter) took, each
 	// object's in order: the bridge records them in the checkpoint and
 	// observes their latency. Batches in flight at once call it
@@ -959,12 +966,24 @@ func (d *Delivery) send(ctx context.Context, events []*event.Event) (reached boo
 	}
 	outcome := sendIgnored
 	defer func() { d.limiter.release(start, outcome) }()
+	sctx := ctx
+	if d.hooks.Hold != nil {
+		var release context.CancelFunc
+		sctx, release = d.hooks.Hold(ctx)
+		defer release()
+	}
 	if d.hooks.Fence != nil {
 		if err := d.hooks.Fence(); err != nil {
 			return false, err
 		}
 	}
-	err = d.safeSend(ctx, events)
+	err = d.safeSend(sctx, events)
+	if sctx.Err() != nil && ctx.Err() == nil {
+		// The hold lapsed mid-send: the batch waits for the fence to open
+		// again (the destination may have taken it: sent again then, under
+		// the same ids).
+		return false, fmt.Errorf("send cut short: %w", context.Cause(sctx))
+	}
 	outcome = outcomeOf(ctx, err)
 	return true, err
 }

@@ -584,3 +584,99 @@ func TestMaxElapsedCountsOnlyAttemptsOnTheDestination(t *testing.T) {
 		})
 	}
 }
+
+// slowSink blocks its first Send until ctx ends (a destination that hangs),
+// then takes everything.
+type slowSink struct {
+	flaky
+	started chan struct{}
+	once    sync.Once
+}
+
+func (s *slowSink) Send(ctx context.Context, evs []*event.Event) error {
+	first := false
+	s.once.Do(func() { first = true })
+	if first {
+		close(s.started)
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return s.flaky.Send(ctx, evs)
+}
+
+// A send cut short because its hold lapsed (a shard's Lease not renewed
+// in time) is not the destination's failure: nothing is counted failed,
+// parked or dead-lettered; the batch waits while the fence is closed and
+// is sent again under the new hold, once.
+func TestSendCutByItsHoldWaitsForTheNextHold(t *testing.T) {
+	var mu sync.Mutex
+	hold, lapse := context.WithCancelCause(context.Background())
+	open := true
+	sink := &slowSink{started: make(chan struct{})}
+	dl := &deadLetters{}
+	var acked []string
+	hooks := Hooks{
+		Fence: func() error {
+			mu.Lock()
+			defer mu.Unlock()
+			if !open {
+				return errors.New("lapsed")
+			}
+			return nil
+		},
+		Hold: func(ctx context.Context) (context.Context, context.CancelFunc) {
+			mu.Lock()
+			h := hold
+			mu.Unlock()
+			ctx, cancel := context.WithCancelCause(ctx)
+			stop := context.AfterFunc(h, func() { cancel(context.Cause(h)) })
+			return ctx, func() { stop(); cancel(nil) }
+		},
+		OnAck: func(evs []*event.Event) {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, e := range evs {
+				acked = append(acked, e.ID)
+			}
+		},
+	}
+	d := New(Options{Config: sinkConfig(), Sink: sink, DeadLetter: dl, Hooks: hooks})
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	done := make(chan struct{})
+	go func() { defer close(done); d.Run(ctx) }()
+	e := ev("a", "1", event.Added)
+	d.Offer(e)
+	<-sink.started
+	mu.Lock()
+	open = false
+	mu.Unlock()
+	lapse(errors.New("lease lapsed"))
+	time.Sleep(30 * time.Millisecond) // the batch waits: fence closed
+	if got := sink.received(); len(got) != 0 {
+		t.Fatalf("sent %v while the fence was closed", got)
+	}
+	mu.Lock()
+	open = true
+	hold, lapse = context.WithCancelCause(context.Background())
+	mu.Unlock()
+	defer lapse(nil)
+	deadline := time.Now().Add(5 * time.Second)
+	for len(sink.received()) == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	d.Close()
+	<-done
+	if got := fmt.Sprint(sink.received()); got != "["+e.ID+"]" {
+		t.Errorf("the sink took %s after the hold was renewed, want [%s]", got, e.ID)
+	}
+	st := d.Stats()
+	if st.Failed != 0 || st.Retried != 0 || st.Parked != 0 || len(dl.got) != 0 {
+		t.Errorf("a send cut by its hold counted as the destination's failure: failed %d, retried %d, parked %d, dead-lettered %v", st.Failed, st.Retried, st.Parked, dl.got)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if fmt.Sprint(acked) != "["+e.ID+"]" {
+		t.Errorf("acknowledged %v, want the event once", acked)
+	}
+}

@@ -54,8 +54,9 @@ type Handler interface {
 	// replica gives it to another (or shuts down). The Lease is renewed
 	// until it returns, then released.
 	Release(shard int)
-	// Lost stops delivering shard at once, writing nothing: its Lease was
-	// not renewed in time or another replica holds it.
+	// Lost stops delivering shard at once, writing nothing: another
+	// replica holds its Lease, or its Lease was written by another since
+	// this replica's hold lapsed.
 	Lost(shard int)
 }
 
@@ -69,10 +70,14 @@ type Fencer interface {
 
 // Stats are an Owner's counts.
 type Stats struct {
-	Owned                 []int // shards held and delivering or starting, ascending
+	Owned                 []int // shards held and delivering or starting, ascending (lapsed ones included)
+	Lapsed                []int // of those, the ones whose renewal is overdue: fenced until renewed or lost
 	Acquired, Released    uint64
 	Lost, AcquireFailures uint64
-	Members               int // live replicas this one sees, itself included
+	// Lapses counts holds that lapsed (a renewal overdue), Resumed those
+	// of them renewed again with nobody having written the Lease between.
+	Lapses, Resumed uint64
+	Members         int // live replicas this one sees, itself included
 }
 
 // Owner holds a fair share of N shard Leases for this replica: every
@@ -86,6 +91,16 @@ type Stats struct {
 // clocks are not compared), and a holder delivers only within
 // RenewDeadline of starting its last successful renewal (Fence), so two
 // replicas never deliver one shard at once.
+//
+// A renewal overdue past RenewDeadline closes the fence (Fence fails, Hold
+// contexts end) but does not drop the shard: the hold has lapsed. The
+// Handler keeps its queue, sending nothing. Once the group's Leases can be
+// read again, the shard's Lease is renewed from the version this replica
+// last wrote, conditionally: if that succeeds, nobody wrote the Lease in
+// between, so nobody else held the shard, and delivery resumes where it
+// stopped, nothing lost. If another replica wrote it (took it after it
+// expired), the shard is Lost. An apiserver outage thus costs every
+// replica its fences, not its queues.
 type Owner struct {
 	opts   Options
 	h      Handler
@@ -96,7 +111,10 @@ type Owner struct {
 	base    time.Time
 	renewed []atomic.Int64   // per shard: when a successful write of its Lease started (nanos since base, +1); 0: not held
 	seen    map[string]*seen // by Lease name: its last version and when it changed (the loop's)
-	lastOK  time.Time        // when the last list succeeded (the loop's)
+	// holds, per shard, is cancelled when the hold lapses or ends: sends
+	// under it stop then (Hold). Replaced when a hold starts or resumes.
+	holds  []hold
+	lastOK time.Time // when the last list succeeded (the loop's)
 
 	mu     sync.Mutex
 	claims map[int]*claim
@@ -106,8 +124,8 @@ type Owner struct {
 	busy   []chan struct{}
 	halted bool
 
-	acquired, released, lost, failures atomic.Uint64
-	members                            atomic.Int64
+	acquired, released, lost, failures, lapses, resumed atomic.Uint64
+	members                                             atomic.Int64
 
 	stop    context.CancelFunc
 	loop    sync.WaitGroup // the loop
@@ -122,10 +140,20 @@ type seen struct {
 
 // claim is a shard this replica holds.
 type claim struct {
-	lease     *coordinationv1.Lease // as last read or written
+	lease     *coordinationv1.Lease // as last written by this replica
 	releasing bool
+	lapsed    bool               // renewal overdue: fenced until renewed from lease's version, or lost
 	cancel    context.CancelFunc // ends Acquired's ctx
 }
+
+// hold is the context sends for one shard run under.
+type hold struct {
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+}
+
+// errLapsed ends the sends of a shard whose hold lapsed.
+var errLapsed = errors.New("the shard's lease was not renewed in time")
 
 // New returns an Owner of opts's shards driving h; Run starts it.
 func New(opts Options, h Handler) (*Owner, error) {
@@ -152,16 +180,50 @@ func New(opts Options, h Handler) (*Owner, error) {
 		seen:    map[string]*seen{},
 		claims:  map[int]*claim{},
 		busy:    make([]chan struct{}, opts.Shards),
+		holds:   make([]hold, opts.Shards),
 		stop:    func() {},
 	}
 	for i := range o.busy {
 		o.busy[i] = closed
+		o.holds[i] = endedHold
 	}
 	return o, nil
 }
 
 // closed is a closed channel: no change in progress.
 var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// endedHold is the hold of a shard not held.
+var endedHold = func() hold {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(errors.New("the shard is not held by this replica"))
+	return hold{ctx, cancel}
+}()
+
+// openHold starts a new hold for shard i; o.mu held.
+func (o *Owner) openHold(i int) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	o.holds[i] = hold{ctx, cancel}
+}
+
+// endHold ends shard i's hold with cause; o.mu held.
+func (o *Owner) endHold(i int, cause error) {
+	o.holds[i].cancel(cause)
+	o.holds[i] = endedHold
+}
+
+// Hold returns ctx cut short (with the cause) when this replica's hold on
+// shard lapses or ends: a send to a destination must not outlive the
+// fence it passed, or it could reach the destination after another
+// replica took the shard over. The CancelFunc releases its resources.
+func (o *Owner) Hold(ctx context.Context, shard int) (context.Context, context.CancelFunc) {
+	o.mu.Lock()
+	h := o.holds[shard].ctx
+	o.mu.Unlock()
+	ctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(h, func() { cancel(context.Cause(h)) })
+	return ctx, func() { stop(); cancel(context.Canceled) }
+}
 
 // mark records that a write of shard i's Lease that started at start
 // succeeded.
@@ -260,6 +322,9 @@ func (o *Owner) Release() {
 	o.mu.Unlock()
 	for i, c := range claims {
 		o.renewed[i].Store(0)
+		o.mu.Lock()
+		o.endHold(i, errors.New("this replica released the shard"))
+		o.mu.Unlock()
 		o.releaseLease(ctx, i, c.lease)
 	}
 	if err := o.opts.Leases.Delete(ctx, o.member, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
@@ -271,15 +336,20 @@ func (o *Owner) Release() {
 func (o *Owner) Stats() Stats {
 	o.mu.Lock()
 	owned := make([]int, 0, len(o.claims))
+	var lapsed []int
 	for i, c := range o.claims {
 		if !c.releasing {
 			owned = append(owned, i)
+			if c.lapsed {
+				lapsed = append(lapsed, i)
+			}
 		}
 	}
 	o.mu.Unlock()
 	slices.Sort(owned)
-	return Stats{Owned: owned, Acquired: o.acquired.Load(), Released: o.released.Load(), Lost: o.lost.Load(),
-		AcquireFailures: o.failures.Load(), Members: int(o.members.Load())}
+	slices.Sort(lapsed)
+	return Stats{Owned: owned, Lapsed: lapsed, Acquired: o.acquired.Load(), Released: o.released.Load(), Lost: o.lost.Load(),
+		AcquireFailures: o.failures.Load(), Lapses: o.lapses.Load(), Resumed: o.resumed.Load(), Members: int(o.members.Load())}
 }
 
 // tick is one round: read, renew, rebalance. The first round only renews
@@ -415,12 +485,18 @@ func (o *Owner) renewMember(ctx context.Context, current *coordinationv1.Lease) 
 }
 
 // renewShards renews the Lease of every shard held. One another replica
-// holds now is lost.
+// holds now is lost. A lapsed one is renewed from the version this
+// replica last wrote, conditionally: it resumes only if nobody wrote its
+// Lease in between (else it is lost).
 func (o *Owner) renewShards(ctx context.Context, leases map[string]*coordinationv1.Lease) {
 	o.mu.Lock()
 	held := make(map[int]*claim, len(o.claims))
+	lapsed := map[int]*coordinationv1.Lease{}
 	for i, c := range o.claims {
 		held[i] = c
+		if c.lapsed {
+			lapsed[i] = c.lease
+		}
 	}
 	o.mu.Unlock()
 	// In parallel, a few at a time: one slow write must not push the
@@ -433,6 +509,16 @@ func (o *Owner) renewShards(ctx context.Context, leases map[string]*coordination
 			o.lose(i, c, "another replica holds its lease")
 			continue
 		}
+		last, wasLapsed := lapsed[i]
+		if wasLapsed {
+			if current.ResourceVersion != last.ResourceVersion {
+				// Written since: possibly by a process under this identity
+				// that took it meanwhile. Nothing proves nobody held it.
+				o.lose(i, c, "its lease was written by another since this replica's hold lapsed")
+				continue
+			}
+			current = last
+		}
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
@@ -441,17 +527,30 @@ func (o *Owner) renewShards(ctx context.Context, leases map[string]*coordination
 			start := time.Now()
 			l, err := o.write(ctx, o.leaseFor(current.Name, "shard", current, start), false)
 			if err != nil {
+				if wasLapsed && apierrors.IsConflict(err) {
+					o.lose(i, c, "its lease was written by another since this replica's hold lapsed")
+					return
+				}
 				if ctx.Err() == nil {
 					o.logger.Warn("cannot renew a shard lease", "shard", i, "error", err)
 				}
 				return
 			}
 			o.mu.Lock()
+			resumed := false
 			if o.claims[i] == c {
 				c.lease = l
 				o.mark(i, start)
+				if since, _ := o.sinceRenewal(i, time.Now()); c.lapsed && since <= o.opts.RenewDeadline {
+					c.lapsed, resumed = false, true
+					o.openHold(i)
+				}
 			}
 			o.mu.Unlock()
+			if resumed {
+				o.resumed.Add(1)
+				o.logger.Info("renewed a shard's lapsed lease, which nobody wrote meanwhile; delivering it again, nothing dropped", "shard", i)
+			}
 		}()
 	}
 	wg.Wait()
@@ -460,12 +559,12 @@ func (o *Owner) renewShards(ctx context.Context, leases map[string]*coordination
 // renewers bounds the Lease renewals in flight at once.
 const renewers = 8
 
-// expire gives up shards not renewed within RenewDeadline.
+// expire lapses the holds of shards not renewed within RenewDeadline.
 func (o *Owner) expire(now time.Time) {
 	o.mu.Lock()
 	var late []int
-	for i := range o.claims {
-		if since, held := o.sinceRenewal(i, now); held && since > o.opts.RenewDeadline {
+	for i, c := range o.claims {
+		if since, held := o.sinceRenewal(i, now); held && since > o.opts.RenewDeadline && !c.lapsed {
 			late = append(late, i)
 		}
 	}
@@ -474,9 +573,16 @@ func (o *Owner) expire(now time.Time) {
 		o.mu.Lock()
 		c := o.claims[i]
 		since, held := o.sinceRenewal(i, time.Now()) // renewed since the scan?
+		lapse := c != nil && held && since > o.opts.RenewDeadline && !c.lapsed
+		if lapse {
+			c.lapsed = true
+			o.endHold(i, errLapsed)
+		}
 		o.mu.Unlock()
-		if c != nil && held && since > o.opts.RenewDeadline {
-			o.lose(i, c, "its lease was not renewed in time")
+		if lapse {
+			o.lapses.Add(1)
+			o.logger.Warn("a shard's lease was not renewed in time; its deliveries wait until it is renewed (or lost to another replica)",
+				"shard", i, "lastRenewal", since.Round(time.Millisecond))
 		}
 	}
 }
@@ -490,6 +596,7 @@ func (o *Owner) lose(i int, c *claim, why string) {
 	}
 	delete(o.claims, i)
 	o.renewed[i].Store(0)
+	o.endHold(i, errors.New("another replica took the shard"))
 	c.cancel()
 	prev := o.busy[i]
 	done := make(chan struct{})
@@ -599,6 +706,7 @@ func (o *Owner) take(ctx context.Context, i int, current *coordinationv1.Lease, 
 	o.claims[i] = c
 	o.busy[i] = done
 	o.mark(i, start)
+	o.openHold(i)
 	o.mu.Unlock()
 	o.acquired.Add(1)
 	o.logger.Info("took a shard; delivering it", "shard", i, "members", members)
@@ -648,6 +756,7 @@ func (o *Owner) giveBack(i int, why string, members int) {
 		}
 		delete(o.claims, i)
 		o.renewed[i].Store(0)
+		o.endHold(i, errors.New("this replica gave the shard back"))
 		lease := c.lease
 		o.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), o.opts.RenewDeadline)

@@ -2,6 +2,7 @@ package shards_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -10,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	coordclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 
 	"github.com/kubebridge/kubebridge/internal/shards"
 	"github.com/kubebridge/kubebridge/internal/testenv"
@@ -235,4 +238,184 @@ func TestOwnersShareShardsAndNeverOverlap(t *testing.T) {
 
 func metav1ListGroup(group string) metav1.ListOptions {
 	return metav1.ListOptions{LabelSelector: shards.LabelGroup + "=" + group}
+}
+
+// flaky is a Lease client whose every call fails while down: the
+// apiserver unreachable from one replica (or from all).
+type flaky struct {
+	coordclient.LeaseInterface
+	down atomic.Bool
+}
+
+var errUnreachable = errors.New("test: apiserver unreachable")
+
+func (f *flaky) Get(ctx context.Context, name string, o metav1.GetOptions) (*coordinationv1.Lease, error) {
+	if f.down.Load() {
+		return nil, errUnreachable
+	}
+	return f.LeaseInterface.Get(ctx, name, o)
+}
+
+func (f *flaky) List(ctx context.Context, o metav1.ListOptions) (*coordinationv1.LeaseList, error) {
+	if f.down.Load() {
+		return nil, errUnreachable
+	}
+	return f.LeaseInterface.List(ctx, o)
+}
+
+func (f *flaky) Create(ctx context.Context, l *coordinationv1.Lease, o metav1.CreateOptions) (*coordinationv1.Lease, error) {
+	if f.down.Load() {
+		return nil, errUnreachable
+	}
+	return f.LeaseInterface.Create(ctx, l, o)
+}
+
+func (f *flaky) Update(ctx context.Context, l *coordinationv1.Lease, o metav1.UpdateOptions) (*coordinationv1.Lease, error) {
+	if f.down.Load() {
+		return nil, errUnreachable
+	}
+	return f.LeaseInterface.Update(ctx, l, o)
+}
+
+func (f *flaky) Delete(ctx context.Context, name string, o metav1.DeleteOptions) error {
+	if f.down.Load() {
+		return errUnreachable
+	}
+	return f.LeaseInterface.Delete(ctx, name, o)
+}
+
+// A hold that lapses because nobody could reach the apiserver is resumed
+// with nothing dropped (no Lost, no Release: the queue survives) once it
+// is back; one that lapses while another replica can take the shard over
+// is lost, and the two never pass one fence at once.
+func TestOwnerLapseIsResumedOrLost(t *testing.T) {
+	cp := testenv.SharedControlPlane(t)
+	ns := "shard-lapse"
+	testenv.EnsureNamespace(t, cp, ns)
+	leases := cp.Clientset(t).CoordinationV1().Leases(ns)
+	group := fmt.Sprintf("l%d", time.Now().UnixNano()%1e6)
+	const ld, rd = 2 * time.Second, 1500 * time.Millisecond
+
+	type member struct {
+		id     string
+		client *flaky
+		owner  *shards.Owner
+		rec    *recorder
+	}
+	var ms []*member
+	for _, id := range []string{"replica-a", "replica-b"} {
+		m := &member{id: id, client: &flaky{LeaseInterface: leases}, rec: &recorder{t: t, delivering: map[int]bool{}, inCall: map[int]bool{}}}
+		o, err := shards.New(shards.Options{Leases: m.client, Group: group, Identity: id, Shards: testShards,
+			LeaseDuration: ld, RenewDeadline: rd, RetryPeriod: 200 * time.Millisecond}, m.rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.owner = o
+		o.Run()
+		ms = append(ms, m)
+	}
+	defer func() {
+		for _, m := range ms {
+			m.client.down.Store(false)
+			m.owner.Halt()
+			m.owner.Release()
+		}
+	}()
+	var overlaps atomic.Int64
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	var watching sync.WaitGroup
+	watching.Add(1)
+	go func() {
+		defer watching.Done()
+		for watchCtx.Err() == nil {
+			for i := range testShards {
+				if ms[0].owner.Fence(i) == nil && ms[1].owner.Fence(i) == nil {
+					overlaps.Add(1)
+				}
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	defer func() {
+		stopWatch()
+		watching.Wait()
+		if n := overlaps.Load(); n > 0 {
+			t.Errorf("two replicas passed one shard's fence at once (%d samples)", n)
+		}
+	}()
+	owned := func(m *member) []int { return m.owner.Stats().Owned }
+	balanced := func(what string) {
+		t.Helper()
+		if !testenv.Poll(30*time.Second, 50*time.Millisecond, func() bool {
+			a, b := owned(ms[0]), owned(ms[1])
+			return len(a) == testShards/2 && len(b) == testShards/2 && len(ms[0].owner.Stats().Lapsed)+len(ms[1].owner.Stats().Lapsed) == 0
+		}) {
+			t.Fatalf("%s: not balanced: a=%v b=%v", what, owned(ms[0]), owned(ms[1]))
+		}
+	}
+	calls := func(m *member) []string {
+		m.rec.mu.Lock()
+		defer m.rec.mu.Unlock()
+		return slices.Clone(m.rec.calls)
+	}
+	balanced("two replicas")
+
+	// Both cut off past the lease duration: every hold lapses (fences
+	// closed, sends cut), and every one is resumed afterwards.
+	before := [2][]int{owned(ms[0]), owned(ms[1])}
+	callsBefore := [2]int{len(calls(ms[0])), len(calls(ms[1]))}
+	shard := before[0][0]
+	held, release := ms[0].owner.Hold(context.Background(), shard)
+	defer release()
+	for _, m := range ms {
+		m.client.down.Store(true)
+	}
+	time.Sleep(ld + time.Second)
+	for _, m := range ms {
+		st := m.owner.Stats()
+		if !slices.Equal(st.Lapsed, st.Owned) || len(st.Owned) != testShards/2 {
+			t.Errorf("%s, cut off: owns %v, lapsed %v; want every shard held and lapsed", m.id, st.Owned, st.Lapsed)
+		}
+		for _, i := range st.Owned {
+			if m.owner.Fence(i) == nil {
+				t.Errorf("%s, cut off: passes the fence of shard %d", m.id, i)
+			}
+		}
+	}
+	if held.Err() == nil {
+		t.Errorf("a send under shard %d's hold was not cut when it lapsed", shard)
+	}
+	for _, m := range ms {
+		m.client.down.Store(false)
+	}
+	balanced("after both were cut off")
+	for k, m := range ms {
+		if got := owned(m); !slices.Equal(got, before[k]) {
+			t.Errorf("%s holds %v after the outage, %v before: a lapse must resume, not move", m.id, got, before[k])
+		}
+		if extra := calls(m)[callsBefore[k]:]; len(extra) > 0 {
+			t.Errorf("%s: handler calls across a lapse nobody took over: %v; want none (nothing dropped)", m.id, extra)
+		}
+		if st := m.owner.Stats(); st.Resumed != uint64(testShards/2) || st.Lost != 0 {
+			t.Errorf("%s: resumed %d, lost %d; want %d, 0", m.id, st.Resumed, st.Lost, testShards/2)
+		}
+	}
+	if again, release := ms[0].owner.Hold(context.Background(), shard); again.Err() != nil {
+		t.Errorf("shard %d's hold after it resumed: %v", shard, again.Err())
+	} else {
+		release()
+	}
+
+	// Only a is cut off: b takes its shards once their Leases expire, and
+	// a loses them (its queue dropped: b reconciles) when it is back.
+	lostBefore := ms[0].owner.Stats().Lost
+	ms[0].client.down.Store(true)
+	if !testenv.Poll(20*time.Second, 50*time.Millisecond, func() bool { return len(owned(ms[1])) == testShards }) {
+		t.Fatalf("b did not take the shards of a replica cut off: b holds %v", owned(ms[1]))
+	}
+	ms[0].client.down.Store(false)
+	balanced("after a was cut off alone")
+	if lost := ms[0].owner.Stats().Lost - lostBefore; lost != uint64(testShards/2) {
+		t.Errorf("a lost %d shards it held when cut off alone; want %d (b took them over)", lost, testShards/2)
+	}
 }
