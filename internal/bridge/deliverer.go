@@ -123,7 +123,7 @@ func (d *deliverer) start(ctx context.Context, cfg *config.Config, cfgs []config
 		}
 		d.store, d.closeStore = store, closeStore
 		recorder = checkpoint.NewRecorder(store, d.opts.CheckpointInterval, d.opts.Logger)
-		recorder.Fence = d.opts.Fence // past its lease a replica writes no checkpoint either
+		recorder.Fence, recorder.Hold = d.opts.Fence, d.opts.Hold // past its lease a replica writes no checkpoint either
 		d.recorder.Store(recorder)
 		d.wg.Add(1)
 		go func() {

@@ -321,3 +321,58 @@ func openBolt(t *testing.T) *Bolt {
 	t.Cleanup(func() { b.Close() })
 	return b
 }
+
+// hangingStore blocks Apply until its context ends while hang is set.
+type hangingStore struct {
+	Store
+	hang    atomic.Bool
+	entered chan struct{}
+}
+
+func (h *hangingStore) Apply(ctx context.Context, changes []Change) error {
+	if h.hang.Load() {
+		h.entered <- struct{}{}
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return h.Store.Apply(ctx, changes)
+}
+
+// A write in flight when its hold lapses (a shard's Lease not renewed in
+// time) is cut short, as a send is, and its changes stay pending: written
+// by the next flush under a renewed hold, not lost and not left running
+// into another replica's tenure.
+func TestRecorderWriteBoundedByItsHold(t *testing.T) {
+	bolt := openBolt(t)
+	s := &hangingStore{Store: bolt, entered: make(chan struct{}, 1)}
+	r := NewRecorder(s, time.Hour, slog.New(slog.DiscardHandler))
+	hold, lapse := context.WithCancel(context.Background())
+	r.Hold = func(ctx context.Context) (context.Context, context.CancelFunc) {
+		ctx, cancel := context.WithCancel(ctx)
+		stop := context.AfterFunc(hold, cancel)
+		return ctx, func() { stop(); cancel() }
+	}
+	ctx := context.Background()
+	e := ev("a", "1", event.Added)
+	r.Acked("bus", []*event.Event{e})
+	s.hang.Store(true)
+	flushed := make(chan error, 1)
+	go func() { flushed <- r.Flush(ctx) }()
+	<-s.entered
+	lapse()
+	select {
+	case err := <-flushed:
+		if err == nil {
+			t.Fatal("a write cut by its hold reported success")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a write in flight outlived its hold")
+	}
+	s.hang.Store(false)
+	hold, lapse = context.WithCancel(context.Background())
+	defer lapse()
+	must(t, r.Flush(ctx))
+	if view, _ := LoadView(ctx, bolt, "bus", "r"); view["ns/a"] == nil || view["ns/a"].Acked == nil {
+		t.Fatalf("the acknowledgement cut short was not written by the next flush: %+v", view)
+	}
+}

@@ -27,6 +27,11 @@ type Recorder struct {
 	logger   *slog.Logger
 	// Fence: see the comment on change. Set before Run.
 	Fence func() error
+	// Hold, when set, bounds each write by the hold its fence check
+	// passed under (a shard's Lease): a write is cut short when that hold
+	// lapses, so it cannot land after another replica took over. Set
+	// before Run.
+	Hold func(ctx context.Context) (context.Context, context.CancelFunc)
 
 	flushMu sync.Mutex // one flush at a time, so that newer changes land last
 	mu      sync.Mutex
@@ -276,6 +281,11 @@ func (r *Recorder) Flush(ctx context.Context) error {
 	r.changes, r.order = map[changeKey]change{}, nil
 	r.mu.Unlock()
 	err := error(nil)
+	if r.Hold != nil {
+		var release context.CancelFunc
+		ctx, release = r.Hold(ctx)
+		defer release()
+	}
 	if r.Fence != nil {
 		err = r.Fence()
 	}
