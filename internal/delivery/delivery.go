@@ -675,10 +675,16 @@ func (d *Delivery) attempt(ctx context.Context, b *batch, events []*event.Event)
 		if tries == 1 || tries%10 == 0 {
 			d.logger.Warn("not sending yet; waiting", "attempt", tries, "events", len(send), "error", err)
 		}
+		wait := backoff.Jitter(waits.Next())
+		if b.prepared {
+			// The fence (or the hold) stopped it: it opens again at a
+			// renewal, and the fence is a cheap check, so look often.
+			wait = min(wait, fenceRecheck)
+		}
 		select {
 		case <-ctx.Done():
 			return nil, nil, false
-		case <-time.After(backoff.Jitter(waits.Next())):
+		case <-time.After(wait):
 		}
 		if !b.since.IsZero() {
 			b.since = b.since.Add(time.Since(start)) // maxElapsed counts the destination's failures only
@@ -928,7 +934,20 @@ const deadLetterTimeout = 10 * time.Second
 func (d *Delivery) putDeadLetter(ctx context.Context, events []*event.Event, cause error) error {
 	ctx, cancel := context.WithTimeout(ctx, deadLetterTimeout) // a dead-letter that hangs is a failing one
 	defer cancel()
-	err := d.deadLetter.Put(ctx, d.Name, events, cause)
+	// A dead-letter write is a send: fenced, and bounded by its hold (a
+	// failure here parks the events, retried, never lost).
+	if d.hooks.Hold != nil {
+		var release context.CancelFunc
+		ctx, release = d.hooks.Hold(ctx)
+		defer release()
+	}
+	var err error
+	if d.hooks.Fence != nil {
+		err = d.hooks.Fence()
+	}
+	if err == nil {
+		err = d.deadLetter.Put(ctx, d.Name, events, cause)
+	}
 	if err != nil && ctx.Err() == nil {
 		bare := make([]*event.Event, len(events))
 		for i, e := range events {
@@ -948,6 +967,10 @@ func (d *Delivery) putDeadLetter(ctx context.Context, events []*event.Event, cau
 	d.logger.Warn("events refused permanently; sent to the dead-letter", "events", len(events), "first", events[0].ID, "error", cause)
 	return nil
 }
+
+// fenceRecheck bounds the wait of a batch the fence stopped: a lapsed
+// shard resumes within it of its renewal.
+const fenceRecheck = 250 * time.Millisecond
 
 // send makes one attempt: a send permit (the concurrency limit, which the
 // attempt's outcome adjusts), the fence, then the sink. reached says
@@ -978,7 +1001,7 @@ func (d *Delivery) send(ctx context.Context, events []*event.Event) (reached boo
 		}
 	}
 	err = d.safeSend(sctx, events)
-	if sctx.Err() != nil && ctx.Err() == nil {
+	if err != nil && sctx.Err() != nil && ctx.Err() == nil {
 		// The hold lapsed mid-send: the batch waits for the fence to open
 		// again (the destination may have taken it: sent again then, under
 		// the same ids).

@@ -2,6 +2,8 @@ package shards
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -25,6 +27,12 @@ const LabelGroup = "kubebridge.io/shards"
 
 // labelRole says whether a Lease is a shard's or a member's.
 const labelRole = "kubebridge.io/role"
+
+// annotationInstance names the process that last wrote a Lease: an
+// identity may be reused (a restarted pod keeps its name, a flag set
+// twice), a process never is. A replica trusts a Lease as its own only
+// when both match.
+const annotationInstance = "kubebridge.io/instance"
 
 // Options configure an Owner.
 type Options struct {
@@ -95,17 +103,20 @@ type Stats struct {
 // A renewal overdue past RenewDeadline closes the fence (Fence fails, Hold
 // contexts end) but does not drop the shard: the hold has lapsed. The
 // Handler keeps its queue, sending nothing. Once the group's Leases can be
-// read again, the shard's Lease is renewed from the version this replica
-// last wrote, conditionally: if that succeeds, nobody wrote the Lease in
-// between, so nobody else held the shard, and delivery resumes where it
-// stopped, nothing lost. If another replica wrote it (took it after it
-// expired), the shard is Lost. An apiserver outage thus costs every
-// replica its fences, not its queues.
+// read again, a shard whose Lease this process still wrote last (its
+// identity and its instance, annotationInstance) is renewed, conditionally
+// on that version: nobody else held the shard in between, and delivery
+// resumes where it stopped, nothing lost. If anyone else wrote it (another
+// replica took it after it expired), the shard is Lost. An apiserver
+// outage thus costs every replica its fences, not its queues.
 type Owner struct {
 	opts   Options
 	h      Handler
 	logger *slog.Logger
 	member string // this replica's member Lease
+	// instance is unique to this process: written into every Lease it
+	// writes (annotationInstance).
+	instance string
 	// base is the monotonic origin of renewed: the fence must not move
 	// with the wall clock.
 	base    time.Time
@@ -174,20 +185,34 @@ func New(opts Options, h Handler) (*Owner, error) {
 	}
 	o := &Owner{
 		opts: opts, h: h, logger: opts.Logger.With("identity", opts.Identity),
-		member:  fmt.Sprintf("%s-member-%016x", opts.Group, Hash(opts.Identity)),
-		base:    time.Now(),
-		renewed: make([]atomic.Int64, opts.Shards),
-		seen:    map[string]*seen{},
-		claims:  map[int]*claim{},
-		busy:    make([]chan struct{}, opts.Shards),
-		holds:   make([]hold, opts.Shards),
-		stop:    func() {},
+		member:   fmt.Sprintf("%s-member-%016x", opts.Group, Hash(opts.Identity)),
+		instance: newInstance(),
+		base:     time.Now(),
+		renewed:  make([]atomic.Int64, opts.Shards),
+		seen:     map[string]*seen{},
+		claims:   map[int]*claim{},
+		busy:     make([]chan struct{}, opts.Shards),
+		holds:    make([]hold, opts.Shards),
+		stop:     func() {},
 	}
 	for i := range o.busy {
 		o.busy[i] = closed
 		o.holds[i] = endedHold
 	}
 	return o, nil
+}
+
+// newInstance returns a random name for this process.
+func newInstance() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// mine reports whether l was last written by this process.
+func (o *Owner) mine(l *coordinationv1.Lease) bool {
+	return l != nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity == o.opts.Identity &&
+		l.Annotations[annotationInstance] == o.instance
 }
 
 // closed is a closed channel: no change in progress.
@@ -450,10 +475,14 @@ func (o *Owner) leaseFor(name, role string, base *coordinationv1.Lease, now time
 		l.Labels = map[string]string{}
 	}
 	l.Labels[LabelGroup], l.Labels[labelRole] = o.opts.Group, role
+	if l.Annotations == nil {
+		l.Annotations = map[string]string{}
+	}
+	l.Annotations[annotationInstance] = o.instance
 	id := o.opts.Identity
 	secs := int32(o.opts.LeaseDuration / time.Second)
 	t := metav1.NewMicroTime(now)
-	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != id {
+	if !o.mine(base) {
 		l.Spec.AcquireTime = &t
 		if l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "" {
 			transitions := int32(0)
@@ -484,19 +513,19 @@ func (o *Owner) renewMember(ctx context.Context, current *coordinationv1.Lease) 
 	}
 }
 
-// renewShards renews the Lease of every shard held. One another replica
-// holds now is lost. A lapsed one is renewed from the version this
-// replica last wrote, conditionally: it resumes only if nobody wrote its
-// Lease in between (else it is lost).
+// renewShards renews the Lease of every shard held, conditionally on the
+// version just read. One whose Lease this process did not write last
+// (another replica holds it, or took it and gave it back, or another
+// process under this identity did) is lost. A lapsed one whose Lease this
+// process still wrote last resumes: every write of this process is
+// conditional on a version it wrote itself (renewals) or on a free or
+// expired one (take, never for a shard it holds), so nobody else held the
+// shard in between.
 func (o *Owner) renewShards(ctx context.Context, leases map[string]*coordinationv1.Lease) {
 	o.mu.Lock()
 	held := make(map[int]*claim, len(o.claims))
-	lapsed := map[int]*coordinationv1.Lease{}
 	for i, c := range o.claims {
 		held[i] = c
-		if c.lapsed {
-			lapsed[i] = c.lease
-		}
 	}
 	o.mu.Unlock()
 	// In parallel, a few at a time: one slow write must not push the
@@ -505,19 +534,9 @@ func (o *Owner) renewShards(ctx context.Context, leases map[string]*coordination
 	var wg sync.WaitGroup
 	for i, c := range held {
 		current := leases[ShardLease(o.opts.Group, i)]
-		if current == nil || current.Spec.HolderIdentity == nil || *current.Spec.HolderIdentity != o.opts.Identity {
-			o.lose(i, c, "another replica holds its lease")
+		if !o.mine(current) {
+			o.lose(i, c, "another replica (or process) wrote its lease")
 			continue
-		}
-		last, wasLapsed := lapsed[i]
-		if wasLapsed {
-			if current.ResourceVersion != last.ResourceVersion {
-				// Written since: possibly by a process under this identity
-				// that took it meanwhile. Nothing proves nobody held it.
-				o.lose(i, c, "its lease was written by another since this replica's hold lapsed")
-				continue
-			}
-			current = last
 		}
 		wg.Add(1)
 		sem <- struct{}{}
@@ -526,11 +545,7 @@ func (o *Owner) renewShards(ctx context.Context, leases map[string]*coordination
 			defer func() { <-sem }()
 			start := time.Now()
 			l, err := o.write(ctx, o.leaseFor(current.Name, "shard", current, start), false)
-			if err != nil {
-				if wasLapsed && apierrors.IsConflict(err) {
-					o.lose(i, c, "its lease was written by another since this replica's hold lapsed")
-					return
-				}
+			if err != nil { // a conflict included: the next list says who wrote it
 				if ctx.Err() == nil {
 					o.logger.Warn("cannot renew a shard lease", "shard", i, "error", err)
 				}
@@ -669,7 +684,7 @@ func (o *Owner) rebalance(ctx context.Context, leases map[string]*coordinationv1
 			if current.Spec.HolderIdentity != nil {
 				holder = *current.Spec.HolderIdentity
 			}
-			if holder != "" && holder != o.opts.Identity && !o.expired(current, now) {
+			if holder != "" && !o.mine(current) && !o.expired(current, now) {
 				continue
 			}
 		}
@@ -782,7 +797,7 @@ func (o *Owner) releaseLease(ctx context.Context, i int, l *coordinationv1.Lease
 		}
 		if apierrors.IsConflict(err) {
 			fresh, gerr := o.opts.Leases.Get(ctx, l.Name, metav1.GetOptions{})
-			if gerr == nil && fresh.Spec.HolderIdentity != nil && *fresh.Spec.HolderIdentity == o.opts.Identity {
+			if gerr == nil && o.mine(fresh) {
 				l = fresh
 				continue
 			}

@@ -245,6 +245,9 @@ func metav1ListGroup(group string) metav1.ListOptions {
 type flaky struct {
 	coordclient.LeaseInterface
 	down atomic.Bool
+	// lie: updates land but report a failure (a write that timed out on
+	// the client after the apiserver committed it).
+	lie atomic.Bool
 }
 
 var errUnreachable = errors.New("test: apiserver unreachable")
@@ -274,7 +277,11 @@ func (f *flaky) Update(ctx context.Context, l *coordinationv1.Lease, o metav1.Up
 	if f.down.Load() {
 		return nil, errUnreachable
 	}
-	return f.LeaseInterface.Update(ctx, l, o)
+	got, err := f.LeaseInterface.Update(ctx, l, o)
+	if err == nil && f.lie.Load() {
+		return nil, context.DeadlineExceeded
+	}
+	return got, err
 }
 
 func (f *flaky) Delete(ctx context.Context, name string, o metav1.DeleteOptions) error {
@@ -284,10 +291,11 @@ func (f *flaky) Delete(ctx context.Context, name string, o metav1.DeleteOptions)
 	return f.LeaseInterface.Delete(ctx, name, o)
 }
 
-// A hold that lapses because nobody could reach the apiserver is resumed
-// with nothing dropped (no Lost, no Release: the queue survives) once it
-// is back; one that lapses while another replica can take the shard over
-// is lost, and the two never pass one fence at once.
+// A hold that lapses because nobody could reach the apiserver, or because
+// its renewals landed but were reported failed, is resumed with nothing
+// dropped (no Lost, no Release: the queue survives); one that lapses while
+// another replica, or another process under the same identity, can take
+// the shard over is lost; and no two ever pass one fence at once.
 func TestOwnerLapseIsResumedOrLost(t *testing.T) {
 	cp := testenv.SharedControlPlane(t)
 	ns := "shard-lapse"
@@ -302,8 +310,9 @@ func TestOwnerLapseIsResumedOrLost(t *testing.T) {
 		owner  *shards.Owner
 		rec    *recorder
 	}
+	var mu sync.Mutex
 	var ms []*member
-	for _, id := range []string{"replica-a", "replica-b"} {
+	start := func(id string) *member {
 		m := &member{id: id, client: &flaky{LeaseInterface: leases}, rec: &recorder{t: t, delivering: map[int]bool{}, inCall: map[int]bool{}}}
 		o, err := shards.New(shards.Options{Leases: m.client, Group: group, Identity: id, Shards: testShards,
 			LeaseDuration: ld, RenewDeadline: rd, RetryPeriod: 200 * time.Millisecond}, m.rec)
@@ -312,13 +321,21 @@ func TestOwnerLapseIsResumedOrLost(t *testing.T) {
 		}
 		m.owner = o
 		o.Run()
+		mu.Lock()
 		ms = append(ms, m)
+		mu.Unlock()
+		return m
 	}
+	start("replica-a")
+	start("replica-b")
+	var frozen *member
 	defer func() {
 		for _, m := range ms {
 			m.client.down.Store(false)
-			m.owner.Halt()
-			m.owner.Release()
+			if m != frozen {
+				m.owner.Halt()
+				m.owner.Release()
+			}
 		}
 	}()
 	var overlaps atomic.Int64
@@ -328,8 +345,17 @@ func TestOwnerLapseIsResumedOrLost(t *testing.T) {
 	go func() {
 		defer watching.Done()
 		for watchCtx.Err() == nil {
+			mu.Lock()
+			all := slices.Clone(ms)
+			mu.Unlock()
 			for i := range testShards {
-				if ms[0].owner.Fence(i) == nil && ms[1].owner.Fence(i) == nil {
+				n := 0
+				for _, m := range all {
+					if m.owner.Fence(i) == nil {
+						n++
+					}
+				}
+				if n > 1 {
 					overlaps.Add(1)
 				}
 			}
@@ -405,6 +431,50 @@ func TestOwnerLapseIsResumedOrLost(t *testing.T) {
 	} else {
 		release()
 	}
+
+	// Renewals land but report failure (a slow apiserver, client-side
+	// timeouts): the holds lapse; the Leases changed only by the writes
+	// of their holders, so they resume.
+	resumedBefore := [2]uint64{ms[0].owner.Stats().Resumed, ms[1].owner.Stats().Resumed}
+	callsBefore = [2]int{len(calls(ms[0])), len(calls(ms[1]))}
+	for _, m := range ms {
+		m.client.lie.Store(true)
+	}
+	time.Sleep(rd + time.Second)
+	for _, m := range ms {
+		m.client.lie.Store(false)
+	}
+	balanced("after renewals that landed but failed")
+	for k, m := range ms {
+		if extra := calls(m)[callsBefore[k]:]; len(extra) > 0 {
+			t.Errorf("%s: handler calls after renewals that landed: %v; want none", m.id, extra)
+		}
+		if st := m.owner.Stats(); st.Resumed-resumedBefore[k] != uint64(testShards/2) || st.Lost != 0 {
+			t.Errorf("%s: resumed %d, lost %d after renewals that landed; want %d, 0", m.id, st.Resumed-resumedBefore[k], st.Lost, testShards/2)
+		}
+	}
+
+	// a is cut off and another process takes its shards under a's own
+	// identity (a restarted pod keeps its name), then freezes: a loses
+	// them when it is back, though the Leases name "replica-a".
+	aShards := owned(ms[0])
+	ms[0].client.down.Store(true)
+	impostor := start("replica-a")
+	if !testenv.Poll(20*time.Second, 50*time.Millisecond, func() bool {
+		return len(owned(ms[1]))+len(owned(impostor)) == testShards && len(owned(impostor)) > 0
+	}) {
+		t.Fatalf("a's shards were not taken while it was cut off: b %v, the impostor %v", owned(ms[1]), owned(impostor))
+	}
+	impostor.owner.Freeze()
+	frozen = impostor
+	ms[0].client.down.Store(false)
+	if !testenv.Poll(20*time.Second, 50*time.Millisecond, func() bool { return ms[0].owner.Stats().Lost == uint64(len(aShards)) }) {
+		t.Fatalf("a, back, lost %d of the %d shards it held; want all: another process wrote their leases", ms[0].owner.Stats().Lost, len(aShards))
+	}
+	mu.Lock()
+	ms = slices.DeleteFunc(ms, func(m *member) bool { return m == impostor })
+	mu.Unlock()
+	balanced("after the impostor froze")
 
 	// Only a is cut off: b takes its shards once their Leases expire, and
 	// a loses them (its queue dropped: b reconciles) when it is back.
