@@ -271,12 +271,12 @@ type modelRun struct {
 	// drops are the moments a queue may have been dropped: a SIGKILL, a
 	// SIGTERM whose drain timed out, and (sharded) any replica joining
 	// or leaving, whose shards move with what their queues held.
-	drops []time.Time
-	tokenPath   string    // the webhook's bearerTokenFile
-	token       string    // what the webhook takes
-	rotateAt    time.Time // when the token file gets the new token; zero: done
-	dyn         dynamic.Interface
-	gadgets     int // gadgets made so far (names)
+	drops     []time.Time
+	tokenPath string    // the webhook's bearerTokenFile
+	token     string    // what the webhook takes
+	rotateAt  time.Time // when the token file gets the new token; zero: done
+	dyn       dynamic.Interface
+	gadgets   int // gadgets made so far (names)
 
 	start time.Time
 	opLog []string
