@@ -651,6 +651,7 @@ func (d *Delivery) attempt(ctx context.Context, b *batch, events []*event.Event)
 		}
 	}
 	waits := d.backoff // from Initial: this batch's own waits while it cannot be sent
+	var logged time.Time
 	for tries := 1; ; tries++ {
 		var err error
 		start := time.Now()
@@ -672,7 +673,8 @@ func (d *Delivery) attempt(ctx context.Context, b *batch, events []*event.Event)
 			return nil, nil, false
 		}
 		// Not the destination's failure: the batch waits in its slot.
-		if tries == 1 || tries%10 == 0 {
+		if tries == 1 || time.Since(logged) >= 30*time.Second {
+			logged = time.Now()
 			d.logger.Warn("not sending yet; waiting", "attempt", tries, "events", len(send), "error", err)
 		}
 		wait := backoff.Jitter(waits.Next())
@@ -941,13 +943,13 @@ func (d *Delivery) putDeadLetter(ctx context.Context, events []*event.Event, cau
 		ctx, release = d.hooks.Hold(ctx)
 		defer release()
 	}
-	var err error
 	if d.hooks.Fence != nil {
-		err = d.hooks.Fence()
+		if err := d.hooks.Fence(); err != nil {
+			d.logger.Warn("events refused permanently; not written to the dead-letter while the fence is closed: parked", "events", len(events), "first", events[0].ID, "error", err)
+			return err
+		}
 	}
-	if err == nil {
-		err = d.deadLetter.Put(ctx, d.Name, events, cause)
-	}
+	err := d.deadLetter.Put(ctx, d.Name, events, cause)
 	if err != nil && ctx.Err() == nil {
 		bare := make([]*event.Event, len(events))
 		for i, e := range events {

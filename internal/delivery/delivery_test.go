@@ -680,3 +680,57 @@ func TestSendCutByItsHoldWaitsForTheNextHold(t *testing.T) {
 		t.Errorf("acknowledged %v, want the event once", acked)
 	}
 }
+
+// A dead-letter write is a send: while the fence is closed (the first
+// attempt passed it, then the lease lapsed before the refusal was
+// dead-lettered) nothing is written there, data or not; the object waits
+// parked and goes to the dead-letter once, when the fence opens.
+func TestDeadLetterWaitsForTheFence(t *testing.T) {
+	var open atomic.Bool
+	open.Store(true)
+	sink := &flaky{failures: 1 << 30, err: sinks.Permanent(errors.New("422"))}
+	dl := &deadLetters{}
+	fenceCalls := 0
+	var mu sync.Mutex
+	d := New(Options{Config: sinkConfig(), Sink: sink, DeadLetter: dl, Hooks: Hooks{Fence: func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		fenceCalls++
+		if fenceCalls == 1 {
+			return nil // the send passes; the lease lapses right after
+		}
+		if !open.Load() {
+			return errors.New("lapsed")
+		}
+		return nil
+	}}})
+	open.Store(false)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	done := make(chan struct{})
+	go func() { defer close(done); d.Run(ctx) }()
+	d.Offer(ev("a", "1", event.Added))
+	time.Sleep(50 * time.Millisecond)
+	dl.mu.Lock()
+	early := fmt.Sprint(dl.got)
+	dl.mu.Unlock()
+	if early != "[]" {
+		t.Fatalf("dead-lettered %s while the fence was closed", early)
+	}
+	open.Store(true)
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		dl.mu.Lock()
+		n := len(dl.got)
+		dl.mu.Unlock()
+		if n > 0 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	d.Close()
+	<-done
+	if got := fmt.Sprint(dl.got); got != "[a]" {
+		t.Errorf("dead-lettered %s once the fence opened, want [a] once", got)
+	}
+}
