@@ -319,6 +319,12 @@ func (s *sharded) selectHeld() error {
 		want[i] = true
 	}
 	s.mu.Unlock()
+	// And every shard claimed whose start has not registered yet: the
+	// owner claims a round's shards before starting any, so one list
+	// covers them all (at 100,000 objects each list costs ~20 CPU-s).
+	for _, i := range s.owner.Stats().Owned {
+		want[i] = true
+	}
 	covered := true
 	for i := range want {
 		if want[i] && !s.selected[i] {

@@ -658,6 +658,15 @@ func (o *Owner) rebalance(ctx context.Context, leases map[string]*coordinationv1
 	if want <= 0 {
 		return
 	}
+	// The shards taken in this round start together, once all are
+	// claimed: a Handler that lists what is held (the informers' shard
+	// selector) then lists once for all of them.
+	var starts []func()
+	defer func() {
+		for _, start := range starts {
+			start()
+		}
+	}()
 	// Start looking at this replica's own part of the ring: replicas that
 	// take shards at the same time mostly try different ones.
 	idx := slices.Index(members, o.opts.Identity)
@@ -688,23 +697,25 @@ func (o *Owner) rebalance(ctx context.Context, leases map[string]*coordinationv1
 				continue
 			}
 		}
-		if o.take(ctx, i, current, len(members)) {
+		if start := o.take(ctx, i, current, len(members)); start != nil {
+			starts = append(starts, start)
 			want--
 		}
 	}
 }
 
 // take writes shard i's Lease for this replica (conditional on the
-// version read: of two replicas taking it, one succeeds) and starts
-// delivering it.
-func (o *Owner) take(ctx context.Context, i int, current *coordinationv1.Lease, members int) bool {
+// version read: of two replicas taking it, one succeeds) and claims it; it
+// returns what starts delivering it (Acquired), nil if not taken. The
+// caller must call it.
+func (o *Owner) take(ctx context.Context, i int, current *coordinationv1.Lease, members int) func() {
 	start := time.Now()
 	l, err := o.write(ctx, o.leaseFor(ShardLease(o.opts.Group, i), "shard", current, start), current == nil)
 	if err != nil {
 		if !apierrors.IsConflict(err) && !apierrors.IsAlreadyExists(err) && ctx.Err() == nil {
 			o.logger.Warn("cannot take a shard lease", "shard", i, "error", err)
 		}
-		return false
+		return nil
 	}
 	actx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -716,7 +727,7 @@ func (o *Owner) take(ctx context.Context, i int, current *coordinationv1.Lease, 
 		rctx, rcancel := context.WithTimeout(ctx, o.writeTimeout())
 		defer rcancel()
 		o.releaseLease(rctx, i, l)
-		return false
+		return nil
 	}
 	o.claims[i] = c
 	o.busy[i] = done
@@ -726,20 +737,21 @@ func (o *Owner) take(ctx context.Context, i int, current *coordinationv1.Lease, 
 	o.acquired.Add(1)
 	o.logger.Info("took a shard; delivering it", "shard", i, "members", members)
 	o.changes.Add(1)
-	go func() {
-		defer o.changes.Done()
-		err := o.h.Acquired(actx, i)
-		close(done)
-		o.mu.Lock()
-		halted := o.halted
-		o.mu.Unlock()
-		if err != nil && actx.Err() == nil && !halted {
-			o.failures.Add(1)
-			o.logger.Error("could not start delivering a shard; giving it back", "shard", i, "error", err)
-			o.giveBack(i, "failed to start", members)
-		}
-	}()
-	return true
+	return func() {
+		go func() {
+			defer o.changes.Done()
+			err := o.h.Acquired(actx, i)
+			close(done)
+			o.mu.Lock()
+			halted := o.halted
+			o.mu.Unlock()
+			if err != nil && actx.Err() == nil && !halted {
+				o.failures.Add(1)
+				o.logger.Error("could not start delivering a shard; giving it back", "shard", i, "error", err)
+				o.giveBack(i, "failed to start", members)
+			}
+		}()
+	}
 }
 
 // giveBack stops delivering shard i (Release, renewing meanwhile), then
