@@ -113,39 +113,15 @@ func TestOwnersShareShardsAndNeverOverlap(t *testing.T) {
 	}
 
 	// The fence watch: every millisecond, no shard passes two fences.
-	var overlaps atomic.Int64
-	var firstOverlap atomic.Value
-	watchCtx, stopWatch := context.WithCancel(context.Background())
-	var watching sync.WaitGroup
-	watching.Add(1)
-	go func() {
-		defer watching.Done()
-		for watchCtx.Err() == nil {
-			mu.Lock()
-			rs := slices.Clone(replicas)
-			mu.Unlock()
-			for i := range testShards {
-				var holders []string
-				for _, r := range rs {
-					if r.owner.Fence(i) == nil {
-						holders = append(holders, r.id)
-					}
-				}
-				if len(holders) > 1 {
-					overlaps.Add(1)
-					firstOverlap.CompareAndSwap(nil, fmt.Sprintf("shard %d: %v", i, holders))
-				}
-			}
-			time.Sleep(time.Millisecond)
+	defer watchFences(t, func() map[string]*shards.Owner {
+		mu.Lock()
+		defer mu.Unlock()
+		owners := map[string]*shards.Owner{}
+		for i, r := range replicas {
+			owners[fmt.Sprintf("%s#%d", r.id, i)] = r.owner
 		}
-	}()
-	defer func() {
-		stopWatch()
-		watching.Wait()
-		if n := overlaps.Load(); n > 0 {
-			t.Errorf("two replicas passed one shard's fence at once (%d samples), first: %v", n, firstOverlap.Load())
-		}
-	}()
+		return owners
+	})()
 
 	// balanced waits until the live replicas deliver every shard once,
 	// each between floor and ceil of its share.
@@ -232,6 +208,43 @@ func TestOwnersShareShardsAndNeverOverlap(t *testing.T) {
 	for _, l := range list.Items {
 		if h := l.Spec.HolderIdentity; h != nil && *h != "" && *h != "replica-b" {
 			t.Errorf("lease %s still held by %s after every live replica released", l.Name, *h)
+		}
+	}
+}
+
+// watchFences checks, every millisecond until the returned stop is
+// called, that no shard passes the fence of two of the owners (named, an
+// impostor under a reused identity included), and fails t if one did.
+func watchFences(t *testing.T, owners func() map[string]*shards.Owner) (stop func()) {
+	var overlaps atomic.Int64
+	var first atomic.Value
+	ctx, cancel := context.WithCancel(context.Background())
+	var watching sync.WaitGroup
+	watching.Add(1)
+	go func() {
+		defer watching.Done()
+		for ctx.Err() == nil {
+			all := owners()
+			for i := range testShards {
+				var holders []string
+				for name, o := range all {
+					if o.Fence(i) == nil {
+						holders = append(holders, name)
+					}
+				}
+				if len(holders) > 1 {
+					overlaps.Add(1)
+					first.CompareAndSwap(nil, fmt.Sprintf("shard %d: %v", i, holders))
+				}
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	return func() {
+		cancel()
+		watching.Wait()
+		if n := overlaps.Load(); n > 0 {
+			t.Errorf("two replicas passed one shard's fence at once (%d samples), first: %v", n, first.Load())
 		}
 	}
 }
@@ -338,37 +351,15 @@ func TestOwnerLapseIsResumedOrLost(t *testing.T) {
 			}
 		}
 	}()
-	var overlaps atomic.Int64
-	watchCtx, stopWatch := context.WithCancel(context.Background())
-	var watching sync.WaitGroup
-	watching.Add(1)
-	go func() {
-		defer watching.Done()
-		for watchCtx.Err() == nil {
-			mu.Lock()
-			all := slices.Clone(ms)
-			mu.Unlock()
-			for i := range testShards {
-				n := 0
-				for _, m := range all {
-					if m.owner.Fence(i) == nil {
-						n++
-					}
-				}
-				if n > 1 {
-					overlaps.Add(1)
-				}
-			}
-			time.Sleep(time.Millisecond)
+	defer watchFences(t, func() map[string]*shards.Owner {
+		mu.Lock()
+		defer mu.Unlock()
+		owners := map[string]*shards.Owner{}
+		for i, m := range ms {
+			owners[fmt.Sprintf("%s#%d", m.id, i)] = m.owner
 		}
-	}()
-	defer func() {
-		stopWatch()
-		watching.Wait()
-		if n := overlaps.Load(); n > 0 {
-			t.Errorf("two replicas passed one shard's fence at once (%d samples)", n)
-		}
-	}()
+		return owners
+	})()
 	owned := func(m *member) []int { return m.owner.Stats().Owned }
 	balanced := func(what string) {
 		t.Helper()
