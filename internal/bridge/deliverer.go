@@ -324,14 +324,14 @@ func (d *deliverer) notify(n informer.Notification) {
 	case n.Initial:
 		t.Replay = event.ReplayCheckpoint // what a start finds, as its reconciliation marks it
 	}
-	for r, names := range n.Targets {
+	for _, tg := range n.Targets {
 		sent := 0
-		for _, name := range names {
+		for _, name := range tg.Sinks {
 			if s := set.byName[name]; s != nil {
-				sent += s.handed.Sync(r, n.Key, n.Cache, t)
+				sent += s.handed.Sync(tg.Rule, n.Key, n.Cache, t)
 			}
 		}
-		r.Count(sent > 0)
+		tg.Rule.Count(sent > 0)
 	}
 }
 

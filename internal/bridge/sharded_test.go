@@ -59,7 +59,7 @@ func TestShardRoutingAcrossAReplacedUID(t *testing.T) {
 	waitChanges(t, ts, "added "+old.uid())
 
 	fresh := putUID(src, "x", uidIn(space, 1, "new"), "2")
-	s.notify(informer.Notification{Key: "ns/x", Targets: map[*filters.Rule][]string{src.rules[0]: {"a"}}, Cache: src.store,
+	s.notify(informer.Notification{Key: "ns/x", Targets: []informer.Target{{Rule: src.rules[0], Sinks: []string{"a"}}}, Cache: src.store,
 		Object: fresh.obj, Replaced: old.obj})
 	waitChanges(t, ts, "added "+old.uid(), "deleted "+old.uid(), "added "+fresh.uid())
 

@@ -56,7 +56,7 @@ type Lookup interface {
 // and resourceVersion are read from obj: the informer's cached object, shared
 // rather than copied (an entry costs a few words per object and sink).
 type held struct {
-	obj     *unstructured.Unstructured // the state handed; from a checkpoint, its metadata only
+	obj     *unstructured.Unstructured // the state handed; from a checkpoint, its metadata only; nil: none
 	entered int64
 	partial bool // obj is rebuilt from a checkpoint: no old state for updates
 	// mayBeGone: from a checkpoint with an intent of the same uid (its
@@ -68,9 +68,11 @@ type held struct {
 func (h *held) uid() string { return string(h.obj.GetUID()) }
 func (h *held) rv() string  { return h.obj.GetResourceVersion() }
 
-// slot is what a sink was handed of one object key, stored by value.
+// slot is what a sink was handed of one object key, stored by value: the
+// incarnation it holds is inline, so that a sync reads the map's memory
+// and the object, nothing in between.
 type slot struct {
-	cur   *held  // nil: nothing handed
+	cur   held   // cur.obj nil: nothing handed
 	extra *extra // rarely set
 }
 
@@ -123,11 +125,11 @@ func (s *Handed) Load(rule string, stored map[string]*checkpoint.Slot) {
 	for k, st := range stored {
 		var sl slot
 		if a := st.Acked; a != nil {
-			sl.cur = &held{obj: lastKnown(*a), entered: a.Entered, partial: true}
+			sl.cur = held{obj: lastKnown(*a), entered: a.Entered, partial: true}
 		}
 		var ghosts []held
 		for _, p := range st.Pending {
-			if sl.cur != nil && p.UID == sl.cur.uid() {
+			if sl.cur.obj != nil && p.UID == sl.cur.uid() {
 				sl.cur.mayBeGone = true
 				sl.cur.entered = max(sl.cur.entered, p.Entered) // ids of the newest incarnation: never one sent before it
 				continue
@@ -137,7 +139,7 @@ func (s *Handed) Load(rule string, stored map[string]*checkpoint.Slot) {
 		if len(ghosts) > 0 {
 			sl.extra = &extra{ghosts: ghosts}
 		}
-		if sl.cur != nil || sl.extra != nil {
+		if sl.cur.obj != nil || sl.extra != nil {
 			v[k] = sl
 		}
 	}
@@ -187,7 +189,7 @@ func (s *Handed) Len(rule string) int {
 	defer s.mu.Unlock()
 	n := 0
 	for _, sl := range s.views[rule] {
-		if sl.cur != nil {
+		if sl.cur.obj != nil {
 			n++
 		}
 	}
@@ -239,7 +241,7 @@ func (s *Handed) Sync(r *filters.Rule, key string, cache Lookup, t Trigger) int 
 	sl := v[key]
 	floorUID, floor := sl.floor()
 	var curUID, curRV string // of what the sink holds
-	if sl.cur != nil {
+	if sl.cur.obj != nil {
 		curUID, curRV = uidRV(sl.cur.obj)
 	}
 	var obj *unstructured.Unstructured
@@ -247,15 +249,15 @@ func (s *Handed) Sync(r *filters.Rule, key string, cache Lookup, t Trigger) int 
 	var objUID, objRV string
 	switch {
 	case t.Gone != nil: // a deletion: of the incarnation the sink holds, or news to it
-		if sl.cur == nil && len(sl.ghosts()) == 0 && sl.extra != nil {
+		if sl.cur.obj == nil && len(sl.ghosts()) == 0 && sl.extra != nil {
 			delete(v, key) // at most a floor: the object is gone
 		}
-		if sl.cur == nil || curUID != string(t.Gone.GetUID()) {
+		if sl.cur.obj == nil || curUID != string(t.Gone.GetUID()) {
 			return 0
 		}
 	case t.Object != nil:
 		objUID, objRV = uidRV(t.Object)
-		if sl.cur != nil && older(objRV, curRV) {
+		if sl.cur.obj != nil && older(objRV, curRV) {
 			return 0 // another trigger already handed a newer state
 		}
 		if floorUID == objUID && older(objRV, floor) {
@@ -279,9 +281,9 @@ func (s *Handed) Sync(r *filters.Rule, key string, cache Lookup, t Trigger) int 
 	}
 	e := emitter{s: s, r: r, now: t.Now, replay: t.Replay, key: key}
 	entered := t.Now.UnixNano()
-	cur := sl.cur
+	cur, has := sl.cur, sl.cur.obj != nil
 	for _, g := range sl.ghosts() {
-		if desired != nil && g.uid() == objUID && (cur == nil || curUID != g.uid()) {
+		if desired != nil && g.uid() == objUID && (!has || curUID != g.uid()) {
 			continue // the added below puts it back, as a new incarnation (see updated)
 		}
 		tr, partial := event.Transition{Change: event.Deleted, Object: g.obj, Entered: g.entered}, true
@@ -290,7 +292,7 @@ func (s *Handed) Sync(r *filters.Rule, key string, cache Lookup, t Trigger) int 
 		}
 		e.emit(tr, partial)
 	}
-	if cur != nil && (desired == nil || curUID != objUID) {
+	if has && (desired == nil || curUID != objUID) {
 		tr := event.Transition{Change: event.Deleted, Object: cur.obj, Entered: cur.entered}
 		partial := cur.partial
 		switch {
@@ -304,16 +306,16 @@ func (s *Handed) Sync(r *filters.Rule, key string, cache Lookup, t Trigger) int 
 			tr.Object, partial = t.Gone, false
 		}
 		e.emit(tr, partial)
-		cur = nil
+		has = false
 	}
 	switch {
 	case desired == nil:
-	case cur == nil:
+	case !has:
 		// Fresh: nothing of the key was ever handed (no ghost, no floor, and
 		// no deletion just emitted above), so the sink holds nothing of it.
-		fresh := sl.cur == nil && sl.extra == nil
+		fresh := sl.cur.obj == nil && sl.extra == nil
 		e.emit(event.Transition{Change: event.Added, Object: desired, Entered: entered, Fresh: fresh}, false)
-		cur = &held{entered: entered}
+		cur, has = held{entered: entered}, true
 	case cur.mayBeGone:
 		// Its deletion may have reached the sink: send it again as added.
 		cur.entered = entered
@@ -336,7 +338,7 @@ func (s *Handed) Sync(r *filters.Rule, key string, cache Lookup, t Trigger) int 
 		}
 		e.emit(tr, false)
 	}
-	if cur == nil {
+	if !has {
 		switch {
 		case floor != "" && exists && objUID == floorUID:
 			v[key] = slot{extra: &extra{floorUID: floorUID, floor: floor}}
@@ -346,7 +348,7 @@ func (s *Handed) Sync(r *filters.Rule, key string, cache Lookup, t Trigger) int 
 		return e.sent
 	}
 	cur.obj, cur.partial, cur.mayBeGone = desired, false, false
-	if sl.cur != cur || sl.extra != nil { // else the map holds cur already
+	if sl.cur != cur || sl.extra != nil { // else the map holds it already
 		v[key] = slot{cur: cur}
 	}
 	return e.sent

@@ -15,7 +15,6 @@ package event
 
 import (
 	"encoding/json"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -300,36 +299,53 @@ func ID(rule, uid, rv string, change Change, entered int64, reason string) strin
 // idLen is the length of an id.
 func idLen(uid, rv string, change Change) int { return len(uid) + len(rv) + len(change) + 15 }
 
-// appendID appends the id of a transition (see ID) to b.
+// appendID appends the id of a transition (see ID) to b. It runs once per
+// event on the informer's path, so it hashes the entry time's decimal
+// digits without formatting them first.
 func appendID(b []byte, rule, uid, rv string, change Change, entered int64, reason string) []byte {
-	const offset64, prime64 = 14695981039346656037, 1099511628211
-	h := uint64(offset64)
+	h := uint64(fnvOffset)
 	for i := 0; i < len(rule); i++ {
-		h = (h ^ uint64(rule[i])) * prime64
+		h = (h ^ uint64(rule[i])) * fnvPrime
 	}
-	h *= prime64 // the 0 separator
+	h *= fnvPrime // the 0 separator
+	// The decimal digits of entered, as strconv.FormatInt writes them.
 	var num [20]byte
-	for _, c := range strconv.AppendInt(num[:0], entered, 10) {
-		h = (h ^ uint64(c)) * prime64
+	i := len(num)
+	u := uint64(entered)
+	if entered < 0 {
+		u = -u
+	}
+	for u >= 10 {
+		i--
+		num[i] = byte('0' + u%10)
+		u /= 10
+	}
+	i--
+	num[i] = byte('0' + u)
+	if entered < 0 {
+		h = (h ^ '-') * fnvPrime
+	}
+	for _, c := range num[i:] {
+		h = (h ^ uint64(c)) * fnvPrime
 	}
 	if reason != "" {
-		h *= prime64
+		h *= fnvPrime
 		for i := 0; i < len(reason); i++ {
-			h = (h ^ uint64(reason[i])) * prime64
+			h = (h ^ uint64(reason[i])) * fnvPrime
 		}
 	}
 	b = append(b, uid...)
-	b = append(b, '.')
 	const hex = "0123456789abcdef"
-	for shift := 44; shift >= 0; shift -= 4 {
-		b = append(b, hex[(h>>shift)&15])
-	}
-	b = append(b, '.')
+	b = append(b, '.',
+		hex[(h>>44)&15], hex[(h>>40)&15], hex[(h>>36)&15], hex[(h>>32)&15], hex[(h>>28)&15], hex[(h>>24)&15],
+		hex[(h>>20)&15], hex[(h>>16)&15], hex[(h>>12)&15], hex[(h>>8)&15], hex[(h>>4)&15], hex[h&15], '.')
 	b = append(b, rv...)
 	b = append(b, '.')
-	b = append(b, change...)
-	return b
+	return append(b, change...)
 }
+
+// FNV-1a, 64 bits (hash/fnv), over the id's tag input.
+const fnvOffset, fnvPrime = 14695981039346656037, 1099511628211
 
 // WithReplay returns a copy of e marked as a replay (kbreplay).
 func (e *Event) WithReplay(replay string) *Event {

@@ -2,6 +2,11 @@ package event
 
 import (
 	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -27,6 +32,34 @@ var secrets = schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
 
 // TestIDs pins the id scheme: unique per transition (rule, incarnation,
 // resourceVersion, type), stable when the same transition is built again.
+// appendID is hand-written for speed: it must equal the definition, FNV-1a
+// over the rule, a 0, the entry time in decimal and, when set, a 0 and the
+// kbreason, for any input.
+func TestIDMatchesItsDefinition(t *testing.T) {
+	ref := func(rule, uid, rv string, change Change, entered int64, reason string) string {
+		h := fnv.New64a()
+		h.Write([]byte(rule))
+		h.Write([]byte{0})
+		h.Write([]byte(strconv.FormatInt(entered, 10)))
+		if reason != "" {
+			h.Write([]byte{0})
+			h.Write([]byte(reason))
+		}
+		return fmt.Sprintf("%s.%012x.%s.%s", uid, h.Sum64()&(1<<48-1), rv, change)
+	}
+	rnd := rand.New(rand.NewPCG(1, 2))
+	entered := []int64{0, 1, 9, 10, -1, -10, math.MaxInt64, math.MinInt64, 1764115200123456789}
+	for range 2000 {
+		entered = append(entered, rnd.Int64()>>rnd.IntN(63), -rnd.Int64()>>rnd.IntN(63))
+	}
+	for i, e := range entered {
+		rule, reason := fmt.Sprintf("rule-%d", i%7), []string{"", ReasonUnmatched}[i%2]
+		if got, want := ID(rule, "u1", "42", Updated, e, reason), ref(rule, "u1", "42", Updated, e, reason); got != want {
+			t.Fatalf("ID(entered %d, reason %q) = %s; want %s", e, reason, got, want)
+		}
+	}
+}
+
 func TestIDs(t *testing.T) {
 	if got := ID("r", "u1", "42", Updated, 7, ""); got != "u1.0119615ec608.42.updated" {
 		t.Errorf("ID = %s", got)

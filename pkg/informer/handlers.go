@@ -16,7 +16,7 @@ import (
 // goroutine and must not block.
 type Notification struct {
 	Key     string                     // namespace/name, or name
-	Targets map[*filters.Rule][]string // rules to evaluate and the sinks to sync for each
+	Targets []Target                   // rules to evaluate and the sinks to sync for each
 	Cache   cache.KeyGetter            // the informer's cache
 	Object  *unstructured.Unstructured // the state an add or update notification carries
 	Gone    *unstructured.Unstructured // the last state, for a delete notification
@@ -31,6 +31,14 @@ type Notification struct {
 	Initial bool
 }
 
+// Target is a rule a notification is for and the sinks to sync for it. A
+// registration's targets are a slice, in the rules' order, made once: the
+// receiver ranges over them on every notification.
+type Target struct {
+	Rule  *filters.Rule
+	Sinks []string
+}
+
 // Notify receives notifications; see Notification.
 type Notify func(n Notification)
 
@@ -38,7 +46,7 @@ type Notify func(n Notification)
 // With replays set (a sink's own registration, with its resync period), an
 // informer resync (an update with an unchanged resourceVersion) is a
 // replay; other registrations never see resyncs.
-func handler(in *Informers, idx cache.Indexer, targets map[*filters.Rule][]string, replays bool) cache.ResourceEventHandler {
+func handler(in *Informers, idx cache.Indexer, targets []Target, replays bool) cache.ResourceEventHandler {
 	return cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc: func(obj any, initialList bool) {
 			u, ok := obj.(*unstructured.Unstructured)
@@ -128,7 +136,7 @@ func (in *Informers) namespaceHandler() cache.ResourceEventHandler {
 // sinks, without a state: the receiver reads each from the cache and
 // re-evaluates r against the namespace as it is now.
 func (in *Informers) syncNamespace(r *filters.Rule, ns string) {
-	targets := map[*filters.Rule][]string{r: r.Sinks}
+	targets := []Target{{Rule: r, Sinks: r.Sinks}}
 	for _, run := range in.running {
 		if !slices.Contains(run.Rules, r) {
 			continue

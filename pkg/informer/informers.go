@@ -183,22 +183,26 @@ func (in *Informers) prepare(run *running) (*instance, error) {
 	})
 
 	inst := &instance{informer: inf, done: make(chan struct{})}
-	common := map[*filters.Rule][]string{}
+	var common []Target
 	for _, r := range w.Rules {
+		t := Target{Rule: r}
 		for _, sink := range r.Sinks {
 			if !slices.Contains(replaying, sink) {
-				common[r] = append(common[r], sink)
+				t.Sinks = append(t.Sinks, sink)
 			}
+		}
+		if len(t.Sinks) > 0 {
+			common = append(common, t)
 		}
 	}
 	if err := inst.register(in, common, false, 0); err != nil {
 		return nil, err
 	}
 	for _, sink := range replaying {
-		targets := map[*filters.Rule][]string{}
+		var targets []Target
 		for _, r := range w.Rules {
 			if slices.Contains(r.Sinks, sink) {
-				targets[r] = []string{sink}
+				targets = append(targets, Target{Rule: r, Sinks: []string{sink}})
 			}
 		}
 		if err := inst.register(in, targets, true, replayEvery[sink]); err != nil {
@@ -210,7 +214,7 @@ func (in *Informers) prepare(run *running) (*instance, error) {
 
 // register adds a handler for targets to the informer, with its own resync
 // period (0: none).
-func (inst *instance) register(in *Informers, targets map[*filters.Rule][]string, replays bool, resync time.Duration) error {
+func (inst *instance) register(in *Informers, targets []Target, replays bool, resync time.Duration) error {
 	reg, err := inst.informer.AddEventHandlerWithResyncPeriod(handler(in, inst.informer.GetIndexer(), targets, replays), resync)
 	if err != nil {
 		return err
