@@ -67,6 +67,7 @@ type Delivery struct {
 	Name string
 
 	queue      *queue.Queue[*event.Event]
+	holds      sync.Pool // *[]queue.Hold: settle's scratch for the holds it releases
 	limiter    *limiter
 	rate       *rate.Limiter // rateLimit: nil for none
 	sink       sinks.Sink
@@ -181,6 +182,7 @@ func New(o Options) *Delivery {
 	}
 	d.parking.kick = d.signal
 	d.gate.backoff = d.backoff
+	d.holds.New = func() any { return new([]queue.Hold[*event.Event]) }
 	return d
 }
 
@@ -356,7 +358,7 @@ func (b *batch) events() []*event.Event {
 	if len(b.objects) == 1 {
 		return b.objects[0].events
 	}
-	var out []*event.Event
+	out := make([]*event.Event, 0, b.size())
 	for _, o := range b.objects {
 		out = append(out, o.events...)
 	}
@@ -736,7 +738,10 @@ func (d *Delivery) settle(ctx context.Context, b *batch, events []*event.Event, 
 		dl    int   // index of the first dead-lettered event, -1 if none
 		cause error // why events[cut:] are not
 	}
-	outs := make([]outcome, len(b.objects))
+	var outs []outcome // nil: every event was delivered (errs nil)
+	if errs != nil {
+		outs = make([]outcome, len(b.objects))
+	}
 	var toDL []*event.Event
 	var dlCause, destErr, pushErr error
 	acked, refused, plain := 0, 0, 0
@@ -746,7 +751,7 @@ func (d *Delivery) settle(ctx context.Context, b *batch, events []*event.Event, 
 		out := outcome{cut: len(o.events), dl: -1}
 		for j, e := range o.events {
 			var err error
-			if errs != nil { // nil: all delivered
+			if errs != nil {
 				err = errs[off+j]
 			}
 			if err == nil {
@@ -783,7 +788,9 @@ func (d *Delivery) settle(ctx context.Context, b *batch, events []*event.Event, 
 			out.cut, out.cause = j, err
 			break
 		}
-		outs[i] = out
+		if outs != nil {
+			outs[i] = out
+		}
 		off += len(o.events)
 	}
 	d.failed.Add(uint64(refused))
@@ -797,25 +804,36 @@ func (d *Delivery) settle(ctx context.Context, b *batch, events []*event.Event, 
 		}
 	}
 
-	// What was taken, in order per object.
-	done := make([]*event.Event, 0, len(events))
+	// What was taken, in order per object: when everything was, the
+	// events themselves (b.events() is in that order).
+	var done []*event.Event
+	if outs == nil {
+		done = events
+	} else {
+		done = make([]*event.Event, 0, len(events))
+	}
 	var park, throttle []object
-	release := make([]queue.Hold[*event.Event], 0, len(b.objects))
+	release := d.holds.Get().(*[]queue.Hold[*event.Event])
+	defer d.holds.Put(release)
+	*release = (*release)[:0]
 	var cause error
 	delivered := 0
 	for i, o := range b.objects {
-		out := outs[i]
+		out := outcome{cut: len(o.events), dl: -1}
+		if outs != nil {
+			out = outs[i]
+			done = append(done, o.events[:out.cut]...)
+		}
 		for _, e := range o.events[:out.cut] {
 			if !e.Quiet && !slicesContains(toDL, e) {
 				delivered++
 			}
 		}
-		done = append(done, o.events[:out.cut]...)
 		if out.cut == len(o.events) {
 			if d.throttles(o) {
 				throttle = append(throttle, o)
 			} else {
-				release = append(release, o.hold)
+				*release = append(*release, o.hold)
 			}
 			continue
 		}
@@ -838,7 +856,8 @@ func (d *Delivery) settle(ctx context.Context, b *batch, events []*event.Event, 
 	if len(done) > 0 && d.hooks.OnAck != nil {
 		d.hooks.OnAck(done) // before the objects are released: their next events are acknowledged after these
 	}
-	d.queue.Release(release...)
+	d.queue.Release(*release...)
+	clear(*release) // pooled: it must not keep the groups alive
 	if len(throttle) > 0 {
 		d.throttle(throttle, now)
 	}
