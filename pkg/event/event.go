@@ -308,20 +308,28 @@ func appendID(b []byte, rule, uid, rv string, change Change, entered int64, reas
 		h = (h ^ uint64(rule[i])) * fnvPrime
 	}
 	h *= fnvPrime // the 0 separator
-	// The decimal digits of entered, as strconv.FormatInt writes them.
+	// The decimal digits of entered, as strconv.FormatInt writes them, two
+	// at a time.
 	var num [20]byte
 	i := len(num)
 	u := uint64(entered)
 	if entered < 0 {
 		u = -u
 	}
-	for u >= 10 {
-		i--
-		num[i] = byte('0' + u%10)
-		u /= 10
+	for u >= 100 {
+		q := u / 100
+		d := (u - q*100) * 2
+		i -= 2
+		num[i], num[i+1] = digitPairs[d], digitPairs[d+1]
+		u = q
 	}
-	i--
-	num[i] = byte('0' + u)
+	if u >= 10 {
+		i -= 2
+		num[i], num[i+1] = digitPairs[u*2], digitPairs[u*2+1]
+	} else {
+		i--
+		num[i] = byte('0' + u)
+	}
 	if entered < 0 {
 		h = (h ^ '-') * fnvPrime
 	}
@@ -343,6 +351,9 @@ func appendID(b []byte, rule, uid, rv string, change Change, entered int64, reas
 	b = append(b, '.')
 	return append(b, change...)
 }
+
+// digitPairs are "00" to "99".
+const digitPairs = "00010203040506070809101112131415161718192021222324252627282930313233343536373839404142434445464748495051525354555657585960616263646566676869707172737475767778798081828384858687888990919293949596979899"
 
 // FNV-1a, 64 bits (hash/fnv), over the id's tag input.
 const fnvOffset, fnvPrime = 14695981039346656037, 1099511628211
