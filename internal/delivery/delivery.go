@@ -957,18 +957,13 @@ func (d *Delivery) putDeadLetter(ctx context.Context, events []*event.Event, cau
 	defer cancel()
 	// A dead-letter write is a send: fenced, and bounded by its hold (a
 	// failure here parks the events, retried, never lost).
-	if d.hooks.Hold != nil {
-		var release context.CancelFunc
-		ctx, release = d.hooks.Hold(ctx)
-		defer release()
+	ctx, release, err := d.fenced(ctx)
+	defer release()
+	if err != nil {
+		d.logger.Warn("events refused permanently; not written to the dead-letter while the fence is closed: parked", "events", len(events), "first", events[0].ID, "error", err)
+		return err
 	}
-	if d.hooks.Fence != nil {
-		if err := d.hooks.Fence(); err != nil {
-			d.logger.Warn("events refused permanently; not written to the dead-letter while the fence is closed: parked", "events", len(events), "first", events[0].ID, "error", err)
-			return err
-		}
-	}
-	err := d.deadLetter.Put(ctx, d.Name, events, cause)
+	err = d.deadLetter.Put(ctx, d.Name, events, cause)
 	if err != nil && ctx.Err() == nil {
 		bare := make([]*event.Event, len(events))
 		for i, e := range events {
@@ -987,6 +982,23 @@ func (d *Delivery) putDeadLetter(ctx context.Context, events []*event.Event, cau
 	d.deadLettered.Add(uint64(len(events)))
 	d.logger.Warn("events refused permanently; sent to the dead-letter", "events", len(events), "first", events[0].ID, "error", cause)
 	return nil
+}
+
+// fenced is what a write to a destination (a send, a dead-letter put)
+// runs under: ctx bounded by the hold (Hooks.Hold), taken before the fence
+// (Hooks.Fence) is checked, so that a lapse after the check still cuts the
+// write. err is the closed fence's; release ends the hold either way.
+func (d *Delivery) fenced(ctx context.Context) (_ context.Context, release context.CancelFunc, err error) {
+	release = func() {}
+	if d.hooks.Hold != nil {
+		ctx, release = d.hooks.Hold(ctx)
+	}
+	if d.hooks.Fence != nil {
+		if err := d.hooks.Fence(); err != nil {
+			return ctx, release, err
+		}
+	}
+	return ctx, release, nil
 }
 
 // fenceRecheck bounds the wait of a batch the fence stopped: a lapsed
@@ -1010,16 +1022,10 @@ func (d *Delivery) send(ctx context.Context, events []*event.Event) (reached boo
 	}
 	outcome := sendIgnored
 	defer func() { d.limiter.release(start, outcome) }()
-	sctx := ctx
-	if d.hooks.Hold != nil {
-		var release context.CancelFunc
-		sctx, release = d.hooks.Hold(ctx)
-		defer release()
-	}
-	if d.hooks.Fence != nil {
-		if err := d.hooks.Fence(); err != nil {
-			return false, err
-		}
+	sctx, release, err := d.fenced(ctx)
+	defer release()
+	if err != nil {
+		return false, err
 	}
 	err = d.safeSend(sctx, events)
 	if err != nil && sctx.Err() != nil && ctx.Err() == nil {

@@ -93,14 +93,9 @@ func TestOwnersShareShardsAndNeverOverlap(t *testing.T) {
 	var mu sync.Mutex
 	var replicas []*replica
 	start := func(id string) *replica {
-		r := &replica{id: id, rec: &recorder{t: t, delivering: map[int]bool{}, inCall: map[int]bool{}}}
-		o, err := shards.New(shards.Options{Leases: leases, Group: group, Identity: id, Shards: testShards,
-			LeaseDuration: 2 * time.Second, RenewDeadline: 1500 * time.Millisecond, RetryPeriod: 200 * time.Millisecond}, r.rec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.owner = o
-		o.Run()
+		r := &replica{id: id}
+		r.owner, r.rec = startOwner(t, shards.Options{Leases: leases, Group: group, Identity: id, Shards: testShards,
+			LeaseDuration: 2 * time.Second, RenewDeadline: 1500 * time.Millisecond, RetryPeriod: 200 * time.Millisecond})
 		mu.Lock()
 		replicas = append(replicas, r)
 		mu.Unlock()
@@ -210,6 +205,18 @@ func TestOwnersShareShardsAndNeverOverlap(t *testing.T) {
 			t.Errorf("lease %s still held by %s after every live replica released", l.Name, *h)
 		}
 	}
+}
+
+// startOwner runs an owner with opts, and a recorder of its calls.
+func startOwner(t *testing.T, opts shards.Options) (*shards.Owner, *recorder) {
+	t.Helper()
+	rec := &recorder{t: t, delivering: map[int]bool{}, inCall: map[int]bool{}}
+	o, err := shards.New(opts, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Run()
+	return o, rec
 }
 
 // watchFences checks, every millisecond until the returned stop is
@@ -326,14 +333,9 @@ func TestOwnerLapseIsResumedOrLost(t *testing.T) {
 	var mu sync.Mutex
 	var ms []*member
 	start := func(id string) *member {
-		m := &member{id: id, client: &flaky{LeaseInterface: leases}, rec: &recorder{t: t, delivering: map[int]bool{}, inCall: map[int]bool{}}}
-		o, err := shards.New(shards.Options{Leases: m.client, Group: group, Identity: id, Shards: testShards,
-			LeaseDuration: ld, RenewDeadline: rd, RetryPeriod: 200 * time.Millisecond}, m.rec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m.owner = o
-		o.Run()
+		m := &member{id: id, client: &flaky{LeaseInterface: leases}}
+		m.owner, m.rec = startOwner(t, shards.Options{Leases: m.client, Group: group, Identity: id, Shards: testShards,
+			LeaseDuration: ld, RenewDeadline: rd, RetryPeriod: 200 * time.Millisecond})
 		mu.Lock()
 		ms = append(ms, m)
 		mu.Unlock()
