@@ -317,7 +317,7 @@ func (d *deliverer) notify(n informer.Notification) {
 	if set == nil {
 		return // not delivering: the reconciliation when it starts covers this
 	}
-	t := view.Trigger{Object: n.Object, Gone: n.Gone, Now: time.Now(), Initial: n.Initial}
+	t := view.Trigger{Object: n.Object, Meta: n.Meta, Gone: n.Gone, Now: time.Now(), Initial: n.Initial}
 	switch {
 	case n.Resync:
 		t.Replay = event.ReplayResync

@@ -20,6 +20,7 @@ import (
 	"github.com/kubebridge/kubebridge/internal/checkpoint"
 	"github.com/kubebridge/kubebridge/internal/shards"
 	"github.com/kubebridge/kubebridge/pkg/config"
+	"github.com/kubebridge/kubebridge/pkg/event"
 	"github.com/kubebridge/kubebridge/pkg/filters"
 	"github.com/kubebridge/kubebridge/pkg/informer"
 )
@@ -403,7 +404,7 @@ func (s *sharded) notify(n informer.Notification) {
 	if n.Replaced != nil {
 		if j := s.space.Of(n.Replaced); j != i && table[j] != nil {
 			gone := s.scoped(n, j)
-			gone.Object, gone.Initial, gone.Resync = nil, false, false // read the shard's cache: the key is gone from it
+			gone.Object, gone.Meta, gone.Initial, gone.Resync = nil, event.Meta{}, false, false // read the shard's cache: the key is gone from it
 			table[j].notify(gone)
 		}
 	}

@@ -205,6 +205,10 @@ type Trigger struct {
 	// Object is the state a live add or update notification carries (nil
 	// for other triggers: they read the cache).
 	Object *unstructured.Unstructured
+	// Meta, when the notifier read it, is Object's (event.MetaOf): Sync and
+	// the events it builds take it rather than reading Object's maps again.
+	// Zero: unknown.
+	Meta event.Meta
 	// Gone is the last state of a deleted object, from its delete
 	// notification (nil otherwise): the data of its deleted event.
 	Gone *unstructured.Unstructured
@@ -256,7 +260,11 @@ func (s *Handed) Sync(r *filters.Rule, key string, cache Lookup, t Trigger) int 
 			return 0
 		}
 	case t.Object != nil:
-		objUID, objRV = uidRV(t.Object)
+		if t.Meta != (event.Meta{}) {
+			objUID, objRV = t.Meta.UID, t.Meta.ResourceVersion
+		} else {
+			objUID, objRV = uidRV(t.Object)
+		}
 		if sl.cur.obj != nil && older(objRV, curRV) {
 			return 0 // another trigger already handed a newer state
 		}
@@ -279,7 +287,7 @@ func (s *Handed) Sync(r *filters.Rule, key string, cache Lookup, t Trigger) int 
 	if t.Initial && desired == nil {
 		return 0
 	}
-	e := emitter{s: s, r: r, now: t.Now, replay: t.Replay, key: key}
+	e := emitter{s: s, r: r, now: t.Now, replay: t.Replay, key: key, obj: t.Object, meta: t.Meta}
 	entered := t.Now.UnixNano()
 	cur, has := sl.cur, sl.cur.obj != nil
 	for _, g := range sl.ghosts() {
@@ -360,6 +368,8 @@ type emitter struct {
 	r           *filters.Rule
 	now         time.Time
 	replay, key string
+	obj         *unstructured.Unstructured // the trigger's object, whose Meta is meta (zero: unknown)
+	meta        event.Meta
 	sent        int
 }
 
@@ -369,6 +379,9 @@ type emitter struct {
 func (e *emitter) emit(tr event.Transition, partial bool) {
 	r := e.r
 	tr.Time, tr.Replay, tr.Subject = e.now, e.replay, e.key
+	if tr.Object == e.obj {
+		tr.Meta = e.meta
+	}
 	tr.Quiet = !r.Delivers(tr.Change) ||
 		(tr.Change == event.Updated && tr.Old != nil && !r.Changed(tr.Old, tr.Object)) ||
 		(!partial && !r.PassesEventFilter(tr.Object, tr.Old, tr.Change))

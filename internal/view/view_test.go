@@ -1,6 +1,7 @@
 package view
 
 import (
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -123,6 +124,29 @@ func TestTransitions(t *testing.T) {
 	eq(t, "delete of something not handed", w.set(r, nil, Trigger{}))
 	if n := w.sink.Len("r"); n != 0 {
 		t.Errorf("view holds %d objects after the delete", n)
+	}
+}
+
+// A live notification's Meta, which the handler reads once, gives the
+// events exactly what reading the object gives them.
+func TestTriggerMetaGivesTheSameEvents(t *testing.T) {
+	r := compile(t, "    labelSelector: tier=front\n", nil)
+	front, back := map[string]string{"tier": "front"}, map[string]string{"tier": "back"}
+	with, without := newWorld(t), newWorld(t)
+	fields := func(e *event.Event) []string {
+		return []string{e.ID, e.Type, e.Subject, e.Kind, e.Namespace, e.Name, e.UID, e.Key, e.QueueKey, string(e.Change), e.Reason, strconv.FormatBool(e.Quiet)}
+	}
+	for i, s := range []*unstructured.Unstructured{cm("u1", "1", front), cm("u1", "2", front), cm("u1", "3", back), cm("u1", "4", front), cm("u2", "9", front)} {
+		with.set(r, s, Trigger{Object: s, Meta: event.MetaOf(s)})
+		without.set(r, s, Trigger{Object: s})
+		if len(with.got) != len(without.got) || len(with.got) == 0 && i != 2 {
+			t.Fatalf("state %d: %d events with the trigger's Meta, %d without", i, len(with.got), len(without.got))
+		}
+		for j := range with.got {
+			if a, b := fields(with.got[j]), fields(without.got[j]); !slices.Equal(a, b) {
+				t.Errorf("state %d, event %d: with the trigger's Meta %q, without %q", i, j, a, b)
+			}
+		}
 	}
 }
 

@@ -208,6 +208,35 @@ type Transition struct {
 	// rather than building that string again. One that does not name
 	// Object is ignored.
 	Subject string
+	// Meta, when the caller has read it, is Object's (MetaOf): Build takes
+	// it rather than reading the object's maps again. Zero: Build reads it
+	// (a zero Meta is also what reading an object without metadata gives).
+	Meta Meta
+}
+
+// Meta is what an event takes from its object: the metadata that names
+// it and its kind. The informer's handler reads it once per notification
+// and hands it down (Transition.Meta), since reading an unstructured
+// object's fields is a map lookup each.
+type Meta struct {
+	Namespace, Name, UID, ResourceVersion, Kind string
+}
+
+// MetaOf reads u's Meta.
+func MetaOf(u *unstructured.Unstructured) Meta {
+	md, _ := u.Object["metadata"].(map[string]any)
+	return MetaFrom(u, md)
+}
+
+// MetaFrom is MetaOf for a caller that holds u's metadata map md.
+func MetaFrom(u *unstructured.Unstructured, md map[string]any) Meta {
+	var m Meta
+	m.Namespace, _ = md["namespace"].(string)
+	m.Name, _ = md["name"].(string)
+	m.UID, _ = md["uid"].(string)
+	m.ResourceVersion, _ = md["resourceVersion"].(string)
+	m.Kind, _ = u.Object["kind"].(string)
+	return m
 }
 
 // New builds the event for a change of obj (old is the previous state, for
@@ -226,12 +255,11 @@ func New(r *Rule, change Change, obj, old *unstructured.Unstructured, now time.T
 // queue key in one allocation.
 func Build(r *Rule, t Transition) *Event {
 	obj := t.Object
-	md, _ := obj.Object["metadata"].(map[string]any)
-	ns, _ := md["namespace"].(string)
-	name, _ := md["name"].(string)
-	uid, _ := md["uid"].(string)
-	rv, _ := md["resourceVersion"].(string)
-	kind, _ := obj.Object["kind"].(string)
+	m := t.Meta
+	if m == (Meta{}) {
+		m = MetaOf(obj)
+	}
+	ns, name, uid, rv, kind := m.Namespace, m.Name, m.UID, m.ResourceVersion, m.Kind
 	subject := t.Subject
 	if !isSubject(subject, ns, name) {
 		subject = name

@@ -7,6 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/kubebridge/kubebridge/pkg/event"
 	"github.com/kubebridge/kubebridge/pkg/filters"
 )
 
@@ -19,6 +20,7 @@ type Notification struct {
 	Targets []Target                   // rules to evaluate and the sinks to sync for each
 	Cache   cache.KeyGetter            // the informer's cache
 	Object  *unstructured.Unstructured // the state an add or update notification carries
+	Meta    event.Meta                 // Object's (event.MetaOf), read once by the handler; zero: unknown
 	Gone    *unstructured.Unstructured // the last state, for a delete notification
 	// Replaced is the previous state of an update whose object has
 	// another uid (a relist found it deleted and created again under the
@@ -53,7 +55,8 @@ func handler(in *Informers, idx cache.Indexer, targets []Target, replays bool) c
 			if !ok || (initialList && in.SkipInitialList) {
 				return
 			}
-			in.notify(Notification{Key: objectKey(metadata(u)), Targets: targets, Cache: idx, Object: u, Initial: initialList})
+			m := event.MetaFrom(u, metadata(u))
+			in.notify(Notification{Key: objectKey(m), Targets: targets, Cache: idx, Object: u, Meta: m, Initial: initialList})
 		},
 		UpdateFunc: func(oldObj, obj any) {
 			old, ok1 := oldObj.(*unstructured.Unstructured)
@@ -68,8 +71,9 @@ func handler(in *Informers, idx cache.Indexer, targets []Target, replays bool) c
 			if resync && !replays {
 				return
 			}
-			n := Notification{Key: objectKey(md), Targets: targets, Cache: idx, Object: u, Resync: resync}
-			if uid, oldUID := md["uid"], oldMD["uid"]; uid != oldUID {
+			m := event.MetaFrom(u, md)
+			n := Notification{Key: objectKey(m), Targets: targets, Cache: idx, Object: u, Meta: m, Resync: resync}
+			if oldUID, _ := oldMD["uid"].(string); m.UID != oldUID {
 				n.Replaced = old
 			}
 			in.notify(n)
@@ -93,14 +97,12 @@ func metadata(u *unstructured.Unstructured) map[string]any {
 }
 
 // objectKey is the cache key (cache.MetaNamespaceKeyFunc) of the object
-// whose metadata is md: namespace/name, or name.
-func objectKey(md map[string]any) string {
-	ns, _ := md["namespace"].(string)
-	name, _ := md["name"].(string)
-	if ns == "" {
-		return name
+// m names: namespace/name, or name.
+func objectKey(m event.Meta) string {
+	if m.Namespace == "" {
+		return m.Name
 	}
-	return ns + "/" + name
+	return m.Namespace + "/" + m.Name
 }
 
 // namespaceHandler syncs the objects of a namespace for the rules that

@@ -145,7 +145,7 @@ rules:
 					}
 				}
 				notified++
-				t := view.Trigger{Object: n.Object, Gone: n.Gone, Now: time.Now()}
+				t := view.Trigger{Object: n.Object, Meta: n.Meta, Gone: n.Gone, Now: time.Now()}
 				if n.Resync {
 					t.Replay = event.ReplayResync
 				}
