@@ -258,12 +258,12 @@ func (s *server) Batching() (int, time.Duration) { return s.batch, 0 }
 func (s *server) Send(ctx context.Context, evs []*event.Event) error {
 	s.mu.Lock()
 	for _, e := range evs {
-		if s.busy[e.Key] {
-			s.t.Errorf("object %s is in two sends at once", e.Key)
+		if s.busy[e.Key()] {
+			s.t.Errorf("object %s is in two sends at once", e.Key())
 		}
 	}
 	for _, e := range evs {
-		s.busy[e.Key] = true
+		s.busy[e.Key()] = true
 	}
 	s.cur++
 	cur := s.cur
@@ -282,7 +282,7 @@ func (s *server) Send(ctx context.Context, evs []*event.Event) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, e := range evs {
-		delete(s.busy, e.Key)
+		delete(s.busy, e.Key())
 	}
 	s.cur--
 	if err == nil {
@@ -474,10 +474,10 @@ func TestOrderPerObjectUnderConcurrency(t *testing.T) {
 					defer ackMu.Unlock()
 					for _, e := range evs {
 						rv, _ := strconv.Atoi(e.Object().GetResourceVersion())
-						if rv <= ackedAt[e.Key] {
-							t.Errorf("OnAck: %s version %d after %d", e.Key, rv, ackedAt[e.Key])
+						if rv <= ackedAt[e.Key()] {
+							t.Errorf("OnAck: %s version %d after %d", e.Key(), rv, ackedAt[e.Key()])
 						}
-						ackedAt[e.Key] = rv
+						ackedAt[e.Key()] = rv
 					}
 				},
 			}
@@ -504,10 +504,10 @@ func TestOrderPerObjectUnderConcurrency(t *testing.T) {
 			defer srv.mu.Unlock()
 			for _, e := range srv.got {
 				rv, _ := strconv.Atoi(e.Object().GetResourceVersion())
-				if rv <= seen[e.Key] {
-					t.Fatalf("%s: version %d after %d", e.Key, rv, seen[e.Key])
+				if rv <= seen[e.Key()] {
+					t.Fatalf("%s: version %d after %d", e.Key(), rv, seen[e.Key()])
 				}
-				seen[e.Key] = rv
+				seen[e.Key()] = rv
 			}
 			for k, rv := range last {
 				if seen[k] != rv {

@@ -223,7 +223,7 @@ func Coalesce(pending, newer *event.Event) (merged *event.Event, keep bool) {
 func foldEvents(events []*event.Event) (out []*event.Event, coalesced, cancelled uint64) {
 	out = make([]*event.Event, 0, len(events))
 	for _, e := range events {
-		if n := len(out); n > 0 && out[n-1].QueueKey == e.QueueKey {
+		if n := len(out); n > 0 && out[n-1].QueueKey() == e.QueueKey() {
 			if merged, keep := Coalesce(out[n-1], e); keep {
 				out[n-1] = merged
 				coalesced++
@@ -241,13 +241,13 @@ func foldEvents(events []*event.Event) (out []*event.Event, coalesced, cancelled
 // Offer enqueues an event. It never blocks.
 func (d *Delivery) Offer(ev *event.Event) {
 	if d.window == 0 {
-		d.queue.OfferIn(ev.Key, ev.QueueKey, ev)
+		d.queue.OfferIn(ev.Key(), ev.QueueKey(), ev)
 		return
 	}
 	d.windowMu.Lock()
 	defer d.windowMu.Unlock()
-	d.queue.OfferIn(ev.Key, ev.QueueKey, ev)
-	b := d.throttled[ev.Key]
+	d.queue.OfferIn(ev.Key(), ev.QueueKey(), ev)
+	b := d.throttled[ev.Key()]
 	switch {
 	case b == nil:
 	case urgent(ev):
@@ -532,7 +532,7 @@ func (d *Delivery) take(ctx context.Context, buf *[]queue.Item[*event.Event], n 
 			// An object's items follow its hold within one take; a later
 			// take never returns an item of an object held by this batch.
 			for i := len(b.objects) - 1; i >= 0; i-- {
-				if o := &b.objects[i]; o.events == nil || o.events[0].Key == it.Value.Key {
+				if o := &b.objects[i]; o.events == nil || o.events[0].Key() == it.Value.Key() {
 					o.events = append(o.events, it.Value)
 					break
 				}
@@ -937,9 +937,9 @@ func (d *Delivery) park(b *batch, objects []object, cause error, whole, wide boo
 	switch {
 	case refused && failures == 1:
 		d.logger.Error("refused permanently and no deadLetter configured: parked, retried every maxInterval, never recorded as delivered",
-			"objects", len(objects), "first", first.Key, "id", first.ID, "error", cause)
+			"objects", len(objects), "first", first.Key(), "id", first.ID, "error", cause)
 	case failures == 1 || failures%10 == 0:
-		d.logger.Warn("delivery failed; parked, retrying alone", "objects", len(objects), "first", first.Key, "failures", failures, "retryIn", wait, "error", cause)
+		d.logger.Warn("delivery failed; parked, retrying alone", "objects", len(objects), "first", first.Key(), "failures", failures, "retryIn", wait, "error", cause)
 	}
 	for _, u := range units {
 		d.parking.put(u, now.Add(backoff.Jitter(wait)))

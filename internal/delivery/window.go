@@ -47,7 +47,7 @@ func (d *Delivery) throttle(objects []object, now time.Time) {
 	defer d.windowMu.Unlock()
 	var items []queue.Item[*event.Event]
 	for _, o := range objects {
-		b := &batch{objects: []object{{hold: o.hold}}, prepared: true, throttled: o.events[0].Key}
+		b := &batch{objects: []object{{hold: o.hold}}, prepared: true, throttled: o.events[0].Key()}
 		due := now.Add(d.window)
 		if d.hold(b, items) {
 			due = now

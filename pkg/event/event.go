@@ -112,33 +112,28 @@ func (n *ruleNames) eventType(gvr schema.GroupVersionResource, c Change) string 
 }
 
 // Event is one CloudEvent. Build it with Build (or New).
+//
+// What every event of a rule repeats (Source, Type, Rule, Cluster, GVR)
+// and what is derived from other fields (Key, QueueKey) are methods, not
+// stored: an event is built once per transition and sink on the
+// informer's path, and its size is most of what that path allocates.
 type Event struct {
 	ID      string
-	Source  string
-	Type    string // io.kubebridge.<resource>.<group or core>.<added|updated|deleted>
 	Subject string // <namespace>/<name>, or <name> for cluster-scoped objects
 	Time    time.Time
 
-	// Extensions.
-	Rule    string // kbrule
-	Cluster string // kbcluster
-	Replay  string // kbreplay: "", resync or checkpoint
-	Reason  string // kbreason: "" or unmatched
+	// Extensions (with Rule and Cluster).
+	Replay string // kbreplay: "", resync or checkpoint
+	Reason string // kbreason: "" or unmatched
 
-	// Routing facts, not attributes of their own.
+	// Routing facts, not attributes of their own (with GVR).
 	Change    Change
-	GVR       schema.GroupVersionResource
 	Kind      string
 	Namespace string
 	Name      string
 	UID       string
-	// Key identifies the object within its rule: <rule>/<namespace>/<name>.
-	// Queues keep order per Key, and a sink never has two events of one Key
-	// in flight.
-	Key string
-	// QueueKey is Key and UID: queues coalesce by it, so that a replaced
-	// object's deletion is never merged into its successor's addition.
-	QueueKey string
+	// keys is QueueKey: Key, a 0 byte, then UID.
+	keys string
 	// Entered is when this incarnation of the object (UID) entered the
 	// rule's view, in unix nanoseconds: part of the id, and recorded in the
 	// checkpoint so that a replay of the transition gets the same id.
@@ -191,6 +186,31 @@ func (e *Event) rendered() *rendered {
 	}
 	return e.lazy.Load()
 }
+
+// Source is the CloudEvents source: kubebridge/<cluster>.
+func (e *Event) Source() string { return e.rule.eventNames().source }
+
+// Type is the CloudEvents type:
+// io.kubebridge.<resource>.<group or core>.<added|updated|deleted>.
+func (e *Event) Type() string { return e.rule.eventNames().eventType(e.rule.GVR, e.Change) }
+
+// Rule is the name of the rule the event is of (kbrule).
+func (e *Event) Rule() string { return e.rule.Name }
+
+// Cluster is the cluster's name (kbcluster).
+func (e *Event) Cluster() string { return e.rule.Cluster }
+
+// GVR is the resource of the event's object.
+func (e *Event) GVR() schema.GroupVersionResource { return e.rule.GVR }
+
+// Key identifies the object within its rule: <rule>/<namespace>/<name>.
+// Queues keep order per Key, and a sink never has two events of one Key in
+// flight.
+func (e *Event) Key() string { return e.keys[:len(e.keys)-len(e.UID)-1] }
+
+// QueueKey is Key and UID: queues coalesce by it, so that a replaced
+// object's deletion is never merged into its successor's addition.
+func (e *Event) QueueKey() string { return e.keys }
 
 // Transition is one change of an object in a rule's view, as one sink is
 // to receive it.
@@ -267,7 +287,6 @@ func Build(r *Rule, t Transition) *Event {
 			subject = ns + "/" + name
 		}
 	}
-	names := r.eventNames()
 	// The id, then the queue key (Key, then the uid): one allocation.
 	b := make([]byte, 0, idLen(uid, rv, t.Change)+len(r.Name)+1+len(subject)+1+len(uid))
 	b = appendID(b, r.Name, uid, rv, t.Change, t.Entered, t.Reason)
@@ -281,22 +300,16 @@ func Build(r *Rule, t Transition) *Event {
 	queueKey := all[n:]
 	return &Event{
 		ID:        all[:n],
-		Source:    names.source,
-		Type:      names.eventType(r.GVR, t.Change),
 		Subject:   subject,
 		Time:      t.Time.UTC(),
-		Rule:      r.Name,
-		Cluster:   r.Cluster,
 		Replay:    t.Replay,
 		Reason:    t.Reason,
 		Change:    t.Change,
-		GVR:       r.GVR,
 		Kind:      kind,
 		Namespace: ns,
 		Name:      name,
 		UID:       uid,
-		Key:       queueKey[:len(queueKey)-len(uid)-1],
-		QueueKey:  queueKey,
+		keys:      queueKey,
 		Entered:   t.Entered,
 		Quiet:     t.Quiet,
 		Fresh:     t.Fresh && t.Change == Added,
@@ -418,10 +431,9 @@ func (e *Event) WithQuiet(quiet bool) *Event {
 
 func (e *Event) clone() *Event {
 	return &Event{
-		ID: e.ID, Source: e.Source, Type: e.Type, Subject: e.Subject, Time: e.Time,
-		Rule: e.Rule, Cluster: e.Cluster, Replay: e.Replay, Reason: e.Reason,
-		Change: e.Change, GVR: e.GVR, Kind: e.Kind, Namespace: e.Namespace, Name: e.Name, UID: e.UID, Key: e.Key,
-		QueueKey: e.QueueKey, Entered: e.Entered, Quiet: e.Quiet, Fresh: e.Fresh, rule: e.rule, object: e.object, oldObject: e.oldObject,
+		ID: e.ID, Subject: e.Subject, Time: e.Time, Replay: e.Replay, Reason: e.Reason,
+		Change: e.Change, Kind: e.Kind, Namespace: e.Namespace, Name: e.Name, UID: e.UID, keys: e.keys,
+		Entered: e.Entered, Quiet: e.Quiet, Fresh: e.Fresh, rule: e.rule, object: e.object, oldObject: e.oldObject,
 	}
 }
 
@@ -531,12 +543,12 @@ func (e *Event) payload() (data, error) {
 func (e *Event) Attributes(f func(name, value string)) {
 	f("specversion", SpecVersion)
 	f("id", e.ID)
-	f("source", e.Source)
-	f("type", e.Type)
+	f("source", e.Source())
+	f("type", e.Type())
 	f("subject", e.Subject)
 	f("time", e.Time.Format(time.RFC3339Nano))
-	f("kbrule", e.Rule)
-	f("kbcluster", e.Cluster)
+	f("kbrule", e.Rule())
+	f("kbcluster", e.Cluster())
 	if e.Replay != "" {
 		f("kbreplay", e.Replay)
 	}

@@ -114,8 +114,8 @@ func TestEnvelope(t *testing.T) {
 		t.Errorf("WithReplay changed the id or the original: %+v", replay)
 	}
 	cluster := New(&Rule{Name: "r", Cluster: "c", GVR: schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}}, Added, obj("", "kube-system", "1", nil), nil, time.Now())
-	if cluster.Subject != "kube-system" || cluster.Type != "io.kubebridge.namespaces.core.added" {
-		t.Errorf("cluster-scoped: %s %s", cluster.Subject, cluster.Type)
+	if cluster.Subject != "kube-system" || cluster.Type() != "io.kubebridge.namespaces.core.added" {
+		t.Errorf("cluster-scoped: %s %s", cluster.Subject, cluster.Type())
 	}
 }
 
@@ -127,24 +127,24 @@ func TestBuildKeys(t *testing.T) {
 	u := obj("ns", "web", "42", nil)
 	for _, subject := range []string{"", "ns/web", "other/web", "ns/webx", "ns-web", "web"} {
 		ev := Build(r, Transition{Change: Updated, Object: u, Entered: 7, Subject: subject})
-		if ev.Subject != "ns/web" || ev.Key != "r/ns/web" || ev.QueueKey != "r/ns/web\x00u1" || ev.ID != ID("r", "u1", "42", Updated, 7, "") ||
-			ev.Namespace != "ns" || ev.Name != "web" || ev.UID != "u1" || ev.Kind != "Secret" || ev.Source != "kubebridge/c" ||
-			ev.Type != "io.kubebridge.configmaps.core.updated" {
+		if ev.Subject != "ns/web" || ev.Key() != "r/ns/web" || ev.QueueKey() != "r/ns/web\x00u1" || ev.ID != ID("r", "u1", "42", Updated, 7, "") ||
+			ev.Namespace != "ns" || ev.Name != "web" || ev.UID != "u1" || ev.Kind != "Secret" || ev.Source() != "kubebridge/c" ||
+			ev.Type() != "io.kubebridge.configmaps.core.updated" {
 			t.Errorf("subject %q: %+v", subject, ev)
 		}
 	}
 	cluster := obj("", "n1", "1", nil)
 	for _, subject := range []string{"", "n1", "/n1", "x"} {
 		ev := Build(r, Transition{Change: Deleted, Object: cluster, Subject: subject, Reason: ReasonUnmatched})
-		if ev.Subject != "n1" || ev.Key != "r/n1" || ev.QueueKey != "r/n1\x00u1" || ev.ID != ID("r", "u1", "1", Deleted, 0, ReasonUnmatched) ||
-			ev.Type != "io.kubebridge.configmaps.core.deleted" {
+		if ev.Subject != "n1" || ev.Key() != "r/n1" || ev.QueueKey() != "r/n1\x00u1" || ev.ID != ID("r", "u1", "1", Deleted, 0, ReasonUnmatched) ||
+			ev.Type() != "io.kubebridge.configmaps.core.deleted" {
 			t.Errorf("cluster-scoped, subject %q: %+v", subject, ev)
 		}
 	}
 	// The rule's shared attributes follow the rule.
 	r.Cluster, r.GVR = "d", schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
-	if ev := Build(r, Transition{Change: Added, Object: u}); ev.Source != "kubebridge/d" || ev.Type != "io.kubebridge.deployments.apps.added" {
-		t.Errorf("after the rule changed: %s %s", ev.Source, ev.Type)
+	if ev := Build(r, Transition{Change: Added, Object: u}); ev.Source() != "kubebridge/d" || ev.Type() != "io.kubebridge.deployments.apps.added" {
+		t.Errorf("after the rule changed: %s %s", ev.Source(), ev.Type())
 	}
 }
 

@@ -77,7 +77,7 @@ func TestExamplePlugins(t *testing.T) {
 				data, _ := os.ReadFile(auditFile)
 				missing := 0
 				for _, e := range want {
-					if !strings.Contains(string(data), e.ID+"\t"+e.Type+"\t"+e.Subject+"\n") {
+					if !strings.Contains(string(data), e.ID+"\t"+e.Type()+"\t"+e.Subject+"\n") {
 						missing++
 					}
 				}

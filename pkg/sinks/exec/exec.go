@@ -233,10 +233,10 @@ func (s *Sink) Send(ctx context.Context, events []*event.Event) error {
 			continue
 		}
 		b.lines[i] = line
-		if _, seen := b.queue[e.Key]; !seen {
-			keys = append(keys, e.Key)
+		if _, seen := b.queue[e.Key()]; !seen {
+			keys = append(keys, e.Key())
 		}
-		b.queue[e.Key] = append(b.queue[e.Key], i)
+		b.queue[e.Key()] = append(b.queue[e.Key()], i)
 	}
 	for _, k := range keys {
 		if !b.advance(ctx, k) {
@@ -305,7 +305,7 @@ func (b *batch) finished(ctx context.Context, c *call) bool {
 	ws := b.waiting[c]
 	delete(b.waiting, c)
 	for _, w := range ws {
-		key := b.events[w.i].Key
+		key := b.events[w.i].Key()
 		if w.blocked { // its object is free now: try again
 			b.queue[key] = append([]int{w.i}, b.queue[key]...)
 		} else {

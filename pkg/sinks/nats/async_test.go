@@ -276,10 +276,10 @@ func checkSuffixes(t *testing.T, batch []*event.Event, err error) []*event.Event
 		switch {
 		case errs[i] != nil && sinks.IsPermanent(errs[i]):
 			t.Errorf("event %d: %v, want retryable", i, errs[i])
-		case errs[i] == nil && failedObj[e.Key]:
-			t.Errorf("event %d of %s acknowledged after an earlier event of the object failed", i, e.Key)
+		case errs[i] == nil && failedObj[e.Key()]:
+			t.Errorf("event %d of %s acknowledged after an earlier event of the object failed", i, e.Key())
 		case errs[i] != nil:
-			failedObj[e.Key] = true
+			failedObj[e.Key()] = true
 			failed = append(failed, e)
 		}
 	}

@@ -427,12 +427,12 @@ func (s *Sink) sendJetStream(ctx context.Context, l *link, events []*event.Event
 		last := make(map[string]int, n)
 		for i, e := range events {
 			next[i] = -1
-			if j, ok := last[e.Key]; ok {
+			if j, ok := last[e.Key()]; ok {
 				next[j] = i
 			} else {
 				ready = append(ready, i)
 			}
-			last[e.Key] = i
+			last[e.Key()] = i
 		}
 	}
 	type flight struct {

@@ -139,16 +139,16 @@ func (t subjectTemplate) appendTo(b []byte, e *event.Event) []byte {
 func placeholderValue(name string, e *event.Event) string {
 	switch name {
 	case "cluster":
-		return e.Cluster
+		return e.Cluster()
 	case "group":
-		if e.GVR.Group == "" {
+		if e.GVR().Group == "" {
 			return "core"
 		}
-		return e.GVR.Group
+		return e.GVR().Group
 	case "version":
-		return e.GVR.Version
+		return e.GVR().Version
 	case "resource":
-		return e.GVR.Resource
+		return e.GVR().Resource
 	case "kind":
 		return e.Kind
 	case "namespace":
@@ -158,7 +158,7 @@ func placeholderValue(name string, e *event.Event) string {
 	case "type":
 		return string(e.Change)
 	case "rule":
-		return e.Rule
+		return e.Rule()
 	}
 	return ""
 }

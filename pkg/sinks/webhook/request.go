@@ -194,9 +194,9 @@ func vars(e *event.Event, creds map[string]string) (*celsandbox.TemplateVars, er
 		return nil, err
 	}
 	ev := map[string]string{
-		"id": e.ID, "type": e.Type, "subject": e.Subject, "rule": e.Rule, "cluster": e.Cluster,
+		"id": e.ID, "type": e.Type(), "subject": e.Subject, "rule": e.Rule(), "cluster": e.Cluster(),
 		"change": string(e.Change), "reason": e.Reason, "replay": e.Replay, "time": e.Time.Format(time.RFC3339Nano),
-		"source": e.Source, "entered": time.Unix(0, e.Entered).UTC().Format(time.RFC3339Nano),
+		"source": e.Source(), "entered": time.Unix(0, e.Entered).UTC().Format(time.RFC3339Nano),
 	}
 	return &celsandbox.TemplateVars{Object: obj, OldObject: old, Type: string(e.Change), Event: ev, Patch: patch, Credentials: creds}, nil
 }
