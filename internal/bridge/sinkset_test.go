@@ -84,8 +84,8 @@ func (s *testSink) Send(ctx context.Context, evs []*event.Event) error {
 		s.ts.changes = map[string][]string{}
 	}
 	for _, e := range evs {
-		s.ts.taken[s.name] = append(s.ts.taken[s.name], e.Name)
-		s.ts.changes[s.name] = append(s.ts.changes[s.name], fmt.Sprintf("%s %s", e.Change, e.UID))
+		s.ts.taken[s.name] = append(s.ts.taken[s.name], e.Name())
+		s.ts.changes[s.name] = append(s.ts.changes[s.name], fmt.Sprintf("%s %s", e.Change, e.UID()))
 	}
 	return nil
 }

@@ -109,8 +109,8 @@ func (r *Recorder) Intend(ctx context.Context, sink string, events []*event.Even
 		if leaving && (e.Quiet || e.Reason != event.ReasonUnmatched) {
 			continue
 		}
-		k := changeKey{sink, e.Rule(), ObjectKey(e.Namespace, e.Name)}
-		inc := incarnation(e.UID, e.Entered)
+		k := changeKey{sink, e.Rule(), ObjectKey(e.Namespace(), e.Name())}
+		inc := incarnation(e.UID(), e.Entered)
 		if !leaving && r.durable[k] == inc {
 			continue
 		}
@@ -124,7 +124,7 @@ func (r *Recorder) Intend(ctx context.Context, sink string, events []*event.Even
 		if grown == nil {
 			grown = map[changeKey][]Entry{}
 		}
-		grown[k] = append(slices.Clip(list), Entry{UID: e.UID, Namespace: e.Namespace, Name: e.Name, Entered: e.Entered, Labels: e.Object().GetLabels(), Leaving: leaving})
+		grown[k] = append(slices.Clip(list), Entry{UID: e.UID(), Namespace: e.Namespace(), Name: e.Name(), Entered: e.Entered, Labels: e.Object().GetLabels(), Leaving: leaving})
 	}
 	for k, list := range grown {
 		// A key that holds nothing takes its one intent inline (an entry
@@ -165,18 +165,18 @@ func (r *Recorder) Acked(sink string, events []*event.Event) {
 	defer r.mu.Unlock()
 	var resolved map[changeKey][]string // uids this batch settled, per key
 	for _, e := range events {
-		k := changeKey{sink, e.Rule(), ObjectKey(e.Namespace, e.Name)}
+		k := changeKey{sink, e.Rule(), ObjectKey(e.Namespace(), e.Name())}
 		if e.Change == event.Deleted {
-			r.put(k, change{ifUID: e.UID})
+			r.put(k, change{ifUID: e.UID()})
 		} else {
 			o := e.Object()
-			r.put(k, change{entry: &Entry{UID: e.UID, ResourceVersion: o.GetResourceVersion(), Namespace: e.Namespace, Name: e.Name, Labels: o.GetLabels(), Entered: e.Entered}})
+			r.put(k, change{entry: &Entry{UID: e.UID(), ResourceVersion: o.GetResourceVersion(), Namespace: e.Namespace(), Name: e.Name(), Labels: o.GetLabels(), Entered: e.Entered}})
 		}
 		if len(r.maybe[k]) > 0 {
 			if resolved == nil {
 				resolved = map[changeKey][]string{}
 			}
-			resolved[k] = append(resolved[k], e.UID)
+			resolved[k] = append(resolved[k], e.UID())
 		}
 	}
 	// Pending incarnations of the uids this batch delivered or deleted are

@@ -590,7 +590,7 @@ func TestFreshPairsCancelDuringAnOutage(t *testing.T) {
 	defer srv.mu.Unlock()
 	var kept []string
 	for _, e := range srv.got {
-		if e.Name == "kept" {
+		if e.Name() == "kept" {
 			kept = append(kept, string(e.Change))
 		}
 	}

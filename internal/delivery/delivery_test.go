@@ -105,7 +105,7 @@ func TestRetriesUntilAcknowledgedInOrder(t *testing.T) {
 	last := map[string]string{}
 	for i := range 20 {
 		e := ev(fmt.Sprint("o", i%3), fmt.Sprint(i+1), event.Updated)
-		last[e.Name] = e.ID
+		last[e.Name()] = e.ID
 		d.Offer(e)
 	}
 	waitFor(t, func() bool { return d.Pending() == 0 })
@@ -149,7 +149,7 @@ func TestPermanentRefusalWithoutDeadLetterStaysParked(t *testing.T) {
 	var refuse atomic.Bool
 	refuse.Store(true)
 	s := &scripted{tries: map[string]int{}, outcome: func(e *event.Event, _ int) error {
-		if e.Name == "bad" && refuse.Load() {
+		if e.Name() == "bad" && refuse.Load() {
 			return sinks.Permanent(errors.New("400 bad request"))
 		}
 		return nil
@@ -162,7 +162,7 @@ func TestPermanentRefusalWithoutDeadLetterStaysParked(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, e := range evs {
-			acked = append(acked, e.Name)
+			acked = append(acked, e.Name())
 		}
 	}}})
 	ackedNames := func() string { mu.Lock(); defer mu.Unlock(); return fmt.Sprint(acked) }
@@ -315,7 +315,7 @@ func (s *scripted) Send(_ context.Context, evs []*event.Event) error {
 	for i, e := range evs {
 		s.tries[e.ID]++
 		if errs[i] = s.outcome(e, s.tries[e.ID]); errs[i] == nil {
-			s.took = append(s.took, e.Name+"@"+e.Object().GetResourceVersion())
+			s.took = append(s.took, e.Name()+"@"+e.Object().GetResourceVersion())
 		} else {
 			failed = true
 		}
@@ -336,7 +336,7 @@ func (d *deadLetters) Put(_ context.Context, _ string, evs []*event.Event, _ err
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, e := range evs {
-		d.got = append(d.got, e.Name)
+		d.got = append(d.got, e.Name())
 	}
 	return nil
 }
@@ -348,9 +348,9 @@ func (d *deadLetters) Put(_ context.Context, _ string, evs []*event.Event, _ err
 func TestPerEventOutcomes(t *testing.T) {
 	s := &scripted{tries: map[string]int{}, outcome: func(e *event.Event, attempt int) error {
 		switch {
-		case e.Name == "huge":
+		case e.Name() == "huge":
 			return sinks.Permanent(errors.New("too large"))
-		case e.Name == "flaky" && attempt < 3:
+		case e.Name() == "flaky" && attempt < 3:
 			return errors.New("try again")
 		}
 		return nil
@@ -359,7 +359,7 @@ func TestPerEventOutcomes(t *testing.T) {
 	var acked []string
 	d := New(Options{Config: sinkConfig(), Sink: s, DeadLetter: dl, Hooks: Hooks{OnAck: func(evs []*event.Event) {
 		for _, e := range evs {
-			acked = append(acked, e.Name)
+			acked = append(acked, e.Name())
 		}
 	}}})
 	d.Offer(ev("a", "1", event.Added))

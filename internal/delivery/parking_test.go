@@ -244,7 +244,7 @@ func TestDeadLetterThatRefusesGetsTheEnvelope(t *testing.T) {
 	var acked sync.Map
 	d := delivery.New(delivery.Options{Config: defaults(t, "hook"), Sink: sink, DeadLetter: &natssink.DeadLetter{NC: nc, Subject: "dead"}, Hooks: delivery.Hooks{OnAck: func(evs []*event.Event) {
 		for _, e := range evs {
-			acked.Store(e.Name, true)
+			acked.Store(e.Name(), true)
 		}
 	}}})
 	start(t, d)
@@ -304,7 +304,7 @@ func BenchmarkOthersWhileOneIsParked(b *testing.B) {
 			delivered.Add(b.N)
 			d := delivery.New(delivery.Options{Config: cfg, Sink: sink, Hooks: delivery.Hooks{OnAck: func(evs []*event.Event) {
 				for _, e := range evs {
-					if e.Name != "bad" {
+					if e.Name() != "bad" {
 						delivered.Done()
 					}
 				}

@@ -84,7 +84,7 @@ func describe(evs []*event.Event) []string {
 		if e.Quiet {
 			s += ":quiet"
 		}
-		out = append(out, s+" "+e.UID+" "+e.Object().GetResourceVersion())
+		out = append(out, s+" "+e.UID()+" "+e.Object().GetResourceVersion())
 	}
 	return out
 }
@@ -134,7 +134,7 @@ func TestTriggerMetaGivesTheSameEvents(t *testing.T) {
 	front, back := map[string]string{"tier": "front"}, map[string]string{"tier": "back"}
 	with, without := newWorld(t), newWorld(t)
 	fields := func(e *event.Event) []string {
-		return []string{e.ID, e.Type(), e.Subject, e.Kind, e.Namespace, e.Name, e.UID, e.Key(), e.QueueKey(), string(e.Change), e.Reason, strconv.FormatBool(e.Quiet)}
+		return []string{e.ID, e.Type(), e.Subject, e.Kind(), e.Namespace(), e.Name(), e.UID(), e.Key(), e.QueueKey(), string(e.Change), e.Reason, strconv.FormatBool(e.Quiet)}
 	}
 	for i, s := range []*unstructured.Unstructured{cm("u1", "1", front), cm("u1", "2", front), cm("u1", "3", back), cm("u1", "4", front), cm("u2", "9", front)} {
 		with.set(r, s, Trigger{Object: s, Meta: event.MetaOf(s)})
@@ -236,7 +236,7 @@ func TestFromCheckpoint(t *testing.T) {
 					t.Errorf("%s: kbreplay %q", e.ID, e.Replay)
 				}
 				if e.Change == event.Deleted && e.Reason == "" && e.Object().GetLabels()["l"] != "v" {
-					t.Errorf("deleted %s lost the last known labels", e.UID)
+					t.Errorf("deleted %s lost the last known labels", e.UID())
 				}
 				if e.Change == event.Updated && e.OldObject() != nil {
 					t.Error("an update found in a checkpoint has no old state to show")

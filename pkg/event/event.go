@@ -15,6 +15,7 @@ package event
 
 import (
 	"encoding/json"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -113,10 +114,11 @@ func (n *ruleNames) eventType(gvr schema.GroupVersionResource, c Change) string 
 
 // Event is one CloudEvent. Build it with Build (or New).
 //
-// What every event of a rule repeats (Source, Type, Rule, Cluster, GVR)
-// and what is derived from other fields (Key, QueueKey) are methods, not
-// stored: an event is built once per transition and sink on the
-// informer's path, and its size is most of what that path allocates.
+// What every event of a rule repeats (Source, Type, Rule, Cluster, GVR),
+// what is derived from other fields (Namespace and Name from Subject; Key,
+// QueueKey and UID) and the object's Kind are methods, not stored: an
+// event is built once per transition and sink on the informer's path,
+// and its size is most of what that path allocates.
 type Event struct {
 	ID      string
 	Subject string // <namespace>/<name>, or <name> for cluster-scoped objects
@@ -126,12 +128,9 @@ type Event struct {
 	Replay string // kbreplay: "", resync or checkpoint
 	Reason string // kbreason: "" or unmatched
 
-	// Routing facts, not attributes of their own (with GVR).
-	Change    Change
-	Kind      string
-	Namespace string
-	Name      string
-	UID       string
+	// Routing facts, not attributes of their own (with GVR, Kind,
+	// Namespace, Name and UID).
+	Change Change
 	// keys is QueueKey: Key, a 0 byte, then UID.
 	keys string
 	// Entered is when this incarnation of the object (UID) entered the
@@ -206,7 +205,31 @@ func (e *Event) GVR() schema.GroupVersionResource { return e.rule.GVR }
 // Key identifies the object within its rule: <rule>/<namespace>/<name>.
 // Queues keep order per Key, and a sink never has two events of one Key in
 // flight.
-func (e *Event) Key() string { return e.keys[:len(e.keys)-len(e.UID)-1] }
+func (e *Event) Key() string { return e.keys[:strings.LastIndexByte(e.keys, 0)] }
+
+// UID is the object's uid.
+func (e *Event) UID() string { return e.keys[strings.LastIndexByte(e.keys, 0)+1:] }
+
+// Namespace is the object's namespace, "" for a cluster-scoped one: the
+// Subject up to its "/" (object names never contain one).
+func (e *Event) Namespace() string {
+	if i := strings.IndexByte(e.Subject, '/'); i >= 0 {
+		return e.Subject[:i]
+	}
+	return ""
+}
+
+// Name is the object's name: the Subject after its "/", if any.
+func (e *Event) Name() string { return e.Subject[strings.IndexByte(e.Subject, '/')+1:] }
+
+// Kind is the object's kind.
+func (e *Event) Kind() string {
+	if e.object == nil {
+		return ""
+	}
+	k, _ := e.object.Object["kind"].(string)
+	return k
+}
 
 // QueueKey is Key and UID: queues coalesce by it, so that a replaced
 // object's deletion is never merged into its successor's addition.
@@ -234,28 +257,27 @@ type Transition struct {
 	Meta Meta
 }
 
-// Meta is what an event takes from its object: the metadata that names
-// it and its kind. The informer's handler reads it once per notification
+// Meta is what an event takes from its object's metadata: what names it
+// and its version. The informer's handler reads it once per notification
 // and hands it down (Transition.Meta), since reading an unstructured
 // object's fields is a map lookup each.
 type Meta struct {
-	Namespace, Name, UID, ResourceVersion, Kind string
+	Namespace, Name, UID, ResourceVersion string
 }
 
 // MetaOf reads u's Meta.
 func MetaOf(u *unstructured.Unstructured) Meta {
 	md, _ := u.Object["metadata"].(map[string]any)
-	return MetaFrom(u, md)
+	return MetaFrom(md)
 }
 
-// MetaFrom is MetaOf for a caller that holds u's metadata map md.
-func MetaFrom(u *unstructured.Unstructured, md map[string]any) Meta {
+// MetaFrom is MetaOf for a caller that holds the object's metadata map.
+func MetaFrom(md map[string]any) Meta {
 	var m Meta
 	m.Namespace, _ = md["namespace"].(string)
 	m.Name, _ = md["name"].(string)
 	m.UID, _ = md["uid"].(string)
 	m.ResourceVersion, _ = md["resourceVersion"].(string)
-	m.Kind, _ = u.Object["kind"].(string)
 	return m
 }
 
@@ -279,7 +301,7 @@ func Build(r *Rule, t Transition) *Event {
 	if m == (Meta{}) {
 		m = MetaOf(obj)
 	}
-	ns, name, uid, rv, kind := m.Namespace, m.Name, m.UID, m.ResourceVersion, m.Kind
+	ns, name, uid, rv := m.Namespace, m.Name, m.UID, m.ResourceVersion
 	subject := t.Subject
 	if !isSubject(subject, ns, name) {
 		subject = name
@@ -305,10 +327,6 @@ func Build(r *Rule, t Transition) *Event {
 		Replay:    t.Replay,
 		Reason:    t.Reason,
 		Change:    t.Change,
-		Kind:      kind,
-		Namespace: ns,
-		Name:      name,
-		UID:       uid,
 		keys:      queueKey,
 		Entered:   t.Entered,
 		Quiet:     t.Quiet,
@@ -432,7 +450,7 @@ func (e *Event) WithQuiet(quiet bool) *Event {
 func (e *Event) clone() *Event {
 	return &Event{
 		ID: e.ID, Subject: e.Subject, Time: e.Time, Replay: e.Replay, Reason: e.Reason,
-		Change: e.Change, Kind: e.Kind, Namespace: e.Namespace, Name: e.Name, UID: e.UID, keys: e.keys,
+		Change: e.Change, keys: e.keys,
 		Entered: e.Entered, Quiet: e.Quiet, Fresh: e.Fresh, rule: e.rule, object: e.object, oldObject: e.oldObject,
 	}
 }

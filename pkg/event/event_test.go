@@ -128,7 +128,7 @@ func TestBuildKeys(t *testing.T) {
 	for _, subject := range []string{"", "ns/web", "other/web", "ns/webx", "ns-web", "web"} {
 		ev := Build(r, Transition{Change: Updated, Object: u, Entered: 7, Subject: subject})
 		if ev.Subject != "ns/web" || ev.Key() != "r/ns/web" || ev.QueueKey() != "r/ns/web\x00u1" || ev.ID != ID("r", "u1", "42", Updated, 7, "") ||
-			ev.Namespace != "ns" || ev.Name != "web" || ev.UID != "u1" || ev.Kind != "Secret" || ev.Source() != "kubebridge/c" ||
+			ev.Namespace() != "ns" || ev.Name() != "web" || ev.UID() != "u1" || ev.Kind() != "Secret" || ev.Source() != "kubebridge/c" ||
 			ev.Type() != "io.kubebridge.configmaps.core.updated" {
 			t.Errorf("subject %q: %+v", subject, ev)
 		}

@@ -55,7 +55,7 @@ func handler(in *Informers, idx cache.Indexer, targets []Target, replays bool) c
 			if !ok || (initialList && in.SkipInitialList) {
 				return
 			}
-			m := event.MetaFrom(u, metadata(u))
+			m := event.MetaFrom(metadata(u))
 			in.notify(Notification{Key: objectKey(m), Targets: targets, Cache: idx, Object: u, Meta: m, Initial: initialList})
 		},
 		UpdateFunc: func(oldObj, obj any) {
@@ -71,7 +71,7 @@ func handler(in *Informers, idx cache.Indexer, targets []Target, replays bool) c
 			if resync && !replays {
 				return
 			}
-			m := event.MetaFrom(u, md)
+			m := event.MetaFrom(md)
 			n := Notification{Key: objectKey(m), Targets: targets, Cache: idx, Object: u, Meta: m, Resync: resync}
 			if oldUID, _ := oldMD["uid"].(string); m.UID != oldUID {
 				n.Replaced = old

@@ -40,10 +40,10 @@ type printSink struct{ prefix string }
 
 func (p printSink) Send(_ context.Context, events []*event.Event) error {
 	for _, e := range events {
-		if e.Name == "" {
+		if e.Name() == "" {
 			return sinks.Permanent(fmt.Errorf("event %s has no object name", e.ID))
 		}
-		fmt.Println(p.prefix, e.Type(), e.Subject, e.UID, e.Object().GetResourceVersion())
+		fmt.Println(p.prefix, e.Type(), e.Subject, e.UID(), e.Object().GetResourceVersion())
 	}
 	return nil // acknowledged: the delivery loop moves on
 }

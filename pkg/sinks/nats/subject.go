@@ -150,11 +150,11 @@ func placeholderValue(name string, e *event.Event) string {
 	case "resource":
 		return e.GVR().Resource
 	case "kind":
-		return e.Kind
+		return e.Kind()
 	case "namespace":
-		return e.Namespace // cluster-scoped: "" -> "_"
+		return e.Namespace() // cluster-scoped: "" -> "_"
 	case "name":
-		return e.Name
+		return e.Name()
 	case "type":
 		return string(e.Change)
 	case "rule":
