@@ -109,7 +109,7 @@ func (r *Recorder) Intend(ctx context.Context, sink string, events []*event.Even
 		if leaving && (e.Quiet || e.Reason != event.ReasonUnmatched) {
 			continue
 		}
-		k := changeKey{sink, e.Rule(), ObjectKey(e.Namespace(), e.Name())}
+		k := changeKey{sink, e.Rule(), e.Subject} // the object key (ObjectKey)
 		inc := incarnation(e.UID(), e.Entered)
 		if !leaving && r.durable[k] == inc {
 			continue
@@ -165,7 +165,7 @@ func (r *Recorder) Acked(sink string, events []*event.Event) {
 	defer r.mu.Unlock()
 	var resolved map[changeKey][]string // uids this batch settled, per key
 	for _, e := range events {
-		k := changeKey{sink, e.Rule(), ObjectKey(e.Namespace(), e.Name())}
+		k := changeKey{sink, e.Rule(), e.Subject} // the object key (ObjectKey)
 		if e.Change == event.Deleted {
 			r.put(k, change{ifUID: e.UID()})
 		} else {

@@ -30,8 +30,6 @@ func obj(ns, name, rv string, fields map[string]any) *unstructured.Unstructured 
 
 var secrets = schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
 
-// TestIDs pins the id scheme: unique per transition (rule, incarnation,
-// resourceVersion, type), stable when the same transition is built again.
 // appendID is hand-written for speed: it must equal the definition, FNV-1a
 // over the rule, a 0, the entry time in decimal and, when set, a 0 and the
 // kbreason, for any input.
@@ -60,6 +58,8 @@ func TestIDMatchesItsDefinition(t *testing.T) {
 	}
 }
 
+// TestIDs pins the id scheme: unique per transition (rule, incarnation,
+// resourceVersion, type), stable when the same transition is built again.
 func TestIDs(t *testing.T) {
 	if got := ID("r", "u1", "42", Updated, 7, ""); got != "u1.0119615ec608.42.updated" {
 		t.Errorf("ID = %s", got)
@@ -137,7 +137,7 @@ func TestBuildKeys(t *testing.T) {
 	for _, subject := range []string{"", "n1", "/n1", "x"} {
 		ev := Build(r, Transition{Change: Deleted, Object: cluster, Subject: subject, Reason: ReasonUnmatched})
 		if ev.Subject != "n1" || ev.Key() != "r/n1" || ev.QueueKey() != "r/n1\x00u1" || ev.ID != ID("r", "u1", "1", Deleted, 0, ReasonUnmatched) ||
-			ev.Type() != "io.kubebridge.configmaps.core.deleted" {
+			ev.Namespace() != "" || ev.Name() != "n1" || ev.UID() != "u1" || ev.Type() != "io.kubebridge.configmaps.core.deleted" {
 			t.Errorf("cluster-scoped, subject %q: %+v", subject, ev)
 		}
 	}

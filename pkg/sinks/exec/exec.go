@@ -233,10 +233,11 @@ func (s *Sink) Send(ctx context.Context, events []*event.Event) error {
 			continue
 		}
 		b.lines[i] = line
-		if _, seen := b.queue[e.Key()]; !seen {
-			keys = append(keys, e.Key())
+		k := e.Key()
+		if _, seen := b.queue[k]; !seen {
+			keys = append(keys, k)
 		}
-		b.queue[e.Key()] = append(b.queue[e.Key()], i)
+		b.queue[k] = append(b.queue[k], i)
 	}
 	for _, k := range keys {
 		if !b.advance(ctx, k) {
