@@ -124,7 +124,7 @@ func (r *Recorder) Intend(ctx context.Context, sink string, events []*event.Even
 		if grown == nil {
 			grown = map[changeKey][]Entry{}
 		}
-		grown[k] = append(slices.Clip(list), Entry{UID: e.UID(), Namespace: e.Namespace(), Name: e.Name(), Entered: e.Entered, Labels: e.Object().GetLabels(), Leaving: leaving})
+		grown[k] = append(slices.Clip(list), Entry{UID: string(e.Object().GetUID()), Namespace: e.Namespace(), Name: e.Name(), Entered: e.Entered, Labels: e.Object().GetLabels(), Leaving: leaving})
 	}
 	for k, list := range grown {
 		// A key that holds nothing takes its one intent inline (an entry
@@ -170,7 +170,7 @@ func (r *Recorder) Acked(sink string, events []*event.Event) {
 			r.put(k, change{ifUID: e.UID()})
 		} else {
 			o := e.Object()
-			r.put(k, change{entry: &Entry{UID: e.UID(), ResourceVersion: o.GetResourceVersion(), Namespace: e.Namespace(), Name: e.Name(), Labels: o.GetLabels(), Entered: e.Entered}})
+			r.put(k, change{entry: &Entry{UID: string(o.GetUID()), ResourceVersion: o.GetResourceVersion(), Namespace: e.Namespace(), Name: e.Name(), Labels: o.GetLabels(), Entered: e.Entered}})
 		}
 		if len(r.maybe[k]) > 0 {
 			if resolved == nil {

@@ -186,29 +186,68 @@ func (e *Event) rendered() *rendered {
 	return e.lazy.Load()
 }
 
+// The methods below derive what an event does not store; on an Event not
+// made by Build (the zero Event) they return zero values.
+
 // Source is the CloudEvents source: kubebridge/<cluster>.
-func (e *Event) Source() string { return e.rule.eventNames().source }
+func (e *Event) Source() string {
+	if e.rule == nil {
+		return ""
+	}
+	return e.rule.eventNames().source
+}
 
 // Type is the CloudEvents type:
 // io.kubebridge.<resource>.<group or core>.<added|updated|deleted>.
-func (e *Event) Type() string { return e.rule.eventNames().eventType(e.rule.GVR, e.Change) }
+func (e *Event) Type() string {
+	if e.rule == nil {
+		return ""
+	}
+	return e.rule.eventNames().eventType(e.rule.GVR, e.Change)
+}
 
 // Rule is the name of the rule the event is of (kbrule).
-func (e *Event) Rule() string { return e.rule.Name }
+func (e *Event) Rule() string {
+	if e.rule == nil {
+		return ""
+	}
+	return e.rule.Name
+}
 
 // Cluster is the cluster's name (kbcluster).
-func (e *Event) Cluster() string { return e.rule.Cluster }
+func (e *Event) Cluster() string {
+	if e.rule == nil {
+		return ""
+	}
+	return e.rule.Cluster
+}
 
 // GVR is the resource of the event's object.
-func (e *Event) GVR() schema.GroupVersionResource { return e.rule.GVR }
+func (e *Event) GVR() schema.GroupVersionResource {
+	if e.rule == nil {
+		return schema.GroupVersionResource{}
+	}
+	return e.rule.GVR
+}
 
 // Key identifies the object within its rule: <rule>/<namespace>/<name>.
 // Queues keep order per Key, and a sink never has two events of one Key in
 // flight.
-func (e *Event) Key() string { return e.keys[:strings.LastIndexByte(e.keys, 0)] }
+func (e *Event) Key() string {
+	if i := strings.LastIndexByte(e.keys, 0); i >= 0 {
+		return e.keys[:i]
+	}
+	return ""
+}
 
-// UID is the object's uid.
-func (e *Event) UID() string { return e.keys[strings.LastIndexByte(e.keys, 0)+1:] }
+// UID is the object's uid. (It shares the queue key's memory: what keeps
+// it for long copies it, or reads the object's.)
+func (e *Event) UID() string {
+	if i := strings.LastIndexByte(e.keys, 0); i >= 0 {
+		return e.keys[i+1:]
+	}
+	return ""
+}
 
 // Namespace is the object's namespace, "" for a cluster-scoped one: the
 // Subject up to its "/" (object names never contain one).

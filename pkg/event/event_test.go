@@ -141,6 +141,12 @@ func TestBuildKeys(t *testing.T) {
 			t.Errorf("cluster-scoped, subject %q: %+v", subject, ev)
 		}
 	}
+	// An Event not made by Build derives nothing, and does not panic.
+	var zero Event
+	if got := []string{zero.Source(), zero.Type(), zero.Rule(), zero.Cluster(), zero.GVR().Resource, zero.Key(), zero.QueueKey(), zero.UID(),
+		zero.Namespace(), zero.Name(), zero.Kind()}; strings.Join(got, "") != "" {
+		t.Errorf("the zero Event derives %q", got)
+	}
 	// The rule's shared attributes follow the rule.
 	r.Cluster, r.GVR = "d", schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
 	if ev := Build(r, Transition{Change: Added, Object: u}); ev.Source() != "kubebridge/d" || ev.Type() != "io.kubebridge.deployments.apps.added" {
