@@ -166,6 +166,7 @@ func readRawEvents(t *testing.T, path string) []rawEvent {
 		return nil
 	}
 	must(t, err)
+	data = data[:bytes.LastIndexByte(data, '\n')+1] // a line still being written is left for the next read
 	var out []rawEvent
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
