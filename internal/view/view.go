@@ -66,7 +66,6 @@ type held struct {
 }
 
 func (h *held) uid() string { return string(h.obj.GetUID()) }
-func (h *held) rv() string  { return h.obj.GetResourceVersion() }
 
 // slot is what a sink was handed of one object key, stored by value: the
 // incarnation it holds is inline, so that a sync reads the map's memory
