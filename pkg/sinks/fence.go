@@ -1,0 +1,61 @@
+package sinks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// Fence is the fencing token of the ownership a send runs under: the shard
+// (0 when not sharded), the number of shards (0 when running alone), and
+// the epoch of the shard's Lease, which every change of owner raises. A
+// destination that remembers the highest epoch it saw per shard can refuse
+// a write that a replica which gave the shard up sent before it knew (a
+// send cut short on our side may still land: a buffer, a socket, a proxy).
+// Sinks whose destination can check a write themselves (JetStream publish
+// expectations, KV revisions) fence there and need no token; the others
+// carry it (a webhook's Kubebridge-Fence header, under its signature).
+type Fence struct {
+	Shard  int
+	Shards int
+	Epoch  uint64
+}
+
+// String is the token as a header carries it: "shard=3/16;epoch=7".
+func (f Fence) String() string {
+	return fmt.Sprintf("shard=%d/%d;epoch=%d", f.Shard, f.Shards, f.Epoch)
+}
+
+type fenceKey struct{}
+
+// WithFence returns ctx carrying f for the sends made under it. The
+// delivery's hold sets it: the context of a send is request-scoped.
+func WithFence(ctx context.Context, f Fence) context.Context {
+	return context.WithValue(ctx, fenceKey{}, f)
+}
+
+// FenceFrom returns the fencing token ctx carries; ok is false when the
+// send runs under no ownership that can move (a replica running alone).
+func FenceFrom(ctx context.Context) (f Fence, ok bool) {
+	f, ok = ctx.Value(fenceKey{}).(Fence)
+	return f, ok
+}
+
+// ErrFenced is what a destination's refusal of a stale write wraps: another
+// writer wrote the object (or the key) after the state this write was
+// based on, so this writer may no longer own it. Such an event is neither
+// delivered nor dead-lettered; the delivery retries it only while its own
+// fence is open, and a writer that still owns the object adopts what it
+// finds and writes again.
+var ErrFenced = errors.New("refused by the destination's fence: written meanwhile by another writer")
+
+// Fenced marks err as a refusal by the destination's fence (ErrFenced).
+func Fenced(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", ErrFenced, err)
+}
+
+// IsFenced reports whether err is a refusal by the destination's fence.
+func IsFenced(err error) bool { return errors.Is(err, ErrFenced) }
