@@ -30,8 +30,11 @@ type Entry struct {
 	Name            string            `json:"name"`
 	Labels          map[string]string `json:"labels,omitempty"`
 	// Entered is when this incarnation entered the rule's view (unix nanos;
-	// event.Entered): replays of its transitions keep their ids.
+	// event.Entered): a request's for counts from it across restarts.
 	Entered int64 `json:"entered,omitempty"`
+	// Stamp is the incarnation's ids' stamp (event.Stamp) when it is not
+	// Entered: replays of its transitions keep their ids.
+	Stamp int64 `json:"stamp,omitempty"`
 	// Pending lists, in an intent record (PendingKey), the incarnations a
 	// sink may hold unacknowledged.
 	Pending []Entry `json:"pending,omitempty"`
@@ -42,6 +45,14 @@ type Entry struct {
 	// Inline marks, in the recorder's memory only, an intent written as the
 	// key's own entry (it had none), not in a PendingKey record.
 	Inline bool `json:"-"`
+}
+
+// IDStamp is the stamp of the incarnation's ids: Stamp, or Entered.
+func (e *Entry) IDStamp() int64 {
+	if e.Stamp != 0 {
+		return e.Stamp
+	}
+	return e.Entered
 }
 
 // PendingKey is the store key of the intent record of an object key.
@@ -86,8 +97,10 @@ func LoadView(ctx context.Context, s Store, sink, rule string) (map[string]*Slot
 	}
 	for _, sl := range out { // an inline intent may also be listed in the pending record
 		sl.Pending = slices.CompactFunc(slices.SortedStableFunc(slices.Values(sl.Pending), func(a, b Entry) int {
-			return cmp.Or(cmp.Compare(a.UID, b.UID), cmp.Compare(a.Entered, b.Entered))
-		}), func(a, b Entry) bool { return a.UID == b.UID && a.Entered == b.Entered && a.Leaving == b.Leaving })
+			return cmp.Or(cmp.Compare(a.UID, b.UID), cmp.Compare(a.Entered, b.Entered), cmp.Compare(a.IDStamp(), b.IDStamp()))
+		}), func(a, b Entry) bool {
+			return a.UID == b.UID && a.Entered == b.Entered && a.IDStamp() == b.IDStamp() && a.Leaving == b.Leaving
+		})
 	}
 	return out, nil
 }

@@ -376,3 +376,36 @@ func TestRecorderWriteBoundedByItsHold(t *testing.T) {
 		t.Fatalf("the acknowledgement cut short was not written by the next flush: %+v", view)
 	}
 }
+
+// An incarnation sent again under a new stamp after a load (its entry time
+// kept) is a new intent, and what the store holds of it afterwards keeps
+// both: the entry time (a request's for) and the stamp (its ids).
+func TestRestampedIncarnationKeepsItsEntryTime(t *testing.T) {
+	bolt := openBolt(t)
+	r := NewRecorder(bolt, time.Hour, slog.New(slog.DiscardHandler))
+	ctx := context.Background()
+	added := ev("a", "1", event.Added)
+	must(t, r.Intend(ctx, "bus", []*event.Event{added}))
+	r.Acked("bus", []*event.Event{added})
+	must(t, r.Flush(ctx))
+	view, _ := LoadView(ctx, bolt, "bus", "r")
+	if a := view["ns/a"].Acked; a == nil || a.Entered != added.Entered || a.Stamp != 0 || a.IDStamp() != added.Entered {
+		t.Fatalf("acknowledged: %+v, want entered %d and no stamp of its own", a, added.Entered)
+	}
+
+	r = NewRecorder(bolt, time.Hour, slog.New(slog.DiscardHandler)) // a restart
+	r.Known("bus", "r", view)
+	stamp := added.Entered + 1000
+	again := event.Build(added.RuleInfo(), event.Transition{Change: event.Updated, Object: ev("a", "2", event.Updated).Object(), Entered: added.Entered, Stamp: stamp})
+	must(t, r.Intend(ctx, "bus", []*event.Event{again}))
+	view, _ = LoadView(ctx, bolt, "bus", "r")
+	if p := view["ns/a"].Pending; len(p) != 1 || p[0].Entered != added.Entered || p[0].Stamp != stamp {
+		t.Fatalf("intent of the new stamp: %+v", p)
+	}
+	r.Acked("bus", []*event.Event{again})
+	must(t, r.Flush(ctx))
+	view, _ = LoadView(ctx, bolt, "bus", "r")
+	if sl := view["ns/a"]; sl.Acked == nil || sl.Acked.Entered != added.Entered || sl.Acked.IDStamp() != stamp || len(sl.Pending) != 0 {
+		t.Errorf("after its acknowledgement: %+v", sl)
+	}
+}

@@ -15,7 +15,7 @@ import (
 // the latest change per store key and flushes every interval, so checkpoint
 // lag is bounded by the interval.
 //
-// Before an incarnation of an object (uid, entry time) that the store does
+// Before an incarnation of an object (uid, stamp) that the store does
 // not hold durably is first sent to a sink, Intend writes it durably as
 // pending: should the bridge die before the acknowledgement reaches the
 // store, and the object be deleted or replaced meanwhile, the restart still
@@ -60,13 +60,15 @@ type change struct {
 
 var incSeed = maphash.MakeSeed()
 
-func incarnation(uid string, entered int64) uint64 {
+// incarnation names an incarnation by what its ids are made of: its uid
+// and stamp (event.Stamp).
+func incarnation(uid string, stamp int64) uint64 {
 	var h maphash.Hash
 	h.SetSeed(incSeed)
 	h.WriteString(uid)
 	var b [8]byte
 	for i := range b {
-		b[i] = byte(entered >> (8 * i))
+		b[i] = byte(stamp >> (8 * i))
 	}
 	h.Write(b[:])
 	return h.Sum64() | 1 // never 0: 0 means none
@@ -87,7 +89,7 @@ func (r *Recorder) Known(sink, rule string, view map[string]*Slot) {
 	for k, sl := range view {
 		ck := changeKey{sink, rule, k}
 		if sl.Acked != nil {
-			r.durable[ck] = incarnation(sl.Acked.UID, sl.Acked.Entered)
+			r.durable[ck] = incarnation(sl.Acked.UID, sl.Acked.IDStamp())
 		}
 		if len(sl.Pending) > 0 {
 			r.maybe[ck] = slices.Clone(sl.Pending)
@@ -110,7 +112,7 @@ func (r *Recorder) Intend(ctx context.Context, sink string, events []*event.Even
 			continue
 		}
 		k := changeKey{sink, e.Rule(), e.Subject} // the object key (ObjectKey)
-		inc := incarnation(e.UID(), e.Entered)
+		inc := incarnation(e.UID(), e.Stamp)
 		if !leaving && r.durable[k] == inc {
 			continue
 		}
@@ -118,13 +120,13 @@ func (r *Recorder) Intend(ctx context.Context, sink string, events []*event.Even
 		if !ok {
 			list = r.maybe[k]
 		}
-		if slices.ContainsFunc(list, func(p Entry) bool { return p.Leaving == leaving && incarnation(p.UID, p.Entered) == inc }) {
+		if slices.ContainsFunc(list, func(p Entry) bool { return p.Leaving == leaving && incarnation(p.UID, p.IDStamp()) == inc }) {
 			continue
 		}
 		if grown == nil {
 			grown = map[changeKey][]Entry{}
 		}
-		grown[k] = append(slices.Clip(list), Entry{UID: string(e.Object().GetUID()), Namespace: e.Namespace(), Name: e.Name(), Entered: e.Entered, Labels: e.Object().GetLabels(), Leaving: leaving})
+		grown[k] = append(slices.Clip(list), Entry{UID: string(e.Object().GetUID()), Namespace: e.Namespace(), Name: e.Name(), Entered: e.Entered, Stamp: ownStamp(e), Labels: e.Object().GetLabels(), Leaving: leaving})
 	}
 	for k, list := range grown {
 		// A key that holds nothing takes its one intent inline (an entry
@@ -133,10 +135,10 @@ func (r *Recorder) Intend(ctx context.Context, sink string, events []*event.Even
 		if r.durable[k] == 0 && len(r.maybe[k]) == 0 && len(list) == 1 && !list[0].Leaving {
 			c, queued := r.changes[k]
 			again := queued && c.entry != nil && c.entry.ResourceVersion == "" && // this intent, queued again after a failed write
-				incarnation(c.entry.UID, c.entry.Entered) == incarnation(list[0].UID, list[0].Entered)
+				incarnation(c.entry.UID, c.entry.IDStamp()) == incarnation(list[0].UID, list[0].IDStamp())
 			if !queued || again {
 				list[0].Inline = true
-				r.put(k, change{entry: &Entry{UID: list[0].UID, Namespace: list[0].Namespace, Name: list[0].Name, Labels: list[0].Labels, Entered: list[0].Entered}})
+				r.put(k, change{entry: &Entry{UID: list[0].UID, Namespace: list[0].Namespace, Name: list[0].Name, Labels: list[0].Labels, Entered: list[0].Entered, Stamp: list[0].Stamp}})
 				continue
 			}
 		}
@@ -170,7 +172,7 @@ func (r *Recorder) Acked(sink string, events []*event.Event) {
 			r.put(k, change{ifUID: e.UID()})
 		} else {
 			o := e.Object()
-			r.put(k, change{entry: &Entry{UID: string(o.GetUID()), ResourceVersion: o.GetResourceVersion(), Namespace: e.Namespace(), Name: e.Name(), Labels: o.GetLabels(), Entered: e.Entered}})
+			r.put(k, change{entry: &Entry{UID: string(o.GetUID()), ResourceVersion: o.GetResourceVersion(), Namespace: e.Namespace(), Name: e.Name(), Labels: o.GetLabels(), Entered: e.Entered, Stamp: ownStamp(e)}})
 		}
 		if len(r.maybe[k]) > 0 {
 			if resolved == nil {
@@ -190,9 +192,9 @@ func (r *Recorder) Acked(sink string, events []*event.Event) {
 		// intent: the store keeps its intent until the write that replaces it
 		// with the acknowledged entry (queued before the intent's removal).
 		if c := r.changes[k]; c.entry != nil && slices.ContainsFunc(r.maybe[k], func(p Entry) bool {
-			return !p.Leaving && incarnation(p.UID, p.Entered) == incarnation(c.entry.UID, c.entry.Entered)
+			return !p.Leaving && incarnation(p.UID, p.IDStamp()) == incarnation(c.entry.UID, c.entry.IDStamp())
 		}) {
-			r.durable[k] = incarnation(c.entry.UID, c.entry.Entered)
+			r.durable[k] = incarnation(c.entry.UID, c.entry.IDStamp())
 		}
 		pk := changeKey{k.sink, k.rule, PendingKey(k.key)}
 		switch {
@@ -206,6 +208,15 @@ func (r *Recorder) Acked(sink string, events []*event.Event) {
 			r.put(pk, change{entry: &Entry{Pending: list}})
 		}
 	}
+}
+
+// ownStamp is e's stamp as an Entry stores it: 0 when it is the entry
+// time (most incarnations), so that the checkpoint stays as small.
+func ownStamp(e *event.Event) int64 {
+	if e.Stamp == e.Entered {
+		return 0
+	}
+	return e.Stamp
 }
 
 // put queues a write; the caller holds mu.
@@ -316,7 +327,7 @@ func (r *Recorder) Flush(ctx context.Context) error {
 		if c.Entry == nil {
 			delete(r.durable, k) // conditional or not: at worst an intent more
 		} else {
-			r.durable[k] = incarnation(c.Entry.UID, c.Entry.Entered)
+			r.durable[k] = incarnation(c.Entry.UID, c.Entry.IDStamp())
 		}
 	}
 	r.mu.Unlock()

@@ -57,12 +57,17 @@ type Lookup interface {
 // rather than copied (an entry costs a few words per object and sink).
 type held struct {
 	obj     *unstructured.Unstructured // the state handed; from a checkpoint, its metadata only; nil: none
-	entered int64
-	partial bool // obj is rebuilt from a checkpoint: no old state for updates
+	entered int64                      // when it entered the view: the object's, kept by every reload (event.Entered)
+	stamp   int64                      // its ids' stamp (event.Stamp)
+	partial bool                       // obj is rebuilt from a checkpoint: no old state for updates
 	// mayBeGone: from a checkpoint with an intent of the same uid (its
 	// deletion, or a re-entry, was sent unacknowledged): the sink may not
 	// hold it, so if it is in the view it is sent as added again.
 	mayBeGone bool
+	// left: from a checkpoint whose newest intent of the uid is its leaving
+	// the view (a deletion, kbreason unmatched): back in the view, it
+	// enters anew.
+	left bool
 }
 
 func (h *held) uid() string { return string(h.obj.GetUID()) }
@@ -117,6 +122,11 @@ func NewHanded(name string, offer Offer) *Handed {
 }
 
 // Load sets what the sink holds of rule from its checkpoint.
+//
+// An object keeps the time it entered the view (a request's for counts
+// from it, templates read it as event.entered): a restart, a reload or a
+// handover is not a change of the object. Only its ids' stamp may change
+// (see Sync).
 func (s *Handed) Load(rule string, stored map[string]*checkpoint.Slot) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -124,16 +134,27 @@ func (s *Handed) Load(rule string, stored map[string]*checkpoint.Slot) {
 	for k, st := range stored {
 		var sl slot
 		if a := st.Acked; a != nil {
-			sl.cur = held{obj: lastKnown(*a), entered: a.Entered, partial: true}
+			sl.cur = held{obj: lastKnown(*a), entered: a.Entered, stamp: a.IDStamp(), partial: true}
 		}
 		var ghosts []held
 		for _, p := range st.Pending {
 			if sl.cur.obj != nil && p.UID == sl.cur.uid() {
 				sl.cur.mayBeGone = true
-				sl.cur.entered = max(sl.cur.entered, p.Entered) // ids of the newest incarnation: never one sent before it
+				sl.cur.stamp = max(sl.cur.stamp, p.IDStamp()) // ids of the newest stamp: never one sent before it
+				sl.cur.entered, sl.cur.left = newer(sl.cur.entered, sl.cur.left, p)
 				continue
 			}
-			ghosts = append(ghosts, held{obj: lastKnown(p), entered: p.Entered, partial: true})
+			ghosts = append(ghosts, held{obj: lastKnown(p), entered: p.Entered, stamp: p.IDStamp(), partial: true})
+		}
+		for i := range ghosts { // whether each ghost's uid left the view last
+			var entered int64
+			left := false
+			for _, p := range st.Pending {
+				if p.UID == ghosts[i].uid() {
+					entered, left = newer(entered, left, p)
+				}
+			}
+			ghosts[i].left = left
 		}
 		if len(ghosts) > 0 {
 			sl.extra = &extra{ghosts: ghosts}
@@ -143,6 +164,20 @@ func (s *Handed) Load(rule string, stored map[string]*checkpoint.Slot) {
 		}
 	}
 	s.views[rule] = v
+}
+
+// newer folds intent p into what is known of its uid's last move (entered:
+// its newest entry; left: the newest intent is its leaving). A leaving
+// carries the entry time of the incarnation that left, so it wins a tie: a
+// re-entry since would carry a later one.
+func newer(entered int64, left bool, p checkpoint.Entry) (int64, bool) {
+	switch {
+	case p.Entered > entered:
+		return p.Entered, p.Leaving
+	case p.Entered == entered:
+		return entered, left || p.Leaving
+	}
+	return entered, left
 }
 
 // Start lets Sync work; before it (and after Stop), Sync does nothing: the
@@ -287,20 +322,24 @@ func (s *Handed) Sync(r *filters.Rule, key string, cache Lookup, t Trigger) int 
 		return 0
 	}
 	e := emitter{s: s, r: r, now: t.Now, replay: t.Replay, key: key, obj: t.Object, meta: t.Meta}
-	entered := t.Now.UnixNano()
+	now := t.Now.UnixNano()
+	var reentered int64 // of a ghost of objUID that did not leave the view: when it entered
 	cur, has := sl.cur, sl.cur.obj != nil
 	for _, g := range sl.ghosts() {
 		if desired != nil && g.uid() == objUID && (!has || curUID != g.uid()) {
-			continue // the added below puts it back, as a new incarnation (see updated)
+			if !g.left {
+				reentered = max(reentered, g.entered)
+			}
+			continue // the added below puts it back, under a new stamp (see updated)
 		}
-		tr, partial := event.Transition{Change: event.Deleted, Object: g.obj, Entered: g.entered}, true
+		tr, partial := event.Transition{Change: event.Deleted, Object: g.obj, Entered: g.entered, Stamp: g.stamp}, true
 		if exists && objUID == g.uid() { // still there, out of the view
 			tr.Object, tr.Reason, partial = obj, event.ReasonUnmatched, false
 		}
 		e.emit(tr, partial)
 	}
 	if has && (desired == nil || curUID != objUID) {
-		tr := event.Transition{Change: event.Deleted, Object: cur.obj, Entered: cur.entered}
+		tr := event.Transition{Change: event.Deleted, Object: cur.obj, Entered: cur.entered, Stamp: cur.stamp}
 		partial := cur.partial
 		switch {
 		case exists && objUID == curUID: // still there, out of the view
@@ -321,14 +360,28 @@ func (s *Handed) Sync(r *filters.Rule, key string, cache Lookup, t Trigger) int 
 		// Fresh: nothing of the key was ever handed (no ghost, no floor, and
 		// no deletion just emitted above), so the sink holds nothing of it.
 		fresh := sl.cur.obj == nil && sl.extra == nil
-		e.emit(event.Transition{Change: event.Added, Object: desired, Entered: entered, Fresh: fresh}, false)
-		cur, has = held{entered: entered}, true
+		cur, has = held{entered: now, stamp: now}, true
+		if reentered != 0 { // sent before the checkpoint's load, never left: still in the view since then
+			cur.entered = reentered
+		}
+		e.emit(event.Transition{Change: event.Added, Object: desired, Entered: cur.entered, Stamp: cur.stamp, Fresh: fresh}, false)
 	case cur.mayBeGone:
-		// Its deletion may have reached the sink: send it again as added.
-		cur.entered = entered
-		e.emit(event.Transition{Change: event.Added, Object: desired, Entered: entered}, false)
+		// Its deletion may have reached the sink: send it again as added,
+		// under a new stamp; it entered anew only if it had left.
+		if cur.left {
+			cur.entered = now
+		}
+		cur.stamp = now
+		e.emit(event.Transition{Change: event.Added, Object: desired, Entered: cur.entered, Stamp: cur.stamp}, false)
 	case curRV != objRV || t.Replay == event.ReplayResync:
-		if curRV == objRV && !r.Delivers(event.Updated) {
+		change := event.Updated
+		if t.Replay == event.ReplayResync && !r.Delivers(event.Updated) && r.Delivers(event.Added) {
+			// A replay re-asserts the object as the rule sends it: an alert
+			// kept alive by re-sends must not expire because its rule sends
+			// no updates.
+			change = event.Added
+		}
+		if curRV == objRV && !r.Delivers(change) {
 			break // a replay of what the rule does not send: nothing to record
 		}
 		if cur.partial {
@@ -336,11 +389,12 @@ func (s *Handed) Sync(r *filters.Rule, key string, cache Lookup, t Trigger) int 
 			// deletion sent before the crash, its acknowledgement not yet
 			// written): reusing this incarnation's ids could repeat the id of
 			// an earlier update, which a deduplicating consumer would drop
-			// after that deletion. A new incarnation is safe either way.
-			cur.entered = entered
+			// after that deletion. A new stamp is safe either way; the
+			// object has been in the view since it entered.
+			cur.stamp = now
 		}
-		tr := event.Transition{Change: event.Updated, Object: desired, Entered: cur.entered}
-		if !cur.partial && curRV != objRV {
+		tr := event.Transition{Change: change, Object: desired, Entered: cur.entered, Stamp: cur.stamp}
+		if change == event.Updated && !cur.partial && curRV != objRV {
 			tr.Old = cur.obj
 		}
 		e.emit(tr, false)
@@ -354,7 +408,7 @@ func (s *Handed) Sync(r *filters.Rule, key string, cache Lookup, t Trigger) int 
 		}
 		return e.sent
 	}
-	cur.obj, cur.partial, cur.mayBeGone = desired, false, false
+	cur.obj, cur.partial, cur.mayBeGone, cur.left = desired, false, false, false
 	if sl.cur != cur || sl.extra != nil { // else the map holds it already
 		v[key] = slot{cur: cur}
 	}

@@ -1,6 +1,7 @@
 package view
 
 import (
+	"cmp"
 	"slices"
 	"strconv"
 	"sync"
@@ -199,10 +200,24 @@ func TestResyncReplay(t *testing.T) {
 	}
 	eq(t, "replay finds a change: sent once", w.set(r, cm("u1", "2", nil), Trigger{Replay: event.ReplayResync}), "updated u1 2")
 
+	// A rule that sends adds but no updates re-asserts its objects as added
+	// (an alert kept alive by re-sends), with the id of the added at that
+	// state; its updates stay quiet.
 	r = compile(t, "    events: [added, deleted]\n", nil)
 	w = newWorld(t)
 	w.set(r, cm("u1", "1", nil), Trigger{})
-	eq(t, "a rule without updated replays nothing", w.set(r, cm("u1", "1", nil), Trigger{Replay: event.ReplayResync}))
+	first := w.got[0]
+	eq(t, "a rule without updated replays as added", w.set(r, cm("u1", "1", nil), Trigger{Replay: event.ReplayResync}), "added u1 1")
+	if e := w.got[0]; e.ID != first.ID || e.Entered != first.Entered || e.Replay != event.ReplayResync || e.Fresh {
+		t.Errorf("replayed added: id %s (first %s), entered %d (first %d), kbreplay %q, fresh %v", e.ID, first.ID, e.Entered, first.Entered, e.Replay, e.Fresh)
+	}
+	eq(t, "its updates stay quiet", w.set(r, cm("u1", "2", nil), Trigger{}), "updated:quiet u1 2")
+	eq(t, "replayed at the new state", w.set(r, cm("u1", "2", nil), Trigger{Replay: event.ReplayResync}), "added u1 2")
+
+	r = compile(t, "    events: [deleted]\n", nil)
+	w = newWorld(t)
+	w.set(r, cm("u1", "1", nil), Trigger{})
+	eq(t, "a rule that sends only deletions replays nothing", w.set(r, cm("u1", "1", nil), Trigger{Replay: event.ReplayResync}))
 }
 
 func TestFromCheckpoint(t *testing.T) {
@@ -211,20 +226,21 @@ func TestFromCheckpoint(t *testing.T) {
 		return checkpoint.Entry{UID: uid, ResourceVersion: rv, Namespace: "a", Name: "x", Entered: entered, Labels: map[string]string{"l": "v"}}
 	}
 	for _, tc := range []struct {
-		name   string
-		stored checkpoint.Slot
-		now    *unstructured.Unstructured
-		want   []string
+		name    string
+		stored  checkpoint.Slot
+		now     *unstructured.Unstructured
+		want    []string
+		entered int64 // of what is sent of the object still in the view
 	}{
-		{"unchanged", checkpoint.Slot{Acked: ptr(entry("u1", "5", 1))}, cm("u1", "5", nil), nil},
-		{"changed while down", checkpoint.Slot{Acked: ptr(entry("u1", "5", 1))}, cm("u1", "6", nil), []string{"updated u1 6"}},
-		{"deleted while down", checkpoint.Slot{Acked: ptr(entry("u1", "5", 1))}, nil, []string{"deleted u1 5"}},
-		{"re-created while down", checkpoint.Slot{Acked: ptr(entry("u1", "5", 1))}, cm("u2", "8", nil), []string{"deleted u1 5", "added u2 8"}},
-		{"sent, not acknowledged, still there", checkpoint.Slot{Pending: []checkpoint.Entry{entry("u2", "", 42)}}, cm("u2", "8", nil), []string{"added u2 8"}},
-		{"sent, not acknowledged, gone", checkpoint.Slot{Pending: []checkpoint.Entry{entry("u2", "", 42)}}, nil, []string{"deleted u2 "}},
-		{"sent, not acknowledged, out of the view", checkpoint.Slot{Pending: []checkpoint.Entry{entry("u2", "", 42)}}, cm("u2", "8", map[string]string{"out": "yes"}), []string{"deleted:unmatched u2 8"}},
+		{"unchanged", checkpoint.Slot{Acked: ptr(entry("u1", "5", 1))}, cm("u1", "5", nil), nil, 0},
+		{"changed while down", checkpoint.Slot{Acked: ptr(entry("u1", "5", 1))}, cm("u1", "6", nil), []string{"updated u1 6"}, 1},
+		{"deleted while down", checkpoint.Slot{Acked: ptr(entry("u1", "5", 1))}, nil, []string{"deleted u1 5"}, 0},
+		{"re-created while down", checkpoint.Slot{Acked: ptr(entry("u1", "5", 1))}, cm("u2", "8", nil), []string{"deleted u1 5", "added u2 8"}, 0},
+		{"sent, not acknowledged, still there", checkpoint.Slot{Pending: []checkpoint.Entry{entry("u2", "", 42)}}, cm("u2", "8", nil), []string{"added u2 8"}, 42},
+		{"sent, not acknowledged, gone", checkpoint.Slot{Pending: []checkpoint.Entry{entry("u2", "", 42)}}, nil, []string{"deleted u2 "}, 0},
+		{"sent, not acknowledged, out of the view", checkpoint.Slot{Pending: []checkpoint.Entry{entry("u2", "", 42)}}, cm("u2", "8", map[string]string{"out": "yes"}), []string{"deleted:unmatched u2 8"}, 0},
 		{"acknowledged and a replacement in flight, both gone", checkpoint.Slot{Acked: ptr(entry("u1", "5", 1)), Pending: []checkpoint.Entry{entry("u2", "", 42)}}, cm("u3", "9", nil),
-			[]string{"deleted u2 ", "deleted u1 5", "added u3 9"}},
+			[]string{"deleted u2 ", "deleted u1 5", "added u3 9"}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newWorld(t)
@@ -245,10 +261,17 @@ func TestFromCheckpoint(t *testing.T) {
 			// What a checkpoint holds may lag what the consumer got, so what
 			// puts an object (back) into its view never reuses an id of the
 			// incarnation the checkpoint knew: a deduplicating consumer that
-			// got a deletion since would drop it.
+			// got a deletion since would drop it. The object keeps the time
+			// it entered the view (a request's for counts from it).
 			for _, e := range w.got {
-				if e.Change != event.Deleted && (e.Entered == 1 || e.Entered == 42) {
-					t.Errorf("%s %s reuses the stored incarnation's entry time (%d)", e.Change, e.ID, e.Entered)
+				if e.Change == event.Deleted {
+					continue
+				}
+				if e.Stamp == 1 || e.Stamp == 42 {
+					t.Errorf("%s %s reuses the stored incarnation's stamp (%d)", e.Change, e.ID, e.Stamp)
+				}
+				if want := tc.entered; e.Entered != want && want != 0 {
+					t.Errorf("%s %s entered at %d, want %d (when it entered, before the restart)", e.Change, e.ID, e.Entered, want)
 				}
 			}
 		})
@@ -367,34 +390,90 @@ func TestCheckpointDeletionPassesEventFilter(t *testing.T) {
 
 // A checkpoint that says the deletion of the incarnation it holds (or its
 // re-entry) may have been sent: the sink may not hold it, so an object in
-// the view is sent again as added, under a tag never used before.
+// the view is sent again as added, under a stamp never used before. It
+// keeps the time it entered the view unless its last move was leaving it.
 func TestMayBeGoneFromCheckpoint(t *testing.T) {
 	r := compile(t, "    labelSelector: '!out'\n", nil)
 	acked := &checkpoint.Entry{UID: "u1", ResourceVersion: "5", Namespace: "a", Name: "x", Entered: 1}
 	for _, tc := range []struct {
 		name    string
-		pending checkpoint.Entry
+		pending []checkpoint.Entry
 		now     *unstructured.Unstructured
 		want    string
-		entered int64 // of the event, when the id must be a given incarnation's
+		stamp   int64 // of the event, when the id must be a given incarnation's (0: a new one)
+		entered int64 // of the event (0: now, it entered anew)
 	}{
-		{"left, came back unchanged", checkpoint.Entry{UID: "u1", Entered: 1, Leaving: true}, cm("u1", "5", nil), "added u1 5", 0},
-		{"left and re-entered, in the view", checkpoint.Entry{UID: "u1", Entered: 2}, cm("u1", "5", nil), "added u1 5", 0},
-		{"left and re-entered, out again", checkpoint.Entry{UID: "u1", Entered: 2}, cm("u1", "6", map[string]string{"out": "y"}), "deleted:unmatched u1 6", 2},
+		{"left, came back unchanged", []checkpoint.Entry{{UID: "u1", Entered: 1, Leaving: true}}, cm("u1", "5", nil), "added u1 5", 0, 0},
+		{"sent again after a restart, then left and came back", []checkpoint.Entry{{UID: "u1", Entered: 1, Stamp: 3}, {UID: "u1", Entered: 1, Stamp: 3, Leaving: true}}, cm("u1", "5", nil), "added u1 5", 0, 0},
+		{"left and re-entered, in the view", []checkpoint.Entry{{UID: "u1", Entered: 2}}, cm("u1", "5", nil), "added u1 5", 0, 2},
+		{"sent again after a restart, in the view", []checkpoint.Entry{{UID: "u1", Entered: 1, Stamp: 3}}, cm("u1", "6", nil), "added u1 6", 0, 1},
+		{"left and re-entered, out again", []checkpoint.Entry{{UID: "u1", Entered: 2}}, cm("u1", "6", map[string]string{"out": "y"}), "deleted:unmatched u1 6", 2, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newWorld(t)
-			w.sink.Load("r", map[string]*checkpoint.Slot{"a/x": {Acked: acked, Pending: []checkpoint.Entry{tc.pending}}})
+			w.sink.Load("r", map[string]*checkpoint.Slot{"a/x": {Acked: acked, Pending: tc.pending}})
 			eq(t, tc.name, w.set(r, tc.now, Trigger{Replay: event.ReplayCheckpoint}), tc.want)
 			e := w.got[0]
 			switch {
-			case tc.entered != 0 && e.Entered != tc.entered:
-				t.Errorf("%s is of incarnation %d, want %d (the deletion of the one before may have been sent: its id would be dropped)", e.ID, e.Entered, tc.entered)
-			case tc.entered == 0 && (e.Entered == 1 || e.Entered == 2):
-				t.Errorf("%s reuses a stored incarnation", e.ID)
+			case tc.stamp != 0 && e.Stamp != tc.stamp:
+				t.Errorf("%s is of incarnation %d, want %d (the deletion of the one before may have been sent: its id would be dropped)", e.ID, e.Stamp, tc.stamp)
+			case tc.stamp == 0 && e.Stamp != w.now.UnixNano():
+				t.Errorf("%s reuses a stored incarnation's stamp (%d)", e.ID, e.Stamp)
+			}
+			if want := cmp.Or(tc.entered, w.now.UnixNano()); e.Entered != want {
+				t.Errorf("%s entered at %d, want %d", e.ID, e.Entered, want)
 			}
 			eq(t, "then nothing more", w.set(r, tc.now, Trigger{}))
 		})
+	}
+}
+
+// The time an object entered the view is the object's: loading the view
+// from a checkpoint (a restart, a reload, a handover) and every change,
+// replay and re-send after it keep it, while ids made after the load
+// never repeat one made before it.
+func TestEntryTimeSurvivesTheCheckpoint(t *testing.T) {
+	r := compile(t, "", nil)
+	w := newWorld(t)
+	w.set(r, cm("u1", "1", nil), Trigger{})
+	entered := w.got[0].Entered
+	var before []string
+	for i, rv := range []string{"2", "2"} {
+		tr := Trigger{}
+		if i == 1 {
+			tr.Replay = event.ReplayResync
+		}
+		w.set(r, cm("u1", rv, nil), tr)
+		before = append(before, w.got[0].ID)
+	}
+	// What the checkpoint holds after the first update was acknowledged.
+	rec := checkpoint.Entry{UID: "u1", ResourceVersion: "2", Namespace: "a", Name: "x", Entered: entered}
+	for _, step := range []struct {
+		name string
+		rv   string
+		tr   Trigger
+	}{
+		{"the first replay after the load", "2", Trigger{Replay: event.ReplayResync}},
+		{"an update after the load", "3", Trigger{}},
+		{"a replay after it", "3", Trigger{Replay: event.ReplayResync}},
+	} {
+		if step.rv == "2" {
+			clock := w.now
+			w = newWorld(t)
+			w.now = clock // a restart moves on in time
+			w.sink.Load("r", map[string]*checkpoint.Slot{"a/x": {Acked: &rec}})
+		}
+		w.set(r, cm("u1", step.rv, nil), step.tr)
+		if len(w.got) != 1 {
+			t.Fatalf("%s: %v", step.name, describe(w.got))
+		}
+		e := w.got[0]
+		if e.Entered != entered {
+			t.Errorf("%s: entered %d, want %d (before the load)", step.name, e.Entered, entered)
+		}
+		if slices.Contains(before, e.ID) {
+			t.Errorf("%s: id %s was sent before the load", step.name, e.ID)
+		}
 	}
 }
 

@@ -3,11 +3,12 @@
 //
 // Ids are unique per transition and stable across replays of it:
 // <uid>.<tag>.<resourceVersion>.<type>, where tag is a hash of the rule and
-// the moment the object (this incarnation) entered the rule's view (see
-// docs/guarantees.md). So two rules, a re-entry into the view with the
+// the incarnation's stamp: the moment the object (this incarnation) entered
+// the rule's view, or when a checkpoint's incarnation was first sent again
+// (see docs/guarantees.md). So two rules, a re-entry into the view with the
 // object unchanged and a re-created object all get distinct ids, while the
-// same transition sent again (a retry, a replay after a restart: the entry
-// time is in the checkpoint) keeps its id and consumers (and JetStream) can
+// same transition sent again (a retry, a replay after a restart: the stamp
+// is in the checkpoint) keeps its id and consumers (and JetStream) can
 // dedupe. An Event is immutable once built and shared by every sink it goes to; its
 // data (object, oldObject, RFC 6902 patch) is rendered lazily, on the sink's
 // worker, never on the informer's goroutine.
@@ -134,9 +135,17 @@ type Event struct {
 	// keys is QueueKey: Key, a 0 byte, then UID.
 	keys string
 	// Entered is when this incarnation of the object (UID) entered the
-	// rule's view, in unix nanoseconds: part of the id, and recorded in the
-	// checkpoint so that a replay of the transition gets the same id.
+	// rule's view, in unix nanoseconds: a request's for and event.entered
+	// read it. Recorded in the checkpoint, it is the object's, kept across
+	// restarts, reloads and handovers.
 	Entered int64
+	// Stamp is what the id's tag hashes of the incarnation (unix
+	// nanoseconds): Entered, unless the incarnation was loaded from a
+	// checkpoint, which may lag what the consumer got, and sent since; it
+	// then got a new stamp so that its ids cannot repeat one sent before
+	// (docs/guarantees.md). Recorded in the checkpoint, so that a replay of
+	// the transition gets the same id.
+	Stamp int64
 	// Quiet marks a transition the rule does not deliver (its events,
 	// changed or where leave it out): it goes through the sink's queue in
 	// order and is recorded in the checkpoint as acknowledged, but is never
@@ -281,6 +290,7 @@ type Transition struct {
 	Object, Old *unstructured.Unstructured // Old: the state the sink saw before, for updates
 	Time        time.Time                  // when the bridge observed the change
 	Entered     int64                      // see Event.Entered
+	Stamp       int64                      // see Event.Stamp; 0: Entered
 	Replay      string                     // kbreplay
 	Reason      string                     // kbreason
 	Quiet       bool                       // see Event.Quiet
@@ -350,7 +360,11 @@ func Build(r *Rule, t Transition) *Event {
 	}
 	// The id, then the queue key (Key, then the uid): one allocation.
 	b := make([]byte, 0, idLen(uid, rv, t.Change)+len(r.Name)+1+len(subject)+1+len(uid))
-	b = appendID(b, r.Name, uid, rv, t.Change, t.Entered, t.Reason)
+	stamp := t.Stamp
+	if stamp == 0 {
+		stamp = t.Entered
+	}
+	b = appendID(b, r.Name, uid, rv, t.Change, stamp, t.Reason)
 	n := len(b)
 	b = append(b, r.Name...)
 	b = append(b, '/')
@@ -368,6 +382,7 @@ func Build(r *Rule, t Transition) *Event {
 		Change:    t.Change,
 		keys:      queueKey,
 		Entered:   t.Entered,
+		Stamp:     stamp,
 		Quiet:     t.Quiet,
 		Fresh:     t.Fresh && t.Change == Added,
 		rule:      r,
@@ -385,12 +400,12 @@ func isSubject(s, ns, name string) bool {
 }
 
 // ID is the id of a transition: <uid>.<tag>.<resourceVersion>.<type>, tag
-// being 12 hex digits of FNV-1a over the rule name, the entry time and the
-// kbreason (when set). The
+// being 12 hex digits of FNV-1a over the rule name, the incarnation's
+// stamp (Event.Stamp) and the kbreason (when set). The
 // uid, resourceVersion and type stay readable for people and for
 // consumers that parse them; the tag separates rules and incarnations.
-func ID(rule, uid, rv string, change Change, entered int64, reason string) string {
-	b := appendID(make([]byte, 0, idLen(uid, rv, change)), rule, uid, rv, change, entered, reason)
+func ID(rule, uid, rv string, change Change, stamp int64, reason string) string {
+	b := appendID(make([]byte, 0, idLen(uid, rv, change)), rule, uid, rv, change, stamp, reason)
 	return unsafe.String(unsafe.SliceData(b), len(b))
 }
 
@@ -398,20 +413,20 @@ func ID(rule, uid, rv string, change Change, entered int64, reason string) strin
 func idLen(uid, rv string, change Change) int { return len(uid) + len(rv) + len(change) + 15 }
 
 // appendID appends the id of a transition (see ID) to b. It runs once per
-// event on the informer's path, so it hashes the entry time's decimal
-// digits without formatting them first.
-func appendID(b []byte, rule, uid, rv string, change Change, entered int64, reason string) []byte {
+// event on the informer's path, so it hashes the stamp's decimal digits
+// without formatting them first.
+func appendID(b []byte, rule, uid, rv string, change Change, stamp int64, reason string) []byte {
 	h := uint64(fnvOffset)
 	for i := 0; i < len(rule); i++ {
 		h = (h ^ uint64(rule[i])) * fnvPrime
 	}
 	h *= fnvPrime // the 0 separator
-	// The decimal digits of entered, as strconv.FormatInt writes them, two
+	// The decimal digits of stamp, as strconv.FormatInt writes them, two
 	// at a time.
 	var num [20]byte
 	i := len(num)
-	u := uint64(entered)
-	if entered < 0 {
+	u := uint64(stamp)
+	if stamp < 0 {
 		u = -u
 	}
 	for u >= 100 {
@@ -428,7 +443,7 @@ func appendID(b []byte, rule, uid, rv string, change Change, entered int64, reas
 		i--
 		num[i] = byte('0' + u)
 	}
-	if entered < 0 {
+	if stamp < 0 {
 		h = (h ^ '-') * fnvPrime
 	}
 	for _, c := range num[i:] {
@@ -490,7 +505,7 @@ func (e *Event) clone() *Event {
 	return &Event{
 		ID: e.ID, Subject: e.Subject, Time: e.Time, Replay: e.Replay, Reason: e.Reason,
 		Change: e.Change, keys: e.keys,
-		Entered: e.Entered, Quiet: e.Quiet, Fresh: e.Fresh, rule: e.rule, object: e.object, oldObject: e.oldObject,
+		Entered: e.Entered, Stamp: e.Stamp, Quiet: e.Quiet, Fresh: e.Fresh, rule: e.rule, object: e.object, oldObject: e.oldObject,
 	}
 }
 

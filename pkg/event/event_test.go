@@ -82,6 +82,25 @@ func TestIDs(t *testing.T) {
 	}
 }
 
+// An incarnation sent again after a checkpoint's load keeps its entry time
+// (a request's for, event.entered) under a new stamp: the stamp, not the
+// entry time, makes its ids; an unset stamp is the entry time.
+func TestStampMakesTheIDEnteredStays(t *testing.T) {
+	r := &Rule{Name: "r", GVR: secrets}
+	o := obj("ns", "a", "42", nil)
+	plain := Build(r, Transition{Change: Updated, Object: o, Entered: 1000})
+	if plain.Stamp != 1000 || plain.ID != ID("r", "u1", "42", Updated, 1000, "") {
+		t.Errorf("without a stamp: stamp %d, id %s", plain.Stamp, plain.ID)
+	}
+	again := Build(r, Transition{Change: Updated, Object: o, Entered: 1000, Stamp: 5000})
+	if again.Entered != 1000 || again.Stamp != 5000 || again.ID != ID("r", "u1", "42", Updated, 5000, "") || again.ID == plain.ID {
+		t.Errorf("restamped: entered %d, stamp %d, id %s (first %s)", again.Entered, again.Stamp, again.ID, plain.ID)
+	}
+	if c := again.WithReplay(ReplayResync); c.Entered != 1000 || c.Stamp != 5000 || c.ID != again.ID {
+		t.Errorf("a copy: entered %d, stamp %d, id %s", c.Entered, c.Stamp, c.ID)
+	}
+}
+
 func TestEnvelope(t *testing.T) {
 	r := &Rule{Name: "r", Cluster: "prod", GVR: schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}, IncludeObject: true}
 	ev := New(r, Updated, obj("ns", "web", "42", nil), obj("ns", "web", "41", nil), time.Date(2026, 1, 2, 3, 4, 5, 6, time.FixedZone("x", 3600)))
