@@ -49,7 +49,12 @@ import (
 // A destination failing as a whole (Unavailable, Throttle, Destination, a
 // network error, or a first attempt failing) is not parked object by
 // object: the delivery probes it with one batch at a time, backing off,
-// until an attempt succeeds again; the rest waits in the queue.
+// until an attempt succeeds again; the rest waits in the queue. The probes
+// take turns (what is due, a batch that failed so, a new object), so one
+// object refused for reasons of its own never stands for the destination.
+// A refusal about an object's own target (sinks.ObjectTarget: a 404 for a
+// path built from its name) is that object's failure, not the
+// destination's.
 //
 // With an update window, an object whose change was just acknowledged is
 // parked the same way, without events, for the window: its next updates
@@ -82,8 +87,11 @@ type Delivery struct {
 
 	gate    gate
 	parking parking
-	kick    chan struct{} // wakes the dispatcher: a batch ended, an object parked or came due
-	closing atomic.Bool
+	// probeNew says the next probe of a failing destination is a new
+	// object from the queue, not a parked batch (next; the dispatcher's).
+	probeNew bool
+	kick     chan struct{} // wakes the dispatcher: a batch ended, an object parked or came due
+	closing  atomic.Bool
 
 	// The update window: the objects waiting it out, by event key. windowMu
 	// orders Offer's put and lookup against a throttle's take and insert,
@@ -470,9 +478,24 @@ func (d *Delivery) next(ctx context.Context, buf *[]queue.Item[*event.Event]) (*
 			d.expediteRefused()
 			d.parking.each(func(b *batch) bool { return b.throttled != "" }) // a drain does not wait out windows
 		}
-		// While the destination fails as a whole, the probe is a batch
-		// that failed so, rather than a new object taken from the queue.
-		if b := d.parking.due(time.Now(), d.gate.isFailing()); b != nil {
+		// While the destination fails as a whole, the probes take turns: a
+		// parked batch (due, else one that failed so, parked the longest
+		// ago), then a new object from the queue, so that no object the
+		// receiver refuses for reasons of its own (and whose retries come
+		// due as often as the probes) stands for the whole destination.
+		failing := d.gate.isFailing()
+		if failing && d.probeNew {
+			if b, err := d.take(ctx, buf, 1, closedKick); err == nil {
+				d.probeNew = false
+				return b, nil
+			}
+		}
+		b := d.parking.due(time.Now())
+		if b == nil && failing {
+			b = d.parking.probe()
+		}
+		if b != nil {
+			d.probeNew = failing
 			fold := b.throttled != ""
 			if fold {
 				d.unthrottle(b)
@@ -489,9 +512,10 @@ func (d *Delivery) next(ctx context.Context, buf *[]queue.Item[*event.Event]) (*
 		if d.gate.isFailing() {
 			n = 1
 		}
-		b, err := d.take(ctx, buf, n)
+		b, err := d.take(ctx, buf, n, d.kick)
 		switch {
 		case err == nil:
+			d.probeNew = false
 			return b, nil
 		case ctx.Err() != nil:
 			return nil, ctx.Err()
@@ -509,10 +533,14 @@ func (d *Delivery) next(ctx context.Context, buf *[]queue.Item[*event.Event]) (*
 	}
 }
 
-// take waits for a batch from the queue (or a kick), then waits up to
+// closedKick stops a take at once when nothing can be taken: a probe
+// that looks for a new object without waiting for one.
+var closedKick = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// take waits for a batch from the queue (or for stop), then waits up to
 // batchWait for a partial one to fill.
-func (d *Delivery) take(ctx context.Context, buf *[]queue.Item[*event.Event], n int) (*batch, error) {
-	items, err := d.queue.TakeHeldOr(ctx, n, *buf, d.kick)
+func (d *Delivery) take(ctx context.Context, buf *[]queue.Item[*event.Event], n int, stop <-chan struct{}) (*batch, error) {
+	items, err := d.queue.TakeHeldOr(ctx, n, *buf, stop)
 	*buf = items
 	if err != nil {
 		return nil, err
@@ -744,6 +772,7 @@ func (d *Delivery) settle(ctx context.Context, b *batch, events []*event.Event, 
 	}
 	var toDL []*event.Event
 	var dlCause, destErr, pushErr error
+	var ownReasons []string // Destination reasons of refusals about objects' own targets
 	acked, refused, plain := 0, 0, 0
 	expired := d.retry.MaxElapsed > 0 && !b.since.IsZero() && now.Sub(b.since) > d.retry.MaxElapsed.D()
 	off := 0
@@ -760,8 +789,14 @@ func (d *Delivery) settle(ctx context.Context, b *batch, events []*event.Event, 
 				}
 				continue
 			}
-			_, dest := sinks.DestinationReason(err)
+			reason, dest := sinks.DestinationReason(err)
 			switch {
+			case dest && sinks.IsObjectTarget(err):
+				// About this object's own target (a path built from its
+				// name): its failure, not the destination's.
+				dest = false
+				plain++
+				ownReasons = append(ownReasons, reason)
 			case dest:
 				destErr = err
 			case pushesBack(err):
@@ -876,10 +911,15 @@ func (d *Delivery) settle(ctx context.Context, b *batch, events []*event.Event, 
 		}
 		d.gate.fail(now, fail, destErr != nil || pushErr != nil, sinks.ThrottleDelay(fail), d.logger)
 	}
-	if destErr != nil {
-		reason, _ := sinks.DestinationReason(destErr)
+	if destErr != nil || len(ownReasons) > 0 {
 		d.destMu.Lock()
-		d.destErrs[reason]++
+		if destErr != nil {
+			reason, _ := sinks.DestinationReason(destErr)
+			d.destErrs[reason]++
+		}
+		for _, reason := range ownReasons {
+			d.destErrs[reason]++
+		}
 		d.destMu.Unlock()
 	}
 	if len(park) == 0 {

@@ -18,11 +18,13 @@ type parking struct {
 	timer   *time.Timer // kicks the dispatcher when the earliest retry is due
 	armed   time.Time
 	kick    func()
+	seq     uint64 // puts so far: orders the probes (probe)
 }
 
 type parked struct {
 	b   *batch
 	due time.Time
+	seq uint64 // when it was put, among puts
 }
 
 type parkHeap []parked
@@ -49,7 +51,8 @@ func (h *parkHeap) Pop() any {
 // put parks b until due.
 func (p *parking) put(b *batch, due time.Time) {
 	p.mu.Lock()
-	heap.Push(&p.h, parked{b, due})
+	p.seq++
+	heap.Push(&p.h, parked{b, due, p.seq})
 	if b.throttled == "" {
 		p.objects += len(b.objects)
 	}
@@ -58,28 +61,38 @@ func (p *parking) put(b *batch, due time.Time) {
 }
 
 // due removes and returns the parked batch whose retry is the most
-// overdue, nil if none is due at now. probing, it returns a batch that
-// failed as the destination as a whole does even before it is due.
-func (p *parking) due(now time.Time, probing bool) *batch {
+// overdue, nil if none is due at now.
+func (p *parking) due(now time.Time) *batch {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.h) == 0 {
+	if len(p.h) == 0 || p.h[0].due.After(now) {
 		return nil
 	}
-	i := 0
-	if p.h[0].due.After(now) {
-		i = -1
-		if probing {
-			for j, x := range p.h {
-				if x.b.wide && (i < 0 || x.due.Before(p.h[i].due)) {
-					i = j
-				}
-			}
-		}
-		if i < 0 {
-			return nil
+	return p.remove(0)
+}
+
+// probe removes and returns, before it is due, the batch that failed as
+// the destination as a whole does and was parked the longest ago: probes
+// go round the batches that failed so, rather than asking the one that
+// failed last again and again (that one may be refused for its own
+// reasons, and would stand for the whole destination forever).
+func (p *parking) probe() *batch {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	i := -1
+	for j, x := range p.h {
+		if x.b.wide && (i < 0 || x.seq < p.h[i].seq) {
+			i = j
 		}
 	}
+	if i < 0 {
+		return nil
+	}
+	return p.remove(i)
+}
+
+// remove takes the batch at i off the heap; mu is held.
+func (p *parking) remove(i int) *batch {
 	x := heap.Remove(&p.h, i).(parked)
 	if x.b.throttled == "" {
 		p.objects -= len(x.b.objects)

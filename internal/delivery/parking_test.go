@@ -372,3 +372,129 @@ func TestParkedObjectDoesNotPinItsBatch(t *testing.T) {
 	}
 	t.Fatal("the acknowledged event is still reachable while the object taken with it is parked")
 }
+
+// items is a REST receiver of PUT /items/<name> that answers code for one
+// name and 204 for the others, and counts the requests per name.
+func items(t *testing.T, hostile string, code int) (*httptest.Server, func(name string) int) {
+	var mu sync.Mutex
+	seen := map[string]int{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		name := strings.TrimPrefix(r.URL.Path, "/items/")
+		mu.Lock()
+		seen[name]++
+		mu.Unlock()
+		if name == hostile {
+			if code/100 == 3 {
+				w.Header().Set("Location", "/elsewhere")
+			}
+			w.WriteHeader(code)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(srv.Close)
+	return srv, func(name string) int { mu.Lock(); defer mu.Unlock(); return seen[name] }
+}
+
+func putItems(t *testing.T, url string) *webhook.Sink {
+	t.Helper()
+	sink, err := webhook.New(&webhook.Config{URL: url, Mode: "binary", Timeout: config.Duration(5 * time.Second),
+		Request: &webhook.Request{Method: http.MethodPut, Path: `'items/' + object.metadata.name`}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sink.Close(context.Background()) })
+	return sink
+}
+
+// The issue's reproduction: a request whose path is built from the
+// object's name, and a receiver that answers 404 (or 401, 403, 410, a
+// redirect) for /items/hostile only. Created first, hostile once stopped
+// the sink (its request was the only probe, re-sent forever: 0 of 10
+// others in 45 s); now the answer is that object's: it is parked alone,
+// retried with its own backoff, and the 10 others are delivered at once.
+func TestObjectChosenTargetRefusalIsTheObjects(t *testing.T) {
+	for _, c := range []struct {
+		code   int
+		reason string
+	}{{404, "not_found"}, {401, "unauthorized"}, {403, "forbidden"}, {410, "gone"}, {301, "redirect"}} {
+		t.Run(fmt.Sprint(c.code), func(t *testing.T) {
+			srv, seen := items(t, "hostile", c.code)
+			d := delivery.New(delivery.Options{Config: defaults(t, "hook"), Sink: putItems(t, srv.URL)})
+			start(t, d)
+			d.Offer(cm("hostile", 10))
+			eventually(t, 5*time.Second, "hostile sent", func() bool { return seen("hostile") == 1 })
+			for i := range 10 {
+				d.Offer(cm(fmt.Sprint("item-", i), 10))
+			}
+			eventually(t, 3*time.Second, "the 10 others delivered", func() bool { return d.Stats().Delivered == 10 })
+			eventually(t, 5*time.Second, "hostile retried on its own", func() bool { return seen("hostile") >= 2 })
+			st := d.Stats()
+			if st.Parked != 1 || st.Failing || st.DestinationErrors[c.reason] == 0 || d.Healthy() != nil {
+				t.Errorf("stats %+v, healthy %v: want hostile parked alone, the destination healthy, the reason counted", st, d.Healthy())
+			}
+		})
+	}
+}
+
+// With a dead-letter and retry.maxElapsed, an object whose own target is
+// refused is given up alone, as any object failing that long; a refusal of
+// a target no object chose (a fixed path) is still the destination's,
+// never given up.
+func TestObjectChosenTargetIsDeadLetteredAlone(t *testing.T) {
+	srv, _ := items(t, "hostile", http.StatusNotFound)
+	cfg := defaults(t, "hook")
+	cfg.Retry.MaxElapsed = config.Duration(time.Second)
+	dl := &recordingDL{}
+	d := delivery.New(delivery.Options{Config: cfg, Sink: putItems(t, srv.URL), DeadLetter: dl})
+	start(t, d)
+	d.Offer(cm("hostile", 10))
+	d.Offer(cm("item-1", 10))
+	eventually(t, 10*time.Second, "hostile dead-lettered, item-1 delivered", func() bool {
+		st := d.Stats()
+		return st.DeadLettered == 1 && st.Delivered == 1 && st.Pending == 0
+	})
+	if got := dl.got(); len(got) != 1 || got[0].Name() != "hostile" {
+		t.Errorf("dead-lettered %v", got)
+	}
+
+	fixed, err := webhook.New(&webhook.Config{URL: srv.URL + "/items", Mode: "binary", Timeout: config.Duration(5 * time.Second),
+		Request: &webhook.Request{Method: http.MethodPut, Path: `'host' + 'ile'`, Headers: map[string]string{"X-Cluster": "event.cluster"}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wide := delivery.New(delivery.Options{Config: cfg, Sink: fixed, DeadLetter: dl})
+	start(t, wide)
+	wide.Offer(cm("item-2", 10))
+	eventually(t, 5*time.Second, "the destination failing", func() bool { return wide.Healthy() != nil })
+	time.Sleep(1500 * time.Millisecond)
+	if st := wide.Stats(); st.DeadLettered != 0 || st.Pending != 1 || !strings.Contains(fmt.Sprint(wide.Healthy()), "not_found") {
+		t.Errorf("a fixed target's 404: stats %+v, healthy %v", st, wide.Healthy())
+	}
+}
+
+// While the destination fails as a whole, the probes take turns: a
+// receiver that answers 503 to one object only (its retries come due as
+// often as the probes) no longer stands for the destination; the others
+// are asked, taken, and the destination is open again.
+func TestProbesTakeTurns(t *testing.T) {
+	rcv, srv := newReceiver(t, func(subjects []string, _ []byte) int {
+		if subjects[0] == "ns/hostile" {
+			return http.StatusServiceUnavailable
+		}
+		return http.StatusOK
+	})
+	sink, err := webhook.New(&webhook.Config{URL: srv.URL, Mode: "binary", Timeout: config.Duration(5 * time.Second)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := delivery.New(delivery.Options{Config: defaults(t, "hook"), Sink: sink})
+	start(t, d)
+	d.Offer(cm("hostile", 10))
+	eventually(t, 5*time.Second, "hostile parked", func() bool { return d.Stats().Parked == 1 })
+	for i := range 10 {
+		d.Offer(cm(fmt.Sprint("ok-", i), 10))
+	}
+	eventually(t, 5*time.Second, "the 10 others delivered", func() bool { return rcv.count("ns/ok-") == 10 })
+}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	celast "github.com/google/cel-go/common/ast"
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/kubebridge/kubebridge/internal/celsandbox"
@@ -127,9 +128,13 @@ const maxFor = 7 * 24 * time.Hour
 
 // shapedRequest is a compiled Request.
 type shapedRequest struct {
-	method  string
-	wait    time.Duration // for
-	base    *url.URL
+	method string
+	wait   time.Duration // for
+	// perObject says the target (path, query or a header) is computed from
+	// the event: a 401, 403, 404, 410 or 3xx is about that object's
+	// resource, not the destination's (sinks.ObjectTarget).
+	perObject bool
+	base      *url.URL
 	path    *celsandbox.Template
 	query   []namedTemplate
 	headers []namedTemplate
@@ -167,6 +172,9 @@ func compileRequest(rawURL string, r *Request) (*shapedRequest, error) {
 			err = fmt.Errorf("%s: %w", templateKey(field, name), errors.Join(errs...))
 			return
 		}
+		if (field == "path" || field == "query" || field == "headers") && readsTheEvent(expr) {
+			out.perObject = true
+		}
 		switch field {
 		case "path":
 			out.path = t
@@ -184,6 +192,40 @@ func compileRequest(rawURL string, r *Request) (*shapedRequest, error) {
 		return nil, err
 	}
 	return out, nil
+}
+
+// readsTheEvent reports whether expr reads anything that varies per
+// event: object, oldObject, type, patch, or event other than its cluster
+// and source (the sink's own). Credentials and literals do not.
+func readsTheEvent(expr string) bool {
+	env, err := celsandbox.CELTemplateEnv()
+	if err != nil {
+		return true
+	}
+	parsed, iss := env.Parse(expr)
+	if iss.Err() != nil {
+		return true
+	}
+	reads := false
+	constant := map[int64]bool{} // event idents selected for cluster or source
+	celast.PreOrderVisit(parsed.NativeRep().Expr(), celast.NewExprVisitor(func(x celast.Expr) {
+		switch x.Kind() {
+		case celast.SelectKind:
+			sel := x.AsSelect()
+			if op := sel.Operand(); op.Kind() == celast.IdentKind && op.AsIdent() == celsandbox.CELEvent &&
+				(sel.FieldName() == "cluster" || sel.FieldName() == "source") {
+				constant[op.ID()] = true
+			}
+		case celast.IdentKind:
+			switch x.AsIdent() {
+			case celsandbox.CELObject, celsandbox.CELOldObject, celsandbox.CELType, celsandbox.CELPatch:
+				reads = true
+			case celsandbox.CELEvent:
+				reads = reads || !constant[x.ID()]
+			}
+		}
+	}))
+	return reads
 }
 
 // vars are the values e's templates see: its data as the rule includes it
@@ -309,8 +351,14 @@ func (s *Sink) sendRequest(ctx context.Context, e *event.Event) error {
 	if skip {
 		return nil // handled: when said no request
 	}
+	err = s.do(ctx, s.request.method, target, h, body)
+	if reason, ok := sinks.DestinationReason(err); ok && reason != sinks.ReasonConfig && s.request.perObject {
+		// The receiver answered about the resource this object's request
+		// names (a 404 for /items/<its name>): the object's outcome.
+		err = sinks.ObjectTarget(err)
+	}
 	// A receiver may echo the request in its answer, which the error quotes.
-	return scrubbed(s.do(ctx, s.request.method, target, h, body), creds)
+	return scrubbed(err, creds)
 }
 
 // scrubbed is err with every credential value in its message replaced by

@@ -306,3 +306,46 @@ func TestRequestFor(t *testing.T) {
 		t.Errorf("sent %q, want %q", sent, want)
 	}
 }
+
+// A request's target is the object's when its path, query or a header is
+// computed from the event; the sink's own values (cluster, source) and
+// credentials are not. Errors name the request's method.
+func TestTargetChosenByTheObject(t *testing.T) {
+	for _, c := range []struct {
+		r    Request
+		want bool
+	}{
+		{Request{Path: `'items/' + object.metadata.name`}, true},
+		{Request{Query: map[string]string{"id": `event.id`}}, true},
+		{Request{Headers: map[string]string{"X-Kind": `type`}}, true},
+		{Request{Path: `'clusters/' + event.cluster`, Headers: map[string]string{"X-Key": `credentials.key`}}, false},
+		{Request{Path: `'items'`, Body: `{"name": object.metadata.name}`}, false},
+		{withPreset("opsgenie", nil), true},
+		{withPreset("pagerduty", nil), false},
+	} {
+		r := c.r
+		if r.Method == "" {
+			r.Method = http.MethodPost
+		}
+		got, err := compileRequest("http://receiver/api", &r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.perObject != c.want {
+			t.Errorf("%+v: chosen by the object = %v, want %v", c.r, got.perObject, c.want)
+		}
+	}
+
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNotFound) }))
+	defer srv.Close()
+	s := shaped(t, srv.URL, &Request{Method: http.MethodDelete, Path: `'items/' + object.metadata.name`}, nil)
+	err := s.Send(context.Background(), []*event.Event{pod("prod", "web-1", "Failed", "")})
+	if !sinks.IsObjectTarget(err) || !strings.HasPrefix(err.Error(), "DELETE ") {
+		t.Errorf("a 404 for /items/web-1: %v (object's: %v), want the object's, naming DELETE", err, sinks.IsObjectTarget(err))
+	}
+	fixed := shaped(t, srv.URL, &Request{Method: http.MethodPut, Path: `'items'`}, nil)
+	err = fixed.Send(context.Background(), []*event.Event{pod("prod", "web-1", "Failed", "")})
+	if reason, _ := sinks.DestinationReason(err); sinks.IsObjectTarget(err) || reason != sinks.ReasonNotFound || !strings.HasPrefix(err.Error(), "PUT ") {
+		t.Errorf("a 404 for a fixed path: %v, want the destination's, naming PUT", err)
+	}
+}

@@ -377,7 +377,7 @@ func (s *Sink) do(ctx context.Context, method, target string, h http.Header, bod
 		// the retry reads the files again.
 		s.refreshCredentials()
 	}
-	return s.classify(resp, snippet)
+	return s.classify(method, resp, snippet)
 }
 
 func (s *Sink) refreshCredentials() {
@@ -405,9 +405,9 @@ func (s *Sink) refreshCredentials() {
 //     Retry-After);
 //   - anything else (408, 425, other 5xx and 4xx): retried, possibly this
 //     payload's failure (the object is parked while the others flow).
-func (s *Sink) classify(resp *http.Response, snippet []byte) error {
+func (s *Sink) classify(method string, resp *http.Response, snippet []byte) error {
 	code := resp.StatusCode
-	err := fmt.Errorf("POST %s: %s: %s", s.shownURL, resp.Status, strings.TrimSpace(string(snippet)))
+	err := fmt.Errorf("%s %s: %s: %s", method, s.shownURL, resp.Status, strings.TrimSpace(string(snippet)))
 	switch {
 	case code >= 200 && code < 300:
 		return nil
@@ -418,7 +418,7 @@ func (s *Sink) classify(resp *http.Response, snippet []byte) error {
 		if l := resp.Header.Get("Location"); l != "" {
 			loc = "Location: " + s.location(l)
 		}
-		return sinks.Destination(sinks.ReasonRedirect, fmt.Errorf("POST %s: %s (%s): redirects are not followed; set the sink's url to the final one", s.shownURL, resp.Status, loc))
+		return sinks.Destination(sinks.ReasonRedirect, fmt.Errorf("%s %s: %s (%s): redirects are not followed; set the sink's url to the final one", method, s.shownURL, resp.Status, loc))
 	case code == http.StatusBadRequest && s.configRefusal != nil && s.configRefusal(snippet):
 		return sinks.Destination(sinks.ReasonConfig, err)
 	case code == http.StatusBadRequest, code == http.StatusRequestEntityTooLarge, code == http.StatusUnsupportedMediaType, code == http.StatusUnprocessableEntity:
