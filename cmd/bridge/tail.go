@@ -26,8 +26,9 @@ func newTailCommand() *cobra.Command {
 change, resource, object, rule, and for updates the changed paths. With
 --jetstream it reads the stream from its start; otherwise only what is
 published from now on. -o json prints each event's JSON as one line, the
-same JSON value with DEL, C1 controls and line separators escaped (\u009b);
-a message that is not JSON is printed as a JSON string. Names and paths
+same JSON value with DEL, C1 controls and line separators escaped (\u009b),
+and bytes that are not UTF-8 (a raw 0x9b, the 8-bit CSI) as \ufffd; a
+message that is not JSON is printed as a JSON string. Names and paths
 that hold control characters are printed quoted, with Go escapes. Either
 way an object's name, labels or annotations cannot drive the terminal.
 It authenticates as a nats sink does (--creds, --nkey, --token-file,

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	natsgo "github.com/nats-io/nats.go"
 
@@ -15,8 +16,12 @@ import (
 )
 
 // rawControl returns the first rune in s, but the line end, that a
-// terminal may act on: C0, DEL, C1, U+2028/2029.
+// terminal may act on: C0, DEL, C1, U+2028/2029, or a byte that is not
+// UTF-8 (as utf8.RuneError: a raw 0x9b is the 8-bit CSI).
 func rawControl(s string) (rune, bool) {
+	if !utf8.ValidString(s) {
+		return utf8.RuneError, true
+	}
 	for _, r := range s {
 		if r != '\n' && (r < 0x20 || (r >= 0x7f && r < 0xa0) || r == 0x2028 || r == 0x2029) {
 			return r, true
@@ -96,6 +101,20 @@ func TestTailPrintsNoControlCharacters(t *testing.T) {
 	var s string
 	if err := json.Unmarshal([]byte(got), &s); err != nil || s != raw {
 		t.Errorf("-o json of what is not JSON: %q (%v), want the text as a JSON string", got, err)
+	}
+
+	// A raw 0x9b byte (not UTF-8: an 8-bit terminal's CSI) in JSON that
+	// is otherwise clean; JSON decoders read it as U+FFFD.
+	csi := `{"specversion":"1.0","id":"u.1.updated","type":"io.kubebridge.configmaps.core.updated","subject":"ns/cm` + "\x9b" + `2J","time":"2026-11-21T20:00:00Z","kbrule":"r"}`
+	for _, o := range []string{"json", "text"} {
+		got = tailOnce(t, srv, csi, "-o", o)
+		if r, ok := rawControl(got); ok {
+			t.Fatalf("-o %s printed a raw %U: %q", o, r, got)
+		}
+		var e struct{ Subject string }
+		if err := json.Unmarshal([]byte(got), &e); o == "json" && (err != nil || e.Subject != "ns/cm\uFFFD2J") {
+			t.Errorf("-o json of %q printed %q (%v), want the subject as a JSON decoder reads it", csi, got, err)
+		}
 	}
 
 	got = tailOnce(t, srv, ev, "-o", "text")

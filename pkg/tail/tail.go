@@ -168,14 +168,11 @@ func Format(natsSubject string, body []byte) string {
 	return b.String()
 }
 
-// Printable returns s as is when every rune of it is printable, and
-// otherwise quoted with Go escapes: a name or path from the cluster (RBAC
-// objects are barely validated) must not move the cursor, recolour or
-// retitle the terminal of whoever tails the events.
 // SafeJSON is data as one line that cannot drive a terminal: valid JSON
 // is compacted (JSON has raw control characters only as white space
 // between tokens) and its DEL, C1 controls and line separators, which
-// JSON allows raw in strings, escaped as \uXXXX: the same JSON value.
+// JSON allows raw in strings, escaped as \uXXXX, as are bytes that are not
+// UTF-8 (a raw 0x9b is the 8-bit CSI), as \ufffd: the same JSON value.
 // Anything else (whoever may publish on the subject can send it) is
 // printed quoted, as a JSON string.
 func SafeJSON(data []byte) []byte {
@@ -190,30 +187,42 @@ func SafeJSON(data []byte) []byte {
 	return escapeControls(b.Bytes())
 }
 
-// escapeControls replaces the runes JSON strings may hold raw but a
-// terminal acts on.
+// escapeControls replaces what JSON strings may hold raw but a terminal
+// acts on: DEL, C1 controls (U+0080 to U+009F), line separators and, as
+// \ufffd (the value a JSON decoder reads), bytes that are not UTF-8, such as
+// a raw 0x9b, the 8-bit CSI.
 func escapeControls(data []byte) []byte {
-	clean := true
-	for _, r := range string(data) {
-		if r == 0x7f || (r >= 0x80 && r <= 0x9f) || r == 0x2028 || r == 0x2029 || r < 0x20 {
-			clean = false
-			break
-		}
-	}
-	if clean {
-		return data
-	}
-	out := make([]byte, 0, len(data)+16)
-	for _, r := range string(data) {
-		if r == 0x7f || (r >= 0x80 && r <= 0x9f) || r == 0x2028 || r == 0x2029 || r < 0x20 {
-			out = fmt.Appendf(out, "\\u%04x", r)
+	var out []byte // nil while data needs no change
+	for i := 0; i < len(data); {
+		r, n := utf8.DecodeRune(data[i:])
+		if !terminalControl(r) && (r != utf8.RuneError || n > 1) {
+			if out != nil {
+				out = append(out, data[i:i+n]...)
+			}
+			i += n
 			continue
 		}
-		out = utf8.AppendRune(out, r)
+		if out == nil {
+			out = append(make([]byte, 0, len(data)+16), data[:i]...)
+		}
+		out = fmt.Appendf(out, "\\u%04x", r)
+		i += n
+	}
+	if out == nil {
+		return data
 	}
 	return out
 }
 
+// terminalControl reports whether a terminal may act on r.
+func terminalControl(r rune) bool {
+	return r < 0x20 || r == 0x7f || (r >= 0x80 && r <= 0x9f) || r == 0x2028 || r == 0x2029
+}
+
+// Printable returns s as is when every rune of it is printable, and
+// otherwise quoted with Go escapes: a name or path from the cluster (RBAC
+// objects are barely validated) must not move the cursor, recolour or
+// retitle the terminal of whoever tails the events.
 func Printable(s string) string {
 	for _, r := range s {
 		if r == utf8.RuneError || !unicode.IsPrint(r) {

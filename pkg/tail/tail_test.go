@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats-server/v2/server"
 	natsgo "github.com/nats-io/nats.go"
@@ -23,14 +24,17 @@ const updated = `{"specversion":"1.0","id":"u.7.updated","source":"kubebridge/de
 // A hostile name or patch path (RBAC objects take almost any name) is
 // printed quoted and escaped: it cannot send escape codes to the terminal.
 func TestFormatEscapesHostileNames(t *testing.T) {
-	ev := `{"specversion":"1.0","id":"u.1.updated","source":"kubebridge/demo","type":"io.kubebridge.roles.rbac%2Eauthorization%2Ek8s%2Eio.updated","subject":"ns/evil\u001b]0;pwned\u0007\u001b[2J","time":"2026-11-21T20:00:00Z","kbrule":"r","kbcluster":"demo","data":{"patch":[{"op":"add","path":"/metadata/labels/x\u009b31m","value":"\u007f"}]}}`
+	ev := `{"specversion":"1.0","id":"u.1.updated","source":"kubebridge/demo","type":"io.kubebridge.roles.rbac%2Eauthorization%2Ek8s%2Eio.updated","subject":"ns/evil\u001b]0;pwned\u0007\u001b[2J` + "\x9b" + `2J","time":"2026-11-21T20:00:00Z","kbrule":"r","kbcluster":"demo","data":{"patch":[{"op":"add","path":"/metadata/labels/x\u009b31m","value":"\u007f"}]}}`
 	got := Format("k8s.\x1b[31m", []byte(ev))
+	if !utf8.ValidString(got) {
+		t.Fatalf("bytes that are not UTF-8 printed: %q", got)
+	}
 	for _, r := range got {
 		if r != '\n' && (r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0)) {
 			t.Fatalf("control character %U printed: %q", r, got)
 		}
 	}
-	if !strings.Contains(got, `"ns/evil\x1b]0;pwned\a\x1b[2J"`) || !strings.Contains(got, `"/metadata/labels/x\u009b31m"`) {
+	if !strings.Contains(got, `"ns/evil\x1b]0;pwned\a\x1b[2J`+"\uFFFD"+`2J"`) || !strings.Contains(got, `"/metadata/labels/x\u009b31m"`) {
 		t.Errorf("names not shown escaped: %q", got)
 	}
 	if got := Format("k8s.\x1b[31m", []byte("nope")); strings.ContainsRune(got, 0x1b) {
@@ -139,9 +143,14 @@ func TestSafeJSON(t *testing.T) {
 		"{\"del\":\"x\x7fy\",\"c1\":\"\u0085\u009b\",\"ls\":\"\u2028\"}",
 		"{\n\t\"spaced\": true\r\n}",
 		"not json \x1b[2J \x07 \xff",
+		"{\"csi8\":\"x\x9b2Jy\",\"\x9b\":\"\xc2\"}", // raw bytes, not UTF-8, that an 8-bit terminal reads as CSI
+		"not json \x9b2J",
 		`{"plain":"ok"}`,
 	} {
 		out := SafeJSON([]byte(in))
+		if !utf8.Valid(out) {
+			t.Errorf("SafeJSON(%q) = %q holds bytes that are not UTF-8", in, out)
+		}
 		for _, r := range string(out) {
 			if r < 0x20 || r == 0x7f || (r >= 0x80 && r <= 0x9f) || r == 0x2028 || r == 0x2029 {
 				t.Errorf("SafeJSON(%q) = %q holds %U", in, out, r)
