@@ -141,8 +141,8 @@ cluster: dev
 sinks:
   - name: am
     webhook:
-      url: http://127.0.0.1:9093/api/v2/alerts
-      preset: alertmanager
+      url: https://hooks.example.com/
+      preset: generic
       request: {for: 1m}
     replayEvery: 5m
 rules:

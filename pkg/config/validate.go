@@ -125,6 +125,7 @@ func (c *Config) Validate() error {
 			errs = append(errs, WarningAt(at, "waits %s, but the sink's replay, which ends the wait, comes every %s: it may fire up to %s late", wait, s.ReplayEvery.D(), s.ReplayEvery.D()))
 		}
 	}
+	errs = append(errs, c.validateAlertLifetimes()...)
 	return errors.Join(errs...)
 }
 

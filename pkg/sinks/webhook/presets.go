@@ -41,8 +41,10 @@ var Presets = map[string]Request{
 			                   "id": event.id, "uid": object.metadata.uid}}`,
 	},
 	// Alertmanager API v2 (POST /api/v2/alerts): one alert per object in
-	// the view, resolved when it leaves; pair it with replayEvery (shorter
-	// than 5m) so firing alerts are re-sent.
+	// the view, resolved when it leaves. Each send keeps it active for 5m
+	// (endsAt), so the sink's replay must re-send it well within that:
+	// validate requires replayEvery (at most 2m30s; 1m15s, four re-sends
+	// per endsAt as Prometheus does, without a warning; AlertLifetime).
 	"alertmanager": {
 		Method: "POST",
 		Body: `[{"labels": {"alertname": event.rule, "cluster": event.cluster, "namespace": object.metadata.?namespace.orValue(""),
