@@ -11,6 +11,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -334,10 +335,27 @@ func optIns(allowExecPlugins bool) map[string]bool {
 
 // writeFileAtomic writes data to path through a temporary file and a
 // rename, so that a reader sees the old content or the new, never part.
+// The temporary file is new (O_EXCL, a random name in path's directory): a
+// link planted where it goes is never followed, so nothing but path is
+// written; the rename replaces a link at path itself, not its target.
 func writeFileAtomic(path string, data []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
+	if err != nil {
 		return err
 	}
-	return os.Rename(tmp, path)
+	tmp := f.Name()
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Chmod(0o644) // CreateTemp makes it 0600: readers are scripts of other users
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+	}
+	return err
 }
