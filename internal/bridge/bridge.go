@@ -177,6 +177,7 @@ func New(opts Options) *Bridge {
 		OpenStore:          b.openCheckpoint,
 		CheckpointInterval: opts.CheckpointInterval,
 		Fence:              b.fence,
+		Hold:               b.hold,
 		Latency:            latency,
 	})
 	b.metrics = newMetrics(b, latency)
@@ -349,6 +350,16 @@ func (b *Bridge) fence() error {
 		return nil
 	}
 	return b.owner.fence()
+}
+
+// hold tags a send with the leader's fencing token (sinks.Fence: one
+// shard, the leader Lease's transitions as epoch), for destinations that
+// check it. Alone, none: no other replica can have sent.
+func (b *Bridge) hold(ctx context.Context) (context.Context, context.CancelFunc) {
+	if b.owner == nil {
+		return ctx, func() {}
+	}
+	return sinks.WithFence(ctx, sinks.Fence{Shards: 1, Epoch: b.owner.lock.epoch.Load()}), func() {}
 }
 
 // reconciled reconciles the views once the caches synced and logs the

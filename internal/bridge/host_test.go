@@ -242,6 +242,8 @@ func TestEmbeddedSinkHoldsCheckpointAndDeadLetters(t *testing.T) {
 type memStore struct {
 	mu     sync.Mutex
 	kv     map[string][]byte
+	revs   map[string]uint64 // a key's last revision, a deletion's too
+	seq    uint64
 	dead   []string // subject: event id
 	closed bool
 }
@@ -257,37 +259,44 @@ func (m *memStore) Put(_ context.Context, _ string, evs []*event.Event, _ error)
 
 type memBucket struct{ *memStore }
 
-func (b memBucket) Get(_ context.Context, key string) ([]byte, bool, error) {
+func (b memBucket) Get(_ context.Context, key string) (sinks.KVEntry, bool, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	v, ok := b.kv[key]
-	return v, ok, nil
+	return sinks.KVEntry{Value: v, Revision: b.revs[key]}, ok, nil
 }
 
-func (b memBucket) Put(_ context.Context, key string, value []byte) error {
+// write applies a write expecting last, as a bucket that fences does.
+func (b memBucket) write(key string, last uint64, apply func()) (uint64, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
-		return errors.New("closed")
+		return 0, errors.New("closed")
 	}
-	b.kv[key] = value
-	return nil
+	if b.revs[key] != last {
+		return 0, &sinks.RevisionError{Key: key, Current: b.revs[key], Err: errors.New("wrong last revision")}
+	}
+	apply()
+	b.seq++
+	b.revs[key] = b.seq
+	return b.seq, nil
 }
 
-func (b memBucket) Delete(_ context.Context, key string) error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	delete(b.kv, key)
-	return nil
+func (b memBucket) Put(_ context.Context, key string, value []byte, last uint64) (uint64, error) {
+	return b.write(key, last, func() { b.kv[key] = value })
 }
 
-func (b memBucket) List(_ context.Context, prefix string) (map[string][]byte, error) {
+func (b memBucket) Delete(_ context.Context, key string, last uint64) (uint64, error) {
+	return b.write(key, last, func() { delete(b.kv, key) })
+}
+
+func (b memBucket) List(_ context.Context, prefix string) (map[string]sinks.KVEntry, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	out := map[string][]byte{}
+	out := map[string]sinks.KVEntry{}
 	for k, v := range b.kv {
 		if strings.HasPrefix(k, prefix) {
-			out[k] = v
+			out[k] = sinks.KVEntry{Value: v, Revision: b.revs[k]}
 		}
 	}
 	return out, nil
@@ -310,7 +319,7 @@ func memFactory(opened *int) sinks.Factory {
 	store := func(ctx context.Context, s sinks.Settings) (*memStore, error) {
 		v, err := s.Host.Shared(ctx, "mem."+s.Config.Name, func(context.Context) (any, func(context.Context) error, error) {
 			*opened++
-			m := &memStore{kv: map[string][]byte{}}
+			m := &memStore{kv: map[string][]byte{}, revs: map[string]uint64{}}
 			return m, func(context.Context) error { m.mu.Lock(); m.closed = true; m.mu.Unlock(); return nil }, nil
 		})
 		if err != nil {

@@ -41,6 +41,7 @@ type fencedLock struct {
 	resourcelock.Interface
 	base    time.Time    // monotonic origin: the fence must not move with the wall clock
 	renewed atomic.Int64 // when the last successful Create/Update started, in nanos since base, +1; 0: never
+	epoch   atomic.Uint64 // the Lease's transitions as this replica last wrote it: the fencing token's epoch
 }
 
 // Create and Update record when a successful write started: the Lease
@@ -50,6 +51,7 @@ func (l *fencedLock) Create(ctx context.Context, r resourcelock.LeaderElectionRe
 	start := time.Now()
 	err := l.Interface.Create(ctx, r)
 	if err == nil && r.HolderIdentity == l.Identity() {
+		l.epoch.Store(uint64(max(r.LeaderTransitions, 0)))
 		l.renewed.Store(int64(start.Sub(l.base)) + 1)
 	}
 	return err
@@ -59,6 +61,7 @@ func (l *fencedLock) Update(ctx context.Context, r resourcelock.LeaderElectionRe
 	start := time.Now()
 	err := l.Interface.Update(ctx, r)
 	if err == nil && r.HolderIdentity == l.Identity() {
+		l.epoch.Store(uint64(max(r.LeaderTransitions, 0)))
 		l.renewed.Store(int64(start.Sub(l.base)) + 1)
 	}
 	return err

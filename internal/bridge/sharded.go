@@ -23,6 +23,7 @@ import (
 	"github.com/kubebridge/kubebridge/pkg/event"
 	"github.com/kubebridge/kubebridge/pkg/filters"
 	"github.com/kubebridge/kubebridge/pkg/informer"
+	"github.com/kubebridge/kubebridge/pkg/sinks"
 )
 
 // sharded is ownership by shards (config sharding): a shards.Owner holds
@@ -183,8 +184,12 @@ func (s *sharded) Acquired(ctx context.Context, i int) error {
 			OpenStore:          s.openStore(i),
 			CheckpointInterval: b.opts.CheckpointInterval,
 			Fence:              func() error { return s.owner.Fence(i) },
-			Hold:               func(ctx context.Context) (context.Context, context.CancelFunc) { return s.owner.Hold(ctx, i) },
-			Latency:            b.metrics.latency,
+			Hold: func(ctx context.Context) (context.Context, context.CancelFunc) {
+				ctx, release := s.owner.Hold(ctx, i)
+				epoch, _ := shards.HoldEpoch(ctx)
+				return sinks.WithFence(ctx, sinks.Fence{Shard: i, Shards: s.space.N, Epoch: epoch}), release
+			},
+			Latency: b.metrics.latency,
 		})
 		run = &shardRun{d: d}
 		s.mu.Lock()

@@ -4,26 +4,71 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"hash/maphash"
 	"strings"
+	"sync"
 
 	"github.com/kubebridge/kubebridge/pkg/sinks"
 )
 
 // KV is a Store in a key-value bucket of a sink's destination (sinks.KV,
 // which a sink type provides: the nats sink's is a JetStream KV bucket), so
-// that a bridge in another pod (a new leader) resumes where the last one
-// stopped. Keys are <sink>.<rule>.<base64url(object key)>, values JSON
-// entries: the format is the checkpoint's, whatever holds the bucket.
+// that a bridge in another pod (a new leader, a shard's new owner) resumes
+// where the last one stopped. Keys are <sink>.<rule>.<base64url(object
+// key)>, values JSON entries: the format is the checkpoint's, whatever holds
+// the bucket.
+//
+// Fenced where it lands: every write expects the key's last revision as
+// this store last wrote or read it, and the bucket refuses it otherwise. A
+// write that a replica sent before it gave its shard up (a stalled link, a
+// buffer) and that lands after the shard's new owner wrote the key is
+// refused, never stored. The store's own writes run while their owner may
+// write (the recorder's context ends with its hold), so a refusal there
+// means the key was written before this owner's time (a predecessor's late
+// write, or a write this store never saw): it adopts the bucket's
+// revision and writes again.
 type KV struct {
-	kv sinks.KV
+	kv   sinks.KV
+	seed maphash.Seed
+	mu   sync.Mutex
+	revs map[uint64]uint64 // hash of a key -> its last revision known here
 }
 
 // NewKV returns the store in bucket.
-func NewKV(bucket sinks.KV) *KV { return &KV{kv: bucket} }
+func NewKV(bucket sinks.KV) *KV {
+	return &KV{kv: bucket, seed: maphash.MakeSeed(), revs: map[uint64]uint64{}}
+}
+
+// maxRefusals bounds how often one change is written again after the
+// bucket refused its expected revision: more means another writer keeps
+// writing the key, and the next flush tries again.
+const maxRefusals = 3
 
 func kvKey(sink, rule, key string) string {
 	return sink + "." + rule + "." + base64.RawURLEncoding.EncodeToString([]byte(key))
+}
+
+// rev returns the revision known for key (0: none).
+func (k *KV) rev(key string) uint64 {
+	h := maphash.String(k.seed, key)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.revs[h]
+}
+
+// learn records key's last revision; 0 forgets it (a deleted key: the
+// next write learns the deletion's revision from the bucket's refusal).
+func (k *KV) learn(key string, rev uint64) {
+	h := maphash.String(k.seed, key)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if rev == 0 {
+		delete(k.revs, h)
+	} else {
+		k.revs[h] = rev
+	}
 }
 
 // Load reads the view of sink's rule.
@@ -44,10 +89,11 @@ func (k *KV) Load(ctx context.Context, sink, rule string) (map[string]Entry, err
 			return nil, fmt.Errorf("%w: key %s: %v", ErrCorrupt, key, err)
 		}
 		var entry Entry
-		if err := json.Unmarshal(value, &entry); err != nil {
+		if err := json.Unmarshal(value.Value, &entry); err != nil {
 			return nil, fmt.Errorf("%w: key %s: %v", ErrCorrupt, key, err)
 		}
 		out[string(raw)] = entry
+		k.learn(key, value.Revision)
 	}
 	return out, nil
 }
@@ -57,34 +103,78 @@ func (k *KV) Load(ctx context.Context, sink, rule string) (map[string]Entry, err
 func (k *KV) Apply(ctx context.Context, changes []Change) error {
 	for _, c := range changes {
 		key := kvKey(c.Sink, c.Rule, c.Key)
+		var err error
 		if c.Entry == nil {
-			if c.IfUID != "" {
-				v, ok, err := k.kv.Get(ctx, key)
-				if err != nil {
-					return err
-				}
-				if !ok {
-					continue
-				}
-				var held Entry
-				if json.Unmarshal(v, &held) == nil && held.UID != c.IfUID {
-					continue
-				}
+			err = k.delete(ctx, key, c.IfUID)
+		} else {
+			var v []byte
+			if v, err = json.Marshal(c.Entry); err == nil {
+				err = k.put(ctx, key, v)
 			}
-			if err := k.kv.Delete(ctx, key); err != nil {
-				return err
-			}
-			continue
 		}
-		v, err := json.Marshal(c.Entry)
 		if err != nil {
-			return err
-		}
-		if err := k.kv.Put(ctx, key, v); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// put writes value under key, expecting the revision known for it.
+func (k *KV) put(ctx context.Context, key string, value []byte) error {
+	for refused := 0; ; refused++ {
+		rev, err := k.kv.Put(ctx, key, value, k.rev(key))
+		if err == nil {
+			k.learn(key, rev)
+			return nil
+		}
+		if !k.adopt(key, err, refused) {
+			return err
+		}
+	}
+}
+
+// delete removes key, expecting the revision known for it; with ifUID,
+// only while the entry it holds is that incarnation's (read, then removed
+// at the revision read: a write in between is a refusal, and read again).
+func (k *KV) delete(ctx context.Context, key, ifUID string) error {
+	for refused := 0; ; refused++ {
+		last := k.rev(key)
+		if ifUID != "" {
+			e, ok, err := k.kv.Get(ctx, key)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return nil
+			}
+			var held Entry
+			if json.Unmarshal(e.Value, &held) == nil && held.UID != ifUID {
+				k.learn(key, e.Revision)
+				return nil
+			}
+			last = e.Revision
+		}
+		_, err := k.kv.Delete(ctx, key, last)
+		if err == nil {
+			k.learn(key, 0)
+			return nil
+		}
+		if !k.adopt(key, err, refused) {
+			return err
+		}
+	}
+}
+
+// adopt learns the revision a refusal names and says whether to write
+// again: the bucket refused the expected revision, the write's context is
+// live (its owner may still write), and it was not refused too often.
+func (k *KV) adopt(key string, err error, refused int) bool {
+	var re *sinks.RevisionError
+	if !errors.As(err, &re) || refused >= maxRefusals {
+		return false
+	}
+	k.learn(key, re.Current)
+	return true
 }
 
 // Close closes the bucket (the connection under it is the host's).

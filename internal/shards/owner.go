@@ -15,10 +15,13 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 	coordclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	coreclient "k8s.io/client-go/kubernetes/typed/core/v1"
 )
 
 // LabelGroup labels the Leases of one group of replicas (shard and member
@@ -33,6 +36,10 @@ const labelRole = "kubebridge.io/role"
 // twice), a process never is. A replica trusts a Lease as its own only
 // when both match.
 const annotationInstance = "kubebridge.io/instance"
+
+// annotationPod is the uid of the Pod a member Lease's replica runs in
+// (MemberPods).
+const annotationPod = "kubebridge.io/pod-uid"
 
 // Options configure an Owner.
 type Options struct {
@@ -49,6 +56,26 @@ type Options struct {
 	// election. Defaults 15s, 10s, 2s.
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	Logger                                    *slog.Logger
+	// Pods, when set, counts a member only when it is verifiably a
+	// replica (MemberPods). Nil: every member Lease of the group counts
+	// (replicas that are not Pods: tests, a bridge run by hand).
+	Pods *MemberPods
+}
+
+// MemberPods makes membership verifiable. Each member shrinks every
+// replica's share, so whoever may write Leases in the namespace could
+// otherwise add members that take no shard, leaving shards undelivered.
+// With it, a member Lease counts only when it is named after its holder
+// (<group>-member-<hash of holder>), its holder names a Pod of Pods that
+// exists, runs (phase Running, not being deleted) and matches Selector
+// (the chart's selector labels), and the Lease carries that Pod's uid
+// (annotationPod), which each replica writes from UID: a Pod's uid is
+// new with every Pod, so a Lease cannot name a Pod that is gone or
+// another one under the same name.
+type MemberPods struct {
+	Pods     coreclient.PodInterface // of the Leases' namespace
+	Selector labels.Selector
+	UID      string // this replica's Pod's uid
 }
 
 // Handler is what an Owner drives, per shard. Calls for one shard never
@@ -126,6 +153,9 @@ type Owner struct {
 	// under it stop then (Hold). Replaced when a hold starts or resumes.
 	holds  []hold
 	lastOK time.Time // when the last list succeeded (the loop's)
+	// pods are the running Pods of the replicas by name, as last listed
+	// (Options.Pods; the loop's): a failed list keeps the last ones.
+	pods map[string]*corev1.Pod
 
 	mu     sync.Mutex
 	claims map[int]*claim
@@ -161,6 +191,7 @@ type claim struct {
 type hold struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
+	epoch  uint64 // the Lease's transitions when taken: the fencing token's epoch
 }
 
 // errLapsed ends the sends of a shard whose hold lapsed.
@@ -183,9 +214,12 @@ func New(opts Options, h Handler) (*Owner, error) {
 	if opts.Identity == "" {
 		return nil, errors.New("shard owner: an identity is required")
 	}
+	if opts.Pods != nil && (opts.Pods.Pods == nil || opts.Pods.Selector == nil || opts.Pods.UID == "") {
+		return nil, errors.New("shard owner: verifying members by their Pods needs the Pods' client, their selector and this replica's Pod uid")
+	}
 	o := &Owner{
 		opts: opts, h: h, logger: opts.Logger.With("identity", opts.Identity),
-		member:   fmt.Sprintf("%s-member-%016x", opts.Group, Hash(opts.Identity)),
+		member:   fmt.Sprintf("%s-member-%016x", opts.Group, Hash(opts.Identity)), // memberLease
 		instance: newInstance(),
 		base:     time.Now(),
 		renewed:  make([]atomic.Int64, opts.Shards),
@@ -222,13 +256,31 @@ var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c
 var endedHold = func() hold {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	cancel(errors.New("the shard is not held by this replica"))
-	return hold{ctx, cancel}
+	return hold{ctx: ctx, cancel: cancel}
 }()
 
-// openHold starts a new hold for shard i; o.mu held.
-func (o *Owner) openHold(i int) {
+// openHold starts a new hold for shard i under l, as written; o.mu held.
+func (o *Owner) openHold(i int, l *coordinationv1.Lease) {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	o.holds[i] = hold{ctx, cancel}
+	o.holds[i] = hold{ctx: ctx, cancel: cancel, epoch: Epoch(l)}
+}
+
+type epochKey struct{}
+
+// HoldEpoch returns the epoch of the hold a context of Hold runs under.
+func HoldEpoch(ctx context.Context) (uint64, bool) {
+	e, ok := ctx.Value(epochKey{}).(uint64)
+	return e, ok
+}
+
+// Epoch is a shard Lease's epoch: its transitions, which every change of
+// holder raises (leaseFor), and which the apiserver's optimistic
+// concurrency makes unique to one holding.
+func Epoch(l *coordinationv1.Lease) uint64 {
+	if l == nil || l.Spec.LeaseTransitions == nil {
+		return 0
+	}
+	return uint64(*l.Spec.LeaseTransitions)
 }
 
 // endHold ends shard i's hold with cause; o.mu held.
@@ -240,11 +292,15 @@ func (o *Owner) endHold(i int, cause error) {
 // Hold returns ctx cut short (with the cause) when this replica's hold on
 // shard lapses or ends: a send to a destination must not outlive the
 // fence it passed, or it could reach the destination after another
-// replica took the shard over. The CancelFunc releases its resources.
+// replica took the shard over. ctx carries the hold's epoch (HoldEpoch),
+// for a fencing token destinations can check. The CancelFunc releases its
+// resources.
 func (o *Owner) Hold(ctx context.Context, shard int) (context.Context, context.CancelFunc) {
 	o.mu.Lock()
-	h := o.holds[shard].ctx
+	hd := o.holds[shard]
 	o.mu.Unlock()
+	h := hd.ctx
+	ctx = context.WithValue(ctx, epochKey{}, hd.epoch)
 	ctx, cancel := context.WithCancelCause(ctx)
 	stop := context.AfterFunc(h, func() { cancel(context.Cause(h)) })
 	return ctx, func() { stop(); cancel(context.Canceled) }
@@ -417,7 +473,7 @@ func (o *Owner) tick(ctx context.Context, first bool) {
 	o.renewMember(ctx, leases[o.member])
 	o.renewShards(ctx, leases)
 	o.expire(time.Now())
-	members := o.liveMembers(leases, now)
+	members := o.liveMembers(ctx, leases, now)
 	o.members.Store(int64(len(members)))
 	if first || ctx.Err() != nil {
 		return
@@ -438,19 +494,69 @@ func (o *Owner) expired(l *coordinationv1.Lease, now time.Time) bool {
 }
 
 // liveMembers returns the identities of the live members, sorted, this
-// replica included.
-func (o *Owner) liveMembers(leases map[string]*coordinationv1.Lease, now time.Time) []string {
+// replica included: the holders of member Leases that changed within
+// LeaseDuration and, with Options.Pods, are verifiably replicas.
+func (o *Owner) liveMembers(ctx context.Context, leases map[string]*coordinationv1.Lease, now time.Time) []string {
 	ids := []string{o.opts.Identity}
+	var candidates []*coordinationv1.Lease
 	for _, l := range leases {
 		if l.Labels[labelRole] != "member" || l.Name == o.member || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" || o.expired(l, now) {
 			continue
 		}
-		if !slices.Contains(ids, *l.Spec.HolderIdentity) {
-			ids = append(ids, *l.Spec.HolderIdentity)
+		candidates = append(candidates, l)
+	}
+	if o.opts.Pods != nil && len(candidates) > 0 {
+		o.listPods(ctx)
+	}
+	for _, l := range candidates {
+		id := *l.Spec.HolderIdentity
+		if o.opts.Pods != nil && !o.verified(l, id) {
+			continue
+		}
+		if !slices.Contains(ids, id) {
+			ids = append(ids, id)
 		}
 	}
 	slices.Sort(ids)
 	return ids
+}
+
+// listPods reads the running Pods of the replicas (Options.Pods) into
+// o.pods; on failure the last ones stay, so that an apiserver hiccup does
+// not make this replica alone.
+func (o *Owner) listPods(ctx context.Context) {
+	lctx, cancel := context.WithTimeout(ctx, o.writeTimeout())
+	defer cancel()
+	list, err := o.opts.Pods.Pods.List(lctx, metav1.ListOptions{LabelSelector: o.opts.Pods.Selector.String()})
+	if err != nil {
+		if ctx.Err() == nil {
+			o.logger.Warn("cannot list the replicas' pods to verify the shard members; counting the last ones seen", "error", err)
+		}
+		return
+	}
+	o.pods = make(map[string]*corev1.Pod, len(list.Items))
+	for i := range list.Items {
+		p := &list.Items[i]
+		if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil && o.opts.Pods.Selector.Matches(labels.Set(p.Labels)) {
+			o.pods[p.Name] = p
+		}
+	}
+}
+
+// verified reports whether member Lease l of holder id is a replica's:
+// named after id, id a running Pod of the replicas whose uid l carries.
+func (o *Owner) verified(l *coordinationv1.Lease, id string) bool {
+	p := o.pods[id]
+	ok := l.Name == o.memberLease(id) && p != nil && l.Annotations[annotationPod] != "" && l.Annotations[annotationPod] == string(p.UID)
+	if !ok {
+		o.logger.Debug("not counting a member lease: it names no running replica pod with its uid", "lease", l.Name, "holder", id)
+	}
+	return ok
+}
+
+// memberLease is the name of the member Lease of replica id.
+func (o *Owner) memberLease(id string) string {
+	return fmt.Sprintf("%s-member-%016x", o.opts.Group, Hash(id))
 }
 
 // share is this replica's fair share of the shards among members.
@@ -483,15 +589,16 @@ func (o *Owner) leaseFor(name, role string, base *coordinationv1.Lease, now time
 	secs := int32(o.opts.LeaseDuration / time.Second)
 	t := metav1.NewMicroTime(now)
 	if !o.mine(base) {
+		// Every new holding raises the transitions, a released Lease's
+		// too: they are the shard's epoch (Epoch), which a fencing token
+		// carries and a destination may compare.
 		l.Spec.AcquireTime = &t
-		if l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "" {
-			transitions := int32(0)
-			if l.Spec.LeaseTransitions != nil {
-				transitions = *l.Spec.LeaseTransitions
-			}
-			transitions++
-			l.Spec.LeaseTransitions = &transitions
+		transitions := int32(0)
+		if l.Spec.LeaseTransitions != nil {
+			transitions = *l.Spec.LeaseTransitions
 		}
+		transitions++
+		l.Spec.LeaseTransitions = &transitions
 	}
 	l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.RenewTime = &id, &secs, &t
 	return l
@@ -507,8 +614,14 @@ func (o *Owner) write(ctx context.Context, l *coordinationv1.Lease, create bool)
 	return o.opts.Leases.Update(ctx, l, metav1.UpdateOptions{})
 }
 
+// renewMember writes this replica's member Lease, with its Pod's uid when
+// members are verified (Options.Pods).
 func (o *Owner) renewMember(ctx context.Context, current *coordinationv1.Lease) {
-	if _, err := o.write(ctx, o.leaseFor(o.member, "member", current, time.Now()), current == nil); err != nil && ctx.Err() == nil {
+	l := o.leaseFor(o.member, "member", current, time.Now())
+	if o.opts.Pods != nil {
+		l.Annotations[annotationPod] = o.opts.Pods.UID
+	}
+	if _, err := o.write(ctx, l, current == nil); err != nil && ctx.Err() == nil {
 		o.logger.Warn("cannot renew the member lease", "lease", o.member, "error", err)
 	}
 }
@@ -558,7 +671,7 @@ func (o *Owner) renewShards(ctx context.Context, leases map[string]*coordination
 				o.mark(i, start)
 				if since, _ := o.sinceRenewal(i, time.Now()); c.lapsed && since <= o.opts.RenewDeadline {
 					c.lapsed, resumed = false, true
-					o.openHold(i)
+					o.openHold(i, l)
 				}
 			}
 			o.mu.Unlock()
@@ -732,7 +845,7 @@ func (o *Owner) take(ctx context.Context, i int, current *coordinationv1.Lease, 
 	o.claims[i] = c
 	o.busy[i] = done
 	o.mark(i, start)
-	o.openHold(i)
+	o.openHold(i, l)
 	o.mu.Unlock()
 	o.acquired.Add(1)
 	o.logger.Info("took a shard; delivering it", "shard", i, "members", members)

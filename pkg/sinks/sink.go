@@ -74,19 +74,49 @@ type Settings struct {
 // the checkpoint in (Factory.KV): the checkpoint's keys and values are
 // internal/checkpoint's, the bucket's only to store. Keys are tokens of
 // letters, digits, - and _ (and =) joined by dots.
+//
+// Writes are conditional on the key's last revision, which the bucket
+// checks where it stores them: a writer that gave up what it writes (a
+// shard handed over) may have a write in flight that lands late, and it
+// must be refused if anyone wrote the key meanwhile. A refused write
+// returns a *RevisionError with the revision the bucket holds.
 type KV interface {
-	// Get returns the value of key; ok is false when it has none.
-	Get(ctx context.Context, key string) (value []byte, ok bool, err error)
-	// Put sets the value of key.
-	Put(ctx context.Context, key string, value []byte) error
-	// Delete removes key; a key that has no value is no error.
-	Delete(ctx context.Context, key string) error
+	// Get returns the value of key and its revision; ok is false when it
+	// has none.
+	Get(ctx context.Context, key string) (entry KVEntry, ok bool, err error)
+	// Put sets the value of key if its last revision (a value's or a
+	// deletion's) is last, 0 for none, and returns the new revision.
+	Put(ctx context.Context, key string, value []byte, last uint64) (uint64, error)
+	// Delete removes key if its last revision is last, and returns the
+	// revision of the deletion.
+	Delete(ctx context.Context, key string, last uint64) (uint64, error)
 	// List returns every key that starts with prefix, whole tokens of it
-	// (prefix ends with a dot), and its value.
-	List(ctx context.Context, prefix string) (map[string][]byte, error)
+	// (prefix ends with a dot), and its value and revision.
+	List(ctx context.Context, prefix string) (map[string]KVEntry, error)
 	// Close releases the bucket, not what it shares through the Host.
 	Close() error
 }
+
+// KVEntry is a key's value and the revision that wrote it.
+type KVEntry struct {
+	Value    []byte
+	Revision uint64
+}
+
+// RevisionError is a KV write refused because the key's last revision is
+// not the one the write expected: Current is the bucket's (0 when the
+// bucket did not say). It is a refusal by the destination's fence.
+type RevisionError struct {
+	Key     string
+	Current uint64
+	Err     error
+}
+
+func (e *RevisionError) Error() string {
+	return fmt.Sprintf("key %s: written meanwhile (revision %d): %v", e.Key, e.Current, e.Err)
+}
+
+func (e *RevisionError) Unwrap() []error { return []error{ErrFenced, e.Err} }
 
 // Factory is a sink type as a component: the config key that selects it,
 // its config (defaults in NewConfig, checks in the config's Validate

@@ -143,7 +143,7 @@ func rawMessages(b *testing.B, nc *natsgo.Conn, evs []*event.Event) []*natsgo.Ms
 	out := make([]*natsgo.Msg, len(evs))
 	for i, e := range evs {
 		out[i] = natsgo.NewMsg("")
-		if _, err := s.fill(out[i], e, nil, 0); err != nil {
+		if _, err := s.fill(out[i], e, nil, 0, nil); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -42,6 +42,8 @@ type Config struct {
 	JetStream bool `yaml:"jetstream"`
 	// MaxPending is, with jetstream, the most published events awaiting their PubAck at once, across the sink's concurrent batches (an object never has two events in flight). Default 256, one full batch: a batch goes out in one go, and what the client holds for acknowledgement (and re-sends after a failure) stays bounded however many batches run at once.
 	MaxPending int `yaml:"maxPending"`
+	// Fence, with jetstream, makes every publish carry the sequence of the object's last message as an expectation the stream enforces (Nats-Expected-Last-Subject-Sequence over the object's subjects), so a replica that gave an object up can never store a message after its successor's (docs/sharding.md, "Fencing"). It needs a subject template with {name}. Default true; false only for a stream that rewrites subjects (subject transforms), where the expectation cannot be checked.
+	Fence bool `yaml:"fence"`
 	// Stream, when set, is created or updated at start (dev and single-node setups); in production streams are usually managed elsewhere.
 	Stream *Stream `yaml:"stream"`
 }
@@ -71,6 +73,7 @@ const maxMaxPending = 65536
 func (n *Config) SetDefaults() {
 	n.Subject = DefaultSubject
 	n.MaxPending = DefaultMaxPending
+	n.Fence = true
 }
 
 // SetDefaults keeps stored events on disk and dedupes replays for 2 minutes.

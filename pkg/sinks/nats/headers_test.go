@@ -31,13 +31,13 @@ func TestFillSizeMatchesClient(t *testing.T) {
 			event.Build(testRule, event.Transition{Change: event.Deleted, Object: ev("prod", "b", 4, 5).Object(), Reason: "unmatched", Replay: event.ReplayCheckpoint}),
 		} {
 			msg := s.getMsg()
-			_, err := s.fill(msg, e, nil, 0)
+			_, err := s.fill(msg, e, nil, 0, nil)
 			must(t, err)
 			exact := int64(msg.Size() - len(msg.Subject))
-			if _, err := s.fill(msg, e, nil, exact); err != nil {
+			if _, err := s.fill(msg, e, nil, exact, nil); err != nil {
 				t.Errorf("jetstream=%v %s: refused at exactly the limit (%d): %v", js, e.ID, exact, err)
 			}
-			if _, err := s.fill(msg, e, nil, exact-1); err == nil {
+			if _, err := s.fill(msg, e, nil, exact-1, nil); err == nil {
 				t.Errorf("jetstream=%v %s: %d bytes went under a limit of %d", js, e.ID, exact, exact-1)
 			}
 		}

@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -63,6 +64,8 @@ type Sink struct {
 	logger   *slog.Logger
 	embedded *server.Server // when the sink runs its own server
 	window   chan struct{}  // JetStream: a slot per publish awaiting its PubAck
+	fence    *lastSeqs      // JetStream fenced: each object's last stored sequence (fence.go)
+	refused  atomic.Int64   // publishes the stream's fence refused, late ones included
 	msgs     sync.Pool      // *natsgo.Msg to reuse
 
 	cur      atomic.Pointer[link]
@@ -136,6 +139,9 @@ func Connect(ctx context.Context, name string, c *Config, logger *slog.Logger) (
 			window = DefaultMaxPending
 		}
 		s.window = make(chan struct{}, window)
+		if c.Fence && tmpl.names() {
+			s.fence = newLastSeqs()
+		}
 	}
 	l, err := s.dial(opts)
 	if err != nil {
@@ -166,7 +172,14 @@ func (s *Sink) dial(opts []natsgo.Option) (*link, error) {
 		// is a backstop, above what a Send that gave up may leave behind
 		// until the client times it out. The timeout also frees the client
 		// of publishes whose PubAck never comes.
-		l.js, err = jetstream.New(nc, jetstream.WithPublishAsyncTimeout(ackTimeout), jetstream.WithPublishAsyncMaxPending(2*cap(s.window)))
+		// Refusals by the fence are counted however late they come: a
+		// Send cut short no longer waits for its PubAcks.
+		onErr := jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, _ *natsgo.Msg, err error) {
+			if _, _, ok := fenceRefused(err); ok {
+				s.refused.Add(1)
+			}
+		})
+		l.js, err = jetstream.New(nc, jetstream.WithPublishAsyncTimeout(ackTimeout), jetstream.WithPublishAsyncMaxPending(2*cap(s.window)), onErr)
 		if err != nil {
 			nc.Close()
 			return nil, err
@@ -367,7 +380,7 @@ func (s *Sink) sendCore(ctx context.Context, l *link, events []*event.Event) err
 	limit := l.nc.MaxPayload()
 	for i, e := range events {
 		var err error
-		buf, err = s.fill(msg, e, buf, limit)
+		buf, err = s.fill(msg, e, buf, limit, nil)
 		if err == nil {
 			err = classify(l.nc.PublishMsg(msg))
 		}
@@ -439,10 +452,12 @@ func (s *Sink) sendJetStream(ctx context.Context, l *link, events []*event.Event
 		i   int
 		f   jetstream.PubAckFuture
 		msg *natsgo.Msg
+		obj uint64 // the object's filter hash when fenced
 	}
+	var adopted []uint8 // per event: how often its expectation was refused (fence.go)
 	flights := make([]flight, 0, min(n, cap(s.window)))
-	var subj [128]byte
-	buf := subj[:0]
+	var subj, filt [128]byte
+	buf, filter := subj[:0], filt[:0]
 	limit := l.nc.MaxPayload()
 	var stop error // set when nothing more is published
 	// holdBack fails the events of i's object after i.
@@ -464,15 +479,22 @@ func (s *Sink) sendJetStream(ctx context.Context, l *link, events []*event.Event
 			return
 		}
 		msg := s.getMsg()
+		var obj uint64
+		var exp *expectation
+		if s.fence != nil {
+			filter = s.subject.appendFilterTo(filter[:0], events[i])
+			obj = s.fence.hash(filter)
+			exp = &expectation{filter: filter, seq: s.fence.get(obj)}
+		}
 		var err error
-		buf, err = s.fill(msg, events[i], buf, limit)
+		buf, err = s.fill(msg, events[i], buf, limit, exp)
 		var f jetstream.PubAckFuture
 		if err == nil {
 			f, err = l.js.PublishMsgAsync(msg, pubOpts...)
 			err = classify(err)
 		}
 		if err == nil {
-			flights = append(flights, flight{i, f, msg})
+			flights = append(flights, flight{i, f, msg, obj})
 			return
 		}
 		s.release()
@@ -511,7 +533,7 @@ func (s *Sink) sendJetStream(ctx context.Context, l *link, events []*event.Event
 			win = s.window
 		}
 		fl := flights[0]
-		slot, resolved, err := s.await(ctx, l, fl.f, win)
+		slot, ack, resolved, err := s.await(ctx, l, fl.f, win)
 		if slot { // freed by another Send
 			publish()
 			continue
@@ -522,10 +544,39 @@ func (s *Sink) sendJetStream(ctx context.Context, l *link, events []*event.Event
 			s.putMsg(fl.msg) // the client is done with it
 		}
 		if err == nil { // a duplicate too: ids are unique per transition, so the stream holds this very event
+			if s.fence != nil {
+				if events[fl.i].Change == event.Deleted {
+					s.fence.forget(fl.obj)
+				} else {
+					s.fence.set(fl.obj, ack.Sequence)
+				}
+			}
 			if j := next[fl.i]; j >= 0 {
 				ready = append(ready, j)
 			}
 			continue
+		}
+		if found, known, ok := fenceRefused(err); ok && s.fence != nil { // counted by the link's handler
+			// Another writer stored a message of the object since the
+			// sequence this one expected. This Send may still send (its
+			// context is live): whatever landed is older than this event,
+			// so it adopts the stream's sequence and publishes again.
+			if adopted == nil {
+				adopted = make([]uint8, n)
+			}
+			if adopted[fl.i] < maxAdopt && ctx.Err() == nil {
+				adopted[fl.i]++
+				if !known {
+					filter = s.subject.appendFilterTo(filter[:0], events[fl.i])
+					found, err = lastStored(ctx, l.js, string(filter))
+				}
+				if err == nil || known {
+					s.fence.adopt(fl.obj, found)
+					ready = append(ready, fl.i)
+					continue
+				}
+			}
+			err = sinks.Fenced(err)
 		}
 		err = classify(err)
 		out.fail(fl.i, err)
@@ -586,28 +637,28 @@ func (s *Sink) release() { <-s.window }
 // a disconnect), or, when win is not nil, for a slot of the window (slot:
 // the caller holds it now). resolved is false when it gave up first (ctx,
 // closed connection): the client may still hold the message.
-func (s *Sink) await(ctx context.Context, l *link, f jetstream.PubAckFuture, win chan struct{}) (slot, resolved bool, err error) {
+func (s *Sink) await(ctx context.Context, l *link, f jetstream.PubAckFuture, win chan struct{}) (slot bool, ack *jetstream.PubAck, resolved bool, err error) {
 	select {
-	case <-f.Ok():
-		return false, true, nil
+	case ack := <-f.Ok():
+		return false, ack, true, nil
 	case err := <-f.Err():
-		return false, true, err
+		return false, nil, true, err
 	case win <- struct{}{}:
-		return true, false, nil
+		return true, nil, false, nil
 	case <-ctx.Done():
 	case <-l.closed:
 	}
 	select { // what did arrive still counts
-	case <-f.Ok():
-		return false, true, nil
+	case ack := <-f.Ok():
+		return false, ack, true, nil
 	case err := <-f.Err():
-		return false, true, err
+		return false, nil, true, err
 	default:
 	}
 	if err := ctx.Err(); err != nil {
-		return false, false, err
+		return false, nil, false, err
 	}
-	return false, false, natsgo.ErrConnectionClosed
+	return false, nil, false, natsgo.ErrConnectionClosed
 }
 
 func notPublished(cause error) error {
@@ -642,7 +693,7 @@ const (
 // headers (and Nats-Msg-Id with JetStream). buf is scratch space for the
 // subject, returned for the next call; limit is the server's max_payload
 // (0: unknown).
-func (s *Sink) fill(msg *natsgo.Msg, e *event.Event, buf []byte, limit int64) ([]byte, error) {
+func (s *Sink) fill(msg *natsgo.Msg, e *event.Event, buf []byte, limit int64, exp *expectation) ([]byte, error) {
 	body, err := e.Structured()
 	if err != nil {
 		return buf, sinks.Permanent(fmt.Errorf("encoding event %s: %w", e.ID, err))
@@ -673,6 +724,11 @@ func (s *Sink) fill(msg *natsgo.Msg, e *event.Event, buf []byte, limit int64) ([
 	if s.jet {
 		set(jetstream.MsgIDHeader, e.ID)
 	}
+	if exp != nil {
+		var seq [20]byte
+		set(jetstream.ExpectedLastSubjSeqHeader, string(strconv.AppendUint(seq[:0], exp.seq, 10)))
+		set(jetstream.ExpectedLastSubjSeqSubjHeader, string(exp.filter))
+	}
 	// Percent-encoded as in the CloudEvents HTTP binding: nats.go would
 	// turn a CR or LF in a header into a space, so two names could look
 	// alike.
@@ -688,6 +744,13 @@ func (s *Sink) fill(msg *natsgo.Msg, e *event.Event, buf []byte, limit int64) ([
 		}
 	}
 	return buf, nil
+}
+
+// expectation is what a fenced publish expects of the stream: seq is the
+// last message of the subjects filter matches (fence.go).
+type expectation struct {
+	filter []byte
+	seq    uint64
 }
 
 // ceHeader is the header of a CloudEvents attribute, without building the

@@ -21,7 +21,7 @@ import (
 )
 
 func sinkConfig(url string, js bool) *Config {
-	c := &Config{URL: url, Subject: DefaultSubject, JetStream: js}
+	c := &Config{URL: url, Subject: DefaultSubject, JetStream: js, Fence: js}
 	if js {
 		c.Stream = &Stream{Name: "K8S", Storage: "file", DuplicateWindow: config.Duration(10 * time.Minute)}
 	}

@@ -136,6 +136,33 @@ func (t subjectTemplate) appendTo(b []byte, e *event.Event) []byte {
 	return b
 }
 
+// appendFilterTo appends the filter that matches every subject of e's
+// object: the tokens that vary per event ({type}, {rule}) become "*".
+func (t subjectTemplate) appendFilterTo(b []byte, e *event.Event) []byte {
+	for _, p := range t.parts {
+		switch p.placeholder {
+		case "":
+			b = append(b, p.literal...)
+		case "type", "rule":
+			b = append(b, '*')
+		default:
+			b = appendToken(b, placeholderValue(p.placeholder, e))
+		}
+	}
+	return b
+}
+
+// names says whether the template has a {name} token: only then are an
+// object's subjects its own, and can the stream fence it (fence.go).
+func (t subjectTemplate) names() bool {
+	for _, p := range t.parts {
+		if p.placeholder == "name" {
+			return true
+		}
+	}
+	return false
+}
+
 func placeholderValue(name string, e *event.Event) string {
 	switch name {
 	case "cluster":

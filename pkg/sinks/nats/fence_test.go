@@ -1,0 +1,154 @@
+package nats
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/kubebridge/kubebridge/pkg/event"
+	"github.com/kubebridge/kubebridge/pkg/sinks"
+)
+
+// lastOf returns the ce-id of the stream's last message of ns/name's
+// subjects, 0 messages: "".
+func lastOf(t *testing.T, url, ns, name string) (id string, seq uint64) {
+	t.Helper()
+	nc, err := natsgo.Connect(url)
+	must(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	must(t, err)
+	st, err := js.Stream(context.Background(), "K8S")
+	must(t, err)
+	m, err := st.GetLastMsgForSubject(context.Background(), "k8s.c.apps.deployments."+ns+"."+name+".*")
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return "", 0
+	}
+	must(t, err)
+	return m.Header.Get("ce-id"), m.Sequence
+}
+
+// A replica that gave an object up may still have bytes in flight (a
+// stalled link, a buffer). They carry the sequence of the object's last
+// message as that replica knew it, and the stream refuses them once the
+// successor wrote the object: the stream's last message of the object
+// stays the successor's. The successor, which never published the object,
+// adopts the stream's sequence on its first publish and goes on.
+func TestStaleOwnersLateWriteIsRefusedByTheStream(t *testing.T) {
+	srv := startServer(t, 0)
+	ctx := context.Background()
+	a, err := Connect(ctx, "bus", sinkConfig(srv.ClientURL(), true), nil)
+	must(t, err)
+	defer a.Close(ctx)
+	b, err := Connect(ctx, "bus", sinkConfig(srv.ClientURL(), true), nil)
+	must(t, err)
+	defer b.Close(ctx)
+
+	must(t, a.Send(ctx, []*event.Event{ev("prod", "x", 1, 10)}))
+	// What a has in flight when it gives x up: an update, rendered with the
+	// expectation a holds, not yet landed.
+	late := a.getMsg()
+	var filter []byte
+	filter = a.subject.appendFilterTo(filter, ev("prod", "x", 2, 10))
+	if _, err := a.fill(late, ev("prod", "x", 2, 10), nil, 0, &expectation{filter: filter, seq: a.fence.get(a.fence.hash(filter))}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The successor sends x's update and deletion.
+	deleted := ev("prod", "x", 3, 10)
+	deleted.Change = event.Deleted
+	must(t, b.Send(ctx, []*event.Event{ev("prod", "x", 3, 10)}))
+	must(t, b.Send(ctx, []*event.Event{deleted}))
+	if got := b.refused.Load(); got != 1 {
+		t.Errorf("the successor's expectation was refused %d times, want once (it had never published x, then adopted)", got)
+	}
+	wantID, wantSeq := lastOf(t, srv.ClientURL(), "prod", "x")
+	if wantID != deleted.ID {
+		t.Fatalf("last message of x = %s, want the successor's deletion %s", wantID, deleted.ID)
+	}
+
+	// a's bytes land now.
+	nc, err := natsgo.Connect(srv.ClientURL())
+	must(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	must(t, err)
+	_, err = js.PublishMsg(ctx, late)
+	found, known, ok := fenceRefused(err)
+	if !ok || !known || found != wantSeq {
+		t.Fatalf("the late write: %v; want refused by the stream, naming sequence %d", err, wantSeq)
+	}
+	if id, _ := lastOf(t, srv.ClientURL(), "prod", "x"); id != deleted.ID {
+		t.Fatalf("after the late write, the last message of x is %s, want the deletion %s", id, deleted.ID)
+	}
+
+	// A Send of a, now that its fence opened again (it owns x again):
+	// it adopts the stream's sequence and is stored after the deletion.
+	again := ev("prod", "x", 4, 10)
+	must(t, a.Send(ctx, []*event.Event{again}))
+	if id, _ := lastOf(t, srv.ClientURL(), "prod", "x"); id != again.ID {
+		t.Fatalf("last message of x = %s, want %s", id, again.ID)
+	}
+}
+
+// A Send whose context ended (its hold lapsed) does not adopt: a refusal
+// then fails the event as fenced, retryable, never delivered.
+func TestRefusedWithoutHoldIsNotRetried(t *testing.T) {
+	srv := startServer(t, 0)
+	ctx := context.Background()
+	a, err := Connect(ctx, "bus", sinkConfig(srv.ClientURL(), true), nil)
+	must(t, err)
+	defer a.Close(ctx)
+	b, err := Connect(ctx, "bus", sinkConfig(srv.ClientURL(), true), nil)
+	must(t, err)
+	defer b.Close(ctx)
+	must(t, a.Send(ctx, []*event.Event{ev("prod", "y", 1, 10)}))
+	must(t, b.Send(ctx, []*event.Event{ev("prod", "y", 2, 10)}))
+	_, before := lastOf(t, srv.ClientURL(), "prod", "y")
+
+	// a's memory is stale; its expectation is refused. With its context
+	// ended right after the publish, nothing is published again.
+	cctx, cancel := context.WithCancel(ctx)
+	a.fence.adopt(a.fence.hash([]byte("k8s.c.apps.deployments.prod.y.*")), 1)
+	cancel()
+	err = a.Send(cctx, []*event.Event{ev("prod", "y", 3, 10)})
+	if err == nil {
+		t.Fatal("a Send under an ended context delivered")
+	}
+	if _, after := lastOf(t, srv.ClientURL(), "prod", "y"); after != before {
+		t.Errorf("the stream took a write from a Send whose hold had ended")
+	}
+	if sinks.IsPermanent(err) {
+		t.Errorf("err = %v: a fenced event must stay retryable, never dead-lettered", err)
+	}
+}
+
+// Objects the sink deleted are forgotten: the memory is bounded by the
+// objects that exist.
+func TestFenceForgetsDeletedObjects(t *testing.T) {
+	srv := startServer(t, 0)
+	ctx := context.Background()
+	s, err := Connect(ctx, "bus", sinkConfig(srv.ClientURL(), true), nil)
+	must(t, err)
+	defer s.Close(ctx)
+	var batch []*event.Event
+	for _, n := range []string{"a", "b", "c"} {
+		batch = append(batch, ev("prod", n, 1, 10))
+	}
+	must(t, s.Send(ctx, batch))
+	if got := s.fence.len(); got != 3 {
+		t.Fatalf("remembered %d objects, want 3", got)
+	}
+	del := ev("prod", "b", 2, 10)
+	del.Change = event.Deleted
+	must(t, s.Send(ctx, []*event.Event{del}))
+	if got := s.fence.len(); got != 2 {
+		t.Fatalf("remembered %d objects after a deletion, want 2", got)
+	}
+	// Re-created under the same name: the first publish adopts the
+	// deletion's sequence.
+	must(t, s.Send(ctx, []*event.Event{ev("prod", "b", 3, 10)}))
+}
