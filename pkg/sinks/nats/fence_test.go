@@ -3,8 +3,12 @@ package nats
 import (
 	"context"
 	"errors"
+	"net"
+	"strconv"
 	"testing"
+	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -151,4 +155,68 @@ func TestFenceForgetsDeletedObjects(t *testing.T) {
 	// Re-created under the same name: the first publish adopts the
 	// deletion's sequence.
 	must(t, s.Send(ctx, []*event.Event{ev("prod", "b", 3, 10)}))
+}
+
+// A NATS server not reachable when the bridge starts is waited for: the
+// sink's stream and the checkpoint's bucket are made once it is up,
+// instead of the start failing with "outbound buffer limit exceeded".
+func TestStartWaitsForNATS(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	url := "nats://127.0.0.1:" + strconv.Itoa(port)
+	type result struct {
+		s   *Sink
+		err error
+	}
+	done := make(chan result, 1)
+	kvDone := make(chan error, 1)
+	go func() {
+		s, err := Connect(context.Background(), "bus", sinkConfig(url, true), nil)
+		done <- result{s, err}
+	}()
+	go func() { // the checkpoint's bucket, over a connection of its own
+		opts, err := Options("bus", sinkConfig(url, true), nil)
+		if err != nil {
+			kvDone <- err
+			return
+		}
+		nc, err := natsgo.Connect(url, opts...)
+		if err != nil {
+			kvDone <- err
+			return
+		}
+		defer nc.Close()
+		kv, err := OpenKV(context.Background(), nc, "views")
+		if err == nil {
+			_, err = kv.Put(context.Background(), "k", []byte("v"), 0)
+		}
+		kvDone <- err
+	}()
+	select {
+	case r := <-done:
+		t.Fatalf("Connect returned before the server was up: %v", r.err)
+	case err := <-kvDone:
+		t.Fatalf("OpenKV returned before the server was up: %v", err)
+	case <-time.After(1500 * time.Millisecond):
+	}
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
+	must(t, err)
+	srv.Start()
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	select {
+	case r := <-done:
+		must(t, r.err)
+		defer r.s.Close(context.Background())
+		must(t, r.s.Send(context.Background(), []*event.Event{ev("prod", "a", 1, 10)}))
+	case <-time.After(20 * time.Second):
+		t.Fatal("Connect still waits 20 s after the server came up")
+	}
+	select {
+	case err := <-kvDone:
+		must(t, err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("OpenKV still waits 20 s after the server came up")
+	}
 }

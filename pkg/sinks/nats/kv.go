@@ -24,8 +24,12 @@ type KV struct {
 
 var _ sinks.KV = (*KV)(nil)
 
-// OpenKV opens (creating) the bucket over nc, keeping one value per key.
+// OpenKV opens (creating) the bucket over nc, keeping one value per key;
+// it waits for nc to connect (a server not up yet at start).
 func OpenKV(ctx context.Context, nc *natsgo.Conn, bucket string) (*KV, error) {
+	if err := waitConnected(ctx, nc, nil); err != nil {
+		return nil, fmt.Errorf("checkpoint bucket %s: %w", bucket, err)
+	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, err

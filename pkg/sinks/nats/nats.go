@@ -310,6 +310,9 @@ func (s *Sink) ensureStream(ctx context.Context, js jetstream.JetStream, c *Conf
 		storage = jetstream.MemoryStorage
 	}
 	sc := jetstream.StreamConfig{Name: st.Name, Subjects: subjects, Storage: storage, MaxAge: st.MaxAge.D(), Duplicates: st.DuplicateWindow.D()}
+	if err := waitConnected(ctx, s.Conn(), s.logger); err != nil {
+		return fmt.Errorf("creating stream %s: %w", st.Name, err)
+	}
 	var err error
 	for attempt := 0; attempt < 30; attempt++ { // the server may still be starting
 		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -322,6 +325,41 @@ func (s *Sink) ensureStream(ctx context.Context, js jetstream.JetStream, c *Conf
 	}
 	if err != nil {
 		return fmt.Errorf("creating stream %s: %w", st.Name, err)
+	}
+	return nil
+}
+
+// waitLogEvery spaces the reminders that the bridge still waits for NATS.
+const waitLogEvery = 30 * time.Second
+
+// waitConnected waits until nc is connected, or ctx ends: a server not up
+// yet (or unreachable) at start is waited for, the bridge not ready
+// meanwhile, rather than failing the start (a request while nats.go
+// reconnects is refused at once: its buffer is off).
+func waitConnected(ctx context.Context, nc *natsgo.Conn, logger *slog.Logger) error {
+	if nc.IsConnected() {
+		return nil
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	start := time.Now()
+	logged := time.Time{}
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for !nc.IsConnected() {
+		if nc.IsClosed() {
+			return natsgo.ErrConnectionClosed
+		}
+		if time.Since(logged) >= waitLogEvery {
+			logged = time.Now()
+			logger.Warn("waiting for the NATS server to be reachable", "waited", time.Since(start).Round(time.Second), "error", nc.LastError())
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("NATS not reachable (waited %s): %w", time.Since(start).Round(time.Second), ctx.Err())
+		case <-tick.C:
+		}
 	}
 	return nil
 }
