@@ -773,7 +773,7 @@ func (d *Delivery) settle(ctx context.Context, b *batch, events []*event.Event, 
 	var toDL []*event.Event
 	var dlCause, destErr, pushErr error
 	var ownReasons []string // Destination reasons of refusals about objects' own targets
-	acked, refused, plain := 0, 0, 0
+	acked, refused, plain, fenced := 0, 0, 0, 0
 	expired := d.retry.MaxElapsed > 0 && !b.since.IsZero() && now.Sub(b.since) > d.retry.MaxElapsed.D()
 	off := 0
 	for i, o := range b.objects {
@@ -803,10 +803,15 @@ func (d *Delivery) settle(ctx context.Context, b *batch, events []*event.Event, 
 				pushErr = err
 			case sinks.IsPermanent(err):
 				refused++
+			case sinks.IsFenced(err):
+				// The destination's fence refused a stale write: it works, and
+				// the event is not to be given up (whoever owns the object
+				// now writes it): retried while this replica's fence is open.
+				fenced++
 			default:
 				plain++
 			}
-			dlable := sinks.IsPermanent(err) || (expired && !dest)
+			dlable := sinks.IsPermanent(err) || (expired && !dest && !sinks.IsFenced(err))
 			if dlable && d.deadLetter != nil {
 				if out.dl < 0 {
 					out.dl = j
@@ -899,7 +904,7 @@ func (d *Delivery) settle(ctx context.Context, b *batch, events []*event.Event, 
 
 	// The destination as a whole: it answered, or it failed.
 	switch {
-	case acked > 0 || refused > 0:
+	case acked > 0 || refused > 0 || fenced > 0:
 		d.gate.ok(now, d.logger)
 	case destErr != nil || pushErr != nil || (plain > 0 && b.failures == 0):
 		fail := destErr

@@ -734,3 +734,34 @@ func TestDeadLetterWaitsForTheFence(t *testing.T) {
 		t.Errorf("dead-lettered %s once the fence opened, want [a] once", got)
 	}
 }
+
+// A write the destination's fence refuses (a stale owner's: 409 from a
+// receiver checking Kubebridge-Fence, a JetStream expectation) is neither
+// delivered nor dead-lettered, even past retry.maxElapsed, and says the
+// destination works: the others flow, the sink stays healthy.
+func TestFencedRefusalIsNeverGivenUp(t *testing.T) {
+	s := &scripted{tries: map[string]int{}, outcome: func(e *event.Event, _ int) error {
+		if e.Name() == "stale" {
+			return sinks.Fenced(errors.New("409 Conflict"))
+		}
+		return nil
+	}}
+	cfg := sinkConfig()
+	cfg.Retry.MaxElapsed = config.Duration(5 * time.Millisecond)
+	dl := &deadLetters{}
+	d := New(Options{Config: cfg, Sink: s, DeadLetter: dl})
+	stop := run(t, d)
+	defer stop()
+	d.Offer(ev("stale", "1", event.Added))
+	waitFor(t, func() bool { s.mu.Lock(); defer s.mu.Unlock(); return len(s.tries) == 1 })
+	for i := range 5 {
+		d.Offer(ev(fmt.Sprint("ok-", i), "1", event.Added))
+	}
+	waitFor(t, func() bool { return d.Stats().Delivered == 5 })
+	time.Sleep(50 * time.Millisecond) // ten times maxElapsed
+	dl.mu.Lock()
+	defer dl.mu.Unlock()
+	if st := d.Stats(); len(dl.got) != 0 || st.DeadLettered != 0 || st.Parked != 1 || st.Failing || d.Healthy() != nil {
+		t.Errorf("dead-lettered %v, stats %+v, healthy %v", dl.got, st, d.Healthy())
+	}
+}

@@ -69,7 +69,7 @@ func (b *Batch) SetDefaults() {
 }
 
 // reservedHeaders are set by the webhook sink itself.
-var reservedHeaders = []string{"content-type", "content-length", "authorization", "x-kubebridge-signature"}
+var reservedHeaders = []string{"content-type", "content-length", "authorization", "x-kubebridge-signature", "kubebridge-fence"}
 
 // Validate checks the endpoint, mode, headers and timeout.
 func (w *Config) Validate() error {

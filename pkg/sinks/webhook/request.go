@@ -64,7 +64,7 @@ func (r *Request) Validate() error {
 			case !httpguts.ValidHeaderFieldName(name):
 				errs = append(errs, config.ErrorAt(templateKey(field, name), "invalid header name"))
 				return
-			case lower == "content-length" || lower == "x-kubebridge-signature" || lower == "host":
+			case lower == "content-length" || lower == "x-kubebridge-signature" || lower == "kubebridge-fence" || lower == "host":
 				errs = append(errs, config.ErrorAt(templateKey(field, name), "is set by kubebridge and cannot be a template"))
 				return
 			}
@@ -135,11 +135,11 @@ type shapedRequest struct {
 	// resource, not the destination's (sinks.ObjectTarget).
 	perObject bool
 	base      *url.URL
-	path    *celsandbox.Template
-	query   []namedTemplate
-	headers []namedTemplate
-	body    *celsandbox.Template
-	when    *celsandbox.Template
+	path      *celsandbox.Template
+	query     []namedTemplate
+	headers   []namedTemplate
+	body      *celsandbox.Template
+	when      *celsandbox.Template
 }
 
 type namedTemplate struct {

@@ -17,10 +17,12 @@
 // ce-* header values are percent-encoded (the binding's rule), so any
 // object name can be carried. With signingSecretFile, each request carries
 //
-//	X-Kubebridge-Signature: t=<unix seconds>,v1=<...>,v2=<...>
+//	X-Kubebridge-Signature: t=<unix seconds>,v1=<...>,v2=<...>,v3=<...>
 //
-// where v2 signs the timestamp, the ce-* headers and the body (see Sign;
-// docs/sinks.md has the verification recipe in Go and Python).
+// where v3 signs the timestamp, the method, path and query, the ce-*
+// headers, the fencing token (Kubebridge-Fence, sent when the bridge runs
+// sharded or leader-elected) and the body (see Sign; docs/sinks.md has the
+// verification recipe in Go and Python).
 package webhook
 
 import (
@@ -33,7 +35,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"slices"
 	"strconv"
@@ -57,6 +61,22 @@ var Factory = sinks.Factory{
 
 // SignatureHeader carries the HMAC signature.
 const SignatureHeader = "X-Kubebridge-Signature"
+
+// FenceHeader carries the fencing token of the ownership a request was sent
+// under (sinks.Fence: "shard=3/16;epoch=7"), signed by v3: a receiver that
+// keeps the highest epoch per shard refuses a replica that gave the shard
+// up and whose request lands late (docs/sinks.md, Refusing stale writes).
+const FenceHeader = "Kubebridge-Fence"
+
+// Bounds on what a receiver's answer may cost, whatever it sends: its
+// headers (Go's default is 10 MiB per response, times every request in
+// flight), the part of its body an error quotes, and the rest read so that
+// the connection can be reused.
+const (
+	maxResponseHeaderBytes = 64 << 10
+	maxQuotedBody          = 512
+	maxDrainedBody         = 64 << 10
+)
 
 // DefaultMaxRetryAfter caps the pause a Retry-After can ask for when the
 // sink has no retry maxInterval: one reply must not park a sink for hours.
@@ -163,6 +183,8 @@ func New(c *Config, logger *slog.Logger) (*Sink, error) {
 // newClient builds the HTTP client with the TLS files as they are now.
 func (s *Sink) newClient() (*http.Client, error) {
 	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport.MaxResponseHeaderBytes = maxResponseHeaderBytes
+	transport.DialContext = dialHard
 	if s.tls != nil {
 		s.tlsGen = s.tls.Generation()
 		tc, err := s.tls.Config()
@@ -181,6 +203,23 @@ func (s *Sink) newClient() (*http.Client, error) {
 		// delivery, and a 307/308 hands the events to another host.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}, nil
+}
+
+// dialer is http.DefaultTransport's.
+var dialer = &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+
+// dialHard dials connections that are closed hard: closing one (a request
+// cut short, a timeout) resets it and drops what the kernel still holds
+// to send, instead of delivering the rest of a request the bridge gave up
+// on (a send cut because the shard's hold lapsed must not land after the
+// successor's). Connections are closed only when idle or given up on, so
+// nothing that was to arrive is lost.
+func dialHard(ctx context.Context, network, addr string) (net.Conn, error) {
+	c, err := dialer.DialContext(ctx, network, addr)
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	return c, err
 }
 
 // currentClient returns the client, rebuilt first when the TLS files
@@ -360,18 +399,39 @@ func (s *Sink) do(ctx context.Context, method, target string, h http.Header, bod
 		}
 		req.Header.Set("Authorization", auth)
 	}
+	fence, fenced := sinks.FenceFrom(ctx)
+	if fenced {
+		req.Header.Set(FenceHeader, fence.String())
+	}
 	if s.secret != nil {
 		secret, _ := s.secret.Value()
-		req.Header.Set(SignatureHeader, Sign(secret, s.now(), req.Header, body))
+		req.Header.Set(SignatureHeader, Sign(secret, s.now(), req, body))
 	}
+	// The connection the request went out on, to close it hard should the
+	// send be cut (HTTP/2 would only reset the stream and keep the
+	// connection, whose buffered bytes still flow).
+	var conn net.Conn
+	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+		GotConn: func(info httptrace.GotConnInfo) { conn = info.Conn },
+	}))
 	resp, err := s.currentClient().Do(req)
 	if err != nil {
+		if ctx.Err() != nil && conn != nil {
+			closeHard(conn)
+		}
 		// Unreachable, refused, timed out: the destination, not the event.
 		return sinks.Unavailable(fmt.Errorf("%s %s: %w", method, s.shownURL, withoutURL(err)))
 	}
-	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20)) // reuse the connection
+	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, maxQuotedBody))
+	// Read to reuse the connection; a longer body is not worth it (closing
+	// it unread drops the connection, or the HTTP/2 stream).
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrainedBody))
 	resp.Body.Close()
+	if resp.StatusCode == http.StatusConflict && fenced {
+		// A receiver that keeps the highest epoch per shard refuses ours
+		// (docs/sinks.md): another replica owns the shard now.
+		return sinks.Fenced(fmt.Errorf("%s %s: %s: %s refused: %s", method, s.shownURL, resp.Status, FenceHeader, fence))
+	}
 	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
 		// The credential may have been rotated since it was last read:
 		// the retry reads the files again.
@@ -390,6 +450,18 @@ func (s *Sink) refreshCredentials() {
 	for _, f := range s.creds {
 		f.Refresh()
 	}
+}
+
+// closeHard closes the raw connection under c (its TLS layer's, which
+// would first try to send a close_notify behind whatever is queued).
+func closeHard(c net.Conn) {
+	if c == nil {
+		return
+	}
+	if tc, ok := c.(interface{ NetConn() net.Conn }); ok {
+		c = tc.NetConn()
+	}
+	_ = c.Close()
 }
 
 // classify turns a non-2xx answer into its outcome, by whether sending the
@@ -489,38 +561,59 @@ func retryAfter(v string, now time.Time, limit time.Duration) (time.Duration, bo
 	return 0, false
 }
 
-// Sign returns the X-Kubebridge-Signature value of a request with
-// headers h and body at time t:
+// Sign returns the X-Kubebridge-Signature value of req (its method, URL
+// and headers) with body, at time t:
 //
-//	t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>,v2=<hex HMAC-SHA256(secret, SignedContent)>
+//	t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>,v2=<hex HMAC-SHA256(secret, SignedContent)>,v3=<hex HMAC-SHA256(secret, SignedRequest)>
 //
-// v2 also covers the ce-* headers (the event's id, type, subject... in
-// binary mode), so a captured request cannot be replayed as another event;
-// v1, the body alone, stays for receivers written before v2.
-func Sign(secret []byte, t time.Time, h http.Header, body []byte) string {
+// v3 covers the method, path and query and the fencing token too, so a
+// captured request validates only as itself (not as a DELETE of another
+// path); v2 (the ce-* headers and the body) and v1 (the body) stay for
+// receivers written before it.
+func Sign(secret []byte, t time.Time, req *http.Request, body []byte) string {
 	ts := strconv.FormatInt(t.Unix(), 10)
 	v1 := hmac.New(sha256.New, secret)
 	v1.Write([]byte(ts))
 	v1.Write([]byte("."))
 	v1.Write(body)
 	v2 := hmac.New(sha256.New, secret)
-	v2.Write(SignedContent(ts, h, body))
-	return "t=" + ts + ",v1=" + hex.EncodeToString(v1.Sum(nil)) + ",v2=" + hex.EncodeToString(v2.Sum(nil))
+	v2.Write(SignedContent(ts, req.Header, body))
+	v3 := hmac.New(sha256.New, secret)
+	v3.Write(SignedRequest(ts, req.Method, req.URL.RequestURI(), req.Header, body))
+	return "t=" + ts + ",v1=" + hex.EncodeToString(v1.Sum(nil)) + ",v2=" + hex.EncodeToString(v2.Sum(nil)) + ",v3=" + hex.EncodeToString(v3.Sum(nil))
 }
 
 // SignedContent is what v2 signs: the timestamp, a newline, every ce-*
 // header as "name:value" and a newline (names lowercased, sorted; values as
 // sent, i.e. percent-encoded), a newline, then the raw body.
 func SignedContent(ts string, h http.Header, body []byte) []byte {
+	return signed(ts, "", "", h, false, body)
+}
+
+// SignedRequest is what v3 signs: the timestamp, the method and the
+// request target as sent (the escaped path, then "?" and the raw query if
+// it has one), each followed by a newline, then every ce-* header and the
+// Kubebridge-Fence header as "name:value" and a newline (names lowercased,
+// sorted; values as sent), a newline, then the raw body.
+func SignedRequest(ts, method, target string, h http.Header, body []byte) []byte {
+	return signed(ts, method, target, h, true, body)
+}
+
+func signed(ts, method, target string, h http.Header, v3 bool, body []byte) []byte {
 	var lines []string
 	for k, v := range h {
-		if lk := strings.ToLower(k); strings.HasPrefix(lk, "ce-") && len(v) > 0 {
+		lk := strings.ToLower(k)
+		if (strings.HasPrefix(lk, "ce-") || (v3 && lk == "kubebridge-fence")) && len(v) > 0 {
 			lines = append(lines, lk+":"+v[0]+"\n")
 		}
 	}
 	slices.Sort(lines) // the lines, as the recipes sort them
-	b := make([]byte, 0, len(body)+len(ts)+64*len(lines)+2)
+	b := make([]byte, 0, len(body)+len(ts)+len(method)+len(target)+64*len(lines)+4)
 	b = append(append(b, ts...), '\n')
+	if v3 {
+		b = append(append(b, method...), '\n')
+		b = append(append(b, target...), '\n')
+	}
 	for _, l := range lines {
 		b = append(b, l...)
 	}

@@ -326,7 +326,7 @@ func TestRetryAfter(t *testing.T) {
 // Verification recipe (v1) from docs/sinks.md, written independently of
 // the sink: parse t and v1, recompute HMAC-SHA256(secret, t + "." + body),
 // compare in constant time, and reject stale timestamps.
-func verify(secret []byte, header string, body []byte, now time.Time) error {
+func verifyV1(secret []byte, header string, body []byte, now time.Time) error {
 	var ts, sig string
 	for _, part := range strings.Split(header, ",") {
 		k, v, _ := strings.Cut(part, "=")
@@ -425,13 +425,13 @@ func TestSignatureVerifiesWithTheRecipe(t *testing.T) {
 	}
 	for i, body := range r.bodies {
 		h := r.headers[i]
-		if err := verify([]byte("s3cr3t-key"), h.Get(SignatureHeader), body, time.Now()); err != nil {
+		if err := verifyV1([]byte("s3cr3t-key"), h.Get(SignatureHeader), body, time.Now()); err != nil {
 			t.Errorf("request %d: %v (header %q)", i, err, h.Get(SignatureHeader))
 		}
-		if err := verify([]byte("wrong"), h.Get(SignatureHeader), body, time.Now()); err == nil {
+		if err := verifyV1([]byte("wrong"), h.Get(SignatureHeader), body, time.Now()); err == nil {
 			t.Error("a wrong secret verified")
 		}
-		if err := verify([]byte("s3cr3t-key"), h.Get(SignatureHeader), append(body, ' '), time.Now()); err == nil {
+		if err := verifyV1([]byte("s3cr3t-key"), h.Get(SignatureHeader), append(body, ' '), time.Now()); err == nil {
 			t.Error("a tampered body verified")
 		}
 		if err := verifyV2([]byte("s3cr3t-key"), h, body, time.Now()); err != nil {
