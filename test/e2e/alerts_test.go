@@ -141,6 +141,115 @@ func TestAlertFiresOnlyAfterFor(t *testing.T) {
 	b.stop()
 }
 
+// The time an object entered the view is the object's: a restart (SIGTERM,
+// the object changed while the bridge was down) or a reload of the alert
+// sink, which load the view from the checkpoint as a shard handover does,
+// neither restarts a request's for nor stops a firing alert's re-sends.
+// The shipped example against a real Alertmanager (for 4s, endsAt 5s, a
+// replay every second), under two rules: the example's, and one that sends
+// no updates (its replays must re-send the alert all the same). Each alert
+// carries event.entered as an annotation.
+func TestAlertKeepsItsClockAcrossRestartsAndReloads(t *testing.T) {
+	am := testenv.StartAlertmanager(t)
+	cp := testenv.SharedControlPlane(t)
+	cs := cp.Clientset(t)
+	ctx := context.Background()
+	const ns, wait = "alerts-clock", 4 * time.Second
+	testenv.EnsureNamespace(t, cp, ns)
+	cfg := example(t, "failed-pods-to-alertmanager.yaml", map[string]string{
+		"http://127.0.0.1:9093":      am.URL,
+		`duration("5m")`:             `duration("5s")`,
+		"replayEvery: 1m":            "replayEvery: 1s",
+		"      request:\n":           "      request:\n        for: 4s\n",
+		`"alertname": "PodFailed",`:  `"alertname": "PodFailed", "rule": event.rule,`,
+		`"description": dyn(object)`: `"entered": event.entered, "description": dyn(object)`,
+		"resource: v1/pods":          "resource: v1/pods\n    namespaces: [" + ns + "]",
+		"    include: [object]\n    sinks: [alertmanager]\n": "    include: [object]\n    sinks: [alertmanager]\n" +
+			"  - name: failed-pods-adds\n    resource: v1/pods\n    namespaces: [" + ns + "]\n" +
+			"    where: \"dyn(object).?status.?phase.orValue('') == 'Failed'\"\n    include: [object]\n    events: [added, deleted]\n    sinks: [alertmanager]\n",
+	})
+	b := startBridge(t, cp, cfg)
+	rules := []string{"failed-pods", "failed-pods-adds"}
+	alerts := func() map[string]testenv.Alert { // by rule
+		out := map[string]testenv.Alert{}
+		for _, a := range am.Active(t) {
+			if a.Labels["namespace"] == ns {
+				out[a.Labels["rule"]] = a
+			}
+		}
+		return out
+	}
+	setStatus := func(msg string) {
+		p, err := cs.CoreV1().Pods(ns).Get(ctx, "web", metav1.GetOptions{})
+		must(t, err)
+		p.Status.Phase, p.Status.Message = corev1.PodFailed, msg
+		_, err = cs.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+		must(t, err)
+	}
+	_, err := cs.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}, metav1.CreateOptions{})
+	must(t, err)
+	setStatus("OOMKilled")
+	failedAt := time.Now()
+
+	// Restarted during the wait, the pod changed meanwhile: the alert fires
+	// once the pod has been Failed for 4 s, not 4 s after the restart.
+	time.Sleep(1500 * time.Millisecond)
+	b.stop()
+	setStatus("OOMKilled again")
+	restartedAt := time.Now()
+	b.start()
+	testenv.Eventually(t, 20*time.Second, "both rules' alerts", func() bool { return len(alerts()) == len(rules) })
+	firedAt := time.Now()
+	if firedAt.Before(failedAt.Add(wait)) || !firedAt.Before(restartedAt.Add(wait)) {
+		t.Errorf("fired %s after the pod failed, %s after the restart; want its for (%s) counted from the failure",
+			firedAt.Sub(failedAt).Round(time.Millisecond), firedAt.Sub(restartedAt).Round(time.Millisecond), wait)
+	}
+	first := alerts()
+	for _, r := range rules {
+		entered, err := time.Parse(time.RFC3339Nano, first[r].Annotations["entered"])
+		if err != nil || entered.Sub(failedAt).Abs() > time.Second {
+			t.Errorf("rule %s: event.entered %q (%v), want when the pod failed, %s", r, first[r].Annotations["entered"], err, failedAt.Format(time.RFC3339Nano))
+		}
+	}
+
+	// steady checks, until, that both alerts stay active with the startsAt
+	// and event.entered they had: nothing expires, nothing fires anew.
+	steady := func(what string, until time.Time) {
+		t.Helper()
+		for time.Now().Before(until) {
+			now := alerts()
+			for _, r := range rules {
+				a, ok := now[r]
+				switch {
+				case !ok:
+					t.Fatalf("%s: rule %s's alert is no longer active while the pod is still Failed:\n%s", what, r, b.runLogTail())
+				case !a.StartsAt.Equal(first[r].StartsAt) || a.Annotations["entered"] != first[r].Annotations["entered"]:
+					t.Fatalf("%s: rule %s's alert fired anew: startsAt %s, entered %s; before: startsAt %s, entered %s", what, r,
+						a.StartsAt.Format(time.RFC3339Nano), a.Annotations["entered"], first[r].StartsAt.Format(time.RFC3339Nano), first[r].Annotations["entered"])
+				}
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+	}
+
+	// Restarted after firing, the pod changed meanwhile: the alert stays.
+	b.stop()
+	setStatus("OOMKilled a third time")
+	b.start()
+	steady("after a restart", time.Now().Add(wait+1500*time.Millisecond))
+
+	// The alert sink changes: the reload replaces it, and the new one loads
+	// its view from the checkpoint.
+	must(t, os.WriteFile(b.configPath, []byte(strings.Replace(cfg, "maxInterval: 30s", "maxInterval: 20s", 1)), 0o600))
+	testenv.Eventually(t, 30*time.Second, "the reload", func() bool { return strings.Contains(b.log(), "config reloaded") })
+	steady("after a reload of the alert sink", time.Now().Add(wait+1500*time.Millisecond))
+
+	must(t, cs.CoreV1().Pods(ns).Delete(ctx, "web", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}))
+	testenv.Eventually(t, 15*time.Second, "the alerts resolved", func() bool { return len(alerts()) == 0 })
+	b.stop()
+}
+
 // The shipped example config/deployment-unavailable-to-pagerduty.yaml
 // (its URL, key file and periods shortened) through the real bridge and
 // apiserver, against a receiver that checks PagerDuty's Events API v2
