@@ -18,6 +18,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/rest"
 
 	"github.com/kubebridge/kubebridge/internal/bridge"
@@ -31,7 +32,7 @@ func newRunCommand() *cobra.Command {
 	var (
 		file, kubeconfig, kubeContext, logFormat, logLevel                 string
 		checkpointFile, adminAddr, adminAddrFile, profilingAddr, namespace string
-		credentialDirs                                                     string
+		credentialDirs, memberSelector                                     string
 		resetCheckpoint, leaderElect, reload, profiling                    bool
 		allowSecretData, allowExecPlugins                                  bool
 		le                                                                 bridge.LeaderElection
@@ -86,6 +87,16 @@ Without --kubeconfig it uses the in-cluster service account.`,
 			if leaderElect || sharding { // sharding: a Lease per shard, with the same settings
 				if le.RenewDeadline >= le.LeaseDuration || le.RetryPeriod >= le.RenewDeadline {
 					return &exitError{exitInvalid, errors.New("leader election: want --leader-elect-retry-period < --leader-elect-renew-deadline < --leader-elect-lease-duration")}
+				}
+				if memberSelector != "" {
+					sel, err := labels.Parse(memberSelector)
+					if err != nil {
+						return &exitError{exitInvalid, fmt.Errorf("--shard-member-selector: %w", err)}
+					}
+					if le.PodUID == "" {
+						return &exitError{exitInvalid, errors.New("--shard-member-selector needs --pod-uid (default $POD_UID): this replica's member Lease carries its Pod's uid")}
+					}
+					le.MemberSelector = sel
 				}
 				opts.LeaderElection = &le
 			}
@@ -187,6 +198,8 @@ Without --kubeconfig it uses the in-cluster service account.`,
 	f.DurationVar(&le.LeaseDuration, "leader-elect-lease-duration", 15*time.Second, "how long a lease holds without renewal")
 	f.DurationVar(&le.RenewDeadline, "leader-elect-renew-deadline", 10*time.Second, "the leader stops delivering when it could not renew for this long")
 	f.DurationVar(&le.RetryPeriod, "leader-elect-retry-period", 2*time.Second, "how often to try to acquire or renew")
+	f.StringVar(&memberSelector, "shard-member-selector", "", "with sharding, count another replica only when its identity is a running Pod in --leader-elect-namespace that matches this label selector and whose uid its member Lease carries (the chart passes its selector labels); empty: every member Lease counts, whoever wrote it")
+	f.StringVar(&le.PodUID, "pod-uid", envOr("POD_UID", ""), "this replica's Pod uid, written into its member Lease for --shard-member-selector")
 	f.BoolVar(&allowSecretData, "allow-secret-data", false, "honour rules that set allowSecretData: true (Secret data then leaves the cluster in their events); without it Secret data is always redacted, whatever the config says")
 	f.BoolVar(&allowExecPlugins, "allow-exec-plugins", false, "let exec sinks start the programs the config names (whoever may edit the config may then run code as the bridge)")
 	addCredentialDirsFlag(f, &credentialDirs)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
@@ -26,6 +27,12 @@ type LeaderElection struct {
 	Identity string
 	// LeaseDuration, RenewDeadline, RetryPeriod as in client-go. Defaults 15s, 10s, 2s.
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// MemberSelector, with sharding, counts another replica only when its
+	// identity is a running Pod in Namespace that matches it and whose
+	// uid its member Lease carries (shards.MemberPods); PodUID is this
+	// replica's. Nil: every member Lease of the group counts.
+	MemberSelector labels.Selector
+	PodUID         string
 }
 
 // ErrLostLeadership is reported on Fatal when this replica stopped leading.
@@ -39,8 +46,8 @@ var ErrLostLeadership = errors.New("lost the leader lease; stopped delivering")
 // before its elector notices.
 type fencedLock struct {
 	resourcelock.Interface
-	base    time.Time    // monotonic origin: the fence must not move with the wall clock
-	renewed atomic.Int64 // when the last successful Create/Update started, in nanos since base, +1; 0: never
+	base    time.Time     // monotonic origin: the fence must not move with the wall clock
+	renewed atomic.Int64  // when the last successful Create/Update started, in nanos since base, +1; 0: never
 	epoch   atomic.Uint64 // the Lease's transitions as this replica last wrote it: the fencing token's epoch
 }
 

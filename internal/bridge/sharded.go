@@ -124,8 +124,13 @@ func (s *sharded) start(ctx, syncCtx context.Context) error {
 	if err != nil {
 		return err
 	}
+	var members *shards.MemberPods
+	if le.MemberSelector != nil {
+		members = &shards.MemberPods{Pods: lcs.CoreV1().Pods(le.Namespace), Selector: le.MemberSelector, UID: le.PodUID}
+	}
 	s.owner, err = shards.New(shards.Options{Leases: lcs.CoordinationV1().Leases(le.Namespace), Group: le.Name, Identity: le.Identity, Shards: s.space.N,
-		LeaseDuration: le.LeaseDuration, RenewDeadline: le.RenewDeadline, RetryPeriod: le.RetryPeriod, Logger: b.logger}, s)
+		LeaseDuration: le.LeaseDuration, RenewDeadline: le.RenewDeadline, RetryPeriod: le.RetryPeriod, Logger: b.logger, Pods: members,
+		WaitOutCutSends: !fencedAtDestinations(b.opts.Sinks, b.opts.Config.Sinks)}, s)
 	if err != nil {
 		return err
 	}
@@ -140,6 +145,18 @@ func (s *sharded) start(ctx, syncCtx context.Context) error {
 	b.logger.Info("bridge started; sharing the shards", "shards", s.space.N, "key", s.space.Key, "identity", le.Identity,
 		"informers", in.Specs(), "rules", len(b.rules))
 	return nil
+}
+
+// fencedAtDestinations says whether every sink is fenced where its writes
+// land (sinks.Factory.Fences): then a shard handed over starts delivering
+// at once, its predecessor's late writes refused by the destinations.
+func fencedAtDestinations(reg *sinks.Registry, cfgs []config.Sink) bool {
+	for _, sc := range cfgs {
+		if !reg.Fences(sc) {
+			return false
+		}
+	}
+	return true
 }
 
 // apiserverFiltersShards asks the apiserver a list with a shard selector

@@ -56,6 +56,14 @@ type Options struct {
 	// election. Defaults 15s, 10s, 2s.
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	Logger                                    *slog.Logger
+	// WaitOutCutSends makes a shard taken from a Lease its holder released
+	// start delivering only LeaseDuration-RenewDeadline after it was
+	// taken: the bound within which a send the holder cut short may still
+	// land, at destinations that cannot refuse it (they do not fence). A
+	// shard taken from an expired Lease has that gap already: its holder
+	// stopped sending RenewDeadline after its last renewal, and the Lease
+	// expires LeaseDuration after it.
+	WaitOutCutSends bool
 	// Pods, when set, counts a member only when it is verifiably a
 	// replica (MemberPods). Nil: every member Lease of the group counts
 	// (replicas that are not Pods: tests, a bridge run by hand).
@@ -848,11 +856,23 @@ func (o *Owner) take(ctx context.Context, i int, current *coordinationv1.Lease, 
 	o.openHold(i, l)
 	o.mu.Unlock()
 	o.acquired.Add(1)
-	o.logger.Info("took a shard; delivering it", "shard", i, "members", members)
+	var wait time.Duration
+	if o.opts.WaitOutCutSends && current != nil && (current.Spec.HolderIdentity == nil || *current.Spec.HolderIdentity == "") {
+		wait = o.opts.LeaseDuration - o.opts.RenewDeadline
+	}
+	o.logger.Info("took a shard; delivering it", "shard", i, "members", members, "after", wait)
 	o.changes.Add(1)
 	return func() {
 		go func() {
 			defer o.changes.Done()
+			if wait > 0 { // a released Lease: its holder's cut sends may still land
+				t := time.NewTimer(wait)
+				select {
+				case <-t.C:
+				case <-actx.Done():
+				}
+				t.Stop()
+			}
 			err := o.h.Acquired(actx, i)
 			close(done)
 			o.mu.Lock()

@@ -152,6 +152,15 @@ type Factory struct {
 	// the destination of the sink s configures (config.CheckpointKV: the
 	// checkpoint names this sink and the bucket).
 	KV func(ctx context.Context, s Settings, bucket string) (KV, error)
+
+	// Fences, when set, says whether a sink configured as spec (its
+	// NewConfig value) is fenced at its destination: the destination
+	// refuses a write sent by a replica that gave the object up once its
+	// successor wrote it (JetStream publish expectations). A shard moving
+	// between replicas whose sinks all fence starts delivering at once;
+	// otherwise its new owner first waits out the bound on how long a
+	// send its predecessor cut short may still land (docs/sharding.md).
+	Fences func(spec any) bool
 }
 
 // OptIn is a permission a sink type needs from the operator.
@@ -229,6 +238,13 @@ func (r *Registry) Provides(typ string, c config.Capability) bool {
 		return f.KV != nil
 	}
 	return false
+}
+
+// Fences says whether the sink sc configures is fenced at its destination
+// (Factory.Fences).
+func (r *Registry) Fences(sc config.Sink) bool {
+	f := r.factories[sc.Type]
+	return f.Fences != nil && f.Fences(sc.Spec)
 }
 
 // Create builds the sink s.Config configures.

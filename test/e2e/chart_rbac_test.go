@@ -6,6 +6,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -13,8 +14,11 @@ import (
 
 	"go.yaml.in/yaml/v3"
 	authzv1 "k8s.io/api/authorization/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kubebridge/kubebridge/internal/shards"
 	"github.com/kubebridge/kubebridge/internal/testenv"
 )
 
@@ -501,5 +505,126 @@ networkPolicy:
 	out, err = helm(t, "template", "kb", chartDir, "--namespace", "kb-system", "--set", "networkPolicy.metricsFrom[0].podSelectr.app=x")
 	if err == nil || !strings.Contains(out, "podSelectr") {
 		t.Errorf("a misspelt peer: err = %v, want a schema error naming it\n%s", err, out)
+	}
+}
+
+// With sharding the chart's Lease Role reads only the shard Leases by name
+// (RBAC cannot name the rest: a create's name is in its body, the Leases are
+// listed by label, member Leases are named after pods) and lists the pods a
+// member must be. A replica as that ServiceAccount, in its running pod, with
+// the flags the chart passes, counts no member Lease that names no pod of
+// the release: it delivers every shard beside a fake member.
+func TestChartShardRoleNamesShardLeasesAndVerifiesMembers(t *testing.T) {
+	cp := testenv.SharedControlPlane(t)
+	const ns = "kbr-shards"
+	testenv.EnsureNamespace(t, cp, "chart-members")
+	srv := testenv.StartNATS(t)
+	values := fmt.Sprintf("replicas: 2\nhotReload: false\nsharding: {shards: %d}\n", testShards) +
+		strings.NewReplacer(`nats://nats.nats.svc:4222`, srv.ClientURL(), "namespaces: [default]", "namespaces: [chart-members]").Replace(chartNATSConfig) +
+		"  checkpoint: {natsKV: {sink: bus, bucket: kbr-members}}\n"
+	kc, err := cp.Kubeconfig(t.TempDir())
+	must(t, err)
+	path := chartValues(t, values)
+	manifests, err := helm(t, "template", "kb", chartDir, "--namespace", ns, "-f", path)
+	if err != nil {
+		t.Fatalf("helm template: %v\n%s", err, manifests)
+	}
+	if out, err := helm(t, "install", "kb", chartDir, "--namespace", ns, "--create-namespace", "-f", path, "--kubeconfig", kc); err != nil {
+		t.Fatalf("helm install: %v\n%s", err, out)
+	}
+	t.Cleanup(func() { _, _ = helm(t, "uninstall", "kb", "--namespace", ns, "--kubeconfig", kc) })
+
+	want := []access{
+		{"create", "coordination.k8s.io", "leases", ns, ""},
+		{"list", "coordination.k8s.io", "leases", ns, ""},
+		{"get", "coordination.k8s.io", "leases", ns, "kb-shard-0"},
+		{"get", "coordination.k8s.io", "leases", ns, fmt.Sprintf("kb-shard-%d", testShards-1)},
+		{"update", "coordination.k8s.io", "leases", ns, "kb-member-0123456789abcdef"}, // named after a pod: not nameable
+		{"list", "", "pods", ns, ""},
+	}
+	deny := []access{
+		{"get", "coordination.k8s.io", "leases", ns, fmt.Sprintf("kb-shard-%d", testShards)},
+		{"get", "coordination.k8s.io", "leases", ns, "another-lease"},
+		{"watch", "coordination.k8s.io", "leases", ns, ""},
+		{"update", "coordination.k8s.io", "leases", "chart-members", "kb-shard-0"},
+		{"get", "", "pods", ns, "kb-a"},
+		{"update", "", "pods", ns, "kb-a"},
+		{"list", "", "pods", "chart-members", ""},
+	}
+	testenv.Await(t, 30*time.Second, 200*time.Millisecond, func() error { // RBAC takes a moment
+		for _, a := range want {
+			if !allowed(t, cp, ns, "kb", a) {
+				return fmt.Errorf("the chart's ServiceAccount may not %s", a)
+			}
+		}
+		return nil
+	})
+	for _, a := range deny {
+		if allowed(t, cp, ns, "kb", a) {
+			t.Errorf("the chart's ServiceAccount may %s", a)
+		}
+	}
+
+	// The replica's pod, running with the Deployment's labels, and a fake
+	// member Lease a Lease writer renews.
+	dep := renderedDoc(t, manifests, "Deployment")
+	tmpl := dep["spec"].(map[string]any)["template"].(map[string]any)
+	podLabels := map[string]string{}
+	for k, v := range tmpl["metadata"].(map[string]any)["labels"].(map[string]any) {
+		podLabels[k] = fmt.Sprint(v)
+	}
+	args := fmt.Sprint(tmpl["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)["args"])
+	selector := regexp.MustCompile(`--shard-member-selector=(\S+)`).FindStringSubmatch(args)
+	if selector == nil {
+		t.Fatalf("the Deployment passes no --shard-member-selector: %s", args)
+	}
+	if s := strings.Join(containerEnvNames(dep), ","); !strings.Contains(s, "POD_UID") {
+		t.Errorf("the Deployment does not pass the pod's uid (env %s)", s)
+	}
+	cs := cp.Clientset(t)
+	ctx := context.Background()
+	pod, err := cs.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "kb-a", Labels: podLabels},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "bridge", Image: "kubebridge"}}}}, metav1.CreateOptions{})
+	must(t, err)
+	pod.Status.Phase = corev1.PodRunning
+	_, err = cs.CoreV1().Pods(ns).UpdateStatus(ctx, pod, metav1.UpdateOptions{})
+	must(t, err)
+	fakeCtx, stopFake := context.WithCancel(ctx)
+	defer stopFake()
+	go func() {
+		holder := "kb-fake"
+		for fakeCtx.Err() == nil {
+			name := fmt.Sprintf("kb-member-%016x", shards.Hash(holder))
+			now := metav1.NewMicroTime(time.Now())
+			l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name,
+				Labels: map[string]string{shards.LabelGroup: "kb", "kubebridge.io/role": "member"}},
+				Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, RenewTime: &now}}
+			if cur, err := cs.CoordinationV1().Leases(ns).Get(fakeCtx, name, metav1.GetOptions{}); err == nil {
+				l.ResourceVersion = cur.ResourceVersion
+				_, _ = cs.CoordinationV1().Leases(ns).Update(fakeCtx, l, metav1.UpdateOptions{})
+			} else {
+				_, _ = cs.CoordinationV1().Leases(ns).Create(fakeCtx, l, metav1.CreateOptions{})
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}()
+
+	b, err := tryStartBridge(t, cp, renderedConfig(t, manifests), withKubeconfig(cp.ServiceAccountKubeconfig(t, ns, "kb")), withConfigCheckpoint(),
+		withLogLevel("info"), withShortLease(), withFlags("--leader-elect-namespace", ns, "--leader-elect-name", "kb", "--shard-member-selector", selector[1]),
+		withEnv("POD_NAME=kb-a", "POD_UID="+string(pod.UID)), withReadyLog("bridge started; sharing the shards"), withStartTimeout(20*time.Second))
+	if err != nil {
+		t.Fatalf("the replica did not start as the chart's ServiceAccount: %v", err)
+	}
+	waitShardsBalanced(t, "beside a fake member", b) // all of them
+	time.Sleep(3 * time.Second)                      // several rounds with the fake renewed
+	if n, _ := scrapeMetric(b, "kubebridge_shards_owned"); int(n) != testShards {
+		t.Errorf("the replica holds %v shards beside a fake member; want all %d", n, testShards)
+	}
+	if n, _ := scrapeMetric(b, "kubebridge_shard_members"); n != 1 {
+		t.Errorf("kubebridge_shard_members = %v; want 1 (the fake not counted)", n)
+	}
+	b.halt()
+	if strings.Contains(b.log(), "forbidden") {
+		t.Errorf("the replica was refused something:\n%s", b.log())
 	}
 }

@@ -13,6 +13,13 @@ app.kubernetes.io/name: kubebridge
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{/* kubebridge.selectorString: a dict of labels as a label selector, k=v,... sorted. */}}
+{{- define "kubebridge.selectorString" -}}
+{{- $terms := list -}}
+{{- range $k, $v := . }}{{ $terms = append $terms (printf "%s=%s" $k $v) }}{{ end -}}
+{{- join "," $terms -}}
+{{- end -}}
+
 {{/* The config file, as the bridge reads it. */}}
 {{- define "kubebridge.config" -}}
 {{- $cfg := merge (dict "apiVersion" "kubebridge.io/v1alpha1" "kind" "BridgeConfig") (deepCopy .Values.config) -}}

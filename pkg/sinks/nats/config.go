@@ -76,6 +76,16 @@ func (n *Config) SetDefaults() {
 	n.Fence = true
 }
 
+// fenced says whether the sink's publishes are fenced at the stream
+// (fence.go): JetStream, fence on, and subjects of the object's own.
+func (n *Config) fenced() bool {
+	if !n.JetStream || !n.Fence {
+		return false
+	}
+	t, err := parseTemplate(n.Subject)
+	return err == nil && t.names()
+}
+
 // SetDefaults keeps stored events on disk and dedupes replays for 2 minutes.
 func (st *Stream) SetDefaults() {
 	st.Storage = "file"

@@ -46,6 +46,7 @@ var Factory = sinks.Factory{
 	Create:     create,
 	DeadLetter: deadLetter,
 	KV:         openKV,
+	Fences:     func(spec any) bool { return spec.(*Config).fenced() },
 }
 
 // flushTimeout bounds the wait for a core publish batch to be flushed.
@@ -139,7 +140,7 @@ func Connect(ctx context.Context, name string, c *Config, logger *slog.Logger) (
 			window = DefaultMaxPending
 		}
 		s.window = make(chan struct{}, window)
-		if c.Fence && tmpl.names() {
+		if c.fenced() {
 			s.fence = newLastSeqs()
 		}
 	}
