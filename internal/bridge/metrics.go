@@ -11,6 +11,7 @@ import (
 	"github.com/kubebridge/kubebridge/internal/delivery"
 	"github.com/kubebridge/kubebridge/internal/version"
 	"github.com/kubebridge/kubebridge/pkg/filters"
+	"github.com/kubebridge/kubebridge/pkg/sinks"
 )
 
 // metrics is the bridge's Prometheus registry. Counters are read from the
@@ -76,6 +77,7 @@ var (
 	descShardPending   = prometheus.NewDesc("kubebridge_shard_pending_events", "Events of a held shard queued or in flight, all its sinks together.", []string{"shard"}, nil)
 	descShardLag       = prometheus.NewDesc("kubebridge_shard_checkpoint_lag", "Acknowledged changes of a held shard not yet written to the checkpoint.", []string{"shard"}, nil)
 	descShardFiltered  = prometheus.NewDesc("kubebridge_shards_apiserver_filtered", "1 when the apiserver lists and watches only this replica's shards (ShardedListAndWatch), 0 when the replica filters every object itself.", nil, nil)
+	descFenceRefusals  = prometheus.NewDesc("kubebridge_sink_fence_refusals_total", "Writes the sink's destination refused because another writer wrote the object meanwhile (JetStream publish expectations): the sink's own retries after adopting what it found, and late writes of a replica that had given the object up, which must not land.", []string{"sink"}, nil)
 	descEvalErrors     = prometheus.NewDesc("kubebridge_rule_where_errors_total", "where evaluations that failed (the event was not delivered).", []string{"rule"}, nil)
 	descSynced         = prometheus.NewDesc("kubebridge_informers_synced", "1 once every informer's cache has synced.", nil, nil)
 	descBuild          = prometheus.NewDesc("kubebridge_build_info", "The build.", []string{"version", "commit"}, nil)
@@ -110,6 +112,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descDestErrors, prometheus.CounterValue, float64(n), name, reason)
 		}
 	}
+	c.collectFenceRefusals(ch, b)
 	rules, in := b.snapshot()
 	var waiting map[*filters.Rule]error
 	if in != nil {
@@ -149,6 +152,34 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descSynced, prometheus.GaugeValue, synced)
 	ch <- prometheus.MustNewConstMetric(descBuild, prometheus.GaugeValue, 1, version.Version, version.Commit())
+}
+
+// collectFenceRefusals reports each sink's refusals by its destination's
+// fence, once per sink (shards share one).
+func (c *collector) collectFenceRefusals(ch chan<- prometheus.Metric, b *Bridge) {
+	seen := map[sinks.FenceReporter]bool{}
+	var names []string
+	counts := map[string]int64{}
+	for _, d := range b.deliverers() {
+		for _, run := range d.active.Load().runs() {
+			sink := run.sink
+			if u, ok := sink.(interface{ Unwrap() sinks.Sink }); ok {
+				sink = u.Unwrap()
+			}
+			fr, ok := sink.(sinks.FenceReporter)
+			if !ok || seen[fr] {
+				continue
+			}
+			seen[fr] = true
+			if _, ok := counts[run.cfg.Name]; !ok {
+				names = append(names, run.cfg.Name)
+			}
+			counts[run.cfg.Name] += fr.FenceRefusals()
+		}
+	}
+	for _, name := range names {
+		ch <- prometheus.MustNewConstMetric(descFenceRefusals, prometheus.CounterValue, float64(counts[name]), name)
+	}
 }
 
 // collectShards reports the shard owner's counts and each held shard's

@@ -105,6 +105,10 @@ type sharedSink struct {
 
 func (s *sharedSink) Close(ctx context.Context) error { return s.release(ctx) }
 
+// Unwrap returns the sink shared, for what the delivery does not look for
+// (metrics of the sink's own).
+func (s *sharedSink) Unwrap() sinks.Sink { return s.Sink }
+
 // shareSink wraps sink for one user, keeping the optional interfaces the
 // delivery looks for.
 func shareSink(sink sinks.Sink, release func(context.Context) error) sinks.Sink {

@@ -59,3 +59,12 @@ func Fenced(err error) error {
 
 // IsFenced reports whether err is a refusal by the destination's fence.
 func IsFenced(err error) bool { return errors.Is(err, ErrFenced) }
+
+// FenceReporter is implemented by sinks whose destination fences writes:
+// FenceRefusals is how many writes it refused, the late ones of a Send
+// that gave up included (kubebridge_sink_fence_refusals_total). A refusal
+// is no loss: either the writer adopted what it found and wrote again, or
+// it was a write that must not land (a replica that gave the object up).
+type FenceReporter interface {
+	FenceRefusals() int64
+}

@@ -365,6 +365,10 @@ func waitConnected(ctx context.Context, nc *natsgo.Conn, logger *slog.Logger) er
 	return nil
 }
 
+// FenceRefusals is how many publishes the stream's fence refused
+// (sinks.FenceReporter).
+func (s *Sink) FenceRefusals() int64 { return s.refused.Load() }
+
 // Conn is the sink's current connection, shared with dead-letters and
 // checkpoints.
 func (s *Sink) Conn() *natsgo.Conn { return s.cur.Load().nc }
