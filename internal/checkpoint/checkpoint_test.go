@@ -32,7 +32,7 @@ func TestMain(m *testing.M) {
 // contract: what every store must do.
 func contract(t *testing.T, s Store) {
 	ctx := context.Background()
-	a := &Entry{UID: "u1", ResourceVersion: "5", Namespace: "ns", Name: "a.b", Labels: map[string]string{"x": "y"}}
+	a := &Entry{UID: "u1", ResourceVersion: "5", Namespace: "ns", Name: "a.b", Labels: map[string]string{"x": "y"}, Entered: 1764115200123456789, Stamp: 1764115300123456789}
 	b := &Entry{UID: "u2", ResourceVersion: "7", Name: "cluster-scoped"}
 	must(t, s.Apply(ctx, []Change{{Sink: "bus", Rule: "r1", Key: "ns/a.b", Entry: a}, {Sink: "bus", Rule: "r1", Key: "cluster-scoped", Entry: b},
 		{Sink: "bus", Rule: "r2", Key: "ns/a.b", Entry: a}, {Sink: "hook", Rule: "r1", Key: "ns/a.b", Entry: a}}))
