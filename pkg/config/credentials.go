@@ -1,9 +1,14 @@
 package config
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
+	"io"
+	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 )
@@ -26,6 +31,10 @@ var forbiddenCredentialDirs = []string{"/var/run/secrets", "/run/secrets"}
 type CredentialFile struct {
 	Path string // the config key path, e.g. sinks[0].webhook.bearerTokenFile
 	File string
+	// Sent says the sink sends the file's content to its destination (a
+	// bearerTokenFile, a credentialFiles entry), where the others are only
+	// used (a TLS key, NATS credentials, a signing secret): see Sendable.
+	Sent bool
 }
 
 // CredentialFiles lists the credential files cfg names, in config order.
@@ -62,7 +71,7 @@ func walkFiles(v reflect.Value, path string, out *[]CredentialFile) {
 			fv := v.Field(i)
 			if fv.Kind() == reflect.String && strings.HasSuffix(key, "File") {
 				if fv.String() != "" {
-					*out = append(*out, CredentialFile{Path: path + "." + key, File: fv.String()})
+					*out = append(*out, CredentialFile{Path: path + "." + key, File: fv.String(), Sent: key == "bearerTokenFile"})
 				}
 				continue
 			}
@@ -72,7 +81,7 @@ func walkFiles(v reflect.Value, path string, out *[]CredentialFile) {
 				slices.SortFunc(keys, func(a, b reflect.Value) int { return strings.Compare(a.String(), b.String()) })
 				for _, k := range keys {
 					if f := fv.MapIndex(k).String(); f != "" {
-						*out = append(*out, CredentialFile{Path: JoinKey(path+"."+key, k.String()), File: f})
+						*out = append(*out, CredentialFile{Path: JoinKey(path+"."+key, k.String()), File: f, Sent: true})
 					}
 				}
 				continue
@@ -93,14 +102,102 @@ func walkFiles(v reflect.Value, path string, out *[]CredentialFile) {
 // clean absolute path, no ".." escape); with resolve, symbolic links are
 // also followed for files that exist, so that a link inside an allowed
 // directory pointing at the token is refused too (bridge run does so).
+//
+// What a sink sends (Sent) is also kept apart from what it only uses: such
+// a file must not be one the config uses as a key or NATS credentials, and
+// its content, where it can be read (validate may run where the files are
+// not), must be a single-line token (Sendable), so that a config editor
+// cannot send a TLS private key or a NATS seed the bridge only uses.
 func ConfineCredentials(cfg *Config, dirs []string, resolve bool) []Problem {
 	var problems []Problem
-	for _, cf := range CredentialFiles(cfg) {
-		if msg := confine(cf.File, dirs, resolve); msg != "" {
+	files := CredentialFiles(cfg)
+	used := map[string]string{} // files only used, by clean (and resolved) path: their key path
+	for _, cf := range files {
+		if !cf.Sent {
+			for _, p := range samePaths(cf.File, resolve) {
+				used[p] = cf.Path
+			}
+		}
+	}
+	for _, cf := range files {
+		msg := confine(cf.File, dirs, resolve)
+		if msg == "" && cf.Sent {
+			msg = sendable(cf.File, used, resolve)
+		}
+		if msg != "" {
 			problems = append(problems, Problem{Path: cf.Path, Line: cfg.LineOf(cf.Path), Message: msg})
 		}
 	}
 	return problems
+}
+
+// samePaths are the paths under which file may be named: clean, and, with
+// resolve, with its links resolved.
+func samePaths(file string, resolve bool) []string {
+	out := []string{filepath.Clean(file)}
+	if resolve {
+		if real, err := filepath.EvalSymlinks(file); err == nil && real != out[0] {
+			out = append(out, real)
+		}
+	}
+	return out
+}
+
+// maxSentCredential bounds a credential a sink sends (a token, an API key,
+// a JWT): more is not a token.
+const maxSentCredential = 16 << 10
+
+// sendable is why file may not be sent ("" if it may): it is a file the
+// config only uses, or its content is not a token. A file that cannot be
+// read is the sink's to report when it opens it.
+func sendable(file string, used map[string]string, resolve bool) string {
+	for _, p := range samePaths(file, resolve) {
+		if key, ok := used[p]; ok {
+			return fmt.Sprintf("%s is also %s, which the bridge uses but never sends: a credential a sink sends must be a file of its own", file, key)
+		}
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxSentCredential+1))
+	if err != nil {
+		return ""
+	}
+	if err := Sendable(b); err != nil {
+		return fmt.Sprintf("%s %v", file, err)
+	}
+	return ""
+}
+
+var natsSeed = regexp.MustCompile(`^S[UAONCX][A-Z2-7]{56}$`)
+
+// Sendable checks the content of a credential file a sink sends (a bearer
+// token, a credentialFiles entry): one line of printable text (surrounding
+// white space aside), not a PEM block (a private key, a certificate), not
+// NATS credentials or an nkey seed, at most 16 KiB. Such files are for the
+// bridge to use, and must not leave it because a config names them as
+// something to send. The error reads after the file's name.
+func Sendable(content []byte) error {
+	b := bytes.TrimSpace(content)
+	switch {
+	case len(b) > maxSentCredential:
+		return fmt.Errorf("is more than %d KiB: a credential a sink sends is a token (an API key), one line", maxSentCredential>>10)
+	case bytes.Contains(b, []byte("PRIVATE KEY-----")):
+		return errors.New("holds a PEM private key, which the bridge may use (tls.keyFile) but never sends: a credential a sink sends is a token (an API key), one line")
+	case bytes.Contains(b, []byte("NKEY SEED")) || bytes.Contains(b, []byte("NATS USER JWT")):
+		return errors.New("holds NATS credentials, which the bridge may use (credentialsFile) but never sends: a credential a sink sends is a token (an API key), one line")
+	case bytes.Contains(b, []byte("-----BEGIN ")):
+		return errors.New("holds a PEM block, which the bridge may use (tls) but never sends: a credential a sink sends is a token (an API key), one line")
+	case natsSeed.Match(b):
+		return errors.New("holds a NATS nkey seed, which the bridge may use (nkeySeedFile) but never sends: a credential a sink sends is a token (an API key), one line")
+	case bytes.ContainsAny(b, "\r\n"):
+		return fmt.Errorf("has %d lines: a credential a sink sends is a token (an API key), one line", bytes.Count(b, []byte("\n"))+1)
+	case bytes.ContainsFunc(b, func(r rune) bool { return r < 0x20 || r == 0x7f }):
+		return errors.New("holds control characters: a credential a sink sends is a token (an API key), one line of text")
+	}
+	return nil
 }
 
 func confine(file string, dirs []string, resolve bool) string {

@@ -6,9 +6,10 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"regexp"
 	"slices"
-	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	celast "github.com/google/cel-go/common/ast"
@@ -339,7 +340,10 @@ func (s *Sink) sendRequest(ctx context.Context, e *event.Event) error {
 	if len(s.creds) > 0 {
 		creds = make(map[string]string, len(s.creds))
 		for name, f := range s.creds {
-			v, _ := f.Value()
+			v, err := sendable(f)
+			if err != nil {
+				return fmt.Errorf("credentialFiles.%s: %w", name, err)
+			}
 			creds[name] = string(v)
 		}
 	}
@@ -362,28 +366,85 @@ func (s *Sink) sendRequest(ctx context.Context, e *event.Event) error {
 }
 
 // scrubbed is err with every credential value in its message replaced by
-// <redacted> (as written, and as Go quotes it); its class (errors.As)
-// stays err's.
+// <redacted>: as written, and as a receiver's answer may echo it, escaped
+// in a JSON or Go string (\/, \", \u003c in either case, \x3c, with its
+// backslashes doubled when quoted again) or percent-encoded. Its class
+// (errors.As) stays err's.
 func scrubbed(err error, creds map[string]string) error {
-	if err == nil || len(creds) == 0 {
+	if err == nil {
+		return err
+	}
+	re := credentialPattern(creds)
+	if re == nil {
 		return err
 	}
 	msg := err.Error()
-	values := make([]string, 0, 2*len(creds))
-	for _, v := range creds {
-		if v != "" {
-			values = append(values, v, strings.Trim(strconv.Quote(v), `"`))
-		}
-	}
-	// Longest first: a credential that contains another is replaced whole.
-	slices.SortFunc(values, func(a, b string) int { return len(b) - len(a) })
-	for _, v := range values {
-		msg = strings.ReplaceAll(msg, v, "<redacted>")
-	}
-	if msg == err.Error() {
+	out := re.ReplaceAllLiteralString(msg, "<redacted>")
+	if out == msg {
 		return err
 	}
-	return &scrubbedError{msg: msg, err: err}
+	return &scrubbedError{msg: out, err: err}
+}
+
+// patterns caches the compiled pattern of a set of credential values (they
+// change only when a file is rotated).
+var patterns = struct {
+	sync.Mutex
+	m map[string]*regexp.Regexp
+}{m: map[string]*regexp.Regexp{}}
+
+// credentialPattern matches any of the values of creds, escaped or not;
+// nil when there are none.
+func credentialPattern(creds map[string]string) *regexp.Regexp {
+	values := make([]string, 0, len(creds))
+	for _, v := range creds {
+		if v != "" {
+			values = append(values, v)
+		}
+	}
+	if len(values) == 0 {
+		return nil
+	}
+	// Longest first: a credential that contains another is replaced whole.
+	slices.SortFunc(values, func(a, b string) int {
+		if d := len(b) - len(a); d != 0 {
+			return d
+		}
+		return strings.Compare(a, b)
+	})
+	key := strings.Join(values, "\x00")
+	patterns.Lock()
+	defer patterns.Unlock()
+	if re, ok := patterns.m[key]; ok {
+		return re
+	}
+	alts := make([]string, len(values))
+	for i, v := range values {
+		alts[i] = escapedPattern(v)
+	}
+	re := regexp.MustCompile(strings.Join(alts, "|"))
+	if len(patterns.m) >= 16 {
+		clear(patterns.m)
+	}
+	patterns.m[key] = re
+	return re
+}
+
+// escapedPattern matches v with any of its characters escaped.
+func escapedPattern(v string) string {
+	var b strings.Builder
+	for _, r := range v {
+		b.WriteString(`(?:\\*`)
+		b.WriteString(regexp.QuoteMeta(string(r)))
+		if r < 0x10000 {
+			fmt.Fprintf(&b, `|\\+u(?i:%04x)`, r)
+		}
+		if r < 0x80 {
+			fmt.Fprintf(&b, `|\\+x(?i:%02x)|%%(?i:%02x)`, r, r)
+		}
+		b.WriteByte(')')
+	}
+	return b.String()
 }
 
 type scrubbedError struct {

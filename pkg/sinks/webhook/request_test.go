@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -347,5 +348,51 @@ func TestTargetChosenByTheObject(t *testing.T) {
 	err = fixed.Send(context.Background(), []*event.Event{pod("prod", "web-1", "Failed", "")})
 	if reason, _ := sinks.DestinationReason(err); sinks.IsObjectTarget(err) || reason != sinks.ReasonNotFound || !strings.HasPrefix(err.Error(), "PUT ") {
 		t.Errorf("a 404 for a fixed path: %v, want the destination's, naming PUT", err)
+	}
+}
+
+// A receiver that echoes a credential in its answer, whatever the
+// escaping (JSON's \u003c and \/, Go's \x3c, quoted twice, percent-encoded),
+// does not put it in the error that reaches logs and dead-letters; nor
+// does one echoing the bearer token.
+func TestEchoedCredentialsAreScrubbed(t *testing.T) {
+	const key = `k3y/with<html>&"quote"`
+	echoes := map[string]func(string) string{
+		"plain":          func(s string) string { return s },
+		"json":           func(s string) string { b, _ := json.Marshal(s); return string(b) },
+		"escaped slash":  func(s string) string { b, _ := json.Marshal(s); return strings.ReplaceAll(string(b), "/", `\/`) },
+		"upper hex":      func(s string) string { b, _ := json.Marshal(s); return strings.ReplaceAll(string(b), `\u003c`, `\u003C`) },
+		"quoted twice":   func(s string) string { b, _ := json.Marshal(s); b, _ = json.Marshal(string(b)); return string(b) },
+		"hex escape":     func(s string) string { return strings.ReplaceAll(fmt.Sprintf("%q", s), "<", `\x3c`) },
+		"percent":        func(s string) string { return url.QueryEscape(s) },
+		"percent, lower": func(s string) string { return strings.ToLower(url.QueryEscape(s)) },
+	}
+	var mu sync.Mutex
+	echo := echoes["plain"]
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var got struct{ Key string }
+		_ = json.Unmarshal(body, &got)
+		mu.Lock()
+		defer mu.Unlock()
+		w.WriteHeader(http.StatusInternalServerError)
+		_, _ = io.WriteString(w, `{"error": "bad key", "key": `+echo(got.Key)+`, "auth": `+echo(r.Header.Get("Authorization"))+`}`)
+	}))
+	defer srv.Close()
+	dir := t.TempDir()
+	keyFile, tokenFile := filepath.Join(dir, "key"), filepath.Join(dir, "token")
+	must(t, os.WriteFile(keyFile, []byte(key+"\n"), 0o600))
+	must(t, os.WriteFile(tokenFile, []byte("t0ken/&<b>\n"), 0o600))
+	s := shaped(t, srv.URL, &Request{Method: http.MethodPost, Body: `{"key": credentials.key}`},
+		func(c *Config) { c.CredentialFiles, c.BearerTokenFile = map[string]string{"key": keyFile}, tokenFile })
+	for name, e := range echoes {
+		mu.Lock()
+		echo = e
+		mu.Unlock()
+		err := s.Send(context.Background(), []*event.Event{pod("prod", "web-1", "Failed", "")})
+		if err == nil || !strings.Contains(err.Error(), "500") || strings.Count(err.Error(), "<redacted>") != 2 ||
+			strings.Contains(err.Error(), "k3y") || strings.Contains(err.Error(), "t0ken") {
+			t.Errorf("%s echo: %v", name, err)
+		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -149,5 +150,41 @@ func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A credential a request sends must stay a token: a credentialFiles entry
+// that holds a private key is refused when the sink is built, naming the
+// key; one rotated into a key later is not sent (the event is retried as
+// the sink's config failing, never lost) until it holds a token again.
+func TestSentCredentialStaysAToken(t *testing.T) {
+	old := sinks.CheckEvery
+	sinks.CheckEvery = 0
+	t.Cleanup(func() { sinks.CheckEvery = old })
+	srv, got := recordRequests(t)
+	dir := t.TempDir()
+	keyFile := filepath.Join(dir, "key")
+	const pemKey = "-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEI...\n-----END PRIVATE KEY-----\n"
+	must(t, os.WriteFile(keyFile, []byte(pemKey), 0o600))
+	r := &Request{Method: http.MethodPost, Body: `{"routing_key": credentials.key}`}
+	_, err := New(&Config{URL: srv.URL, Mode: "binary", Timeout: config.Duration(time.Second), Request: r, CredentialFiles: map[string]string{"key": keyFile}}, nil)
+	if err == nil || !strings.Contains(err.Error(), "credentialFiles.key: "+keyFile+" holds a PEM private key") {
+		t.Fatalf("New with a private key as a credential: %v", err)
+	}
+	replace(t, keyFile, "R0UT1NGKEY\n")
+	s := shaped(t, srv.URL, r, func(c *Config) { c.CredentialFiles = map[string]string{"key": keyFile} })
+	must(t, s.Send(context.Background(), []*event.Event{pod("prod", "a", "Failed", "")}))
+	replace(t, keyFile, pemKey)
+	err = s.Send(context.Background(), []*event.Event{pod("prod", "b", "Failed", "")})
+	if reason, _ := sinks.DestinationReason(err); reason != sinks.ReasonConfig || strings.Contains(err.Error(), "MC4CAQ") {
+		t.Errorf("after the file became a key: %v, want the sink's config failing, without the key", err)
+	}
+	for _, req := range got() {
+		if strings.Contains(string(req.body), "PRIVATE") {
+			t.Errorf("the key was sent: %s", req.body)
+		}
+	}
+	if n := len(got()); n != 1 {
+		t.Errorf("%d requests, want 1", n)
 	}
 }

@@ -146,6 +146,9 @@ func New(c *Config, logger *slog.Logger) (*Sink, error) {
 		if err != nil {
 			return nil, fmt.Errorf("credentialFiles.%s: %w", name, err)
 		}
+		if _, err := sendable(f); err != nil {
+			return nil, fmt.Errorf("credentialFiles.%s: %w", name, err)
+		}
 		if s.creds == nil {
 			s.creds = map[string]*sinks.CredentialFile{}
 		}
@@ -246,10 +249,25 @@ func (s *Sink) currentClient() *http.Client {
 // authorization is the Authorization header from the token file as it is
 // now.
 func (s *Sink) authorization() (string, error) {
-	tok, _ := s.token.Value()
+	tok, err := sendable(s.token)
+	if err != nil {
+		return "", fmt.Errorf("bearerTokenFile: %w", err)
+	}
 	v := "Bearer " + string(tok)
 	if !httpguts.ValidHeaderFieldValue(v) {
 		return "", sinks.Destination(sinks.ReasonConfig, fmt.Errorf("bearerTokenFile %s: the token has control characters", s.token.Path()))
+	}
+	return v, nil
+}
+
+// sendable is the content of a credential file the sink sends, read again
+// if it changed, refused when it is not a token (config.Sendable: a file
+// rotated into a private key is not sent either; the event is retried,
+// never lost, once the file holds a token again).
+func sendable(f *sinks.CredentialFile) ([]byte, error) {
+	v, _ := f.Value()
+	if err := config.Sendable(v); err != nil {
+		return nil, sinks.Destination(sinks.ReasonConfig, fmt.Errorf("%s %w; not sent", f.Path(), err))
 	}
 	return v, nil
 }
@@ -437,7 +455,13 @@ func (s *Sink) do(ctx context.Context, method, target string, h http.Header, bod
 		// the retry reads the files again.
 		s.refreshCredentials()
 	}
-	return s.classify(method, resp, snippet)
+	err = s.classify(method, resp, snippet)
+	if err != nil && s.token != nil {
+		// A receiver may echo the Authorization header in its answer.
+		tok, _ := s.token.Value()
+		err = scrubbed(err, map[string]string{"bearer": string(tok)})
+	}
+	return err
 }
 
 func (s *Sink) refreshCredentials() {
