@@ -42,7 +42,7 @@ type Config struct {
 	TLS *config.TLS `yaml:"tls"`
 	// Request shapes each request with CEL instead of sending a CloudEvent (docs/actions.md). Default: CloudEvents.
 	Request *Request `yaml:"request"`
-	// CredentialFiles names files whose contents a request template may send, as credentials.<name>: an API key that goes in a body or a header (PagerDuty's routing_key, Opsgenie's GenieKey). Each is read again when it changes, and kept out of logs and dead-letters. Default: none.
+	// CredentialFiles names files whose contents a request template may send, as credentials.<name>: an API key that goes in a body or a header (PagerDuty's routing_key, Opsgenie's GenieKey). Each must hold a one-line token (a PEM key or certificate, NATS credentials or a seed, a multi-line file, or a file the config uses as a key is refused), is read again when it changes, and is kept out of logs and dead-letters. Default: none.
 	CredentialFiles map[string]string `yaml:"credentialFiles"`
 	// Preset is a named request for a known receiver (slack, teams, pagerduty, opsgenie, github-dispatch, alertmanager, generic) whose fields request overrides one by one (docs/actions.md). Default: none.
 	Preset string `yaml:"preset"`

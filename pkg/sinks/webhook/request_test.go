@@ -358,10 +358,13 @@ func TestTargetChosenByTheObject(t *testing.T) {
 func TestEchoedCredentialsAreScrubbed(t *testing.T) {
 	const key = `k3y/with<html>&"quote"`
 	echoes := map[string]func(string) string{
-		"plain":          func(s string) string { return s },
-		"json":           func(s string) string { b, _ := json.Marshal(s); return string(b) },
-		"escaped slash":  func(s string) string { b, _ := json.Marshal(s); return strings.ReplaceAll(string(b), "/", `\/`) },
-		"upper hex":      func(s string) string { b, _ := json.Marshal(s); return strings.ReplaceAll(string(b), `\u003c`, `\u003C`) },
+		"plain":         func(s string) string { return s },
+		"json":          func(s string) string { b, _ := json.Marshal(s); return string(b) },
+		"escaped slash": func(s string) string { b, _ := json.Marshal(s); return strings.ReplaceAll(string(b), "/", `\/`) },
+		"upper hex": func(s string) string {
+			b, _ := json.Marshal(s)
+			return strings.ReplaceAll(string(b), `\u003c`, `\u003C`)
+		},
 		"quoted twice":   func(s string) string { b, _ := json.Marshal(s); b, _ = json.Marshal(string(b)); return string(b) },
 		"hex escape":     func(s string) string { return strings.ReplaceAll(fmt.Sprintf("%q", s), "<", `\x3c`) },
 		"percent":        func(s string) string { return url.QueryEscape(s) },
