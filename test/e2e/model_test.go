@@ -78,7 +78,7 @@ import (
 //	KUBEBRIDGE_MODEL_SEED    first seed (default: time-based); each run logs its seed
 //	KUBEBRIDGE_MODEL_OPS     operations per run (default 60)
 //	KUBEBRIDGE_MODEL_RUNS    runs, with seeds SEED, SEED+1, ... (default 1)
-//	KUBEBRIDGE_MODEL_FAULTS  comma list of kill,term,hook,reload,apiserver,nats,refuse,churn,rotate,crd; "none"; default all
+//	KUBEBRIDGE_MODEL_FAULTS  comma list of kill,term,hook,reload,apiserver,nats,refuse,churn,rotate,crd,scale,partition; "none"; default all
 //	KUBEBRIDGE_MODEL_RULES   comma list of rule names to configure (default all: a-all,a-del,b-all,b-upd,c-all,c-del,g-all,g-del)
 //	KUBEBRIDGE_MODEL_KEEP    a directory: on failure, the bridge log and what each sink received are copied there
 //	KUBEBRIDGE_MODEL_SHARDS  TestModel with sharding: that many shards (default 0: one bridge, file checkpoint)
@@ -89,6 +89,15 @@ import (
 // config; scale adds a replica or takes one away (SIGTERM). The apiserver
 // fault is an outage past the shard Leases' renew deadline: every
 // replica's holds lapse, and resume with their queues once it is back.
+//
+// The partition fault (both tests) stalls one bridge's link to NATS (each
+// bridge then reaches NATS through a proxy of its own) for longer than the
+// drain and the lease while the apiserver stays reachable, with its shards
+// moving meanwhile (a replica joins, or it is SIGTERMed), then lets it
+// recover: what it wrote into the link lands late. JetStream and the KV
+// checkpoint fence (a stale owner's write is refused where it lands), so
+// the checker stays as strict for the stream as without it
+// (partition_test.go).
 //
 // The seed fixes the schedule (operations, their targets, fault kinds and
 // durations), not the timing relative to the bridge, so a rerun with the
@@ -146,7 +155,7 @@ func modelEnvInt(name string, def int) int {
 }
 
 var (
-	modelFaultKinds = []string{"kill", "term", "hook", "reload", "apiserver", "nats", "refuse", "churn", "rotate", "crd", "scale"}
+	modelFaultKinds = []string{"kill", "term", "hook", "reload", "apiserver", "nats", "refuse", "churn", "rotate", "crd", "scale", "partition"}
 	modelNamespaces = []string{"mdl-a", "mdl-b", "mdl-c", "mdl-d"}
 	modelNames      = []string{"o0", "o1", "o2", "o3", "o4", "o5"}
 	modelSinks      = []string{"file", "bus", "hook", "shaped"}
@@ -288,6 +297,7 @@ type modelRun struct {
 	notes     []string       // fault outcomes worth reporting (not failures)
 	kinds     map[string]int // operations scheduled, by kind
 	noMetrics bool
+	links     map[string]*modelLink // config path -> the link to NATS of the bridge running on it (partition fault)
 }
 
 func (m *modelRun) rules() []modelRule {
@@ -410,7 +420,7 @@ func (m *modelRun) schedule() []string {
 	}
 	weights := []w{{"create", 22}, {"update", 20}, {"delete", 9}, {"recreate", 8}, {"relabel", 14}, {"nsflip", 7},
 		{"kill", 4}, {"term", 2}, {"hook", 3}, {"reload", 4}, {"apiserver", 2}, {"nats", 2}, {"refuse", 3}, {"churn", 2},
-		{"rotate", 2}, {"crd", 2}, {"scale", 3}}
+		{"rotate", 2}, {"crd", 2}, {"scale", 3}, {"partition", 2}}
 	total := 0
 	for _, x := range weights {
 		if m.isFault(x.kind) && !m.faults[x.kind] {
@@ -489,6 +499,8 @@ func (m *modelRun) do(kind string, i int) {
 		})
 		m.apiBackAt = time.Now()
 		m.logOp("apiserver back")
+	case "partition":
+		m.partition(i)
 	case "nats":
 		m.nats.Restart(m.t)
 		m.logOp("NATS restarted")
@@ -862,7 +874,7 @@ cluster: model
 func (m *modelRun) startBridge() {
 	if m.shards == 0 {
 		if len(m.bridges) == 0 {
-			m.bridges = []*bridgeProc{startBridge(m.t, m.cp, "", withConfigFile(m.cfgPath), withCheckpointFile(m.ckptPath), withRestartFlags())}
+			m.bridges = []*bridgeProc{startBridge(m.t, m.cp, "", withConfigFile(m.configFor("bridge")), withCheckpointFile(m.ckptPath), withRestartFlags())}
 		} else {
 			m.bridges[0].start()
 		}
@@ -879,7 +891,7 @@ func (m *modelRun) startBridge() {
 func (m *modelRun) addReplica() {
 	name := fmt.Sprintf("replica-%d", m.replicaN)
 	m.replicaN++
-	b := startBridge(m.t, m.cp, "", withConfigFile(m.cfgPath), withConfigCheckpoint(), withRestartFlags(), withShortLease(),
+	b := startBridge(m.t, m.cp, "", withConfigFile(m.configFor(name)), withConfigCheckpoint(), withRestartFlags(), withShortLease(),
 		withFlags("--leader-elect-namespace", "default", "--leader-elect-name", "kb-model", "--identity", name),
 		withReadyLog("bridge started; sharing the shards"))
 	m.bridges = append(m.bridges, b)
@@ -968,6 +980,7 @@ func (m *modelRun) writeConfig() {
 	tmp := m.cfgPath + ".tmp"
 	must(m.t, os.WriteFile(tmp, []byte(m.config()), 0o600))
 	must(m.t, os.Rename(tmp, m.cfgPath))
+	m.writeLinkConfigs()
 }
 
 // reload switches the config variant and waits until the bridge applied

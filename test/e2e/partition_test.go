@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -88,11 +90,12 @@ rules:
 	a := replica("replica-a", "nats://"+link.Addr(), withKillAtEnd())
 	space := shards.Space{N: 2, Key: shards.KeyUID}
 	var x *corev1.ConfigMap
+	run := strconv.FormatInt(time.Now().UnixNano(), 36) // names of this run's objects (go test -count)
 	for i := 0; x == nil; i++ {
 		if i == 30 {
 			t.Fatal("30 ConfigMaps, none in shard 1")
 		}
-		cm := viewCreateCM(t, cs, ns, fmt.Sprintf("x-%d", i), map[string]string{"v": "0"})
+		cm := viewCreateCM(t, cs, ns, fmt.Sprintf("x-%s-%d", run, i), map[string]string{"v": "0"})
 		if space.OfHash(shards.Hash(string(cm.UID))) == 1 {
 			x = cm
 		}
@@ -248,4 +251,172 @@ rules:
 			t.Errorf("%s (uid %s) is deleted; a consumer of the stream holds it forever, at rv %s", names[u], u, rv)
 		}
 	}
+}
+
+// The model test's partition fault (model_test.go): with it enabled, each
+// bridge reaches NATS through a link of its own (a proxy the test owns) and
+// runs on a config file of its own, the model's with the link's URL.
+
+// modelLink is one bridge's link to NATS.
+type modelLink struct {
+	name  string
+	proxy *testenv.Proxy
+}
+
+// The bridge's defaults the partition outlasts: --drain-timeout (the
+// model's bridges keep it) and withShortLease's lease duration.
+const (
+	modelDrain = 10 * time.Second
+	modelLease = 4 * time.Second
+)
+
+// configFor is the config file the bridge named name runs on: the model's,
+// or (partition fault) its own, whose NATS URL is a new link's.
+func (m *modelRun) configFor(name string) string {
+	if !m.faults["partition"] {
+		return m.cfgPath
+	}
+	if m.links == nil {
+		m.links = map[string]*modelLink{}
+	}
+	path := m.cfgPath + "." + name
+	if m.links[path] == nil {
+		m.links[path] = &modelLink{name: name, proxy: testenv.StartProxy(m.t, m.nats.Addr().String())}
+	}
+	m.writeLinkConfigs()
+	return path
+}
+
+// writeLinkConfigs writes each link's config file: the model's config with
+// the link's URL for NATS (the sink, and so the KV checkpoint).
+func (m *modelRun) writeLinkConfigs() {
+	cfg := m.config()
+	direct := `url: "` + m.nats.ClientURL() + `"`
+	if !strings.Contains(cfg, direct) {
+		m.t.Fatalf("the model's config has no %s to route through a link:\n%s", direct, cfg)
+	}
+	for path, l := range m.links {
+		tmp := path + ".tmp"
+		must(m.t, os.WriteFile(tmp, []byte(strings.Replace(cfg, direct, `url: "nats://`+l.proxy.Addr()+`"`, 1)), 0o600))
+		must(m.t, os.Rename(tmp, path))
+	}
+}
+
+// partition stalls one bridge's link to NATS (the apiserver stays
+// reachable) for longer than the drain and the lease, then lets it
+// recover. Meanwhile objects of its shards change (it publishes their
+// events, and writes its checkpoint, into the stalled link) and, sharded,
+// its shards move: another replica joins (it gives shards back when their
+// drain times out) or it is SIGTERMed (its drain times out; it starts
+// again once the link is back); or nothing moves and it only waits. Then
+// the same objects change again, one is deleted: the shards' new owners
+// deliver that. When the link recovers, what the bridge wrote meanwhile
+// lands late, after its successors' newer events: a destination that
+// fences (JetStream, the KV checkpoint) must refuse it, so the checker
+// stays strict for it.
+func (m *modelRun) partition(i int) {
+	var linked []*bridgeProc
+	for _, b := range m.bridges {
+		if m.links[b.configPath] != nil {
+			linked = append(linked, b)
+		}
+	}
+	if len(linked) == 0 {
+		m.opUpdate(m.cs, i)
+		return
+	}
+	b := linked[m.rng.IntN(len(linked))]
+	l := m.links[b.configPath]
+	how := []string{"term", "wait"}[m.rng.IntN(2)]
+	if m.shards > 0 {
+		how = []string{"join", "term", "wait"}[m.rng.IntN(3)]
+		if how == "join" && len(m.bridges) >= 3 {
+			how = "term"
+		}
+	}
+	stallFor := modelDrain + modelLease + time.Duration(m.rng.IntN(2000))*time.Millisecond
+	// Up to three objects of b's shards (as many draws whatever b holds,
+	// so that the seed's schedule stays the same).
+	draws := []int{m.rng.IntN(1 << 20), m.rng.IntN(1 << 20), m.rng.IntN(1 << 20)}
+	mine := m.objectsOf(b)
+	var targets [][2]string
+	for _, d := range draws {
+		if len(mine) > 0 {
+			o := mine[d%len(mine)]
+			if !slices.Contains(targets, o) {
+				targets = append(targets, o)
+			}
+		}
+	}
+
+	t0 := time.Now()
+	l.proxy.Stall()
+	m.logOp("partition: %s's link to NATS stalled (then: %s); %d of its objects change", l.name, how, len(targets))
+	for _, o := range targets { // published into the stalled link
+		m.patch(m.cs, o[0], o[1], "update (partitioned)", fmt.Sprintf(`{"data":{"v":"%d-p"}}`, i))
+	}
+	m.randomChange(m.cs, i)
+	time.Sleep(300 * time.Millisecond)
+	held := l.proxy.Held()
+	m.logOp("partition: %s wrote %d bytes into the stalled link", l.name, held)
+	switch how {
+	case "join":
+		before, _ := viewMetric(b.adminURL(), `kubebridge_shard_handovers_total{kind="released"}`)
+		m.addReplica()
+		if !poll(modelDrain+modelLease+10*time.Second, func() bool {
+			v, _ := viewMetric(b.adminURL(), `kubebridge_shard_handovers_total{kind="released"}`)
+			return v > before
+		}) {
+			m.logOp("partition: %s gave no shard back", l.name)
+		} else {
+			m.logOp("partition: %s gave a shard back", l.name)
+		}
+	case "term":
+		m.terminate(b) // its drain times out: what it did not deliver, the shards' next owners send
+	}
+	time.Sleep(time.Second)     // the shards' new owners take them
+	for j, o := range targets { // superseding what waits in the link
+		if j == 0 {
+			err := m.cs.CoreV1().ConfigMaps(o[0]).Delete(context.Background(), o[1], metav1.DeleteOptions{})
+			m.logOp("delete %s/%s uid=%s (after the partition's handover): %v", o[0], o[1], m.uids[o[0]+"/"+o[1]], err)
+			if err == nil {
+				m.forget(o[0], o[1])
+			}
+			continue
+		}
+		m.patch(m.cs, o[0], o[1], "update (after the partition's handover)", fmt.Sprintf(`{"data":{"v":"%d-q"}}`, i))
+	}
+	m.opUpdate(m.cs, i)
+	time.Sleep(max(time.Second, time.Until(t0.Add(stallFor))))
+	l.proxy.Resume()
+	m.logOp("partition: %s's link recovered after %s", l.name, time.Since(t0).Round(time.Millisecond))
+	m.notes = append(m.notes, fmt.Sprintf("partition at %s: %s's link stalled %s (%s), %d objects of its shards changed before and after, %d bytes held",
+		t0.Sub(m.start).Round(time.Millisecond), l.name, time.Since(t0).Round(time.Millisecond), how, len(targets), held))
+	if how == "term" {
+		b.start()
+		m.logOp("bridge %s started again (pid %d, config variant %d)", l.name, b.cmd.Process.Pid, m.variant)
+	}
+}
+
+// objectsOf is the live ConfigMaps (namespace, name) of the shards b
+// holds: all of them without sharding.
+func (m *modelRun) objectsOf(b *bridgeProc) [][2]string {
+	held := map[int]bool{}
+	if m.shards > 0 {
+		for _, s := range scrapeLabels(b, "kubebridge_shard_pending_events", "shard") {
+			if n, err := strconv.Atoi(s); err == nil {
+				held[n] = true
+			}
+		}
+	}
+	space := shards.Space{N: max(m.shards, 1), Key: shards.KeyUID}
+	var out [][2]string
+	for _, ns := range modelNamespaces {
+		for _, name := range m.live[ns] {
+			if m.shards == 0 || held[space.OfHash(shards.Hash(m.uids[ns+"/"+name]))] {
+				out = append(out, [2]string{ns, name})
+			}
+		}
+	}
+	return out
 }
