@@ -92,13 +92,19 @@ func (e *ConfigError) Error() string {
 
 // gated lists what cfg asks for that only a setting outside the config
 // may allow: sinks whose type needs an opt-in not given, credential files outside
-// CredentialDirs.
+// CredentialDirs; and output files (file sinks, dead-letters) that would
+// write the checkpoint, the config, a credential or another output.
 func (b *Bridge) gated(cfg *config.Config) []config.Problem {
 	dirs := b.opts.CredentialDirs
 	if dirs == nil {
 		dirs = []string{"/"}
 	}
 	out := config.ConfineCredentials(cfg, dirs, true)
+	checkpoint := cfg.Checkpoint.File
+	if b.opts.CheckpointFile != "" {
+		checkpoint = b.opts.CheckpointFile
+	}
+	out = append(out, config.ConfineOutputFiles(cfg, config.Protected{ConfigFile: cfg.File(), CheckpointFile: checkpoint, CredentialDirs: b.opts.CredentialDirs}, true)...)
 	for i, s := range cfg.Sinks {
 		if o := b.opts.Sinks.OptIn(s.Type); o != nil && !b.opts.OptIns[o.Name] {
 			path := fmt.Sprintf("sinks[%d].%s", i, s.Type)

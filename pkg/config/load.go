@@ -37,8 +37,16 @@ func Load(path string, types SinkTypes) (*Config, []Problem, error) {
 	if err != nil {
 		return nil, nil, &Error{File: path, Problems: []Problem{{Message: fmt.Sprintf("cannot read config: %v", unwrapPathError(err))}}}
 	}
-	return Parse(path, data, types)
+	cfg, warnings, err := Parse(path, data, types)
+	if cfg != nil {
+		cfg.file = path
+	}
+	return cfg, warnings, err
 }
+
+// File is the path the config was loaded from (Load), "" when parsed
+// from memory: no output file may be it (ConfineOutputFiles).
+func (c *Config) File() string { return c.file }
 
 func unwrapPathError(err error) error {
 	if pe, ok := err.(*os.PathError); ok {

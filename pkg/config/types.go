@@ -28,6 +28,7 @@ type Config struct {
 	Sharding *Sharding `yaml:"sharding"`
 
 	lines map[string]int // key path -> line in the file it was loaded from
+	file  string         // the file it was loaded from (Load)
 }
 
 // LineOf returns the line in the config file of a key path such as

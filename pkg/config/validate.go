@@ -282,6 +282,8 @@ func (d *DeadLetter) Validate() error {
 	}
 	if d.MaxBackups < 0 {
 		errs = append(errs, ErrorAt("maxBackups", "must not be negative, got %d", d.MaxBackups))
+	} else if d.MaxBackups > MaxBackups {
+		errs = append(errs, ErrorAt("maxBackups", "must be at most %d (each rotation renames every copy), got %d", MaxBackups, d.MaxBackups))
 	}
 	return errors.Join(errs...)
 }

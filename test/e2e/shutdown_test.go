@@ -3,7 +3,8 @@ package e2e
 import (
 	"context"
 	"errors"
-	"os"
+	"net/http"
+	"net/http/httptest"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -16,13 +17,12 @@ import (
 	"github.com/kubebridge/kubebridge/internal/testenv"
 )
 
-// A sink that cannot take events (a full disk: /dev/full) keeps them
+// A sink that cannot take events (a receiver answering 503) keeps them
 // queued. On SIGTERM the bridge drains for --drain-timeout and then exits 1
 // saying how many were left; a second signal ends it at once.
 func TestShutdownDrainDeadlineAndSecondSignal(t *testing.T) {
-	if _, err := os.Stat("/dev/full"); err != nil {
-		t.Skip("no /dev/full")
-	}
+	down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusServiceUnavailable) }))
+	defer down.Close()
 	cp := testenv.SharedControlPlane(t)
 	testenv.EnsureNamespace(t, cp, "stuck")
 	cfg := `apiVersion: kubebridge.io/v1alpha1
@@ -30,7 +30,7 @@ kind: BridgeConfig
 cluster: e2e
 sinks:
   - name: full
-    file: {path: /dev/full}
+    webhook: {url: "` + down.URL + `"}
     retry: {initialInterval: 10ms, maxInterval: 50ms}
 rules:
   - name: cms
@@ -43,7 +43,7 @@ rules:
 
 	// Running, the event queued and failing.
 	start := func(t *testing.T, drain string) *bridgeProc {
-		return startBridge(t, cp, cfg, withLogLevel("info"), withFlags("--drain-timeout", drain), withReadyLog("bridge started", "disk full"))
+		return startBridge(t, cp, cfg, withLogLevel("info"), withFlags("--drain-timeout", drain), withReadyLog("bridge started", "delivery failed"))
 	}
 
 	t.Run("drain deadline", func(t *testing.T) {

@@ -39,6 +39,18 @@ func (f *Config) Validate() error {
 	}
 	if f.MaxBackups < 0 {
 		errs = append(errs, config.ErrorAt("maxBackups", "must not be negative, got %d", f.MaxBackups))
+	} else if f.MaxBackups > config.MaxBackups {
+		errs = append(errs, config.ErrorAt("maxBackups", "must be at most %d (each rotation renames every copy), got %d", config.MaxBackups, f.MaxBackups))
 	}
 	return errors.Join(errs...)
+}
+
+// OutputFiles is the file the sink appends to (none for stdout), which
+// config.ConfineOutputFiles keeps apart from the checkpoint, the config,
+// credentials and other outputs.
+func (f *Config) OutputFiles() []config.OutputFile {
+	if f.Path == "-" || f.Path == "" {
+		return nil
+	}
+	return []config.OutputFile{{Path: "path", File: f.Path, MaxBackups: f.MaxBackups}}
 }
