@@ -116,11 +116,11 @@ func (r *RateLimit) BurstOrDefault() int {
 
 // DeadLetter says where permanently refused events go. Exactly one of file and nats.
 type DeadLetter struct {
-	// File appends each refused event with its error as a JSON line.
+	// File appends each refused event with its error as a JSON line. An absolute path; never the checkpoint, the config, another sink's file or dead-letter, a file in --credential-dirs or under /dev, /proc, /sys; a regular file, not a link (docs/security.md).
 	File string `yaml:"file"`
 	// MaxSizeMB rotates the file when it reaches this size (with file). Default 100.
 	MaxSizeMB int `yaml:"maxSizeMB"`
-	// MaxBackups is how many rotated files are kept (with file). Default 5.
+	// MaxBackups is how many rotated files are kept (with file), at most 100. Default 5.
 	MaxBackups int `yaml:"maxBackups"`
 	// NATS publishes each refused event, with its error in the Kubebridge-Error header, through a nats sink's connection.
 	NATS *DeadLetterNATS `yaml:"nats"`

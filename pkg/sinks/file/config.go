@@ -14,11 +14,11 @@ const (
 
 // Config is the file sink's type block: it appends events as JSON lines.
 type Config struct {
-	// Path of the file; "-" writes to stdout. Required.
+	// Path of the file; "-" writes to stdout. Required. An absolute path, confined as deadLetter.file is (docs/security.md).
 	Path string `yaml:"path"`
 	// MaxSizeMB rotates the file when it reaches this size. Default 100.
 	MaxSizeMB int `yaml:"maxSizeMB"`
-	// MaxBackups is how many rotated files are kept. Default 5.
+	// MaxBackups is how many rotated files are kept, at most 100. Default 5.
 	MaxBackups int `yaml:"maxBackups"`
 }
 
