@@ -54,7 +54,7 @@ Exit status: 0 valid, 2 invalid, 1 when the cluster could not be asked.`,
 			// Offline the files need not exist here: lexically; run checks
 			// again with links resolved.
 			problems := config.ConfineCredentials(cfg, dirs, false)
-			problems = append(problems, config.ConfineOutputFiles(cfg, config.Protected{ConfigFile: file, CheckpointFile: cfg.Checkpoint.File, CredentialDirs: dirs}, false)...)
+			problems = append(problems, config.ConfineOutputFiles(cfg, config.Protected{ConfigFile: file, CheckpointFile: cfg.Checkpoint.File}, false)...)
 			if len(problems) > 0 {
 				for _, p := range problems {
 					fmt.Fprintln(errOut, p.Format(file))

@@ -104,7 +104,7 @@ func (b *Bridge) gated(cfg *config.Config) []config.Problem {
 	if b.opts.CheckpointFile != "" {
 		checkpoint = b.opts.CheckpointFile
 	}
-	out = append(out, config.ConfineOutputFiles(cfg, config.Protected{ConfigFile: cfg.File(), CheckpointFile: checkpoint, CredentialDirs: b.opts.CredentialDirs}, true)...)
+	out = append(out, config.ConfineOutputFiles(cfg, config.Protected{ConfigFile: cfg.File(), CheckpointFile: checkpoint}, true)...)
 	for i, s := range cfg.Sinks {
 		if o := b.opts.Sinks.OptIn(s.Type); o != nil && !b.opts.OptIns[o.Name] {
 			path := fmt.Sprintf("sinks[%d].%s", i, s.Type)

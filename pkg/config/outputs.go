@@ -44,11 +44,11 @@ func OutputFiles(cfg *Config) []OutputFile {
 	return out
 }
 
-// Protected is what an output file must never be or be in.
+// Protected are files besides the config's outputs and credentials that an
+// output file must never be.
 type Protected struct {
-	ConfigFile     string   // the config file itself
-	CheckpointFile string   // the checkpoint's bbolt file; empty with natsKV
-	CredentialDirs []string // bridge run --credential-dirs
+	ConfigFile     string // the config file itself
+	CheckpointFile string // the checkpoint's bbolt file; empty with natsKV
 }
 
 // specialDirs hold special files (devices, processes, kernel settings):
@@ -58,25 +58,29 @@ var specialDirs = []string{"/dev", "/proc", "/sys"}
 // ConfineOutputFiles checks the files cfg has the bridge write (file
 // sinks, file dead-letters), each with its rotated copies: a config editor
 // must not be able to make the bridge overwrite or rotate away its
-// checkpoint, its config, another output or a credential. Each must be an
-// absolute path outside the credential directories (and the pod's
-// service-account directory) and /dev, /proc and /sys, and no two may
-// share a file. With resolve (bridge run), symbolic links in the
+// checkpoint, its config, another output or a credential file the config
+// names. Each must be an absolute path outside the pod's service-account
+// directory, /dev, /proc and /sys, and no two may share a file. With resolve (bridge run), symbolic links in the
 // directories are followed, and a file that exists must be a regular file
 // with no other link to it: the bridge never writes through a link, a
 // device or a FIFO (internal/rotatefile checks again whenever it opens one).
 func ConfineOutputFiles(cfg *Config, p Protected, resolve bool) []Problem {
 	taken := map[string]string{} // a file's forms -> what writes it, or what it is
-	for file, what := range map[string]string{p.ConfigFile: "the config file", p.CheckpointFile: "the checkpoint file"} {
+	protect := func(file, what string) {
 		if abs, err := filepath.Abs(file); file != "" && err == nil {
 			for _, f := range forms(abs, resolve) {
 				taken[f] = what
 			}
 		}
 	}
+	protect(p.ConfigFile, "the config file")
+	protect(p.CheckpointFile, "the checkpoint file")
+	for _, c := range CredentialFiles(cfg) {
+		protect(c.File, "the credential file of "+c.Path)
+	}
 	var problems []Problem
 	for _, o := range OutputFiles(cfg) {
-		msg := confineOutput(o, p.CredentialDirs, resolve)
+		msg := confineOutput(o, resolve)
 		names := family(o)
 	check:
 		for k, name := range names {
@@ -120,7 +124,7 @@ func family(o OutputFile) []string {
 }
 
 // confineOutput checks where one output file is; "" when it may be written.
-func confineOutput(o OutputFile, credentialDirs []string, resolve bool) string {
+func confineOutput(o OutputFile, resolve bool) string {
 	if !filepath.IsAbs(o.File) {
 		return fmt.Sprintf("%s is not an absolute path", o.File)
 	}
@@ -138,11 +142,6 @@ func confineOutput(o OutputFile, credentialDirs []string, resolve bool) string {
 		for _, d := range forbiddenCredentialDirs {
 			if within(f, d) {
 				return fmt.Sprintf("%s is in the pod's service-account directory (%s)", shown, d)
-			}
-		}
-		for _, d := range credentialDirs {
-			if within(f, d) || (resolve && within(f, resolved(d))) {
-				return fmt.Sprintf("%s is in a credential directory (%s, --credential-dirs): events must not overwrite credentials", shown, d)
 			}
 		}
 	}

@@ -27,14 +27,14 @@ sinks:
     webhook: {url: "https://hooks.example.com/k8s"}
     deadLetter: {file: %q}
   - name: alerts
-    webhook: {url: "https://hooks.example.com/alerts"}
+    webhook: {url: "https://hooks.example.com/alerts", bearerTokenFile: /etc/kubebridge/hook/token}
     deadLetter: {file: %q, maxBackups: 2}
 rules:
   - {name: r, resource: v1/configmaps, sinks: [archive, hook, alerts]}
 `, sink, dl1, dl2))
 }
 
-var protected = Protected{ConfigFile: "/etc/kubebridge/config/config.yaml", CheckpointFile: "/var/lib/kubebridge/state.db", CredentialDirs: []string{"/etc/kubebridge/secrets"}}
+var protected = Protected{ConfigFile: "/etc/kubebridge/config/config.yaml", CheckpointFile: "/var/lib/kubebridge/state.db"}
 
 // An output file (a file sink, a file dead-letter), or one of its rotated
 // copies, can never be the checkpoint, the config, another output, a
@@ -58,7 +58,7 @@ func TestOutputFilesAreConfined(t *testing.T) {
 		{"sink is the config", "/etc/kubebridge/config/config.yaml", ok2, ok3, "sinks[0].file.path", "/etc/kubebridge/config/config.yaml is the config file"},
 		{"two outputs share a file", ok1, ok2, ok2, "sinks[2].deadLetter.file", "/var/lib/kubebridge/dead/hook.jsonl is sinks[1].deadLetter.file's file or one of its rotated copies"},
 		{"a dead-letter is a sink's rotated copy", ok1, ok1 + ".3", ok3, "sinks[1].deadLetter.file", "/var/log/kubebridge/events.jsonl.3 is sinks[0].file.path's file or one of its rotated copies"},
-		{"credential directory", ok1, "/etc/kubebridge/secrets/token", ok3, "sinks[1].deadLetter.file", "/etc/kubebridge/secrets/token is in a credential directory (/etc/kubebridge/secrets, --credential-dirs)…"},
+		{"a credential file", ok1, "/etc/kubebridge/hook/token", ok3, "sinks[1].deadLetter.file", "/etc/kubebridge/hook/token is the credential file of sinks[2].webhook.bearerTokenFile"},
 		{"service-account directory", ok1, ok2, "/var/run/secrets/kubernetes.io/serviceaccount/token", "sinks[2].deadLetter.file", "/var/run/secrets/kubernetes.io/serviceaccount/token is in the pod's service-account directory (/var/run/secrets)"},
 		{"a device", "/dev/full", ok2, ok3, "sinks[0].file.path", `/dev/full is in /dev, which holds special files, not files to append to ("-" writes to stdout)`},
 		{"relative", "events.jsonl", ok2, ok3, "sinks[0].file.path", "events.jsonl is not an absolute path"},

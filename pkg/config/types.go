@@ -116,7 +116,7 @@ func (r *RateLimit) BurstOrDefault() int {
 
 // DeadLetter says where permanently refused events go. Exactly one of file and nats.
 type DeadLetter struct {
-	// File appends each refused event with its error as a JSON line. An absolute path; never the checkpoint, the config, another sink's file or dead-letter, a file in --credential-dirs or under /dev, /proc, /sys; a regular file, not a link (docs/security.md).
+	// File appends each refused event with its error as a JSON line. An absolute path; never the checkpoint, the config, a credential file, another sink's file or dead-letter, or under /dev, /proc, /sys; a regular file, not a link (docs/security.md).
 	File string `yaml:"file"`
 	// MaxSizeMB rotates the file when it reaches this size (with file). Default 100.
 	MaxSizeMB int `yaml:"maxSizeMB"`
