@@ -3,11 +3,15 @@ package webhook
 import (
 	"bufio"
 	"context"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -79,6 +83,49 @@ func TestCutSendClosesTheConnectionHard(t *testing.T) {
 	got, err := io.ReadAll(conn)
 	if !errors.Is(err, syscall.ECONNRESET) {
 		t.Errorf("after the cut the receiver read %d bytes, then %v: want the connection reset", len(got), err)
+	}
+}
+
+// Over HTTP/2 a cut send resets only its stream, and the connection, with
+// what it still buffers of the request, would stay: a send cut under a
+// shard's fence closes the connection it went out on.
+func TestCutSendClosesItsHTTP2Connection(t *testing.T) {
+	arrived := make(chan struct{}, 1)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		<-r.Context().Done() // stalled: reads nothing until the stream or the connection ends
+	}))
+	closed := make(chan struct{})
+	var once sync.Once
+	srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateClosed {
+			once.Do(func() { close(closed) })
+		}
+	}
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	defer srv.Close()
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	must(t, os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600))
+	s, err := New(&Config{URL: srv.URL, Mode: "binary", Timeout: config.Duration(30 * time.Second), TLS: &config.TLS{CAFile: ca}}, nil)
+	must(t, err)
+	defer s.Close(context.Background())
+	ctx, cut := context.WithCancel(sinks.WithFence(context.Background(), sinks.Fence{Shard: 1, Shards: 2, Epoch: 4}))
+	sent := make(chan error, 1)
+	go func() { sent <- s.Send(ctx, []*event.Event{bigEvent("late", 256<<10)}) }()
+	select {
+	case <-arrived:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no request")
+	}
+	cut()
+	if err := <-sent; err == nil {
+		t.Fatal("a cut send was acknowledged")
+	}
+	select {
+	case <-closed:
+	case <-time.After(3 * time.Second):
+		t.Error("the HTTP/2 connection of a cut send stays open")
 	}
 }
 

@@ -425,13 +425,16 @@ func (s *Sink) do(ctx context.Context, method, target string, h http.Header, bod
 		secret, _ := s.secret.Value()
 		req.Header.Set(SignatureHeader, Sign(secret, s.now(), req, body))
 	}
-	// The connection the request went out on, to close it hard should the
-	// send be cut (HTTP/2 would only reset the stream and keep the
-	// connection, whose buffered bytes still flow).
+	// Under a fence, the connection the request went out on, to close it
+	// hard should the send be cut (HTTP/1 closes it itself; HTTP/2 would
+	// only reset the stream and keep the connection, whose buffered bytes
+	// still flow).
 	var conn net.Conn
-	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
-		GotConn: func(info httptrace.GotConnInfo) { conn = info.Conn },
-	}))
+	if fenced {
+		req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+			GotConn: func(info httptrace.GotConnInfo) { conn = info.Conn },
+		}))
+	}
 	resp, err := s.currentClient().Do(req)
 	if err != nil {
 		if ctx.Err() != nil && conn != nil {
