@@ -229,8 +229,8 @@ func TestReceiverRefusesStaleFence(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := send(7) // the old owner's late request
-	if !sinks.IsFenced(err) || !strings.Contains(err.Error(), "409") || !strings.Contains(err.Error(), "epoch=7") {
-		t.Errorf("a stale epoch: %v, want refused by the fence", err)
+	if !sinks.IsFenced(err) || !strings.Contains(err.Error(), "409") || !strings.Contains(err.Error(), "epoch=7") || s.FenceRefusals() != 1 {
+		t.Errorf("a stale epoch: %v (%d refusals counted), want refused by the fence, counted", err, s.FenceRefusals())
 	}
 	if err := send(0); err != nil {
 		t.Errorf("no fence (running alone): %v", err)

@@ -9,10 +9,14 @@
 // themselves (the dead-letter); 401, 403, 404, 410 and redirects (never
 // followed: Go would re-send a POST as a body-less GET and count its 200)
 // say the sink's URL or credential is wrong and are retried until it is
-// fixed, as are 408, 429, 5xx, timeouts and connection errors, no sooner
-// than a Retry-After says (capped at the retry maxInterval). An event that
-// cannot be encoded or carried in headers is refused alone: its neighbours
-// are still sent.
+// fixed (unless an object chose the request's target: then they are that
+// object's, sinks.ObjectTarget), as are 408, 429, 5xx, timeouts and
+// connection errors, no sooner than a Retry-After says (capped at the
+// retry maxInterval); a 409 to a request that carried a fencing token is
+// the receiver's fence refusing a stale owner (sinks.Fenced). An event
+// that cannot be encoded or carried in headers is refused alone: its
+// neighbours are still sent. Whatever the receiver answers costs bounded
+// memory: 64 KiB of headers, 64 KiB of body read.
 //
 // ce-* header values are percent-encoded (the binding's rule), so any
 // object name can be carried. With signingSecretFile, each request carries
@@ -43,6 +47,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/http/httpguts"
@@ -101,6 +106,8 @@ type Sink struct {
 	now           func() time.Time
 	maxDelay      time.Duration // cap on Retry-After
 	timeout       time.Duration
+
+	fenceRefusals atomic.Int64 // 409s to requests that carried a fencing token
 
 	mu     sync.Mutex
 	client *http.Client // replaced when the TLS files change
@@ -451,6 +458,7 @@ func (s *Sink) do(ctx context.Context, method, target string, h http.Header, bod
 	if resp.StatusCode == http.StatusConflict && fenced {
 		// A receiver that keeps the highest epoch per shard refuses ours
 		// (docs/sinks.md): another replica owns the shard now.
+		s.fenceRefusals.Add(1)
 		return sinks.Fenced(fmt.Errorf("%s %s: %s: %s refused: %s", method, s.shownURL, resp.Status, FenceHeader, fence))
 	}
 	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
@@ -478,6 +486,10 @@ func (s *Sink) refreshCredentials() {
 		f.Refresh()
 	}
 }
+
+// FenceRefusals counts the requests a receiver refused for a stale
+// fencing token (kubebridge_sink_fence_refusals_total).
+func (s *Sink) FenceRefusals() int64 { return s.fenceRefusals.Load() }
 
 // closeHard closes the raw connection under c (its TLS layer's, which
 // would first try to send a close_notify behind whatever is queued).
