@@ -372,7 +372,12 @@ func (m *modelRun) partition(i int) {
 			m.logOp("partition: %s gave a shard back", l.name)
 		}
 	case "term":
+		t1 := time.Now()
 		m.terminate(b) // its drain times out: what it did not deliver, the shards' next owners send
+		if took := time.Since(t1); took > modelDrain+5*time.Second {
+			m.notes = append(m.notes, fmt.Sprintf("partition: %s took %s to stop on SIGTERM (drain %s); its log's end:\n%s",
+				l.name, took.Round(time.Millisecond), modelDrain, lastLines(b.runLog(), 25)))
+		}
 	}
 	time.Sleep(time.Second)     // the shards' new owners take them
 	for j, o := range targets { // superseding what waits in the link
