@@ -69,7 +69,7 @@ func main() {
 	var o options
 	flag.IntVar(&o.n, "n", 10000, "ConfigMaps per throughput run (3 changes each)")
 	flag.IntVar(&o.runs, "runs", 5, "runs; every consumer is measured once per run")
-	flag.StringVar(&o.consumers, "consumers", "baseline,nats,jetstream,webhook,file", "consumers of the throughput and latency runs; also webhook-ce (one CloudEvent per request) and webhook-shaped (one request per event shaped by CEL), baseline-cbor (the bare watch asking for CBOR) and nats-json (the bridge with --kube-cbor=false), both added by -cbor")
+	flag.StringVar(&o.consumers, "consumers", "baseline,nats,jetstream,webhook,file", "consumers of the throughput and latency runs; also jetstream-unfenced (fence: false), webhook-ce (one CloudEvent per request) and webhook-shaped (one request per event shaped by CEL), baseline-cbor (the bare watch asking for CBOR) and nats-json (the bridge with --kube-cbor=false), both added by -cbor")
 	flag.IntVar(&o.workers, "workers", 32, "concurrent writers of the load generator")
 	flag.IntVar(&o.latencyRate, "latency-rate", 1000, "changes per second of the latency runs (0: no latency runs)")
 	flag.IntVar(&o.latencyN, "latency-n", 3000, "ConfigMaps per latency run")
@@ -437,6 +437,8 @@ func (b *bed) bridgeConfig(consumer, ns, hookURL, file string) string {
 		sink = "nats: {url: " + b.natsURL + "}"
 	case "jetstream":
 		sink = "nats: {url: " + b.natsURL + ", jetstream: true, stream: {name: BENCH}}"
+	case "jetstream-unfenced": // what fencing at the stream is measured against
+		sink = "nats: {url: " + b.natsURL + ", jetstream: true, fence: false, stream: {name: BENCH}}"
 	case "webhook":
 		sink = "webhook: {url: " + hookURL + ", batch: {maxEvents: 100}}"
 	case "webhook-ce": // one CloudEvent per request: what a shaped request is measured against
@@ -478,7 +480,7 @@ func (b *bed) measureBridge(ctx context.Context, consumer string, l *load, res *
 	stopFile := make(chan struct{})
 	fileDone := make(chan error, 1)
 	switch consumer {
-	case "nats", "nats-json", "jetstream":
+	case "nats", "nats-json", "jetstream", "jetstream-unfenced":
 		closeSub, err := natsReceiver(b.natsURL, c)
 		if err != nil {
 			return err
@@ -533,7 +535,7 @@ func (b *bed) measureBridge(ctx context.Context, consumer string, l *load, res *
 	for t, l := range c.byType {
 		res.P99ByType[t] = quantile(l, 0.99)
 	}
-	if consumer == "jetstream" { // keep the store small across runs
+	if strings.HasPrefix(consumer, "jetstream") { // keep the store small across runs
 		if s, err := b.js.Stream(ctx, "BENCH"); err == nil {
 			_ = s.Purge(ctx)
 		}

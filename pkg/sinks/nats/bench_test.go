@@ -2,6 +2,7 @@ package nats
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -81,25 +82,80 @@ func BenchmarkRawCore(b *testing.B) {
 	report(b, n, start)
 }
 
+// BenchmarkSinkJetStream is the sink into a file stream, fenced at the
+// stream (fence.go, the default) and not; "fence=restart" is a sink with
+// no memory publishing objects the stream holds, as after a restart: each
+// first publish is refused, and adopts the stream's sequence.
 func BenchmarkSinkJetStream(b *testing.B) {
-	srv := testenv.StartNATS(b)
-	c := sinkConfig(srv.ClientURL(), true)
-	c.Stream.Storage = "file"
-	s, err := Connect(context.Background(), "bench", c, nil)
-	if err != nil {
-		b.Fatal(err)
+	for _, mode := range []string{"false", "true", "restart"} {
+		b.Run("fence="+mode, func(b *testing.B) {
+			srv := testenv.StartNATS(b)
+			c := sinkConfig(srv.ClientURL(), true)
+			c.Stream.Storage = "file"
+			c.Fence = mode != "false"
+			s, err := Connect(context.Background(), "bench", c, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close(context.Background())
+			evs := benchEvents(benchBatch)
+			if mode == "restart" {
+				if err := s.Send(context.Background(), evs); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ResetTimer()
+			start, n := time.Now(), 0
+			for i := 0; b.Loop(); i++ {
+				if mode == "restart" {
+					s.fence = newLastSeqs() // forgets every object, as a new process
+				}
+				if err := s.Send(context.Background(), evs); err != nil { // the same ids: deduped after the first
+					b.Fatal(err)
+				}
+				n += len(evs)
+			}
+			report(b, n, start)
+		})
 	}
-	defer s.Close(context.Background())
-	evs := benchEvents(benchBatch)
-	b.ResetTimer()
-	start, n := time.Now(), 0
-	for i := 0; b.Loop(); i++ {
-		if err := s.Send(context.Background(), evs); err != nil { // the same ids: deduped after the first
-			b.Fatal(err)
-		}
-		n += len(evs)
+}
+
+// BenchmarkSinkJetStreamStored publishes a new change of each of 256
+// objects per batch (every event is stored, none a duplicate), fenced and
+// not: the stream checks each fenced publish against the object's last
+// message. Only Send is timed.
+func BenchmarkSinkJetStreamStored(b *testing.B) {
+	for _, fence := range []bool{false, true} {
+		b.Run(fmt.Sprintf("fence=%v", fence), func(b *testing.B) {
+			srv := testenv.StartNATS(b)
+			c := sinkConfig(srv.ClientURL(), true)
+			c.Stream.Storage = "file"
+			c.Fence = fence
+			s, err := Connect(context.Background(), "bench", c, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close(context.Background())
+			src := sinkstest.NewSource(700)
+			evs := make([]*event.Event, benchBatch)
+			var sending time.Duration
+			n := 0
+			for b.Loop() {
+				b.StopTimer()
+				for i := range evs {
+					evs[i] = src.Next(i)
+				}
+				b.StartTimer()
+				start := time.Now()
+				if err := s.Send(context.Background(), evs); err != nil {
+					b.Fatal(err)
+				}
+				sending += time.Since(start)
+				n += len(evs)
+			}
+			b.ReportMetric(float64(n)/sending.Seconds(), "events/s")
+		})
 	}
-	report(b, n, start)
 }
 
 func BenchmarkRawJetStream(b *testing.B) {
