@@ -435,7 +435,8 @@ func (s *Sink) do(ctx context.Context, method, target string, h http.Header, bod
 	// Under a fence, the connection the request went out on, to close it
 	// hard should the send be cut (HTTP/1 closes it itself; HTTP/2 would
 	// only reset the stream and keep the connection, whose buffered bytes
-	// still flow).
+	// still flow; the other requests it carries fail and are retried: a
+	// cut is rare, a late write is not to be had).
 	var conn net.Conn
 	if fenced {
 		req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
