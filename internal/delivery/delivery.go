@@ -211,7 +211,7 @@ func Coalesce(pending, newer *event.Event) (merged *event.Event, keep bool) {
 	}
 	if pending.Change == event.Added && newer.Change == event.Updated && (!pending.Quiet || newer.Quiet) {
 		return event.Build(newer.RuleInfo(), event.Transition{Change: event.Added, Object: newer.Object(), Subject: newer.Subject, Time: newer.Time,
-			Entered: pending.Entered, Replay: newer.Replay, Fresh: pending.Fresh, Quiet: pending.Quiet}), true
+			Entered: pending.Entered, Stamp: pending.Stamp, Replay: newer.Replay, Fresh: pending.Fresh, Quiet: pending.Quiet}), true
 	}
 	// What merges into a pending event that is not a fresh added is not
 	// fresh either: a deletion queued before it (the object left the view,

@@ -263,6 +263,12 @@ func TestCoalesce(t *testing.T) {
 	if c, keep := Coalesce(added, updated); !keep || c.Change != event.Added || c.ID != event.ID("r", "u-a", "2", event.Added, added.Entered, "") || c.Fresh {
 		t.Errorf("added+updated = %s (fresh %v, keep %v)", c.ID, c.Fresh, keep)
 	}
+	// An added sent again after a checkpoint's load (a new stamp, the entry
+	// time kept) keeps both: its id is the stamp's.
+	again := event.Build(added.RuleInfo(), event.Transition{Change: event.Added, Object: added.Object(), Entered: added.Entered, Stamp: added.Entered + 7})
+	if c, _ := Coalesce(again, updated); c.Entered != added.Entered || c.ID != event.ID("r", "u-a", "2", event.Added, added.Entered+7, "") {
+		t.Errorf("restamped added+updated = %s, entered %d", c.ID, c.Entered)
+	}
 	if c, keep := Coalesce(updated, ev("a", "4", event.Updated).WithQuiet(true)); !keep || c.Quiet {
 		t.Error("a change to send was made quiet by a newer one outside the changed paths")
 	}
