@@ -336,8 +336,14 @@ func (m *modelRun) partition(i int) {
 	}
 	stallFor := modelDrain + modelLease + time.Duration(m.rng.IntN(2000))*time.Millisecond
 	// Up to three objects of b's shards (as many draws whatever b holds,
-	// so that the seed's schedule stays the same).
+	// so that the seed's schedule stays the same), once b delivers some
+	// (a replica that just started may hold none yet).
 	draws := []int{m.rng.IntN(1 << 20), m.rng.IntN(1 << 20), m.rng.IntN(1 << 20)}
+	if m.shards > 0 && !poll(30*time.Second, func() bool {
+		return bridgeReady(b) && len(scrapeLabels(b, "kubebridge_shard_pending_events", "shard")) > 0
+	}) {
+		m.logOp("partition: %s holds no shard after 30s", l.name)
+	}
 	mine := m.objectsOf(b)
 	var targets [][2]string
 	for _, d := range draws {
@@ -361,15 +367,21 @@ func (m *modelRun) partition(i int) {
 	m.logOp("partition: %s wrote %d bytes into the stalled link", l.name, held)
 	switch how {
 	case "join":
+		// Its shard's Lease is released (and taken) once the drain timed
+		// out and the final checkpoint write gave up.
 		before, _ := viewMetric(b.adminURL(), `kubebridge_shard_handovers_total{kind="released"}`)
+		held := scrapeLabels(b, "kubebridge_shard_pending_events", "shard")
+		t1 := time.Now()
 		m.addReplica()
-		if !poll(modelDrain+modelLease+10*time.Second, func() bool {
+		released := poll(90*time.Second, func() bool {
 			v, _ := viewMetric(b.adminURL(), `kubebridge_shard_handovers_total{kind="released"}`)
 			return v > before
-		}) {
-			m.logOp("partition: %s gave no shard back", l.name)
-		} else {
-			m.logOp("partition: %s gave a shard back", l.name)
+		})
+		took := time.Since(t1).Round(time.Millisecond)
+		m.logOp("partition: %s held shards %v; a shard's Lease released: %v, after %s", l.name, held, released, took)
+		if !released || took > modelDrain+5*time.Second {
+			m.notes = append(m.notes, fmt.Sprintf("partition: %s, holding shards %v, released a Lease %v %s after a replica joined (drain %s); its log's end:\n%s",
+				l.name, held, released, took, modelDrain, lastLines(b.runLog(), 25)))
 		}
 	case "term":
 		t1 := time.Now()
