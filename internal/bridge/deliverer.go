@@ -419,9 +419,14 @@ func (d *deliverer) stop(ctx context.Context, abandon bool) (left int, err error
 		d.cancel() // returnStartMemory
 	}
 	if rec := d.recorder.Swap(nil); rec != nil {
-		if err := rec.Stop(context.Background()); err != nil {
-			d.opts.Logger.Error("final checkpoint write failed", "error", err)
+		// Bounded, whatever the drain left: a store that cannot be
+		// reached (a partition) must not hold a shard's give-back or a
+		// shutdown. What is not written is sent again by the next owner.
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalWriteTimeout)
+		if err := rec.Stop(wctx); err != nil {
+			d.opts.Logger.Error("final checkpoint write failed; the next start sends its changes again", "error", err)
 		}
+		cancel()
 	}
 	d.wg.Wait()
 	closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
@@ -460,6 +465,10 @@ func cancelled() context.Context {
 // exec plugin waits for its answers until then), past any caller's
 // deadline: closing must end.
 const closeTimeout = 10 * time.Second
+
+// finalWriteTimeout bounds the last checkpoint write of a stopping
+// deliverer (a shutdown, a shard given back, a reload).
+const finalWriteTimeout = 5 * time.Second
 
 func (d *deliverer) currentSet() *sinkSet {
 	d.mu.Lock()
