@@ -164,7 +164,7 @@ type Retry struct {
 	InitialInterval Duration `yaml:"initialInterval"`
 	// MaxInterval caps the wait between attempts. Default 30s.
 	MaxInterval Duration `yaml:"maxInterval"`
-	// MaxElapsed gives up on an event (dead-letter) after the destination failed it for this long (time waiting for the checkpoint's write-ahead intent or the leader lease does not count). Without a deadLetter nothing is given up (the object stays parked); a destination-config failure (401, 403, 404, 410, 3xx) is never given up. Default 0: retry until acknowledged.
+	// MaxElapsed gives up on an event (dead-letter) after the destination failed it for this long (time waiting for the checkpoint's write-ahead intent or the leader lease does not count). Without a deadLetter nothing is given up (the object stays parked); a destination-config failure (401, 403, 404, 410, 3xx for a target no object chose) is never given up; for a target the object chose (a path built from its name) it is that object's and is given up like any other. Default 0: retry until acknowledged.
 	MaxElapsed Duration `yaml:"maxElapsed"`
 }
 
