@@ -328,6 +328,19 @@ func (b *Bridge) buildInformers(cfg *config.Config, info *ClusterInfo) error {
 // acquired, which ctx's end cuts short), reconciling once the caches
 // synced.
 func (b *Bridge) lead(ctx context.Context) {
+	// A Lease held before (a failover, a release, this pod's previous
+	// container) may leave its holder's cut sends still landing: with a
+	// sink that cannot refuse them at its destination, wait out their
+	// bound first (docs/sharding.md, "Fencing where writes land").
+	if b.owner.lock.epoch.Load() > 0 && !fencedAtDestinations(b.opts.Sinks, b.opts.Config.Sinks) {
+		t := time.NewTimer(b.owner.le.LeaseDuration - b.owner.le.RenewDeadline)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return // no longer leading: lost says so
+		}
+	}
 	err := b.deliver.start(ctx, b.opts.Config, b.opts.Config.Sinks)
 	if err == nil {
 		err = b.informers.WaitSynced(ctx)
@@ -365,7 +378,7 @@ func (b *Bridge) hold(ctx context.Context) (context.Context, context.CancelFunc)
 	if b.owner == nil {
 		return ctx, func() {}
 	}
-	return sinks.WithFence(ctx, sinks.Fence{Shards: 1, Epoch: b.owner.lock.epoch.Load()}), func() {}
+	return sinks.WithFence(ctx, sinks.Fence{Shards: 1, Epoch: b.owner.lock.epoch.Load(), Valid: b.owner.fence}), func() {}
 }
 
 // reconciled reconciles the views once the caches synced and logs the

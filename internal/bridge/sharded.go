@@ -190,6 +190,7 @@ func (s *sharded) Acquired(ctx context.Context, i int) error {
 	}()
 	retry := backoff.Backoff{Initial: 200 * time.Millisecond, Max: 10 * time.Second}
 	var run *shardRun
+	fence := func() error { return s.owner.Fence(i) }
 	for {
 		d := newDeliverer(delivererOptions{
 			Registry:           b.opts.Sinks,
@@ -200,11 +201,11 @@ func (s *sharded) Acquired(ctx context.Context, i int) error {
 			Source:             s.source(i),
 			OpenStore:          s.openStore(i),
 			CheckpointInterval: b.opts.CheckpointInterval,
-			Fence:              func() error { return s.owner.Fence(i) },
+			Fence:              fence,
 			Hold: func(ctx context.Context) (context.Context, context.CancelFunc) {
 				ctx, release := s.owner.Hold(ctx, i)
 				epoch, _ := shards.HoldEpoch(ctx)
-				return sinks.WithFence(ctx, sinks.Fence{Shard: i, Shards: s.space.N, Epoch: epoch}), release
+				return sinks.WithFence(ctx, sinks.Fence{Shard: i, Shards: s.space.N, Epoch: epoch, Valid: fence}), release
 			},
 			Latency: b.metrics.latency,
 		})

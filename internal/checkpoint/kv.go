@@ -24,11 +24,11 @@ import (
 // this store last wrote or read it, and the bucket refuses it otherwise. A
 // write that a replica sent before it gave its shard up (a stalled link, a
 // buffer) and that lands after the shard's new owner wrote the key is
-// refused, never stored. The store's own writes run while their owner may
-// write (the recorder's context ends with its hold), so a refusal there
-// means the key was written before this owner's time (a predecessor's late
-// write, or a write this store never saw): it adopts the bucket's
-// revision and writes again.
+// refused, never stored. On a refusal the store asks whether its writer
+// may still write (sinks.MayWrite: the context, and the ownership's fence
+// asked now, after the other write); if so the key was written before this
+// owner's time (a predecessor's late write, or a write this store never
+// saw), and it adopts the bucket's revision and writes again.
 type KV struct {
 	kv   sinks.KV
 	seed maphash.Seed
@@ -40,6 +40,11 @@ type KV struct {
 func NewKV(bucket sinks.KV) *KV {
 	return &KV{kv: bucket, seed: maphash.MakeSeed(), revs: map[uint64]uint64{}}
 }
+
+// maxRevisions bounds the revisions remembered (an arbitrary one is
+// forgotten for each new one past it: it costs a refusal, never a wrong
+// write).
+const maxRevisions = 1 << 18
 
 // maxRefusals bounds how often one change is written again after the
 // bucket refused its expected revision: more means another writer keeps
@@ -66,9 +71,15 @@ func (k *KV) learn(key string, rev uint64) {
 	defer k.mu.Unlock()
 	if rev == 0 {
 		delete(k.revs, h)
-	} else {
-		k.revs[h] = rev
+		return
 	}
+	if _, ok := k.revs[h]; !ok && len(k.revs) >= maxRevisions {
+		for old := range k.revs {
+			delete(k.revs, old)
+			break
+		}
+	}
+	k.revs[h] = rev
 }
 
 // Load reads the view of sink's rule.
@@ -127,7 +138,7 @@ func (k *KV) put(ctx context.Context, key string, value []byte) error {
 			k.learn(key, rev)
 			return nil
 		}
-		if !k.adopt(key, err, refused) {
+		if !k.adopt(ctx, key, err, refused) {
 			return err
 		}
 	}
@@ -152,6 +163,13 @@ func (k *KV) delete(ctx context.Context, key, ifUID string) error {
 				k.learn(key, e.Revision)
 				return nil
 			}
+			if e.Revision != last {
+				// Written by someone else since: delete on top of it only
+				// while this writer may still write.
+				if err := sinks.MayWrite(ctx); err != nil {
+					return err
+				}
+			}
 			last = e.Revision
 		}
 		_, err := k.kv.Delete(ctx, key, last)
@@ -159,18 +177,19 @@ func (k *KV) delete(ctx context.Context, key, ifUID string) error {
 			k.learn(key, 0)
 			return nil
 		}
-		if !k.adopt(key, err, refused) {
+		if !k.adopt(ctx, key, err, refused) {
 			return err
 		}
 	}
 }
 
 // adopt learns the revision a refusal names and says whether to write
-// again: the bucket refused the expected revision, the write's context is
-// live (its owner may still write), and it was not refused too often.
-func (k *KV) adopt(key string, err error, refused int) bool {
+// again: the bucket refused the expected revision, the writer may still
+// write (sinks.MayWrite, asked after the refusal), and it was not refused
+// too often.
+func (k *KV) adopt(ctx context.Context, key string, err error, refused int) bool {
 	var re *sinks.RevisionError
-	if !errors.As(err, &re) || refused >= maxRefusals {
+	if !errors.As(err, &re) || refused >= maxRefusals || sinks.MayWrite(ctx) != nil {
 		return false
 	}
 	k.learn(key, re.Current)

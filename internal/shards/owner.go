@@ -285,7 +285,7 @@ func HoldEpoch(ctx context.Context) (uint64, bool) {
 // holder raises (leaseFor), and which the apiserver's optimistic
 // concurrency makes unique to one holding.
 func Epoch(l *coordinationv1.Lease) uint64 {
-	if l == nil || l.Spec.LeaseTransitions == nil {
+	if l == nil || l.Spec.LeaseTransitions == nil || *l.Spec.LeaseTransitions < 0 {
 		return 0
 	}
 	return uint64(*l.Spec.LeaseTransitions)

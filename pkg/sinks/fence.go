@@ -19,6 +19,21 @@ type Fence struct {
 	Shard  int
 	Shards int
 	Epoch  uint64
+	// Valid, when set, fails once the ownership may have moved: the fence
+	// on our side, computed from this process's clock when called. A sink
+	// that learns from a destination's refusal what another writer wrote
+	// asks it before writing on top (a context's end can come late: a
+	// process frozen, then resumed before its watchdog).
+	Valid func() error
+}
+
+// Check fails when the ownership f is may have moved (Valid); a zero
+// Fence (running alone) never fails.
+func (f Fence) Check() error {
+	if f.Valid == nil {
+		return nil
+	}
+	return f.Valid()
 }
 
 // String is the token as a header carries it: "shard=3/16;epoch=7".
@@ -39,6 +54,18 @@ func WithFence(ctx context.Context, f Fence) context.Context {
 func FenceFrom(ctx context.Context) (f Fence, ok bool) {
 	f, ok = ctx.Value(fenceKey{}).(Fence)
 	return f, ok
+}
+
+// MayWrite fails when a send under ctx may no longer write on top of what
+// another writer wrote: ctx ended, or its ownership's fence fails.
+func MayWrite(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if f, ok := FenceFrom(ctx); ok {
+		return f.Check()
+	}
+	return nil
 }
 
 // ErrFenced is what a destination's refusal of a stale write wraps: another

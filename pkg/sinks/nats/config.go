@@ -42,7 +42,7 @@ type Config struct {
 	JetStream bool `yaml:"jetstream"`
 	// MaxPending is, with jetstream, the most published events awaiting their PubAck at once, across the sink's concurrent batches (an object never has two events in flight). Default 256, one full batch: a batch goes out in one go, and what the client holds for acknowledgement (and re-sends after a failure) stays bounded however many batches run at once.
 	MaxPending int `yaml:"maxPending"`
-	// Fence, with jetstream, makes every publish carry the sequence of the object's last message as an expectation the stream enforces (Nats-Expected-Last-Subject-Sequence over the object's subjects), so a replica that gave an object up can never store a message after its successor's (docs/sharding.md, "Fencing"). It needs a subject template with {name}. Default true; false only for a stream that rewrites subjects (subject transforms), where the expectation cannot be checked.
+	// Fence, with jetstream, makes every publish carry the sequence of the object's last message as an expectation the stream enforces (Nats-Expected-Last-Subject-Sequence over the object's subjects), so a replica that gave an object up can never store a message after its successor's (docs/sharding.md, "Fencing"). It needs a subject template with {name} and with {type} and {rule}, if used, as whole tokens; otherwise the sink is not fenced. Default true; false only for a stream that rewrites subjects (subject transforms), where the expectation cannot be checked.
 	Fence bool `yaml:"fence"`
 	// Stream, when set, is created or updated at start (dev and single-node setups); in production streams are usually managed elsewhere.
 	Stream *Stream `yaml:"stream"`
@@ -77,13 +77,14 @@ func (n *Config) SetDefaults() {
 }
 
 // fenced says whether the sink's publishes are fenced at the stream
-// (fence.go): JetStream, fence on, and subjects of the object's own.
+// (fence.go): JetStream, fence on, and a template whose objects the
+// stream can tell apart (subjectTemplate.fenceable).
 func (n *Config) fenced() bool {
 	if !n.JetStream || !n.Fence {
 		return false
 	}
 	t, err := parseTemplate(n.Subject)
-	return err == nil && t.names()
+	return err == nil && t.fenceable()
 }
 
 // SetDefaults keeps stored events on disk and dedupes replays for 2 minutes.

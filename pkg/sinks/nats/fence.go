@@ -41,6 +41,13 @@ import (
 // the delivery's backoff spaces the next try.
 const maxAdopt = 3
 
+// maxRemembered bounds the sequences a sink remembers (about 40 B each):
+// past it, an arbitrary one is forgotten for each new one. A forgotten
+// object costs one refusal and one more publish, never a wrong write; a
+// rule without deletions, objects another replica deleted, shards given
+// back leave entries that only this bound removes.
+const maxRemembered = 1 << 18
+
 // lastSeqs is the sequence of the last message stored per object filter.
 type lastSeqs struct {
 	seed   maphash.Seed
@@ -68,12 +75,15 @@ func (l *lastSeqs) get(h uint64) uint64 {
 	return v
 }
 
-// set records seq for h unless a later one is known (two sends of one
-// object's events settle in any order only across rules).
+// set records seq for h unless a later one is known (a duplicate's
+// PubAck names the sequence of the message it duplicates).
 func (l *lastSeqs) set(h, seq uint64) {
 	s := &l.shards[h%uint64(len(l.shards))]
 	s.mu.Lock()
-	if seq > s.m[h] {
+	if cur, ok := s.m[h]; !ok {
+		l.room(s.m)
+		s.m[h] = seq
+	} else if seq > cur {
 		s.m[h] = seq
 	}
 	s.mu.Unlock()
@@ -87,9 +97,23 @@ func (l *lastSeqs) adopt(h, seq uint64) {
 	if seq == 0 {
 		delete(s.m, h)
 	} else {
+		if _, ok := s.m[h]; !ok {
+			l.room(s.m)
+		}
 		s.m[h] = seq
 	}
 	s.mu.Unlock()
+}
+
+// room forgets an arbitrary entry of a full shard map m; its lock held.
+func (l *lastSeqs) room(m map[uint64]uint64) {
+	if len(m) < maxRemembered/len(l.shards) {
+		return
+	}
+	for k := range m {
+		delete(m, k)
+		return
+	}
 }
 
 func (l *lastSeqs) forget(h uint64) {

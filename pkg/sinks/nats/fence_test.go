@@ -98,9 +98,12 @@ func TestStaleOwnersLateWriteIsRefusedByTheStream(t *testing.T) {
 	}
 }
 
-// A Send whose context ended (its hold lapsed) does not adopt: a refusal
-// then fails the event as fenced, retryable, never delivered.
-func TestRefusedWithoutHoldIsNotRetried(t *testing.T) {
+// A Send whose ownership's fence fails when a refusal arrives does not
+// adopt, even with its context still live (a process frozen past its
+// lease, resumed before its watchdog cut the context): the event fails as
+// fenced, retryable, never delivered, and the stream keeps the other
+// writer's message.
+func TestRefusedWithoutFenceIsNotRetried(t *testing.T) {
 	srv := startServer(t, 0)
 	ctx := context.Background()
 	a, err := Connect(ctx, "bus", sinkConfig(srv.ClientURL(), true), nil)
@@ -112,21 +115,76 @@ func TestRefusedWithoutHoldIsNotRetried(t *testing.T) {
 	must(t, a.Send(ctx, []*event.Event{ev("prod", "y", 1, 10)}))
 	must(t, b.Send(ctx, []*event.Event{ev("prod", "y", 2, 10)}))
 	_, before := lastOf(t, srv.ClientURL(), "prod", "y")
+	refused := a.FenceRefusals()
 
-	// a's memory is stale; its expectation is refused. With its context
-	// ended right after the publish, nothing is published again.
-	cctx, cancel := context.WithCancel(ctx)
-	a.fence.adopt(a.fence.hash([]byte("k8s.c.apps.deployments.prod.y.*")), 1)
-	cancel()
-	err = a.Send(cctx, []*event.Event{ev("prod", "y", 3, 10)})
+	lapsed := sinks.WithFence(ctx, sinks.Fence{Shard: 1, Shards: 2, Epoch: 3, Valid: func() error { return errors.New("lease last renewed 12s ago") }})
+	err = a.Send(lapsed, []*event.Event{ev("prod", "y", 3, 10)})
 	if err == nil {
-		t.Fatal("a Send under an ended context delivered")
+		t.Fatal("a Send whose fence failed wrote on top of another writer's message")
+	}
+	if !sinks.IsFenced(err) || sinks.IsPermanent(err) {
+		t.Errorf("err = %v: want fenced, retryable, never dead-lettered", err)
 	}
 	if _, after := lastOf(t, srv.ClientURL(), "prod", "y"); after != before {
-		t.Errorf("the stream took a write from a Send whose hold had ended")
+		t.Errorf("the stream took a write from a Send whose fence had failed")
 	}
-	if sinks.IsPermanent(err) {
-		t.Errorf("err = %v: a fenced event must stay retryable, never dead-lettered", err)
+	if got := a.FenceRefusals() - refused; got != 1 {
+		t.Errorf("refusals = %d, want 1: the event was published once, refused, and not again", got)
+	}
+
+	// The same Send with its fence holding adopts and lands.
+	valid := sinks.WithFence(ctx, sinks.Fence{Shard: 1, Shards: 2, Epoch: 3, Valid: func() error { return nil }})
+	must(t, a.Send(valid, []*event.Event{ev("prod", "y", 4, 10)}))
+}
+
+// Two rules' events of one object in one batch go one after the other: in
+// flight together they would expect the same sequence, and one would be
+// refused.
+func TestOneObjectsEventsOfTwoRulesAreNotRefused(t *testing.T) {
+	srv := startServer(t, 0)
+	ctx := context.Background()
+	s, err := Connect(ctx, "bus", sinkConfig(srv.ClientURL(), true), nil)
+	must(t, err)
+	defer s.Close(ctx)
+	other := *testRule
+	other.Name = "r2"
+	u := ev("prod", "z", 1, 10)
+	e2 := event.New(&other, event.Updated, u.Object(), nil, time.Now())
+	must(t, s.Send(ctx, []*event.Event{u, e2, ev("prod", "z2", 1, 10)}))
+	if got := s.FenceRefusals(); got != 0 {
+		t.Errorf("%d refusals, want none", got)
+	}
+}
+
+// The stream can fence an object only if its subjects are its own and the
+// per-event tokens are whole tokens ("*" is a wildcard only as a whole
+// token); otherwise the sink is not fenced, rather than expecting 0 from a
+// filter that matches nothing.
+func TestFenceableTemplates(t *testing.T) {
+	for tmpl, want := range map[string]bool{
+		DefaultSubject: true,
+		"k8s.{cluster}.{rule}.{namespace}.{name}": true,
+		"{type}.{namespace}.{name}":               true,
+		"k8s.{namespace}.{name}-{type}":           false,
+		"k8s.{namespace}.{name}.x{rule}":          false,
+		"k8s.{namespace}.{name}.{type}{rule}":     false,
+		"k8s.{cluster}.{namespace}.{type}":        false, // no {name}: objects share subjects
+	} {
+		c := &Config{JetStream: true, Fence: true, Subject: tmpl}
+		if got := c.fenced(); got != want {
+			t.Errorf("%s: fenced = %v, want %v", tmpl, got, want)
+		}
+	}
+}
+
+// The memory of sequences is bounded, however many objects pass.
+func TestFenceMemoryIsBounded(t *testing.T) {
+	l := newLastSeqs()
+	for i := uint64(1); i <= maxRemembered+5000; i++ {
+		l.set(i*0x9E3779B97F4A7C15, i)
+	}
+	if got := l.len(); got > maxRemembered {
+		t.Fatalf("remembers %d sequences, over the bound %d", got, maxRemembered)
 	}
 }
 

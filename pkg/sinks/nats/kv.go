@@ -72,7 +72,8 @@ func (k *KV) Delete(ctx context.Context, key string, last uint64) (uint64, error
 
 // refused turns the stream's refusal of an expected revision into a
 // *sinks.RevisionError with the key's last revision: the one the stream
-// named, or (a replicated stream names none) the one it holds now.
+// named, or the one it holds now when it named none (10164: a replicated
+// stream's answer while another write of the key is in progress).
 func (k *KV) refused(ctx context.Context, key string, err error) error {
 	if err == nil {
 		return nil

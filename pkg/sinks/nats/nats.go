@@ -477,9 +477,28 @@ func (s *Sink) sendJetStream(ctx context.Context, l *link, events []*event.Event
 	// ready holds what may be published now, in batch order at first.
 	next := make([]int, n)
 	ready := make([]int, 0, n)
-	if n == 1 {
+	var subj, filt [128]byte
+	buf, filter := subj[:0], filt[:0]
+	switch {
+	case n == 1:
 		next[0], ready = -1, append(ready, 0)
-	} else {
+	case s.fence != nil:
+		// Fenced, the events of one object's subjects go one at a time,
+		// whatever their rule: in flight together, all but the first
+		// would expect the same sequence and be refused.
+		last := make(map[uint64]int, n)
+		for i, e := range events {
+			filter = s.subject.appendFilterTo(filter[:0], e)
+			h := s.fence.hash(filter)
+			next[i] = -1
+			if j, ok := last[h]; ok {
+				next[j] = i
+			} else {
+				ready = append(ready, i)
+			}
+			last[h] = i
+		}
+	default:
 		last := make(map[string]int, n)
 		for i, e := range events {
 			next[i] = -1
@@ -499,8 +518,6 @@ func (s *Sink) sendJetStream(ctx context.Context, l *link, events []*event.Event
 	}
 	var adopted []uint8 // per event: how often its expectation was refused (fence.go)
 	flights := make([]flight, 0, min(n, cap(s.window)))
-	var subj, filt [128]byte
-	buf, filter := subj[:0], filt[:0]
 	limit := l.nc.MaxPayload()
 	var stop error // set when nothing more is published
 	// holdBack fails the events of i's object after i.
@@ -601,23 +618,30 @@ func (s *Sink) sendJetStream(ctx context.Context, l *link, events []*event.Event
 		}
 		if found, known, ok := fenceRefused(err); ok && s.fence != nil { // counted by the link's handler
 			// Another writer stored a message of the object since the
-			// sequence this one expected. This Send may still send (its
-			// context is live): whatever landed is older than this event,
-			// so it adopts the stream's sequence and publishes again.
+			// sequence this one expected. If this Send may still write
+			// (its context is live and its ownership's fence holds, asked
+			// now, after the other write: sinks.MayWrite), whatever landed
+			// is older than this event, so it adopts the stream's sequence
+			// and publishes again. A replicated stream may name none
+			// (10164: another write of the filter in progress): the same
+			// expectation is tried again, then the stream asked.
 			if adopted == nil {
 				adopted = make([]uint8, n)
 			}
-			if adopted[fl.i] < maxAdopt && ctx.Err() == nil {
+			if adopted[fl.i] < maxAdopt && sinks.MayWrite(ctx) == nil {
 				adopted[fl.i]++
-				if !known {
+				if !known && adopted[fl.i] > 1 {
 					filter = s.subject.appendFilterTo(filter[:0], events[fl.i])
-					found, err = lastStored(ctx, l.js, string(filter))
+					var lerr error
+					if found, lerr = lastStored(ctx, l.js, string(filter)); lerr == nil {
+						known = true
+					}
 				}
-				if err == nil || known {
+				if known {
 					s.fence.adopt(fl.obj, found)
-					ready = append(ready, fl.i)
-					continue
 				}
+				ready = append(ready, fl.i)
+				continue
 			}
 			err = sinks.Fenced(err)
 		}

@@ -152,15 +152,26 @@ func (t subjectTemplate) appendFilterTo(b []byte, e *event.Event) []byte {
 	return b
 }
 
-// names says whether the template has a {name} token: only then are an
-// object's subjects its own, and can the stream fence it (fence.go).
-func (t subjectTemplate) names() bool {
-	for _, p := range t.parts {
-		if p.placeholder == "name" {
-			return true
+// fenceable says whether the stream can fence the template's objects
+// (fence.go): it has {name}, so an object's subjects are its own, and the
+// tokens that vary per event ({type}, {rule}) are whole tokens, which the
+// filter of an object's subjects turns into "*" (NATS reads "*" as a
+// wildcard only as a whole token: "x-*" would match no subject).
+func (t subjectTemplate) fenceable() bool {
+	named := false
+	for i, p := range t.parts {
+		switch p.placeholder {
+		case "name":
+			named = true
+		case "type", "rule":
+			before := i == 0 || (t.parts[i-1].placeholder == "" && strings.HasSuffix(t.parts[i-1].literal, "."))
+			after := i == len(t.parts)-1 || (t.parts[i+1].placeholder == "" && strings.HasPrefix(t.parts[i+1].literal, "."))
+			if !before || !after {
+				return false
+			}
 		}
 	}
-	return false
+	return named
 }
 
 func placeholderValue(name string, e *event.Event) string {
