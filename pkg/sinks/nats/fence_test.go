@@ -146,10 +146,9 @@ func TestOneObjectsEventsOfTwoRulesAreNotRefused(t *testing.T) {
 	s, err := Connect(ctx, "bus", sinkConfig(srv.ClientURL(), true), nil)
 	must(t, err)
 	defer s.Close(ctx)
-	other := *testRule
-	other.Name = "r2"
+	other := &event.Rule{Name: "r2", Cluster: testRule.Cluster, GVR: testRule.GVR, IncludeObject: true}
 	u := ev("prod", "z", 1, 10)
-	e2 := event.New(&other, event.Updated, u.Object(), nil, time.Now())
+	e2 := event.New(other, event.Updated, u.Object(), nil, time.Now())
 	must(t, s.Send(ctx, []*event.Event{u, e2, ev("prod", "z2", 1, 10)}))
 	if got := s.FenceRefusals(); got != 0 {
 		t.Errorf("%d refusals, want none", got)
