@@ -35,6 +35,20 @@ func lastOf(t *testing.T, url, ns, name string) (id string, seq uint64) {
 	return m.Header.Get("ce-id"), m.Sequence
 }
 
+// twoReplicas starts a nats-server and connects two fenced JetStream sinks
+// to it, as two replicas' sinks.
+func twoReplicas(t *testing.T) (srv *server.Server, a, b *Sink) {
+	t.Helper()
+	srv = startServer(t, 0)
+	for _, s := range []**Sink{&a, &b} {
+		var err error
+		*s, err = Connect(context.Background(), "bus", sinkConfig(srv.ClientURL(), true), nil)
+		must(t, err)
+		t.Cleanup(func() { (*s).Close(context.Background()) })
+	}
+	return srv, a, b
+}
+
 // A replica that gave an object up may still have bytes in flight (a
 // stalled link, a buffer). They carry the sequence of the object's last
 // message as that replica knew it, and the stream refuses them once the
@@ -42,14 +56,8 @@ func lastOf(t *testing.T, url, ns, name string) (id string, seq uint64) {
 // stays the successor's. The successor, which never published the object,
 // adopts the stream's sequence on its first publish and goes on.
 func TestStaleOwnersLateWriteIsRefusedByTheStream(t *testing.T) {
-	srv := startServer(t, 0)
+	srv, a, b := twoReplicas(t)
 	ctx := context.Background()
-	a, err := Connect(ctx, "bus", sinkConfig(srv.ClientURL(), true), nil)
-	must(t, err)
-	defer a.Close(ctx)
-	b, err := Connect(ctx, "bus", sinkConfig(srv.ClientURL(), true), nil)
-	must(t, err)
-	defer b.Close(ctx)
 
 	must(t, a.Send(ctx, []*event.Event{ev("prod", "x", 1, 10)}))
 	// What a has in flight when it gives x up: an update, rendered with the
@@ -104,21 +112,15 @@ func TestStaleOwnersLateWriteIsRefusedByTheStream(t *testing.T) {
 // fenced, retryable, never delivered, and the stream keeps the other
 // writer's message.
 func TestRefusedWithoutFenceIsNotRetried(t *testing.T) {
-	srv := startServer(t, 0)
+	srv, a, b := twoReplicas(t)
 	ctx := context.Background()
-	a, err := Connect(ctx, "bus", sinkConfig(srv.ClientURL(), true), nil)
-	must(t, err)
-	defer a.Close(ctx)
-	b, err := Connect(ctx, "bus", sinkConfig(srv.ClientURL(), true), nil)
-	must(t, err)
-	defer b.Close(ctx)
 	must(t, a.Send(ctx, []*event.Event{ev("prod", "y", 1, 10)}))
 	must(t, b.Send(ctx, []*event.Event{ev("prod", "y", 2, 10)}))
 	_, before := lastOf(t, srv.ClientURL(), "prod", "y")
 	refused := a.FenceRefusals()
 
 	lapsed := sinks.WithFence(ctx, sinks.Fence{Shard: 1, Shards: 2, Epoch: 3, Valid: func() error { return errors.New("lease last renewed 12s ago") }})
-	err = a.Send(lapsed, []*event.Event{ev("prod", "y", 3, 10)})
+	err := a.Send(lapsed, []*event.Event{ev("prod", "y", 3, 10)})
 	if err == nil {
 		t.Fatal("a Send whose fence failed wrote on top of another writer's message")
 	}
