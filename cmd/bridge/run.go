@@ -160,7 +160,19 @@ Without --kubeconfig it uses the in-cluster service account.`,
 			logger.Info("stopping: draining queues", "timeout", drainTimeout)
 			drainCtx, cancel := context.WithTimeout(context.Background(), drainTimeout)
 			defer cancel()
-			if err := b.Shutdown(drainCtx); err != nil {
+			// The teardown is bounded piece by piece; this bounds it as a
+			// whole, whatever a destination cut off by a partition holds
+			// (the exit ends the goroutine): leaving then is a SIGKILL's
+			// leaving, which the next start and the shards' new owners
+			// reconcile from the checkpoint.
+			shut := make(chan error, 1)
+			go func() { shut <- b.Shutdown(drainCtx) }()
+			select {
+			case err = <-shut:
+			case <-time.After(drainTimeout + shutdownGrace):
+				err = fmt.Errorf("the shutdown did not end within %s of the drain; exiting without it (what was not recorded is sent again by the next owner)", shutdownGrace)
+			}
+			if err != nil {
 				logger.Error("shutdown incomplete", "error", err)
 				return &exitError{exitFailure, err}
 			}
@@ -372,3 +384,8 @@ func writeFileAtomic(path string, data []byte) error {
 	}
 	return err
 }
+
+// shutdownGrace is how long the teardown may take past the drain: the
+// last checkpoint writes, closing the sinks (each bounded on its own), the
+// Leases released.
+const shutdownGrace = 20 * time.Second
