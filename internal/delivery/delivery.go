@@ -902,9 +902,11 @@ func (d *Delivery) settle(ctx context.Context, b *batch, events []*event.Event, 
 		d.throttle(throttle, now)
 	}
 
-	// The destination as a whole: it answered, or it failed.
+	// The destination as a whole: it answered, or it failed. A refusal
+	// about an object's own target is an answer too: objects named to be
+	// refused, one after the other, must not make it look down.
 	switch {
-	case acked > 0 || refused > 0 || fenced > 0:
+	case acked > 0 || refused > 0 || fenced > 0 || len(ownReasons) > 0:
 		d.gate.ok(now, d.logger)
 	case destErr != nil || pushErr != nil || (plain > 0 && b.failures == 0):
 		fail := destErr

@@ -418,7 +418,7 @@ func TestObjectChosenTargetRefusalIsTheObjects(t *testing.T) {
 	for _, c := range []struct {
 		code   int
 		reason string
-	}{{404, "not_found"}, {401, "unauthorized"}, {403, "forbidden"}, {410, "gone"}, {301, "redirect"}} {
+	}{{404, "not_found"}, {403, "forbidden"}, {410, "gone"}, {301, "redirect"}} {
 		t.Run(fmt.Sprint(c.code), func(t *testing.T) {
 			srv, seen := items(t, "hostile", c.code)
 			d := delivery.New(delivery.Options{Config: defaults(t, "hook"), Sink: putItems(t, srv.URL)})
@@ -436,6 +436,49 @@ func TestObjectChosenTargetRefusalIsTheObjects(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Many objects named to be refused, one after the other, do not make the
+// destination look down: their refusals are answers, and the objects
+// after them are delivered at once (not one per probe, minutes apart).
+func TestManyObjectChosenRefusalsDoNotStallTheSink(t *testing.T) {
+	var mu sync.Mutex
+	seen := map[string]int{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		name := strings.TrimPrefix(r.URL.Path, "/items/")
+		mu.Lock()
+		seen[name]++
+		mu.Unlock()
+		if strings.HasPrefix(name, "hostile-") {
+			w.WriteHeader(http.StatusNotFound)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(srv.Close)
+	d := delivery.New(delivery.Options{Config: defaults(t, "hook"), Sink: putItems(t, srv.URL)})
+	start(t, d)
+	for i := range 20 {
+		d.Offer(cm(fmt.Sprint("hostile-", i), 10))
+	}
+	for i := range 10 {
+		d.Offer(cm(fmt.Sprint("item-", i), 10))
+	}
+	eventually(t, 5*time.Second, "the 10 others delivered", func() bool { return d.Stats().Delivered == 10 })
+	if st := d.Stats(); st.Failing || st.Parked != 20 {
+		t.Errorf("stats %+v: want the 20 hostile objects parked, the destination not failing", st)
+	}
+}
+
+// A 401 is about the credential, which no object chooses: still the
+// destination's, whatever the path reads.
+func TestObjectChosenPathUnauthorizedIsTheDestinations(t *testing.T) {
+	srv, _ := items(t, "hostile", http.StatusUnauthorized)
+	d := delivery.New(delivery.Options{Config: defaults(t, "hook"), Sink: putItems(t, srv.URL)})
+	start(t, d)
+	d.Offer(cm("hostile", 10))
+	eventually(t, 5*time.Second, "the destination failing", func() bool { return d.Stats().Failing })
 }
 
 // With a dead-letter and retry.maxElapsed, an object whose own target is

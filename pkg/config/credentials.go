@@ -71,7 +71,7 @@ func walkFiles(v reflect.Value, path string, out *[]CredentialFile) {
 			fv := v.Field(i)
 			if fv.Kind() == reflect.String && strings.HasSuffix(key, "File") {
 				if fv.String() != "" {
-					*out = append(*out, CredentialFile{Path: path + "." + key, File: fv.String(), Sent: key == "bearerTokenFile"})
+					*out = append(*out, CredentialFile{Path: path + "." + key, File: fv.String(), Sent: sentFiles[key]})
 				}
 				continue
 			}
@@ -94,6 +94,12 @@ func walkFiles(v reflect.Value, path string, out *[]CredentialFile) {
 		}
 	}
 }
+
+// sentFiles are the credential file keys whose contents go to the
+// destination as they are (an HTTP bearer token; a NATS token or password
+// in CONNECT), so they must be single-line tokens (Sendable), never a file
+// the config only uses (a key, a seed).
+var sentFiles = map[string]bool{"bearerTokenFile": true, "tokenFile": true, "passwordFile": true}
 
 // ConfineCredentials checks that every credential file cfg names lies
 // inside one of dirs, and never in the pod's service-account directory: a

@@ -76,3 +76,40 @@ rules:
 		}
 	}
 }
+
+// A NATS sink sends its tokenFile and passwordFile in CONNECT, as they
+// are: to a server the config names. They are held to the same rule as a
+// webhook's bearer token: a TLS key or a seed is refused, naming the key.
+func TestNATSTokenAndPasswordAreSent(t *testing.T) {
+	dir := t.TempDir()
+	for name, content := range map[string]string{
+		"tls.key": "-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIA...\n-----END EC PRIVATE KEY-----\n",
+		"seed":    "SUACSSL3UAHUDXKFSNVUZRF5UHPMWZ6BFDTJ7M6USDXIEDNPPQYYYCU3VY\n",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	doc := strings.ReplaceAll(`apiVersion: kubebridge.io/v1alpha1
+kind: BridgeConfig
+cluster: dev
+sinks:
+  - name: a
+    nats: {url: "nats://nats.example.com:4222", tokenFile: DIR/tls.key}
+  - name: b
+    nats: {url: "nats://nats.example.com:4222", user: u, passwordFile: DIR/seed}
+rules:
+  - {name: r, resource: v1/configmaps, sinks: [a, b]}
+`, "DIR", dir)
+	cfg, _, err := config.Parse("c.yaml", []byte(doc), components.SinkRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range config.ConfineCredentials(cfg, []string{dir}, true) {
+		got = append(got, p.Path)
+	}
+	if strings.Join(got, " ") != "sinks[0].nats.tokenFile sinks[1].nats.passwordFile" {
+		t.Errorf("refused %v, want the NATS token and password files", got)
+	}
+}

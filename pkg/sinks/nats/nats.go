@@ -262,14 +262,14 @@ func Options(name string, c *Config, logger *slog.Logger) ([]natsgo.Option, erro
 		if err != nil {
 			return nil, fmt.Errorf("tokenFile: %w", err)
 		}
-		opts = append(opts, natsgo.TokenHandler(func() string { v, _ := tok.Value(); return string(v) }))
+		opts = append(opts, natsgo.TokenHandler(func() string { return sendable(tok, "tokenFile", logger) }))
 	case c.User != "":
 		pw, err := sinks.OpenCredentialFile(c.PasswordFile, sinks.TrimLine)
 		if err != nil {
 			return nil, fmt.Errorf("passwordFile: %w", err)
 		}
 		user := c.User
-		opts = append(opts, natsgo.UserInfoHandler(func() (string, string) { v, _ := pw.Value(); return user, string(v) }))
+		opts = append(opts, natsgo.UserInfoHandler(func() (string, string) { return user, sendable(pw, "passwordFile", logger) }))
 	}
 	if c.TLS != nil {
 		tf, err := sinks.OpenTLS(c.TLS)
@@ -298,6 +298,17 @@ func Options(name string, c *Config, logger *slog.Logger) ([]natsgo.Option, erro
 	// the credential read again) instead of closing the connection.
 	opts = append(opts, natsgo.IgnoreAuthErrorAbort())
 	return opts, nil
+}
+
+// sendable is the credential a connection sends, read again; a file
+// rotated into something that is no token (a key, a seed) is not sent.
+func sendable(f *sinks.CredentialFile, key string, logger *slog.Logger) string {
+	v, _ := f.Value()
+	if err := config.Sendable(v); err != nil {
+		logger.Error("not sending a credential that is no token", "key", key, "error", err)
+		return ""
+	}
+	return string(v)
 }
 
 func (s *Sink) ensureStream(ctx context.Context, js jetstream.JetStream, c *Config) error {

@@ -215,10 +215,18 @@ func TestReceiverRefusesStaleFence(t *testing.T) {
 	}))
 	defer srv.Close()
 	s := signedSink(t, srv.URL, &Request{Method: http.MethodPut, Path: `'items/' + object.metadata.name`})
+	// The replica under epoch 7 lost the shard to epoch 8: from then on
+	// its own fence fails.
+	lost := errors.New("shard 3: lease last renewed 12s ago")
+	successor := false
 	send := func(epoch uint64) error {
 		ctx := context.Background()
 		if epoch > 0 {
-			ctx = sinks.WithFence(ctx, sinks.Fence{Shard: 3, Shards: 16, Epoch: epoch})
+			valid := func() error { return nil }
+			if epoch < 8 && successor {
+				valid = func() error { return lost }
+			}
+			ctx = sinks.WithFence(ctx, sinks.Fence{Shard: 3, Shards: 16, Epoch: epoch, Valid: valid})
 		}
 		return s.Send(ctx, []*event.Event{pod("prod", "x", "Failed", "")})
 	}
@@ -228,12 +236,22 @@ func TestReceiverRefusesStaleFence(t *testing.T) {
 	if err := send(8); err != nil { // the successor took the shard over
 		t.Fatal(err)
 	}
+	successor = true
 	err := send(7) // the old owner's late request
 	if !sinks.IsFenced(err) || !strings.Contains(err.Error(), "409") || !strings.Contains(err.Error(), "epoch=7") || s.FenceRefusals() != 1 {
 		t.Errorf("a stale epoch: %v (%d refusals counted), want refused by the fence, counted", err, s.FenceRefusals())
 	}
 	if err := send(0); err != nil {
 		t.Errorf("no fence (running alone): %v", err)
+	}
+	// A 409 to a replica whose fence holds is the receiver's own
+	// conflict, not the fence's: classed as any answer.
+	conflict := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusConflict) }))
+	defer conflict.Close()
+	c := signedSink(t, conflict.URL, &Request{Method: http.MethodPut, Path: `'items/' + object.metadata.name`})
+	held := sinks.WithFence(context.Background(), sinks.Fence{Shard: 3, Shards: 16, Epoch: 9, Valid: func() error { return nil }})
+	if err := c.Send(held, []*event.Event{pod("prod", "x", "Failed", "")}); err == nil || sinks.IsFenced(err) {
+		t.Errorf("the receiver's own 409 to a replica that holds its shard: %v, want a failure that is not the fence's", err)
 	}
 	mu.Lock()
 	defer mu.Unlock()

@@ -131,9 +131,9 @@ const maxFor = 7 * 24 * time.Hour
 type shapedRequest struct {
 	method string
 	wait   time.Duration // for
-	// perObject says the target (path, query or a header) is computed from
-	// the event: a 401, 403, 404, 410 or 3xx is about that object's
-	// resource, not the destination's (sinks.ObjectTarget).
+	// perObject says the target (path or query) is computed from the
+	// event: a 403, 404, 410 or 3xx is about that object's resource, not
+	// the destination's (sinks.ObjectTarget).
 	perObject bool
 	base      *url.URL
 	path      *celsandbox.Template
@@ -173,7 +173,11 @@ func compileRequest(rawURL string, r *Request) (*shapedRequest, error) {
 			err = fmt.Errorf("%s: %w", templateKey(field, name), errors.Join(errs...))
 			return
 		}
-		if (field == "path" || field == "query" || field == "headers") && readsTheEvent(expr) {
+		// Only what names the resource (the path, the query) makes an
+		// answer about it the object's: a header that reads the event (an
+		// Idempotency-Key) names no resource, and a wrong URL under it is
+		// still the destination's.
+		if (field == "path" || field == "query") && readsTheEvent(expr) {
 			out.perObject = true
 		}
 		switch field {
@@ -356,9 +360,10 @@ func (s *Sink) sendRequest(ctx context.Context, e *event.Event) error {
 		return nil // handled: when said no request
 	}
 	err = s.do(ctx, s.request.method, target, h, body)
-	if reason, ok := sinks.DestinationReason(err); ok && reason != sinks.ReasonConfig && s.request.perObject {
+	if reason, ok := sinks.DestinationReason(err); ok && reason != sinks.ReasonConfig && reason != sinks.ReasonUnauthorized && s.request.perObject {
 		// The receiver answered about the resource this object's request
-		// names (a 404 for /items/<its name>): the object's outcome.
+		// names (a 404 for /items/<its name>): the object's outcome. A
+		// 401 is about the credential, which no object chooses.
 		err = sinks.ObjectTarget(err)
 	}
 	// A receiver may echo the request in its answer, which the error quotes.

@@ -308,9 +308,10 @@ func TestRequestFor(t *testing.T) {
 	}
 }
 
-// A request's target is the object's when its path, query or a header is
-// computed from the event; the sink's own values (cluster, source) and
-// credentials are not. Errors name the request's method.
+// A request's target is the object's when its path or query is computed
+// from the event; the sink's own values (cluster, source) and credentials
+// are not, nor is a header (an Idempotency-Key names no resource). Errors
+// name the request's method.
 func TestTargetChosenByTheObject(t *testing.T) {
 	for _, c := range []struct {
 		r    Request
@@ -318,7 +319,7 @@ func TestTargetChosenByTheObject(t *testing.T) {
 	}{
 		{Request{Path: `'items/' + object.metadata.name`}, true},
 		{Request{Query: map[string]string{"id": `event.id`}}, true},
-		{Request{Headers: map[string]string{"X-Kind": `type`}}, true},
+		{Request{Headers: map[string]string{"Idempotency-Key": `event.id`}}, false},
 		{Request{Path: `'clusters/' + event.cluster`, Headers: map[string]string{"X-Key": `credentials.key`}}, false},
 		{Request{Path: `'items'`, Body: `{"name": object.metadata.name}`}, false},
 		{withPreset("opsgenie", nil), true},

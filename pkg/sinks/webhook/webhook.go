@@ -456,9 +456,12 @@ func (s *Sink) do(ctx context.Context, method, target string, h http.Header, bod
 	// it unread drops the connection, or the HTTP/2 stream).
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrainedBody))
 	resp.Body.Close()
-	if resp.StatusCode == http.StatusConflict && fenced {
+	if resp.StatusCode == http.StatusConflict && fenced && fence.Check() != nil {
 		// A receiver that keeps the highest epoch per shard refuses ours
-		// (docs/sinks.md): another replica owns the shard now.
+		// (docs/sinks.md): another replica owns the shard now, which this
+		// one's fence, asked now, confirms. While it still holds, its epoch
+		// is the highest there is: the 409 is the receiver's own conflict,
+		// classed as any other answer.
 		s.fenceRefusals.Add(1)
 		return sinks.Fenced(fmt.Errorf("%s %s: %s: %s refused: %s", method, s.shownURL, resp.Status, FenceHeader, fence))
 	}
