@@ -39,11 +39,13 @@ func bigEvent(name string, size int) *event.Event {
 	return event.New(r, event.Added, u, nil, time.Now())
 }
 
-// A send cut short (the shard's hold lapsed: its context ends) must not
-// land later: a receiver that stalled (a partition, a paused proxy) and
-// reads once it recovers finds the connection reset, not the rest of the
-// request followed by an orderly close, which it would have taken as a
-// whole request.
+// A send cut short (the shard's hold lapsed: its context ends) resets its
+// connection: what the bridge's kernel had not sent yet is dropped, and a
+// receiver that stalled (a partition, a paused proxy) and reads once it
+// recovers ends on a reset, not on an orderly close. Bytes that had already
+// reached the receiver's socket are still read by it (Linux delivers them
+// before the reset): that is what the fencing token's epoch check is for
+// (docs/sinks.md).
 func TestCutSendClosesTheConnectionHard(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
