@@ -373,8 +373,9 @@ func TestParkedObjectDoesNotPinItsBatch(t *testing.T) {
 	t.Fatal("the acknowledged event is still reachable while the object taken with it is parked")
 }
 
-// items is a REST receiver of PUT /items/<name> that answers code for one
-// name and 204 for the others, and counts the requests per name.
+// items is a REST receiver of PUT /items/<name> that answers code for the
+// hostile name (or, ending with "*", every name with that prefix) and 204
+// for the others, and counts the requests per name.
 func items(t *testing.T, hostile string, code int) (*httptest.Server, func(name string) int) {
 	var mu sync.Mutex
 	seen := map[string]int{}
@@ -384,7 +385,7 @@ func items(t *testing.T, hostile string, code int) (*httptest.Server, func(name 
 		mu.Lock()
 		seen[name]++
 		mu.Unlock()
-		if name == hostile {
+		if prefix, ok := strings.CutSuffix(hostile, "*"); name == hostile || ok && strings.HasPrefix(name, prefix) {
 			if code/100 == 3 {
 				w.Header().Set("Location", "/elsewhere")
 			}
@@ -442,21 +443,7 @@ func TestObjectChosenTargetRefusalIsTheObjects(t *testing.T) {
 // destination look down: their refusals are answers, and the objects
 // after them are delivered at once (not one per probe, minutes apart).
 func TestManyObjectChosenRefusalsDoNotStallTheSink(t *testing.T) {
-	var mu sync.Mutex
-	seen := map[string]int{}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		name := strings.TrimPrefix(r.URL.Path, "/items/")
-		mu.Lock()
-		seen[name]++
-		mu.Unlock()
-		if strings.HasPrefix(name, "hostile-") {
-			w.WriteHeader(http.StatusNotFound)
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
-	}))
-	t.Cleanup(srv.Close)
+	srv, _ := items(t, "hostile-*", http.StatusNotFound)
 	d := delivery.New(delivery.Options{Config: defaults(t, "hook"), Sink: putItems(t, srv.URL)})
 	start(t, d)
 	for i := range 20 {

@@ -9,8 +9,6 @@ import (
 	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/kubebridge/kubebridge/pkg/sinks"
 )
 
 // Fencing at the stream. A send cut short on our side (a shard given up, a
@@ -28,12 +26,14 @@ import (
 //
 // The sequence is what this sink last stored for the object (its PubAck);
 // unknown (a restart, an object the sink never published) it is 0, "none
-// yet". A writer that finds another sequence while it may still send (its
-// Send's context is live, so it passed the fence on our side and its hold
-// has not lapsed) adopts the stream's and publishes again: whatever landed
-// before is older than what it sends now. The sequences live in memory,
-// keyed by a 64-bit hash of the filter (a collision costs a refusal and a
-// lookup, never a wrong write), and are forgotten when an object is deleted.
+// yet". A writer that finds another sequence while it may still write
+// (sinks.MayWrite: its context is live and its ownership's fence, asked
+// after the refusal, holds, so nobody else can have taken the object)
+// adopts the stream's and publishes again: whatever landed before is older
+// than what it sends now. The sequences live in memory, bounded
+// (maxRemembered), keyed by a 64-bit hash of the filter (a collision costs
+// a refusal, never a wrong write), and are forgotten when an object is
+// deleted.
 
 // maxAdopt bounds how often one event is published again after its
 // expectation was refused within one Send: more means others keep writing
@@ -179,6 +179,3 @@ func lastStored(ctx context.Context, js jetstream.JetStream, filter string) (uin
 	}
 	return m.Sequence, nil
 }
-
-// fencedErr is the error of an event whose expectation kept being refused.
-func fencedErr(err error) error { return sinks.Fenced(err) }

@@ -84,16 +84,11 @@ func (k *KV) refused(ctx context.Context, key string, err error) error {
 	}
 	if !known {
 		var gerr error
-		if found, gerr = k.lastRevision(ctx, key); gerr != nil {
+		if found, gerr = lastStored(ctx, k.js, k.pre+key); gerr != nil {
 			return fmt.Errorf("%w (and reading its revision: %v)", err, gerr)
 		}
 	}
 	return &sinks.RevisionError{Key: key, Current: found, Err: err}
-}
-
-// lastRevision is the revision of key's last operation, a deletion's too.
-func (k *KV) lastRevision(ctx context.Context, key string) (uint64, error) {
-	return lastStored(ctx, k.js, k.pre+key)
 }
 
 // List returns the keys under prefix (whole tokens: it ends with a dot)
