@@ -126,7 +126,40 @@ func (c *Config) Validate() error {
 		}
 	}
 	errs = append(errs, c.validateAlertLifetimes()...)
+	errs = append(errs, c.validateRuleTargets()...)
 	return errors.Join(errs...)
+}
+
+// RuleChecker is implemented by the config of a sink type that names
+// something after each rule it delivers (a KV bucket, a Kafka topic):
+// CheckRule says whether rule can be delivered by this sink, an error
+// naming what the rule's name makes invalid.
+type RuleChecker interface {
+	CheckRule(rule *Rule) error
+}
+
+// validateRuleTargets asks each sink that names things after its rules
+// (RuleChecker) about every rule that delivers to it, at the rule's entry
+// in its sinks list.
+func (c *Config) validateRuleTargets() []error {
+	var errs []error
+	for i := range c.Rules {
+		r := &c.Rules[i]
+		for j, name := range r.Sinks {
+			k := slices.IndexFunc(c.Sinks, func(s Sink) bool { return s.Name == name })
+			if k < 0 {
+				continue
+			}
+			rc, ok := c.Sinks[k].Spec.(RuleChecker)
+			if !ok {
+				continue
+			}
+			if err := rc.CheckRule(r); err != nil {
+				errs = append(errs, ErrorAt(fmt.Sprintf("rules[%d].sinks[%d]", i, j), "sink %q: %v", name, err))
+			}
+		}
+	}
+	return errs
 }
 
 // validateProviders checks that each sink the config names for what its
