@@ -70,6 +70,9 @@ type delivererOptions struct {
 	// Hold, when set, bounds each send by the hold the fence was passed
 	// under (delivery.Hooks.Hold).
 	Hold func(ctx context.Context) (context.Context, context.CancelFunc)
+	// Owns, when set, says whether an object a sink's destination holds
+	// is this deliverer's to reconcile (a shard's); nil: all are.
+	Owns func(sinks.HeldObject) bool
 	// Latency observes, per sink, the time from observing a change to its
 	// acknowledgement; nil: not observed.
 	Latency *prometheus.HistogramVec
@@ -195,22 +198,104 @@ func (d *deliverer) startRun(ctx context.Context, cfg *config.Config, s *sinkRun
 // loadViews loads what sink s acknowledged of each of its rules from the
 // checkpoint (nothing without one) and lets notifications sync its views.
 func (d *deliverer) loadViews(ctx context.Context, s *sinkRun) error {
-	if recorder := d.recorder.Load(); recorder != nil {
+	recorder := d.recorder.Load()
+	holder := holderOf(s.sink)
+	if recorder != nil || holder != nil {
 		rules, _ := d.opts.Source()
 		for _, r := range rules {
 			if !slices.Contains(r.Sinks, s.cfg.Name) {
 				continue
 			}
-			stored, err := checkpoint.LoadView(ctx, d.store, s.cfg.Name, r.Name)
-			if err != nil {
-				return fmt.Errorf("loading the checkpoint of sink %s, rule %s: %w", s.cfg.Name, r.Name, err)
+			var stored map[string]*checkpoint.Slot
+			if recorder != nil {
+				var err error
+				if stored, err = checkpoint.LoadView(ctx, d.store, s.cfg.Name, r.Name); err != nil {
+					return fmt.Errorf("loading the checkpoint of sink %s, rule %s: %w", s.cfg.Name, r.Name, err)
+				}
+				recorder.Known(s.cfg.Name, r.Name, stored)
 			}
-			s.handed.Load(r.Name, stored)
-			recorder.Known(s.cfg.Name, r.Name, stored)
+			handed := stored
+			if holder != nil {
+				held, err := holder.Held(ctx, r.Name)
+				if err != nil {
+					return fmt.Errorf("reading what sink %s holds of rule %s: %w", s.cfg.Name, r.Name, err)
+				}
+				handed = heldView(stored, held, d.opts.Owns)
+			}
+			s.handed.Load(r.Name, handed)
 		}
 	}
 	s.handed.Start()
 	return nil
+}
+
+// holderOf is sink's sinks.Holder, if its destination holds the view.
+func holderOf(sink sinks.Sink) sinks.Holder {
+	if u, ok := sink.(interface{ Unwrap() sinks.Sink }); ok {
+		sink = u.Unwrap()
+	}
+	h, _ := sink.(sinks.Holder)
+	return h
+}
+
+// heldView is what a sink whose destination holds the view was handed:
+// what the destination holds (of the objects owns accepts; nil: all),
+// with the clocks the checkpoint keeps of the same incarnations (when
+// each entered the view, its ids' stamp), and the checkpoint's intents:
+// incarnations a send may still hold in flight, which the diff deletes if
+// they are out of the view. What the checkpoint says was acknowledged but
+// the destination lacks is not held: it is sent again.
+func heldView(stored map[string]*checkpoint.Slot, held []sinks.HeldObject, owns func(sinks.HeldObject) bool) map[string]*checkpoint.Slot {
+	out := make(map[string]*checkpoint.Slot, len(held))
+	clock := func(key, uid string) (entered, stamp int64) {
+		sl := stored[key]
+		if sl == nil {
+			return 0, 0
+		}
+		if a := sl.Acked; a != nil && a.UID == uid {
+			return a.Entered, a.Stamp
+		}
+		for _, p := range sl.Pending {
+			if p.UID == uid && !p.Leaving {
+				return p.Entered, p.Stamp
+			}
+		}
+		return 0, 0
+	}
+	for _, h := range held {
+		if owns != nil && !owns(h) {
+			continue
+		}
+		key := checkpoint.ObjectKey(h.Namespace, h.Name)
+		entered, stamp := clock(key, h.UID)
+		e := checkpoint.Entry{UID: h.UID, ResourceVersion: h.ResourceVersion, Namespace: h.Namespace, Name: h.Name, Labels: h.Labels, Entered: entered, Stamp: stamp}
+		sl := out[key]
+		if sl == nil {
+			sl = &checkpoint.Slot{}
+			out[key] = sl
+		}
+		if e.ResourceVersion == "" {
+			e.ResourceVersion = "0" // a marker: older than any state, so the object is sent again
+		}
+		switch {
+		case sl.Acked == nil:
+			sl.Acked = &e
+		default:
+			sl.Pending = append(sl.Pending, e) // a second uid under the key: a ghost to delete
+		}
+	}
+	for key, st := range stored {
+		if len(st.Pending) == 0 {
+			continue
+		}
+		sl := out[key]
+		if sl == nil {
+			sl = &checkpoint.Slot{}
+			out[key] = sl
+		}
+		sl.Pending = append(sl.Pending, st.Pending...)
+	}
+	return out
 }
 
 // reconcileAll reconciles every sink's views with the synced caches: what

@@ -46,6 +46,75 @@ type Config struct {
 	Fence bool `yaml:"fence"`
 	// Stream, when set, is created or updated at start (dev and single-node setups); in production streams are usually managed elsewhere.
 	Stream *Stream `yaml:"stream"`
+	// Mirror, when set, makes the sink keep each rule's view in a JetStream KV bucket instead of publishing changes to subjects: one key per object in the view (namespace.name), its latest event as the value, deleted when the object leaves the view; consumers list and watch it (docs/mirror.md). It implies jetstream; subject, stream and fence do not apply.
+	Mirror *Mirror `yaml:"mirror"`
+}
+
+// Mirror is the KV bucket per rule a mirroring nats sink keeps.
+type Mirror struct {
+	// Bucket names each rule's bucket: a template with {rule}, which it must contain (one bucket per rule); the result must be letters, digits, _ and -, at most 240. Default kubebridge-{rule}.
+	Bucket string `yaml:"bucket"`
+	// Replicas of each bucket (1 to 5; 3 on a NATS cluster keeps the mirror through a server's loss). Default 1.
+	Replicas int `yaml:"replicas"`
+	// Storage is file or memory. Default file.
+	Storage string `yaml:"storage"`
+	// MarkerRetention is how long the marker a deleted object leaves in the bucket is kept before it is compacted away: a consumer that resumes a watch from further back lists again (410 Gone). Default 1h; at least 1m.
+	MarkerRetention config.Duration `yaml:"markerRetention"`
+}
+
+// DefaultMirrorBucket is the default bucket template of a mirror.
+const DefaultMirrorBucket = "kubebridge-{rule}"
+
+// maxBucketLen bounds a rendered bucket name: its stream, KV_<bucket>,
+// must stay within the server's 255 bytes, with room.
+const maxBucketLen = 240
+
+// SetDefaults names a bucket per rule, on file, kept for an hour of markers.
+func (m *Mirror) SetDefaults() {
+	m.Bucket = DefaultMirrorBucket
+	m.Replicas = 1
+	m.Storage = "file"
+	m.MarkerRetention = config.Duration(time.Hour)
+}
+
+// Validate checks the bucket template, replicas, storage and retention.
+func (m *Mirror) Validate() error {
+	var errs []error
+	switch {
+	case !strings.Contains(m.Bucket, "{rule}"):
+		errs = append(errs, config.ErrorAt("bucket", "must contain {rule}: each rule's view is a bucket of its own"))
+	case !streamName.MatchString(strings.ReplaceAll(m.Bucket, "{rule}", "r")):
+		errs = append(errs, config.ErrorAt("bucket", "%q: a bucket name takes letters, digits, _ and - besides {rule}", m.Bucket))
+	}
+	if m.Replicas < 1 || m.Replicas > 5 {
+		errs = append(errs, config.ErrorAt("replicas", "must be between 1 and 5, got %d", m.Replicas))
+	}
+	if m.Storage != "file" && m.Storage != "memory" {
+		errs = append(errs, config.ErrorAt("storage", "must be file or memory, got %q", m.Storage))
+	}
+	if m.MarkerRetention.D() < time.Minute {
+		errs = append(errs, config.ErrorAt("markerRetention", "must be at least 1m, got %s", m.MarkerRetention))
+	}
+	return errors.Join(errs...)
+}
+
+// BucketOf is the bucket of rule.
+func (m *Mirror) BucketOf(rule string) string { return strings.ReplaceAll(m.Bucket, "{rule}", rule) }
+
+// CheckRule checks that rule's bucket is a valid bucket name
+// (config.RuleChecker).
+func (n *Config) CheckRule(r *config.Rule) error {
+	if n.Mirror == nil {
+		return nil
+	}
+	b := n.Mirror.BucketOf(r.Name)
+	switch {
+	case !streamName.MatchString(b):
+		return fmt.Errorf("its mirror bucket would be %q, not a bucket name (letters, digits, _ and -): rename the rule or set mirror.bucket", b)
+	case len(b) > maxBucketLen:
+		return fmt.Errorf("its mirror bucket name would be %d bytes, over %d: shorten the rule's name", len(b), maxBucketLen)
+	}
+	return nil
 }
 
 // Stream is a JetStream stream the bridge creates or updates at start.
@@ -80,6 +149,9 @@ func (n *Config) SetDefaults() {
 // (fence.go): JetStream, fence on, and a template whose objects the
 // stream can tell apart (subjectTemplate.fenceable).
 func (n *Config) fenced() bool {
+	if n.Mirror != nil {
+		return true // every write expects the key's last revision (mirror.go)
+	}
 	if !n.JetStream || !n.Fence {
 		return false
 	}
@@ -93,10 +165,14 @@ func (st *Stream) SetDefaults() {
 	st.DuplicateWindow = config.Duration(2 * time.Minute)
 }
 
+// jetStream says whether the sink writes through JetStream: with
+// jetstream, or to a mirror's buckets.
+func (n *Config) jetStream() bool { return n.JetStream || n.Mirror != nil }
+
 // CanHoldKV says whether the checkpoint's KV bucket may live behind this
 // sink's connection (KV is a JetStream feature).
 func (n *Config) CanHoldKV() error {
-	if !n.JetStream && !n.Embedded {
+	if !n.JetStream && !n.Embedded && n.Mirror == nil {
 		return errors.New("must have jetstream: true (KV is a JetStream feature)")
 	}
 	return nil
@@ -173,14 +249,22 @@ func (n *Config) Validate() error {
 		errs = append(errs, config.ErrorAt("subject", "%v", err))
 	}
 	switch {
-	case !n.JetStream && n.MaxPending != DefaultMaxPending:
+	case !n.jetStream() && n.MaxPending != DefaultMaxPending:
 		// A window of PubAcks: a core publish has none (a flush acknowledges it).
 		errs = append(errs, config.WarningAt("maxPending", "has no effect without jetstream: true"))
-	case n.JetStream && (n.MaxPending < 1 || n.MaxPending > maxMaxPending):
+	case n.jetStream() && (n.MaxPending < 1 || n.MaxPending > maxMaxPending):
 		errs = append(errs, config.ErrorAt("maxPending", "must be between 1 and %d, got %d", maxMaxPending, n.MaxPending))
 	}
-	if n.Stream != nil && !n.JetStream {
+	if n.Stream != nil && !n.JetStream && n.Mirror == nil {
 		errs = append(errs, config.ErrorAt("stream", "needs jetstream: true"))
+	}
+	if n.Mirror != nil {
+		if n.Stream != nil {
+			errs = append(errs, config.ErrorAt("stream", "does not apply with mirror: the mirror keeps its buckets, one per rule"))
+		}
+		if n.Subject != DefaultSubject {
+			errs = append(errs, config.WarningAt("subject", "has no effect with mirror: objects are keys of the rule's bucket"))
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -66,6 +66,7 @@ type Sink struct {
 	embedded *server.Server // when the sink runs its own server
 	window   chan struct{}  // JetStream: a slot per publish awaiting its PubAck
 	fence    *lastSeqs      // JetStream fenced: each object's last stored sequence (fence.go)
+	mirror   *mirrorState   // mirroring views into KV buckets (mirror.go)
 	refused  atomic.Int64   // publishes the stream's fence refused, late ones included
 	msgs     sync.Pool      // *natsgo.Msg to reuse
 
@@ -133,16 +134,19 @@ func Connect(ctx context.Context, name string, c *Config, logger *slog.Logger) (
 	if err != nil {
 		return nil, err
 	}
-	s := &Sink{name: name, cfg: *c, jet: c.JetStream, subject: tmpl, logger: logger}
-	if c.JetStream {
+	s := &Sink{name: name, cfg: *c, jet: c.jetStream(), subject: tmpl, logger: logger}
+	if s.jet {
 		window := c.MaxPending
 		if window <= 0 {
 			window = DefaultMaxPending
 		}
 		s.window = make(chan struct{}, window)
-		if c.fenced() {
+		if c.fenced() && c.Mirror == nil {
 			s.fence = newLastSeqs()
 		}
+	}
+	if c.Mirror != nil {
+		s.mirror = newMirrorState(c.Mirror)
 	}
 	l, err := s.dial(opts)
 	if err != nil {
@@ -154,6 +158,9 @@ func Connect(ctx context.Context, name string, c *Config, logger *slog.Logger) (
 			l.nc.Close()
 			return nil, err
 		}
+	}
+	if s.mirror != nil {
+		s.startCompactor()
 	}
 	return s, nil
 }
@@ -392,6 +399,9 @@ func (s *Sink) Send(ctx context.Context, events []*event.Event) error {
 	l, err := s.link()
 	if err != nil {
 		return err
+	}
+	if s.mirror != nil {
+		return s.sendMirror(ctx, l, events)
 	}
 	if l.js != nil {
 		return s.sendJetStream(ctx, l, events)
@@ -907,6 +917,9 @@ func (s *Sink) Close(context.Context) error {
 	s.mu.Lock()
 	s.shut = true
 	s.mu.Unlock()
+	if s.mirror != nil {
+		s.mirror.stopCompactor()
+	}
 	s.cur.Load().nc.Close()
 	if s.embedded != nil {
 		s.embedded.Shutdown()

@@ -1,0 +1,546 @@
+package nats
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/kubebridge/kubebridge/pkg/event"
+	"github.com/kubebridge/kubebridge/pkg/mirror"
+	"github.com/kubebridge/kubebridge/pkg/sinks"
+)
+
+// Mirroring. With mirror set, the sink keeps each rule's view in a KV
+// bucket of its own (pkg/mirror lays out keys and values): an event that
+// puts an object in the view, or changes it there, stores its envelope
+// under the object's key; one that takes it out deletes the key. Only the
+// last event of a key in a batch is written (a mirror holds states, not
+// changes), and its outcome is every such event's.
+//
+// Every write expects the key's last revision (its stream sequence), which
+// the stream checks where it stores it, as the checkpoint's writes do: a
+// late write of a replica that gave the object up is refused once its
+// successor wrote the key. The revisions live in memory, learnt from
+// acknowledgements and from Held, which the bridge calls whenever it loads
+// the sink's views; one not known costs a refusal, after which a writer
+// that may still write (sinks.MayWrite) adopts the stream's.
+//
+// The bridge diffs the view against what Held reads from the bucket, so
+// the bucket converges to the view whatever its checkpoint says (a bucket
+// recreated, a checkpoint lost, a write that landed after a crash).
+//
+// A deleted key leaves a marker, which a consumer resuming a watch needs;
+// markers older than markerRetention are purged (compact), after the
+// bucket's mirror.CompactedKey is raised past them, so a consumer that
+// resumes from before lists again instead of missing a deletion.
+
+// mirrorState is a mirroring sink's memory of its buckets.
+type mirrorState struct {
+	cfg       Mirror
+	revs      *lastSeqs // each key's last revision, by hash of bucket NUL key
+	ensured   sync.Map  // bucket name -> struct{}: created or updated by this sink
+	truncated atomic.Int64
+
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+func newMirrorState(c *Mirror) *mirrorState {
+	return &mirrorState{cfg: *c, revs: newLastSeqs()}
+}
+
+func (m *mirrorState) hash(bucket, key string) uint64 {
+	var h maphash.Hash
+	h.SetSeed(m.revs.seed)
+	h.WriteString(bucket)
+	h.WriteByte(0)
+	h.WriteString(key)
+	return h.Sum64()
+}
+
+// MirrorTruncations is how many events the sink stored as markers because
+// they were larger than the bucket takes.
+func (s *Sink) MirrorTruncations() int64 {
+	if s.mirror == nil {
+		return 0
+	}
+	return s.mirror.truncated.Load()
+}
+
+// ensureBucket creates or updates bucket, once per sink (again after a
+// write found no stream), and returns it.
+func (s *Sink) ensureBucket(ctx context.Context, l *link, bucket string) (jetstream.KeyValue, error) {
+	if _, ok := s.mirror.ensured.Load(bucket); ok {
+		kv, err := l.js.KeyValue(ctx, bucket)
+		if !errors.Is(err, jetstream.ErrBucketNotFound) {
+			return kv, classify(err)
+		}
+		s.mirror.ensured.Delete(bucket)
+	}
+	storage := jetstream.FileStorage
+	if s.mirror.cfg.Storage == "memory" {
+		storage = jetstream.MemoryStorage
+	}
+	kv, err := l.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket: bucket, History: 1, Storage: storage, Replicas: s.mirror.cfg.Replicas,
+		Description: "kubebridge: the view of a rule, one key per object (docs/mirror.md)",
+	})
+	if err != nil {
+		return nil, classify(fmt.Errorf("mirror bucket %s: %w", bucket, err))
+	}
+	s.mirror.ensured.Store(bucket, struct{}{})
+	return kv, nil
+}
+
+// mirrorOp is the write of one key in a batch: the last event of the key.
+type mirrorOp struct {
+	ev          int // the event written
+	bucket, key string
+	h           uint64
+	tries       uint8
+	marker      bool // the event is written as a marker (too large)
+	err         error
+}
+
+// sendMirror writes the batch into the rules' buckets.
+func (s *Sink) sendMirror(ctx context.Context, l *link, events []*event.Event) error {
+	n := len(events)
+	ops := make([]mirrorOp, 0, n)
+	opOf := make([]int, n)
+	byKey := make(map[string]int, n)
+	for i, e := range events {
+		bucket := s.mirror.cfg.BucketOf(e.Rule())
+		key := mirror.Key(e.Namespace(), e.Name())
+		k := bucket + "\x00" + key
+		if j, ok := byKey[k]; ok {
+			ops[j].ev, opOf[i] = i, j
+			continue
+		}
+		byKey[k], opOf[i] = len(ops), len(ops)
+		ops = append(ops, mirrorOp{ev: i, bucket: bucket, key: key, h: s.mirror.hash(bucket, key)})
+	}
+	failed := map[string]error{}
+	for i := range ops {
+		b := ops[i].bucket
+		if _, seen := failed[b]; !seen {
+			var err error
+			if _, ok := s.mirror.ensured.Load(b); !ok {
+				_, err = s.ensureBucket(ctx, l, b)
+			}
+			failed[b] = err
+		}
+		ops[i].err = failed[b]
+	}
+	limit := l.nc.MaxPayload()
+	todo := make([]int, 0, len(ops))
+	for i := range ops {
+		if ops[i].err == nil {
+			todo = append(todo, i)
+		}
+	}
+	for len(todo) > 0 {
+		todo = s.mirrorRound(ctx, l, events, ops, todo, limit)
+	}
+	out := outcomes{n: n}
+	for i := range events {
+		if err := ops[opOf[i]].err; err != nil {
+			out.fail(i, err)
+		}
+	}
+	return out.result()
+}
+
+type mirrorFlight struct {
+	op int
+	f  jetstream.PubAckFuture
+}
+
+// mirrorRound writes ops[todo] at once (window permitting) and waits for
+// them; it returns those to write again: refused by the stream's revision
+// check while this sink may still write, or too large to be anything but
+// a marker.
+func (s *Sink) mirrorRound(ctx context.Context, l *link, events []*event.Event, ops []mirrorOp, todo []int, limit int64) (again []int) {
+	flights := make([]mirrorFlight, 0, len(todo))
+	var stop error
+	settle := func(fl mirrorFlight) {
+		s.release()
+		op := &ops[fl.op]
+		var ack *jetstream.PubAck
+		var err error
+		select {
+		case ack = <-fl.f.Ok():
+		case err = <-fl.f.Err():
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-l.closed:
+			err = natsgo.ErrConnectionClosed
+		}
+		if err == nil {
+			s.mirror.revs.adopt(op.h, ack.Sequence)
+			op.err = nil
+			return
+		}
+		if found, known, ok := fenceRefused(err); ok {
+			if op.tries < maxAdopt && sinks.MayWrite(ctx) == nil {
+				op.tries++
+				if !known {
+					var lerr error
+					if found, lerr = lastStored(ctx, l.js, "$KV."+op.bucket+"."+op.key); lerr != nil {
+						op.err = classify(lerr)
+						return
+					}
+				}
+				s.mirror.revs.adopt(op.h, found)
+				again = append(again, fl.op)
+				return
+			}
+			op.err = sinks.Fenced(err)
+			return
+		}
+		if errors.Is(err, jetstream.ErrStreamMessageExceedsMaximum) && !op.marker && events[op.ev].Change != event.Deleted {
+			op.marker = true // a bucket that takes less than the server
+			again = append(again, fl.op)
+			return
+		}
+		if errors.Is(err, natsgo.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) {
+			s.mirror.ensured.Delete(op.bucket) // the bucket may be gone: create it on the next try
+		}
+		op.err = classify(err)
+		if stop == nil && stopsBatch(err) {
+			stop = err
+		}
+	}
+	for _, j := range todo {
+		op := &ops[j]
+		if stop != nil {
+			op.err = notPublished(stop)
+			continue
+		}
+		for !s.tryAcquire() {
+			if len(flights) > 0 {
+				settle(flights[0])
+				flights = flights[1:]
+				continue
+			}
+			if err := s.acquire(ctx, l); err != nil {
+				stop = err
+			}
+			break
+		}
+		if stop != nil {
+			op.err = notPublished(stop)
+			continue
+		}
+		msg, err := s.mirrorMsg(events[op.ev], op, limit)
+		var f jetstream.PubAckFuture
+		if err == nil {
+			f, err = l.js.PublishMsgAsync(msg, pubOpts...)
+			err = classify(err)
+		}
+		if err != nil {
+			s.release()
+			op.err = err
+			if !sinks.IsPermanent(err) {
+				stop = err
+			}
+			continue
+		}
+		flights = append(flights, mirrorFlight{j, f})
+	}
+	for _, fl := range flights {
+		settle(fl)
+	}
+	return again
+}
+
+// mirrorMsg renders the write of op: a deletion marker, the event's
+// envelope, or a marker naming the object when the envelope is larger than
+// limit (the server's max_payload) or the bucket took.
+func (s *Sink) mirrorMsg(e *event.Event, op *mirrorOp, limit int64) (*natsgo.Msg, error) {
+	msg := &natsgo.Msg{Subject: "$KV." + op.bucket + "." + op.key, Header: natsgo.Header{}}
+	msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(s.mirror.revs.get(op.h), 10))
+	if len(msg.Subject) > MaxSubject {
+		return nil, sinks.Permanent(fmt.Errorf("event %s: the key %s is too long for a NATS subject", e.ID, op.key))
+	}
+	if e.Change == event.Deleted {
+		msg.Header.Set("KV-Operation", "DEL")
+		return msg, nil
+	}
+	room := limit - int64(len(msg.Header.Get(jetstream.ExpectedLastSubjSeqHeader))+len(jetstream.ExpectedLastSubjSeqHeader)+hdrPreamble+hdrPerField)
+	if !op.marker {
+		body, err := e.Structured()
+		if err != nil {
+			return nil, sinks.Permanent(fmt.Errorf("encoding event %s: %w", e.ID, err))
+		}
+		if limit <= 0 || int64(len(body)) <= room {
+			msg.Data = body
+			return msg, nil
+		}
+		op.marker = true
+		why := fmt.Sprintf("%d bytes > %d", len(body), room)
+		s.mirror.truncated.Add(1)
+		s.logger.Warn("an object's event is larger than the mirror takes: stored as a marker that names it", "sink", s.name, "rule", e.Rule(), "object", e.Subject, "why", why)
+		msg.Data, err = markerOf(e, why)
+		if err != nil {
+			return nil, sinks.Permanent(err)
+		}
+	} else {
+		body, err := markerOf(e, "larger than the bucket takes")
+		if err != nil {
+			return nil, sinks.Permanent(err)
+		}
+		s.mirror.truncated.Add(1)
+		msg.Data = body
+	}
+	if limit > 0 && int64(len(msg.Data)) > room {
+		return nil, sinks.Permanent(fmt.Errorf("event %s: even its marker is %d bytes, over the %d the server takes", e.ID, len(msg.Data), room))
+	}
+	return msg, nil
+}
+
+// markerOf is e's envelope with data.object cut to its identity and
+// mirror.TruncatedAnnotation saying why (pkg/mirror).
+func markerOf(e *event.Event, why string) ([]byte, error) {
+	body, err := e.Structured()
+	if err != nil {
+		return nil, fmt.Errorf("encoding event %s: %w", e.ID, err)
+	}
+	var env map[string]any
+	if err := json.Unmarshal(body, &env); err != nil {
+		return nil, fmt.Errorf("event %s: %w", e.ID, err)
+	}
+	md := map[string]any{"name": e.Name(), "uid": e.UID(), "annotations": map[string]any{mirror.TruncatedAnnotation: why}}
+	if ns := e.Namespace(); ns != "" {
+		md["namespace"] = ns
+	}
+	obj := map[string]any{"metadata": md}
+	if o := e.Object(); o != nil {
+		if v := o.GetAPIVersion(); v != "" {
+			obj["apiVersion"] = v
+		}
+		if k := o.GetKind(); k != "" {
+			obj["kind"] = k
+		}
+		if rv := o.GetResourceVersion(); rv != "" {
+			md["resourceVersion"] = rv
+		}
+		if l := o.GetLabels(); len(l) > 0 && len(l) <= 64 {
+			md["labels"] = l
+		}
+	}
+	env["data"] = map[string]any{"object": obj}
+	env[mirror.TruncatedExtension] = why
+	return json.Marshal(env)
+}
+
+// heldValue is what Held reads of a value.
+type heldValue struct {
+	Data struct {
+		Object struct {
+			Metadata struct {
+				Namespace       string            `json:"namespace"`
+				Name            string            `json:"name"`
+				UID             string            `json:"uid"`
+				ResourceVersion string            `json:"resourceVersion"`
+				Labels          map[string]string `json:"labels"`
+			} `json:"metadata"`
+		} `json:"object"`
+	} `json:"data"`
+	Truncated string `json:"kbtruncated"`
+}
+
+// Held lists what rule's bucket holds (sinks.Holder), learning every key's
+// revision, deletion markers' included. A value this sink did not write
+// (no uid) is held under a uid of its own, so the diff deletes or replaces
+// it; a key that is no object's is left alone.
+func (s *Sink) Held(ctx context.Context, rule string) ([]sinks.HeldObject, error) {
+	if s.mirror == nil {
+		return nil, nil
+	}
+	l, err := s.link()
+	if err != nil {
+		return nil, err
+	}
+	if err := waitConnected(ctx, l.nc, s.logger); err != nil {
+		return nil, err
+	}
+	bucket := s.mirror.cfg.BucketOf(rule)
+	kv, err := s.ensureBucket(ctx, l, bucket)
+	if err != nil {
+		return nil, err
+	}
+	w, err := kv.WatchAll(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("mirror bucket %s: %w", bucket, err)
+	}
+	defer func() { _ = w.Stop() }()
+	var out []sinks.HeldObject
+	for {
+		var en jetstream.KeyValueEntry
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, fmt.Errorf("mirror bucket %s: the watch closed", bucket)
+			}
+			if e == nil {
+				return out, nil
+			}
+			en = e
+		}
+		key := en.Key()
+		s.mirror.revs.adopt(s.mirror.hash(bucket, key), en.Revision())
+		if en.Operation() != jetstream.KeyValuePut {
+			continue
+		}
+		ns, name, hashed, err := mirror.ParseKey(key)
+		if err != nil {
+			continue // the bridge's own keys, or no object's
+		}
+		var v heldValue
+		if json.Unmarshal(en.Value(), &v) != nil {
+			v = heldValue{}
+		}
+		md := v.Data.Object.Metadata
+		switch {
+		case md.UID == "" || mirror.Key(md.Namespace, md.Name) != key:
+			// Not an envelope of this key: replaced or deleted by the diff.
+			if hashed {
+				continue // no name to address it by
+			}
+			out = append(out, sinks.HeldObject{Namespace: ns, Name: name, UID: "kubebridge-unreadable-" + strconv.FormatUint(en.Revision(), 10)})
+		default:
+			rv := md.ResourceVersion
+			if v.Truncated != "" {
+				rv = "" // a marker: sent again, it may fit now
+			}
+			out = append(out, sinks.HeldObject{Namespace: md.Namespace, Name: md.Name, UID: md.UID, ResourceVersion: rv, Labels: md.Labels})
+		}
+	}
+}
+
+var _ sinks.Holder = (*Sink)(nil)
+
+// compactEvery is how often markers are compacted, as a fraction of their
+// retention.
+const compactEvery = 4
+
+// startCompactor runs compact on every bucket the sink ensured, every
+// markerRetention/compactEvery, until Close.
+func (s *Sink) startCompactor() {
+	ctx, cancel := context.WithCancel(context.Background())
+	s.mirror.stop, s.mirror.done = cancel, make(chan struct{})
+	go func() {
+		defer close(s.mirror.done)
+		t := time.NewTicker(max(s.mirror.cfg.MarkerRetention.D()/compactEvery, time.Second))
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			s.mirror.ensured.Range(func(b, _ any) bool {
+				if err := s.compact(ctx, b.(string), time.Now().Add(-s.mirror.cfg.MarkerRetention.D())); err != nil && ctx.Err() == nil {
+					s.logger.Warn("compacting a mirror bucket's deletion markers", "sink", s.name, "bucket", b, "error", err)
+				}
+				return ctx.Err() == nil
+			})
+		}
+	}()
+}
+
+// compactTimeout bounds one bucket's compaction.
+const compactTimeout = time.Minute
+
+// compact purges bucket's deletion markers made before cutoff. First it
+// raises mirror.CompactedKey to the highest revision it purges, so that a
+// watch resumed from before is refused (410) rather than miss them; each
+// purge removes only the marker's subject up to the marker's revision,
+// never a write that came after it.
+func (s *Sink) compact(ctx context.Context, bucket string, cutoff time.Time) error {
+	ctx, cancel := context.WithTimeout(ctx, compactTimeout)
+	defer cancel()
+	l, err := s.link()
+	if err != nil {
+		return err
+	}
+	kv, err := l.js.KeyValue(ctx, bucket)
+	if err != nil {
+		return err
+	}
+	w, err := kv.WatchAll(ctx, jetstream.MetaOnly())
+	if err != nil {
+		return err
+	}
+	type marker struct {
+		key string
+		rev uint64
+	}
+	var markers []marker
+	var upTo uint64
+	for done := false; !done; {
+		select {
+		case <-ctx.Done():
+			_ = w.Stop()
+			return ctx.Err()
+		case e, ok := <-w.Updates():
+			switch {
+			case !ok:
+				_ = w.Stop()
+				return errors.New("the watch closed")
+			case e == nil:
+				done = true
+			case e.Operation() != jetstream.KeyValuePut && e.Created().Before(cutoff):
+				markers = append(markers, marker{e.Key(), e.Revision()})
+				upTo = max(upTo, e.Revision())
+			}
+		}
+	}
+	_ = w.Stop()
+	if len(markers) == 0 {
+		return nil
+	}
+	cur, err := kv.Get(ctx, mirror.CompactedKey)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		_, err = kv.Create(ctx, mirror.CompactedKey, []byte(strconv.FormatUint(upTo, 10)))
+	case err != nil:
+	default:
+		if n, perr := strconv.ParseUint(string(cur.Value()), 10, 64); perr != nil || n < upTo {
+			_, err = kv.Update(ctx, mirror.CompactedKey, []byte(strconv.FormatUint(upTo, 10)), cur.Revision())
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("raising %s: %w", mirror.CompactedKey, err)
+	}
+	st, err := l.js.Stream(ctx, "KV_"+bucket)
+	if err != nil {
+		return err
+	}
+	for _, m := range markers {
+		if err := st.Purge(ctx, jetstream.WithPurgeSubject("$KV."+bucket+"."+m.key), jetstream.WithPurgeSequence(m.rev+1)); err != nil {
+			return err
+		}
+		s.mirror.revs.adopt(s.mirror.hash(bucket, m.key), 0)
+	}
+	return nil
+}
+
+// stopCompactor stops the compactor and waits for it.
+func (m *mirrorState) stopCompactor() {
+	if m.stop != nil {
+		m.stop()
+		<-m.done
+	}
+}
