@@ -314,6 +314,13 @@ func (s *Handed) Sync(r *filters.Rule, key string, cache Lookup, t Trigger) int 
 			objUID, objRV = uidRV(obj)
 		}
 	}
+	// An object of the resource teaches the rule its kind, which the
+	// events of objects rebuilt from a checkpoint (metadata only) carry.
+	if exists {
+		r.Event.Learn(obj)
+	} else if t.Gone != nil {
+		r.Event.Learn(t.Gone)
+	}
 	var desired *unstructured.Unstructured // obj, when in the view
 	if exists && r.InView(obj) {
 		desired = obj
@@ -461,6 +468,8 @@ func older(a, b string) bool {
 }
 
 // lastKnown rebuilds the metadata of an object from its checkpoint entry.
+// It has no apiVersion and kind (the checkpoint keeps neither): the events
+// built from it take the rule's resource's (event.Rule.ResourceKind).
 func lastKnown(e checkpoint.Entry) *unstructured.Unstructured {
 	u := &unstructured.Unstructured{Object: map[string]any{}}
 	u.SetNamespace(e.Namespace)

@@ -2,6 +2,7 @@ package view
 
 import (
 	"cmp"
+	"encoding/json"
 	"slices"
 	"strconv"
 	"sync"
@@ -254,6 +255,9 @@ func TestFromCheckpoint(t *testing.T) {
 				if e.Change == event.Deleted && e.Reason == "" && e.Object().GetLabels()["l"] != "v" {
 					t.Errorf("deleted %s lost the last known labels", e.UID())
 				}
+				if o := dataObject(t, e); o["apiVersion"] != "v1" || o["kind"] != "ConfigMap" {
+					t.Errorf("%s %s: data.object %v has no apiVersion v1 and kind ConfigMap", e.Change, e.ID, o)
+				}
 				if e.Change == event.Updated && e.OldObject() != nil {
 					t.Error("an update found in a checkpoint has no old state to show")
 				}
@@ -279,6 +283,65 @@ func TestFromCheckpoint(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// dataObject is the object an event's data carries.
+func dataObject(t *testing.T, e *event.Event) map[string]any {
+	t.Helper()
+	d, err := e.Data()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var data struct{ Object map[string]any }
+	if err := json.Unmarshal(d, &data); err != nil {
+		t.Fatal(err)
+	}
+	return data.Object
+}
+
+// A deletion found at a restart is built from the metadata the checkpoint
+// kept; of a custom resource, whose kind Kubernetes does not know, it
+// still carries its kind once any object of the resource was seen (the
+// initial list streams in before anything is taken for gone).
+func TestCheckpointDeletionsOfCustomResourcesCarryTheirKind(t *testing.T) {
+	doc := "apiVersion: kubebridge.io/v1alpha1\nkind: BridgeConfig\ncluster: c\nsinks: [{name: s, file: {path: x}}]\nrules:\n  - name: r\n    sinks: [s]\n    resource: example.io/v1/widgets\n"
+	r := testenv.CompileRules(t, doc, components.SinkRegistry(), nil)[0]
+	widget := func(name, uid, rv string) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "example.io/v1", "kind": "Widget"}}
+		u.SetNamespace("a")
+		u.SetName(name)
+		u.SetUID(types.UID(uid))
+		u.SetResourceVersion(rv)
+		return u
+	}
+	var got []*event.Event
+	s := NewHanded("s", func(ev *event.Event) { got = append(got, ev) })
+	s.Load("r", map[string]*checkpoint.Slot{
+		"a/kept": {Acked: &checkpoint.Entry{UID: "u1", ResourceVersion: "5", Namespace: "a", Name: "kept"}},
+		"a/gone": {Acked: &checkpoint.Entry{UID: "u2", ResourceVersion: "6", Namespace: "a", Name: "gone"}},
+	})
+	s.Start()
+	kept := widget("kept", "u1", "5")
+	cache := lookupMap{"a/kept": kept}
+	now := time.Unix(1700000000, 0)
+	s.Sync(r, "a/kept", cache, Trigger{Object: kept, Initial: true, Now: now}) // unchanged: nothing sent
+	s.Sync(r, "a/gone", cache, Trigger{Replay: event.ReplayCheckpoint, Now: now})
+	if len(got) != 1 || got[0].Change != event.Deleted || got[0].UID() != "u2" {
+		t.Fatalf("got %v, want the deletion of u2", describe(got))
+	}
+	if o := dataObject(t, got[0]); o["apiVersion"] != "example.io/v1" || o["kind"] != "Widget" {
+		t.Errorf("data.object %v, want apiVersion example.io/v1 and kind Widget", o)
+	}
+}
+
+// lookupMap is a cache of several keys.
+type lookupMap map[string]*unstructured.Unstructured
+
+func (l lookupMap) GetByKey(key string) (any, bool, error) {
+	if o, ok := l[key]; ok {
+		return o, true, nil
+	}
+	return nil, false, nil
+}
 
 func TestNamespaceSelector(t *testing.T) {
 	var nsLabels atomic.Pointer[labels.Set]

@@ -39,7 +39,8 @@ const (
 	Deleted Change = "deleted"
 )
 
-// Values of the kbreplay and kbreason extensions.
+// Values of the kbreplay and kbreason extensions (kbchange's are the
+// Changes).
 const (
 	ReplayResync     = "resync"
 	ReplayCheckpoint = "checkpoint"
@@ -62,6 +63,14 @@ type Rule struct {
 	// SecretAnnotations are the Secret annotations redacted with the data
 	// (event.AllAnnotations: every one).
 	SecretAnnotations []string
+	// Kind is the kind of the rule's resource (discovery's), when the one
+	// who builds the rule knows it. Default "": the kind of an object of
+	// the resource seen (Learn), else Kubernetes' built-in kind of the
+	// resource (see ResourceKind).
+	Kind string
+
+	// learned is the kind Learn read from an object of the resource.
+	learned atomic.Pointer[string]
 
 	// names holds the attributes every event of the rule repeats (source,
 	// types), built on first use rather than per event.
@@ -270,13 +279,18 @@ func (e *Event) Namespace() string {
 // Name is the object's name: the Subject after its "/", if any.
 func (e *Event) Name() string { return e.Subject[strings.IndexByte(e.Subject, '/')+1:] }
 
-// Kind is the object's kind.
+// Kind is the object's kind; for an object that does not carry one (rebuilt
+// from a checkpoint: metadata only), its resource's (Rule.ResourceKind).
 func (e *Event) Kind() string {
-	if e.object == nil {
+	if e.object != nil {
+		if k, _ := e.object.Object["kind"].(string); k != "" {
+			return k
+		}
+	}
+	if e.rule == nil {
 		return ""
 	}
-	k, _ := e.object.Object["kind"].(string)
-	return k
+	return e.rule.ResourceKind()
 }
 
 // QueueKey is Key and UID: queues coalesce by it, so that a replaced
@@ -521,7 +535,10 @@ func (e *Event) Object() *unstructured.Unstructured { return e.object }
 
 // Data returns the event's data, {"object":…, "oldObject":…, "patch":[…]}
 // as the rule's include says, with Secret values redacted unless the rule
-// allows them. It is computed once, on first use.
+// allows them. The object and oldObject always carry apiVersion and kind,
+// also when the state an event has of its object is only the metadata a
+// checkpoint kept (a deletion found at a restart). It is computed once,
+// on first use.
 func (e *Event) Data() (json.RawMessage, error) {
 	r := e.rendered()
 	r.dataOnce.Do(func() { r.data, r.dataErr = e.renderData() })
@@ -543,7 +560,8 @@ func (e *Event) renderData() (json.RawMessage, error) {
 }
 
 // Payload is what the event's data carries, as values: the object (or its
-// metadata) and the previous state as the rule includes them, redacted as
+// metadata) and the previous state as the rule includes them, each with
+// its apiVersion and kind (see Rule.ResourceKind), redacted as
 // the data is, and for updates the JSON patch as a list of
 // {"op", "path", "value"} maps. Request templates read it; it must not be
 // modified.
@@ -573,19 +591,19 @@ func (e *Event) payload() (data, error) {
 	redact := !r.AllowSecretData && IsSecret(r.GVR)
 	var d data
 	if r.IncludeMeta && e.object != nil {
-		d.Object = MetadataOnly(e.object.Object)
+		d.Object = MetadataOnly(r.typed(e.object.Object))
 		if redact {
 			d.Object = RedactSecret(d.Object, r.SecretAnnotations)
 		}
 	}
 	if r.IncludeObject && e.object != nil {
-		d.Object = e.object.Object
+		d.Object = r.typed(e.object.Object)
 		if redact {
 			d.Object = RedactSecret(d.Object, r.SecretAnnotations)
 		}
 	}
 	if r.IncludeOld && e.oldObject != nil {
-		d.OldObject = e.oldObject.Object
+		d.OldObject = r.typed(e.oldObject.Object)
 		if redact {
 			d.OldObject = RedactSecret(d.OldObject, r.SecretAnnotations)
 		}
@@ -608,8 +626,10 @@ func (e *Event) payload() (data, error) {
 
 // Attributes calls f with each CloudEvents context attribute of e, in a
 // fixed order: specversion, id, source, type, subject, time, kbrule,
-// kbcluster, then kbreplay and kbreason when set (datacontenttype and data
-// are the encoding's). It is the one mapping from an event to its
+// kbcluster, kbchange (added, updated or deleted: the change as an
+// attribute of its own, so consumers need not parse the end of type), then
+// kbreplay and kbreason when set (datacontenttype and data are the
+// encoding's). It is the one mapping from an event to its
 // attributes: the structured JSON, the webhook's ce-* headers and the NATS
 // headers all come from it.
 func (e *Event) Attributes(f func(name, value string)) {
@@ -621,6 +641,7 @@ func (e *Event) Attributes(f func(name, value string)) {
 	f("time", e.Time.Format(time.RFC3339Nano))
 	f("kbrule", e.Rule())
 	f("kbcluster", e.Cluster())
+	f("kbchange", string(e.Change))
 	if e.Replay != "" {
 		f("kbreplay", e.Replay)
 	}

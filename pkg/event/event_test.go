@@ -14,6 +14,7 @@ import (
 	cloudevents "github.com/cloudevents/sdk-go/v2/event"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 func obj(ns, name, rv string, fields map[string]any) *unstructured.Unstructured {
@@ -114,7 +115,7 @@ func TestEnvelope(t *testing.T) {
 	}
 	want := map[string]any{
 		"specversion": "1.0", "id": ID("r", "u1", "42", Updated, ev.Entered, ""), "source": "kubebridge/prod", "type": "io.kubebridge.deployments.apps.updated",
-		"subject": "ns/web", "time": "2026-01-02T02:04:05.000000006Z", "datacontenttype": "application/json", "kbrule": "r", "kbcluster": "prod",
+		"subject": "ns/web", "time": "2026-01-02T02:04:05.000000006Z", "datacontenttype": "application/json", "kbrule": "r", "kbcluster": "prod", "kbchange": "updated",
 	}
 	for k, v := range want {
 		if got[k] != v {
@@ -287,5 +288,117 @@ func TestIncludeMetadata(t *testing.T) {
 	}
 	if _, has := o.Object["data"]; !has {
 		t.Error("the cached object was modified")
+	}
+}
+
+// Every event carries its change as an attribute of its own, kbchange, in
+// the fixed order Attributes promises; kbreplay and kbreason only when set.
+func TestAttributes(t *testing.T) {
+	r := &Rule{Name: "r", Cluster: "c", GVR: schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, IncludeObject: true}
+	for _, tc := range []struct {
+		tr   Transition
+		want string
+	}{
+		{Transition{Change: Added}, "specversion id source type subject time kbrule kbcluster kbchange=added"},
+		{Transition{Change: Updated, Replay: ReplayResync}, "specversion id source type subject time kbrule kbcluster kbchange=updated kbreplay=resync"},
+		{Transition{Change: Deleted, Replay: ReplayCheckpoint, Reason: ReasonUnmatched}, "specversion id source type subject time kbrule kbcluster kbchange=deleted kbreplay=checkpoint kbreason=unmatched"},
+	} {
+		tc.tr.Object = obj("ns", "cm", "1", nil)
+		ev := Build(r, tc.tr)
+		var got []string
+		ev.Attributes(func(name, value string) {
+			if strings.HasPrefix(name, "kb") && name != "kbrule" && name != "kbcluster" {
+				name += "=" + value
+			}
+			got = append(got, name)
+		})
+		if strings.Join(got, " ") != tc.want {
+			t.Errorf("%s: attributes %s, want %s", tc.tr.Change, strings.Join(got, " "), tc.want)
+		}
+		raw, err := ev.Structured()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sdk cloudevents.Event
+		if err := json.Unmarshal(raw, &sdk); err != nil || sdk.Validate() != nil {
+			t.Fatalf("sdk-go: %v %v", err, sdk.Validate())
+		}
+		if c, _ := sdk.Extensions()["kbchange"].(string); c != string(tc.tr.Change) || !strings.HasSuffix(sdk.Type(), "."+c) {
+			t.Errorf("kbchange %q, type %s", c, sdk.Type())
+		}
+	}
+}
+
+// metadataOnly is an object as a restart rebuilds it from a checkpoint:
+// metadata alone, no apiVersion, no kind.
+func metadataOnly(ns, name, uid string) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{}}
+	u.SetNamespace(ns)
+	u.SetName(name)
+	u.SetUID(types.UID(uid))
+	u.SetResourceVersion("9")
+	return u
+}
+
+// An object that does not carry its apiVersion and kind (rebuilt from a
+// checkpoint: a deletion found at a restart) gets its resource's in the
+// data, whatever the rule includes, Secrets redacted as ever: from the
+// rule's Kind, an object of the resource seen (Learn), or Kubernetes'
+// built-in resources. The object itself is not modified.
+func TestObjectsCarryAPIVersionAndKind(t *testing.T) {
+	widgets := schema.GroupVersionResource{Group: "example.io", Version: "v1", Resource: "widgets"}
+	for _, tc := range []struct {
+		name               string
+		rule               *Rule
+		learn              *unstructured.Unstructured
+		apiVersion, kind   string
+		absent, oldPresent bool
+	}{
+		{name: "built in", rule: &Rule{GVR: schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, IncludeObject: true}, apiVersion: "v1", kind: "ConfigMap"},
+		{name: "built in, group", rule: &Rule{GVR: schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}, IncludeMeta: true}, apiVersion: "apps/v1", kind: "Deployment"},
+		{name: "built in, irregular", rule: &Rule{GVR: schema.GroupVersionResource{Version: "v1", Resource: "endpoints"}, IncludeObject: true}, apiVersion: "v1", kind: "Endpoints"},
+		{name: "secret, redacted", rule: &Rule{GVR: secrets, IncludeObject: true, IncludeOld: true}, apiVersion: "v1", kind: "Secret", oldPresent: true},
+		{name: "custom, set", rule: &Rule{GVR: widgets, Kind: "Widget", IncludeObject: true}, apiVersion: "example.io/v1", kind: "Widget"},
+		{name: "custom, learnt", rule: &Rule{GVR: widgets, IncludeObject: true, IncludeOld: true}, learn: &unstructured.Unstructured{Object: map[string]any{"apiVersion": "example.io/v1", "kind": "Widget"}},
+			apiVersion: "example.io/v1", kind: "Widget", oldPresent: true},
+		{name: "custom, another version's object teaches nothing", rule: &Rule{GVR: widgets, IncludeObject: true}, learn: &unstructured.Unstructured{Object: map[string]any{"apiVersion": "example.io/v2", "kind": "Gadget"}},
+			apiVersion: "example.io/v1", absent: true},
+		{name: "custom, unknown", rule: &Rule{GVR: widgets, IncludeObject: true}, apiVersion: "example.io/v1", absent: true},
+	} {
+		tc.rule.Name, tc.rule.Cluster = "r", "c"
+		tc.rule.Learn(tc.learn)
+		o := metadataOnly("ns", "a", "u1")
+		o.Object["data"] = map[string]any{"k": "c2VjcmV0"}
+		ev := Build(tc.rule, Transition{Change: Deleted, Object: o, Old: metadataOnly("ns", "a", "u1"), Replay: ReplayCheckpoint})
+		d, err := ev.Data()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got struct{ Object, OldObject map[string]any }
+		if err := json.Unmarshal(d, &got); err != nil {
+			t.Fatal(err)
+		}
+		kind, hasKind := got.Object["kind"]
+		if got.Object["apiVersion"] != tc.apiVersion || (tc.absent && hasKind) || (!tc.absent && kind != tc.kind) {
+			t.Errorf("%s: object %v, want apiVersion %s, kind %q", tc.name, got.Object, tc.apiVersion, tc.kind)
+		}
+		if tc.oldPresent && (got.OldObject["apiVersion"] != tc.apiVersion || got.OldObject["kind"] != tc.kind) {
+			t.Errorf("%s: oldObject %v, want apiVersion %s, kind %s", tc.name, got.OldObject, tc.apiVersion, tc.kind)
+		}
+		if ev.Kind() != tc.kind {
+			t.Errorf("%s: Kind() = %q, want %q", tc.name, ev.Kind(), tc.kind)
+		}
+		if IsSecret(tc.rule.GVR) && strings.Contains(string(d), "c2VjcmV0") {
+			t.Errorf("%s: secret value in %s", tc.name, d)
+		}
+		if _, has := o.Object["kind"]; has {
+			t.Errorf("%s: the object was modified", tc.name)
+		}
+	}
+	// An object that carries them keeps its own, and is not copied.
+	r := &Rule{Name: "r", GVR: secrets, Kind: "Other"}
+	o := obj("ns", "a", "1", nil)
+	if got := r.typed(o.Object); got["kind"] != "Secret" || fmt.Sprintf("%p", got) != fmt.Sprintf("%p", o.Object) {
+		t.Errorf("typed(%v) = %v, want the object itself", o.Object, got)
 	}
 }
