@@ -113,6 +113,10 @@ func (n *Config) CheckRule(r *config.Rule) error {
 		return fmt.Errorf("its mirror bucket would be %q, not a bucket name (letters, digits, _ and -): rename the rule or set mirror.bucket", b)
 	case len(b) > maxBucketLen:
 		return fmt.Errorf("its mirror bucket name would be %d bytes, over %d: shorten the rule's name", len(b), maxBucketLen)
+	case len(r.Events) > 0 && !(slices.Contains(r.Events, "added") && slices.Contains(r.Events, "updated") && slices.Contains(r.Events, "deleted")):
+		return fmt.Errorf("a mirror holds the rule's view, which takes every change: the rule's events %v leave some out (drop events, or deliver those to another sink)", r.Events)
+	case len(r.Changed) > 0:
+		return errors.New("a mirror holds each object's latest state, which changed would leave stale: drop changed, or deliver it to another sink")
 	}
 	return nil
 }
