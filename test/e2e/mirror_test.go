@@ -1,0 +1,176 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubebridge/kubebridge/internal/testenv"
+	"github.com/kubebridge/kubebridge/pkg/mirror"
+)
+
+// mirrorState reads bucket as a consumer does: key -> "uid rv".
+func mirrorState(t *testing.T, url, bucket string) (map[string]string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	nc, err := natsgo.Connect(url)
+	if err != nil {
+		return nil, err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	kv, err := js.KeyValue(ctx, bucket)
+	if err != nil {
+		return nil, err
+	}
+	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, err
+	}
+	defer w.Stop()
+	out := map[string]string{}
+	for e := range w.Updates() {
+		if e == nil {
+			return out, nil
+		}
+		if strings.HasPrefix(e.Key(), mirror.ReservedPrefix) {
+			continue
+		}
+		var v struct {
+			Data struct {
+				Object struct {
+					Kind, APIVersion string
+					Metadata         struct{ UID, ResourceVersion string }
+				}
+			}
+		}
+		if err := json.Unmarshal(e.Value(), &v); err != nil {
+			out[e.Key()] = "unreadable"
+			continue
+		}
+		md := v.Data.Object.Metadata
+		out[e.Key()] = md.UID + " " + md.ResourceVersion
+	}
+	return nil, fmt.Errorf("the watch of %s closed", bucket)
+}
+
+// configMapState is what the apiserver holds of namespaces' ConfigMaps,
+// keyed as the mirror keys them: key -> "uid rv".
+func configMapState(t *testing.T, cp *testenv.ControlPlane, namespaces ...string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, ns := range namespaces {
+		list, err := cp.Clientset(t).CoreV1().ConfigMaps(ns).List(context.Background(), metav1.ListOptions{})
+		must(t, err)
+		for _, cm := range list.Items {
+			out[mirror.Key(cm.Namespace, cm.Name)] = string(cm.UID) + " " + cm.ResourceVersion
+		}
+	}
+	return out
+}
+
+// diffStates lists how got differs from want, sorted, at most 20 lines.
+func diffStates(want, got map[string]string) []string {
+	var d []string
+	for k, w := range want {
+		if g, ok := got[k]; !ok {
+			d = append(d, "missing "+k+" ("+w+")")
+		} else if g != w {
+			d = append(d, "stale "+k+": "+g+", want "+w)
+		}
+	}
+	for k, g := range got {
+		if _, ok := want[k]; !ok {
+			d = append(d, "extra "+k+" ("+g+")")
+		}
+	}
+	sort.Strings(d)
+	return d[:min(len(d), 20)]
+}
+
+// A rule's mirror bucket converges to the rule's view through SIGKILLs,
+// changes while the bridge is down, a lost checkpoint, and entries written
+// behind its back: the bridge diffs the view against the bucket, not
+// against its checkpoint alone.
+func TestMirrorConvergesToTheView(t *testing.T) {
+	cp := testenv.SharedControlPlane(t)
+	namespaces := []string{"mirror-a", "mirror-b"}
+	for _, ns := range namespaces {
+		testenv.EnsureNamespace(t, cp, ns)
+	}
+	nats := testenv.StartNATS(t)
+	ckpt := filepath.Join(t.TempDir(), "state.db")
+	cfg := fmt.Sprintf(`apiVersion: kubebridge.io/v1alpha1
+kind: BridgeConfig
+cluster: e2e
+sinks:
+  - name: views
+    nats: {url: %q, mirror: {bucket: "view-{rule}"}}
+    retry: {initialInterval: 100ms, maxInterval: 1s}
+rules:
+  - name: cms
+    resource: v1/configmaps
+    namespaces: [%s]
+    sinks: [views]
+`, nats.ClientURL(), strings.Join(namespaces, ", "))
+
+	l := startLoad(t, cp, namespaces, false)
+	b := startBridge(t, cp, cfg, withRestartFlags(), withCheckpointFile(ckpt))
+	for range 3 {
+		time.Sleep(time.Second)
+		b.kill()
+		time.Sleep(300 * time.Millisecond) // changes go on while it is down
+		b.start()
+	}
+	// Down, its checkpoint lost, changes made meanwhile, and keys written
+	// behind its back: an object that does not exist, a value that is no
+	// envelope.
+	time.Sleep(time.Second)
+	b.kill()
+	time.Sleep(500 * time.Millisecond)
+	must(t, os.Remove(ckpt))
+	nc, err := natsgo.Connect(nats.ClientURL())
+	must(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	must(t, err)
+	kv, err := js.KeyValue(context.Background(), "view-cms")
+	must(t, err)
+	_, err = kv.Put(context.Background(), mirror.Key("mirror-a", "ghost"), []byte(`{"data":{"object":{"metadata":{"namespace":"mirror-a","name":"ghost","uid":"u-ghost","resourceVersion":"1"}}}}`))
+	must(t, err)
+	_, err = kv.Put(context.Background(), mirror.Key("mirror-b", "junk"), []byte(`not an envelope`))
+	must(t, err)
+	b.start()
+	time.Sleep(time.Second)
+	l.stop()
+
+	want := configMapState(t, cp, namespaces...)
+	var last []string
+	ok := poll(60*time.Second, func() bool {
+		got, err := mirrorState(t, nats.ClientURL(), "view-cms")
+		if err != nil {
+			last = []string{err.Error()}
+			return false
+		}
+		last = diffStates(want, got)
+		return len(last) == 0
+	})
+	if !ok {
+		t.Fatalf("the bucket differs from the view (%d objects) after the faults:\n%s\n%s", len(want), strings.Join(last, "\n"), b.runLogTail())
+	}
+	t.Logf("the bucket holds the view: %d objects, after %d load operations", len(want), l.ops)
+}
