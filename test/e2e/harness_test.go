@@ -36,6 +36,7 @@ type ce struct {
 	Cluster     string `json:"kbcluster"`
 	Replay      string `json:"kbreplay"`
 	Reason      string `json:"kbreason"`
+	Change      string `json:"kbchange"`
 	Data        ceData `json:"data"`
 	raw         []byte
 }

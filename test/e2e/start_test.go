@@ -22,7 +22,8 @@ import (
 // changed no event at all, and a restart after changes exactly those
 // changes: deletions (including objects that left a namespace selector's
 // view, which the initial list alone must not conclude), updates,
-// creations, and nothing else.
+// creations, and nothing else. Every event carries its object's apiVersion
+// and kind, the deletions found at a restart too.
 func TestStartsDeliverExactlyTheDifference(t *testing.T) {
 	cp := testenv.SharedControlPlane(t)
 	cs := cp.Clientset(t)
@@ -107,6 +108,17 @@ func TestStartsDeliverExactlyTheDifference(t *testing.T) {
 	for _, e := range evs[before:] {
 		if strings.HasPrefix(e.Subject, ns+"/c-02") && e.Rule == "bysel" && e.Reason != "unmatched" {
 			t.Errorf("relabelled %s: bysel sent %s without kbreason unmatched", e.Subject, e.change())
+		}
+	}
+	// Every event says its change in kbchange and carries the object's
+	// apiVersion and kind, also a deletion found at the start, which is
+	// built from the metadata the checkpoint kept.
+	for _, e := range evs {
+		if e.Change != e.change() {
+			t.Fatalf("%s %s: kbchange %q, type %s", e.Rule, e.Subject, e.Change, e.Type)
+		}
+		if e.Data.Object["apiVersion"] != "v1" || e.Data.Object["kind"] != "ConfigMap" {
+			t.Fatalf("%s %s %s: data.object has apiVersion %v, kind %v; want v1, ConfigMap:\n%s", e.Rule, e.change(), e.Subject, e.Data.Object["apiVersion"], e.Data.Object["kind"], e.raw)
 		}
 	}
 	b.stop()
