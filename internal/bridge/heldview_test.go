@@ -5,6 +5,7 @@ import (
 
 	"github.com/kubebridge/kubebridge/internal/checkpoint"
 	"github.com/kubebridge/kubebridge/pkg/sinks"
+	natssink "github.com/kubebridge/kubebridge/pkg/sinks/nats"
 )
 
 // What a destination holds is what the diff starts from; the checkpoint
@@ -44,5 +45,20 @@ func TestHeldViewTrustsTheDestination(t *testing.T) {
 	}
 	if sl := got["other/f"]; sl != nil {
 		t.Errorf("other/f = %+v: not this deliverer's", sl)
+	}
+}
+
+// Only a sink whose destination holds the view replaces the checkpoint's
+// view with it: a nats sink publishing changes holds no view (its
+// checkpoint entries are what it acknowledged).
+func TestOnlyAMirrorHoldsTheView(t *testing.T) {
+	if h := holderOf(&natssink.Sink{}); h != nil {
+		t.Error("a nats sink publishing changes counts as holding the view")
+	}
+	if h := holderOf(natssink.Mirroring{Sink: &natssink.Sink{}}); h == nil {
+		t.Error("a mirroring nats sink does not count as holding the view")
+	}
+	if h := holderOf(&sharedSink{Sink: natssink.Mirroring{Sink: &natssink.Sink{}}}); h == nil {
+		t.Error("a mirroring nats sink shared by shards does not count as holding the view")
 	}
 }

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"io"
@@ -31,6 +32,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/kubebridge/kubebridge/internal/testenv"
+	"github.com/kubebridge/kubebridge/pkg/mirror"
 )
 
 // TestModel is a seeded randomized model test of the delivery contract
@@ -818,6 +820,9 @@ cluster: model
   - name: bus
     nats: {url: "%s", jetstream: true, stream: {name: MODEL, duplicateWindow: 10m}}
     retry: {initialInterval: 100ms, maxInterval: 1s}
+  - name: mirror
+    nats: {url: "%s", mirror: {bucket: "model-{rule}"}}
+    retry: {initialInterval: 100ms, maxInterval: 1s}
   - name: hook
     webhook: {url: "http://%s/", timeout: 2s, batch: {maxEvents: 50, maxWait: 20ms}, bearerTokenFile: %s}
     retry: {initialInterval: 100ms, maxInterval: 1s}
@@ -834,7 +839,7 @@ cluster: model
             "data": {"object": dyn(object)}}]
     updateWindow: 3s      # updates coalesce per object: the view must still come out exact
     retry: {initialInterval: 100ms, maxInterval: 1s}
-`, m.filePath, m.nats.ClientURL(), m.hook.addr, m.tokenPath, m.shaped.addr)
+`, m.filePath, m.nats.ClientURL(), m.nats.ClientURL(), m.hook.addr, m.tokenPath, m.shaped.addr)
 	if m.am != nil {
 		// endsAt is 5m ahead of each event: replayEvery keeps firing alerts
 		// alive through a run longer than that (make chaos), and is long
@@ -865,6 +870,9 @@ cluster: model
 		sinks := modelSinks
 		if m.am != nil && slices.Contains(modelAlertRules, r.name) && r.full() {
 			sinks = append(slices.Clip(sinks), "alert")
+		}
+		if r.full() { // a mirror holds a view, which takes every change
+			sinks = append(slices.Clip(sinks), "mirror")
 		}
 		fmt.Fprintf(&b, "    events: [%s]\n    sinks: [%s]\n", strings.Join(r.events, ", "), strings.Join(sinks, ", "))
 	}
@@ -1677,6 +1685,7 @@ func (m *modelRun) verify() {
 		recv, bad = m.received()
 		tr = m.truth()
 		f, stats = m.check(recv, bad, tr)
+		stats = append(stats, m.checkMirror(tr, f))
 		if m.am != nil {
 			var err error
 			if alerts, err = m.activeAlerts(); err != nil {
@@ -1816,4 +1825,82 @@ func lastErrorLine(log string) string {
 		}
 	}
 	return ""
+}
+
+// checkMirror compares each full rule's mirror bucket with the rule's view
+// in the truth, as a consumer reading the bucket would: one key per object
+// in the view, holding its current state, and no other key.
+func (m *modelRun) checkMirror(tr modelTruth, f *modelFailures) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	nc, err := natsgo.Connect(m.nats.ClientURL())
+	if err != nil {
+		f.add("view-mirror-unreadable", "", "mirror: %v", err)
+		return "mirror: unreadable"
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	must(m.t, err)
+	keys := 0
+	for _, r := range m.rules() {
+		if !r.full() {
+			continue
+		}
+		want := tr.view(modelFamily(r.family, m.variant))
+		got := map[string][2]string{} // key -> uid, resourceVersion
+		kv, err := js.KeyValue(ctx, "model-"+r.name)
+		switch {
+		case errors.Is(err, jetstream.ErrBucketNotFound) && len(want) == 0:
+			continue
+		case err != nil:
+			f.add("view-mirror-unreadable", "", "mirror/%s: %v", r.name, err)
+			continue
+		}
+		w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+		if err != nil {
+			f.add("view-mirror-unreadable", "", "mirror/%s: %v", r.name, err)
+			continue
+		}
+		for e := range w.Updates() {
+			if e == nil {
+				break
+			}
+			if strings.HasPrefix(e.Key(), mirror.ReservedPrefix) {
+				continue
+			}
+			var v struct {
+				Data struct {
+					Object struct {
+						Metadata struct{ UID, ResourceVersion string }
+					}
+				}
+			}
+			if err := json.Unmarshal(e.Value(), &v); err != nil {
+				f.add("view-mirror-unreadable", "", "mirror/%s: key %s: %v", r.name, e.Key(), err)
+				continue
+			}
+			got[e.Key()] = [2]string{v.Data.Object.Metadata.UID, v.Data.Object.Metadata.ResourceVersion}
+		}
+		_ = w.Stop()
+		keys += len(got)
+		for uid, rv := range want {
+			o := tr.objs[uid]
+			key := mirror.Key(o.ns, o.name)
+			g, ok := got[key]
+			switch {
+			case !ok:
+				f.add("view-mirror-missing", uid, "mirror/%s: %s/%s (uid %s) is in the view, not in the bucket", r.name, o.ns, o.name, uid)
+			case g[0] != uid:
+				f.add("view-mirror-wrong-uid", uid, "mirror/%s: key %s holds uid %s, the view's object is %s", r.name, key, g[0], uid)
+			case g[1] != rv:
+				f.add("view-mirror-stale", uid, "mirror/%s: key %s holds resourceVersion %s, the object is at %s", r.name, key, g[1], rv)
+			}
+		}
+		for key, g := range got {
+			if _, ok := want[g[0]]; !ok {
+				f.add("view-mirror-extra", g[0], "mirror/%s: key %s (uid %s) is not in the view", r.name, key, g[0])
+			}
+		}
+	}
+	return fmt.Sprintf("mirror: %d keys in the buckets", keys)
 }

@@ -297,7 +297,7 @@ func (m *modelRun) writeLinkConfigs() {
 	}
 	for path, l := range m.links {
 		tmp := path + ".tmp"
-		must(m.t, os.WriteFile(tmp, []byte(strings.Replace(cfg, direct, `url: "nats://`+l.proxy.Addr()+`"`, 1)), 0o600))
+		must(m.t, os.WriteFile(tmp, []byte(strings.ReplaceAll(cfg, direct, `url: "nats://`+l.proxy.Addr()+`"`)), 0o600))
 		must(m.t, os.Rename(tmp, path))
 	}
 }

@@ -358,14 +358,18 @@ type heldValue struct {
 	Truncated string `json:"kbtruncated"`
 }
 
+// Mirroring is a nats sink with mirror set: its destination holds the
+// rules' views (sinks.Holder), which a sink publishing changes does not.
+type Mirroring struct{ *Sink }
+
+var _ sinks.Holder = Mirroring{}
+
 // Held lists what rule's bucket holds (sinks.Holder), learning every key's
 // revision, deletion markers' included. A value this sink did not write
 // (no uid) is held under a uid of its own, so the diff deletes or replaces
 // it; a key that is no object's is left alone.
-func (s *Sink) Held(ctx context.Context, rule string) ([]sinks.HeldObject, error) {
-	if s.mirror == nil {
-		return nil, nil
-	}
+func (m Mirroring) Held(ctx context.Context, rule string) ([]sinks.HeldObject, error) {
+	s := m.Sink
 	l, err := s.link()
 	if err != nil {
 		return nil, err
@@ -428,8 +432,6 @@ func (s *Sink) Held(ctx context.Context, rule string) ([]sinks.HeldObject, error
 		}
 	}
 }
-
-var _ sinks.Holder = (*Sink)(nil)
 
 // compactEvery is how often markers are compacted, as a fraction of their
 // retention.

@@ -25,12 +25,12 @@ func mirrorConfig(url string) *Config {
 	return c
 }
 
-func connectMirror(t *testing.T, url string) *Sink {
+func connectMirror(t *testing.T, url string) Mirroring {
 	t.Helper()
 	s, err := Connect(context.Background(), "views", mirrorConfig(url), nil)
 	must(t, err)
 	t.Cleanup(func() { s.Close(context.Background()) })
-	return s
+	return Mirroring{s}
 }
 
 // bucketOf reads the bucket of rule "r" as a consumer does: key -> the

@@ -92,6 +92,19 @@ type link struct {
 // own, which closes with it.
 func create(ctx context.Context, s sinks.Settings) (sinks.Sink, error) {
 	c := s.Config.Spec.(*Config)
+	sink, err := connectFor(ctx, s, c)
+	switch {
+	case err != nil:
+		return nil, err
+	case c.Mirror != nil:
+		return Mirroring{sink}, nil
+	}
+	return sink, nil
+}
+
+// connectFor connects the sink s configures as c, running or sharing the
+// embedded server it asks for.
+func connectFor(ctx context.Context, s sinks.Settings, c *Config) (*Sink, error) {
 	if !c.Embedded {
 		return Connect(ctx, s.Config.Name, c, s.Logger)
 	}
