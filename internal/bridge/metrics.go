@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"net/http"
+	"reflect"
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -78,6 +79,7 @@ var (
 	descShardLag       = prometheus.NewDesc("kubebridge_shard_checkpoint_lag", "Acknowledged changes of a held shard not yet written to the checkpoint.", []string{"shard"}, nil)
 	descShardFiltered  = prometheus.NewDesc("kubebridge_shards_apiserver_filtered", "1 when the apiserver lists and watches only this replica's shards (ShardedListAndWatch), 0 when the replica filters every object itself.", nil, nil)
 	descFenceRefusals  = prometheus.NewDesc("kubebridge_sink_fence_refusals_total", "Writes the sink's destination refused because another writer wrote the object meanwhile (JetStream publish expectations): the sink's own retries after adopting what it found, and late writes of a replica that had given the object up, which must not land.", []string{"sink"}, nil)
+	descTruncated      = prometheus.NewDesc("kubebridge_sink_truncated_total", "Events the sink's destination holds as a marker that names the object, because the event was larger than the destination takes (a mirror's bucket); the object's next state that fits replaces it.", []string{"sink"}, nil)
 	descEvalErrors     = prometheus.NewDesc("kubebridge_rule_where_errors_total", "where evaluations that failed (the event was not delivered).", []string{"rule"}, nil)
 	descSynced         = prometheus.NewDesc("kubebridge_informers_synced", "1 once every informer's cache has synced.", nil, nil)
 	descBuild          = prometheus.NewDesc("kubebridge_build_info", "The build.", []string{"version", "commit"}, nil)
@@ -155,9 +157,29 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // collectFenceRefusals reports each sink's refusals by its destination's
-// fence, once per sink (shards share one).
+// fence, and the events it stored cut to a marker, once per sink (shards
+// share one).
 func (c *collector) collectFenceRefusals(ch chan<- prometheus.Metric, b *Bridge) {
-	seen := map[sinks.FenceReporter]bool{}
+	c.collectSinkCounts(ch, b, descFenceRefusals, func(s sinks.Sink) (int64, bool) {
+		fr, ok := s.(sinks.FenceReporter)
+		if !ok {
+			return 0, false
+		}
+		return fr.FenceRefusals(), true
+	})
+	c.collectSinkCounts(ch, b, descTruncated, func(s sinks.Sink) (int64, bool) {
+		tr, ok := s.(sinks.TruncationReporter)
+		if !ok {
+			return 0, false
+		}
+		return tr.Truncations(), true
+	})
+}
+
+// collectSinkCounts reports, per sink name, what count reads of each sink
+// that has it (ok), once per sink however many shards share it.
+func (c *collector) collectSinkCounts(ch chan<- prometheus.Metric, b *Bridge, desc *prometheus.Desc, count func(sinks.Sink) (int64, bool)) {
+	seen := map[sinks.Sink]bool{}
 	var names []string
 	counts := map[string]int64{}
 	for _, d := range b.deliverers() {
@@ -166,19 +188,24 @@ func (c *collector) collectFenceRefusals(ch chan<- prometheus.Metric, b *Bridge)
 			if u, ok := sink.(interface{ Unwrap() sinks.Sink }); ok {
 				sink = u.Unwrap()
 			}
-			fr, ok := sink.(sinks.FenceReporter)
-			if !ok || seen[fr] {
+			n, ok := count(sink)
+			if !ok {
 				continue
 			}
-			seen[fr] = true
+			if reflect.TypeOf(sink).Comparable() { // a map key; shards share one sink
+				if seen[sink] {
+					continue
+				}
+				seen[sink] = true
+			}
 			if _, ok := counts[run.cfg.Name]; !ok {
 				names = append(names, run.cfg.Name)
 			}
-			counts[run.cfg.Name] += fr.FenceRefusals()
+			counts[run.cfg.Name] += n
 		}
 	}
 	for _, name := range names {
-		ch <- prometheus.MustNewConstMetric(descFenceRefusals, prometheus.CounterValue, float64(counts[name]), name)
+		ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, float64(counts[name]), name)
 	}
 }
 

@@ -95,3 +95,11 @@ func IsFenced(err error) bool { return errors.Is(err, ErrFenced) }
 type FenceReporter interface {
 	FenceRefusals() int64
 }
+
+// TruncationReporter is implemented by sinks whose destination holds each
+// object's state and stores one too large for it as a marker naming the
+// object (a mirror's bucket): Truncations is how many it stored so
+// (kubebridge_sink_truncated_total).
+type TruncationReporter interface {
+	Truncations() int64
+}

@@ -67,14 +67,9 @@ func (m *mirrorState) hash(bucket, key string) uint64 {
 	return h.Sum64()
 }
 
-// MirrorTruncations is how many events the sink stored as markers because
-// they were larger than the bucket takes.
-func (s *Sink) MirrorTruncations() int64 {
-	if s.mirror == nil {
-		return 0
-	}
-	return s.mirror.truncated.Load()
-}
+// Truncations is how many events the sink stored as markers because they
+// were larger than the bucket takes (sinks.TruncationReporter).
+func (m Mirroring) Truncations() int64 { return m.mirror.truncated.Load() }
 
 // ensureBucket creates or updates bucket, once per sink (again after a
 // write found no stream), and returns it.

@@ -127,8 +127,8 @@ func TestMirrorStoresAMarkerForATooLargeObject(t *testing.T) {
 	if got["prod.big"] != "big uid-big rv1 truncated" || got["prod.small"] != "small uid-small rv1" {
 		t.Fatalf("bucket = %v", got)
 	}
-	if n := s.MirrorTruncations(); n != 1 {
-		t.Errorf("MirrorTruncations = %d, want 1", n)
+	if n := s.Truncations(); n != 1 {
+		t.Errorf("Truncations = %d, want 1", n)
 	}
 	held, err := s.Held(ctx, "r")
 	must(t, err)
