@@ -24,8 +24,9 @@ func newTailCommand() *cobra.Command {
 		Short: "Print kubebridge events from NATS",
 		Long: `Tail subscribes to kubebridge's NATS subjects and prints each event: time,
 change, resource, object, rule, and for updates the changed paths. With
---jetstream it reads the stream from its start; otherwise only what is
-published from now on. -o json prints each event's JSON as one line, the
+--jetstream it reads the stream from its start, every subject the stream
+captures (--subject filters them); otherwise only what is published from
+now on, on --subject (default k8s.>). -o json prints each event's JSON as one line, the
 same JSON value with DEL, C1 controls and line separators escaped (\u009b),
 and bytes that are not UTF-8 (a raw 0x9b, the 8-bit CSI) as \ufffd; a
 message that is not JSON is printed as a JSON string. Names and paths
@@ -74,8 +75,8 @@ It authenticates as a nats sink does (--creds, --nkey, --token-file,
 	f.StringVar(&tlsCA, "tls-ca", "", "PEM bundle of CAs to trust (default: the system pool)")
 	f.StringVar(&tlsCert, "tls-cert", "", "client certificate (PEM), with --tls-key")
 	f.StringVar(&tlsKey, "tls-key", "", "client key (PEM), with --tls-cert")
-	f.StringVar(&o.Subject, "subject", "k8s.>", "subject to read (wildcards allowed)")
-	f.StringVar(&o.Stream, "jetstream", "", "read this JetStream stream from its start")
+	f.StringVar(&o.Subject, "subject", "", "subject to read, wildcards allowed (default k8s.>; with --jetstream, every subject of the stream)")
+	f.StringVar(&o.Stream, "jetstream", "", "read this JetStream stream from its start, all its subjects unless --subject filters them")
 	f.StringVarP(&output, "output", "o", "text", "text or json")
 	f.IntVar(&o.Count, "count", 0, "exit after this many events (0: run until interrupted)")
 	f.DurationVar(&timeout, "timeout", 0, "give up after this long (0: no limit); with --count, exit 1 if fewer arrived")

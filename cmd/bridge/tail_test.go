@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/kubebridge/kubebridge/internal/testenv"
 )
@@ -123,5 +124,40 @@ func TestTailPrintsNoControlCharacters(t *testing.T) {
 	}
 	if !strings.Contains(got, `"ns/cm\x1b[2J\a"`) {
 		t.Errorf("-o text does not show the subject escaped: %q", got)
+	}
+}
+
+// `bridge tail --jetstream STREAM` reads the stream's own subjects, not
+// only the default layout's k8s.>: a stream of custom subjects is printed.
+func TestTailJetStreamFollowsTheStreamsSubjects(t *testing.T) {
+	srv := testenv.StartNATS(t)
+	nc, err := natsgo.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "MIRROR", Subjects: []string{"mirror.configmaps.>"}, Storage: jetstream.MemoryStorage}); err != nil {
+		t.Fatal(err)
+	}
+	ev := `{"specversion":"1.0","id":"u.1.deleted","type":"io.kubebridge.configmaps.core.deleted","subject":"ns/cm","time":"2026-11-21T20:00:00Z","kbrule":"r","kbchange":"deleted"}`
+	if _, err := js.Publish(ctx, "mirror.configmaps.ns.cm", []byte(ev)); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	cmd := newTailCommand()
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	cmd.SetArgs([]string{"--nats", srv.ClientURL(), "--jetstream", "MIRROR", "--count", "1", "--timeout", "10s"})
+	if err := cmd.ExecuteContext(ctx); err != nil {
+		t.Fatalf("tail: %v\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "deleted  configmaps") || !strings.Contains(out.String(), "ns/cm") {
+		t.Errorf("printed %q, want the deletion of ns/cm", out.String())
 	}
 }

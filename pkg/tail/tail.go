@@ -27,9 +27,13 @@ type Options struct {
 	// Connection is the server (URL) and how to authenticate (credentials
 	// file, nkey seed, token, user/password, TLS), as a nats sink's.
 	Connection natssink.Config
-	Subject    string // may hold wildcards; default k8s.>
+	// Subject is what to read; it may hold wildcards. Default k8s.> (the
+	// nats sink's default layout); with Stream, default: every subject the
+	// stream captures, whatever its layout.
+	Subject string
 	// Stream, when set, reads the JetStream stream from its first message
-	// (an ordered consumer) instead of only what is published from now on.
+	// (an ordered consumer) instead of only what is published from now on;
+	// Subject then filters the stream's messages.
 	Stream string
 	JSON   bool // print each event's raw JSON
 	Count  int  // stop after this many events; 0: until ctx ends
@@ -37,7 +41,7 @@ type Options struct {
 
 // Run prints events until ctx ends or Count events were printed.
 func Run(ctx context.Context, o Options, out io.Writer) error {
-	if o.Subject == "" {
+	if o.Subject == "" && o.Stream == "" {
 		o.Subject = "k8s.>"
 	}
 	opts, err := natssink.Options("tail", &o.Connection, nil)
@@ -61,16 +65,28 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 		if err != nil {
 			return err
 		}
+		// Without a subject, no filter: the stream's own subjects, whatever
+		// its layout (a stream of custom subjects is read whole).
+		var cfg jetstream.OrderedConsumerConfig
+		if o.Subject != "" {
+			cfg.FilterSubjects = []string{o.Subject}
+		}
 		var cons jetstream.Consumer
 		for { // the stream may not exist yet when tail starts first
-			cons, err = js.OrderedConsumer(ctx, o.Stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{o.Subject}})
+			cons, err = js.OrderedConsumer(ctx, o.Stream, cfg)
 			if err == nil || ctx.Err() != nil || !errors.Is(err, jetstream.ErrStreamNotFound) {
 				break
 			}
-			time.Sleep(200 * time.Millisecond)
+			select {
+			case <-ctx.Done():
+			case <-time.After(200 * time.Millisecond):
+			}
 		}
 		if err != nil {
 			return fmt.Errorf("reading stream %s: %w", o.Stream, err)
+		}
+		if err := checkFilter(ctx, js, o.Stream, o.Subject); err != nil {
+			return err
 		}
 		done := make(chan struct{})
 		defer close(done) // after cc.Stop (defers run last-in first-out): releases a callback blocked on msgs
@@ -107,6 +123,45 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 	}
 }
 
+// checkFilter refuses a subject that none of the stream's subjects can
+// match, which would print nothing forever. A stream without subjects of
+// its own (a mirror, or sourced) is not checked.
+func checkFilter(ctx context.Context, js jetstream.JetStream, stream, subject string) error {
+	if subject == "" {
+		return nil
+	}
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		return fmt.Errorf("reading stream %s: %w", stream, err)
+	}
+	subjects := st.CachedInfo().Config.Subjects
+	if len(subjects) == 0 {
+		return nil
+	}
+	for _, s := range subjects {
+		if collide(s, subject) {
+			return nil
+		}
+	}
+	return fmt.Errorf("stream %s captures %s; subject %s matches none of its messages (leave --subject out to read the whole stream)",
+		stream, strings.Join(subjects, ", "), subject)
+}
+
+// collide reports whether some subject matches both NATS subject patterns
+// a and b ('*' one token, '>' the rest).
+func collide(a, b string) bool {
+	at, bt := strings.Split(a, "."), strings.Split(b, ".")
+	for i := 0; i < len(at) && i < len(bt); i++ {
+		switch {
+		case at[i] == ">" || bt[i] == ">":
+			return true
+		case at[i] != "*" && bt[i] != "*" && at[i] != bt[i]:
+			return false
+		}
+	}
+	return len(at) == len(bt)
+}
+
 type ce struct {
 	ID      string `json:"id"`
 	Type    string `json:"type"`
@@ -115,6 +170,7 @@ type ce struct {
 	Rule    string `json:"kbrule"`
 	Replay  string `json:"kbreplay"`
 	Reason  string `json:"kbreason"`
+	Change  string `json:"kbchange"`
 	Data    struct {
 		Patch []struct {
 			Op    string `json:"op"`
@@ -131,11 +187,15 @@ func Format(natsSubject string, body []byte) string {
 	if err := json.Unmarshal(body, &e); err != nil || e.Type == "" {
 		return fmt.Sprintf("?? %s: not a kubebridge event (%d bytes)\n", Printable(natsSubject), len(body))
 	}
-	// io.kubebridge.<resource>.<group>.<change>
+	// io.kubebridge.<resource>.<group>.<change>; the change is also
+	// kbchange (events of bridges before it lack it).
 	t := strings.TrimPrefix(e.Type, "io.kubebridge.")
 	change := t[strings.LastIndex(t, ".")+1:]
 	resource := strings.TrimSuffix(t, "."+change)
 	resource = strings.TrimSuffix(resource, ".core")
+	if e.Change != "" {
+		change = e.Change
+	}
 	ts := e.Time
 	if parsed, err := time.Parse(time.RFC3339Nano, e.Time); err == nil {
 		ts = parsed.Local().Format("15:04:05.000")

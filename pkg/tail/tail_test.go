@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/kubebridge/kubebridge/internal/testenv"
 	natssink "github.com/kubebridge/kubebridge/pkg/sinks/nats"
@@ -169,5 +170,94 @@ func TestSafeJSON(t *testing.T) {
 	}
 	if got := SafeJSON([]byte(`{"plain":"ok"}`)); string(got) != `{"plain":"ok"}` {
 		t.Errorf("clean JSON changed: %s", got)
+	}
+}
+
+// With --jetstream and no subject, tail reads the stream whatever subjects
+// it captures (not only the default layout's k8s.>); a subject given
+// filters the stream's messages.
+func TestRunReadsAStreamOfCustomSubjects(t *testing.T) {
+	srv := testenv.StartNATS(t)
+	nc, err := natsgo.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "CMS", Subjects: []string{"cms.>"}, Storage: jetstream.MemoryStorage}); err != nil {
+		t.Fatal(err)
+	}
+	for _, subject := range []string{"cms.demo.web.updated", "cms.demo.db.updated"} {
+		body := strings.Replace(updated, `"subject":"demo/web"`, `"subject":"demo/`+strings.Split(subject, ".")[2]+`"`, 1)
+		if _, err := js.Publish(ctx, subject, []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		subject string
+		count   int
+		want    []string
+	}{
+		{"", 2, []string{"demo/web", "demo/db"}},      // the stream's own subjects
+		{"cms.*.db.>", 1, []string{"demo/db"}},        // a filter given
+		{"cms.>", 2, []string{"demo/web", "demo/db"}}, // the stream's subjects, spelled out
+		{"k8s.>", 0, nil},                             // none of the stream's: refused
+	} {
+		var out bytes.Buffer
+		runCtx, stop := context.WithTimeout(ctx, 10*time.Second)
+		err := Run(runCtx, Options{Connection: natssink.Config{URL: srv.ClientURL()}, Stream: "CMS", Subject: tc.subject, Count: tc.count}, &out)
+		stop()
+		if tc.count == 0 {
+			if want := "stream CMS captures cms.>; subject k8s.> matches none of its messages (leave --subject out to read the whole stream)"; err == nil || err.Error() != want {
+				t.Errorf("subject %q: %v, want %s", tc.subject, err, want)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("subject %q: %v (printed %q)", tc.subject, err, out.String())
+		}
+		var lines []string // an event's first line; its patch follows, indented
+		for _, l := range strings.Split(out.String(), "\n") {
+			if l != "" && !strings.HasPrefix(l, " ") {
+				lines = append(lines, l)
+			}
+		}
+		if len(lines) != len(tc.want) {
+			t.Fatalf("subject %q: printed %q, want %v", tc.subject, out.String(), tc.want)
+		}
+		for i, w := range tc.want {
+			if !strings.Contains(lines[i], " "+w+" ") {
+				t.Errorf("subject %q: line %d is %q, want %s", tc.subject, i, lines[i], w)
+			}
+		}
+	}
+}
+
+func TestCollide(t *testing.T) {
+	for _, tc := range []struct {
+		a, b string
+		want bool
+	}{
+		{"k8s.>", "k8s.*.apps.deployments.prod.>", true},
+		{"cms.>", "k8s.>", false},
+		{"a.*.c", "a.b.*", true},
+		{"a.*", "a.b.c", false},
+		{"a.b", "a.b", true},
+		{"a.b", "a.c", false},
+		{">", "x", true},
+		{"a.*.c", "a.>", true},
+		{"a", "a.b", false},
+	} {
+		if got := collide(tc.a, tc.b); got != tc.want {
+			t.Errorf("collide(%s, %s) = %v", tc.a, tc.b, got)
+		}
+		if got := collide(tc.b, tc.a); got != tc.want {
+			t.Errorf("collide(%s, %s) = %v", tc.b, tc.a, got)
+		}
 	}
 }
