@@ -9,6 +9,7 @@ import (
 	"github.com/kubebridge/kubebridge/pkg/sinks"
 	"github.com/kubebridge/kubebridge/pkg/sinks/exec"
 	"github.com/kubebridge/kubebridge/pkg/sinks/file"
+	"github.com/kubebridge/kubebridge/pkg/sinks/kafka"
 	"github.com/kubebridge/kubebridge/pkg/sinks/nats"
 	"github.com/kubebridge/kubebridge/pkg/sinks/webhook"
 )
@@ -20,6 +21,7 @@ func Sinks() []sinks.Factory {
 		webhook.Factory,
 		file.Factory,
 		exec.Factory,
+		kafka.Factory,
 	}
 }
 
