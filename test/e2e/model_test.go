@@ -1904,3 +1904,48 @@ func (m *modelRun) checkMirror(tr modelTruth, f *modelFailures) string {
 	}
 	return fmt.Sprintf("mirror: %d keys in the buckets", keys)
 }
+
+// The mirror checker fails on a bucket that differs from the view: an
+// object missing, one at a stale resourceVersion, one under another uid,
+// and a key the view lacks; it passes on the bucket that holds the view.
+func TestModelMirrorCheckCanFail(t *testing.T) {
+	n := testenv.StartNATS(t)
+	m := &modelRun{t: t, nats: n, only: map[string]bool{"c-all": true}}
+	tr := modelTruth{objs: map[string]modelObj{}, nsLabels: map[string]map[string]string{}}
+	for i, name := range []string{"o1", "o2", "o3", "o4"} {
+		uid := "u" + strconv.Itoa(i+1)
+		tr.objs[uid] = modelObj{ns: "mdl-a", name: name, uid: uid, rv: "10"}
+	}
+	nc, err := natsgo.Connect(n.ClientURL())
+	must(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	must(t, err)
+	ctx := context.Background()
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "model-c-all"})
+	must(t, err)
+	put := func(name, uid, rv string) {
+		_, err := kv.Put(ctx, mirror.Key("mdl-a", name), []byte(fmt.Sprintf(`{"data":{"object":{"metadata":{"uid":%q,"resourceVersion":%q}}}}`, uid, rv)))
+		must(t, err)
+	}
+	put("o1", "u1", "10")
+	put("o2", "u2", "9")       // stale
+	put("o3", "u-old", "10")   // another incarnation
+	put("gone", "u-gone", "3") // not in the view; o4 is missing
+	f := &modelFailures{byCheck: map[string][]string{}, uids: map[string]bool{}}
+	m.checkMirror(tr, f)
+	for _, c := range []string{"view-mirror-stale", "view-mirror-wrong-uid", "view-mirror-missing", "view-mirror-extra"} {
+		if len(f.byCheck[c]) == 0 {
+			t.Errorf("check %s did not fail (failures: %v)", c, f.byCheck)
+		}
+	}
+	put("o2", "u2", "10")
+	put("o3", "u3", "10")
+	put("o4", "u4", "10")
+	must(t, kv.Delete(ctx, mirror.Key("mdl-a", "gone")))
+	f = &modelFailures{byCheck: map[string][]string{}, uids: map[string]bool{}}
+	m.checkMirror(tr, f)
+	if !f.empty() {
+		t.Errorf("the bucket holds the view, yet: %v", f.byCheck)
+	}
+}
