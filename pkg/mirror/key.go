@@ -1,8 +1,3 @@
-// Package mirror reads a rule's view from the bus: the NATS KV bucket a
-// nats sink with mirror set keeps per rule (one key per object in the
-// view, its latest event as the value, removed when the object leaves the
-// view). It lays out the bucket's keys (Key, ParseKey), shared by the
-// sink that writes them and the consumers that read them.
 package mirror
 
 import (
