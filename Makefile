@@ -3,7 +3,7 @@ SHELL := bash
 GO    ?= go
 BIN   := bin
 
-.PHONY: all build test test-unit tools lint fuzz validate-examples docs demo chaos bench bench-micro clean
+.PHONY: all build test test-unit test-example-consumer tools lint fuzz validate-examples docs demo chaos bench bench-micro clean
 
 all: build
 
@@ -17,6 +17,10 @@ test: tools ## everything: lint, unit and integration tests (real apiserver, etc
 	$(MAKE) lint
 	$(MAKE) validate-examples
 	$(GO) test -race -count=1 -timeout 30m -v ./...
+	$(MAKE) test-example-consumer
+
+test-example-consumer: ## the consumer example, a module of its own (examples/consumer): vet, build and test it
+	cd examples/consumer && $(GO) vet ./... && $(GO) build ./... && $(GO) test -race -count=1 -v ./...
 
 test-unit: ## only what needs no built tools (integration tests skip unless CI=true)
 	$(GO) test -race -count=1 -timeout 30m -v ./...

@@ -68,7 +68,13 @@ func ParseKey(key string) (namespace, name string, hashed bool, err error) {
 		}
 	}
 	if strings.HasPrefix(nameTok, HashedPrefix) {
+		if !hashToken(nameTok[len(HashedPrefix):]) {
+			return "", "", false, fmt.Errorf("key %q: a hashed name is %s and 64 lower-case hex digits", key, HashedPrefix)
+		}
 		return namespace, "", true, nil
+	}
+	if len(key) > MaxKeyLen {
+		return "", "", false, fmt.Errorf("key %q is longer than %d bytes: its name would be hashed", key, MaxKeyLen) // one spelling per name
 	}
 	if name, err = unescape(nameTok); err != nil {
 		return "", "", false, fmt.Errorf("key %q: %w", key, err)
@@ -77,6 +83,19 @@ func ParseKey(key string) (namespace, name string, hashed bool, err error) {
 }
 
 const hexDigits = "0123456789ABCDEF"
+
+// hashToken reports whether s is a hex SHA-256, as Key spells it.
+func hashToken(s string) bool {
+	if len(s) != 2*sha256.Size {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
 
 func plain(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-'

@@ -521,4 +521,3 @@ func TestNATSRestart(t *testing.T) {
 		t.Errorf("events %v, want %v", got, want)
 	}
 }
-
