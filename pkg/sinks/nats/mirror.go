@@ -1,11 +1,13 @@
 package nats
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -46,8 +48,8 @@ import (
 // mirrorState is a mirroring sink's memory of its buckets.
 type mirrorState struct {
 	cfg       Mirror
-	revs      *lastSeqs // each key's last revision, by hash of bucket NUL key
-	ensured   sync.Map  // bucket name -> struct{}: created or updated by this sink
+	keys      *keyStates
+	ensured   sync.Map // bucket name -> struct{}: created or updated by this sink
 	truncated atomic.Int64
 
 	stop context.CancelFunc
@@ -55,16 +57,84 @@ type mirrorState struct {
 }
 
 func newMirrorState(c *Mirror) *mirrorState {
-	return &mirrorState{cfg: *c, revs: newLastSeqs()}
+	return &mirrorState{cfg: *c, keys: newKeyStates()}
 }
 
 func (m *mirrorState) hash(bucket, key string) uint64 {
 	var h maphash.Hash
-	h.SetSeed(m.revs.seed)
+	h.SetSeed(m.keys.seed)
 	h.WriteString(bucket)
 	h.WriteByte(0)
 	h.WriteString(key)
 	return h.Sum64()
+}
+
+// keyState is what a key holds as far as the sink knows: its revision,
+// the incarnation (uidHash; 0: none, a deletion marker) and its
+// resourceVersion (0: unknown), the incarnation a deletion marker
+// deleted, and whether it is a marker of an object
+// too large.
+type keyState struct {
+	rev, uid, rv uint64
+	gone         uint64 // with uid 0: the incarnation the deletion marker deleted (0: unknown)
+	marker       bool
+}
+
+// keyStates is each key's state, by hash of bucket NUL key, bounded like
+// the fence's sequences (maxRemembered): a key forgotten is read again
+// before a deletion, and costs a refusal before a put.
+type keyStates struct {
+	seed   maphash.Seed
+	shards [32]struct {
+		mu sync.Mutex
+		m  map[uint64]keyState
+	}
+}
+
+func newKeyStates() *keyStates {
+	k := &keyStates{seed: maphash.MakeSeed()}
+	for i := range k.shards {
+		k.shards[i].m = map[uint64]keyState{}
+	}
+	return k
+}
+
+func (k *keyStates) get(h uint64) (keyState, bool) {
+	sh := &k.shards[h%uint64(len(k.shards))]
+	sh.mu.Lock()
+	st, ok := sh.m[h]
+	sh.mu.Unlock()
+	return st, ok
+}
+
+func (k *keyStates) set(h uint64, st keyState) {
+	sh := &k.shards[h%uint64(len(k.shards))]
+	sh.mu.Lock()
+	if _, ok := sh.m[h]; !ok && len(sh.m) >= maxRemembered/len(k.shards) {
+		for old := range sh.m {
+			delete(sh.m, old)
+			break
+		}
+	}
+	sh.m[h] = st
+	sh.mu.Unlock()
+}
+
+func (k *keyStates) forget(h uint64) {
+	sh := &k.shards[h%uint64(len(k.shards))]
+	sh.mu.Lock()
+	delete(sh.m, h)
+	sh.mu.Unlock()
+}
+
+var uidSeed = maphash.MakeSeed()
+
+// uidHash identifies an incarnation in a keyState (0: none).
+func uidHash(uid string) uint64 {
+	if uid == "" {
+		return 0
+	}
+	return maphash.String(uidSeed, uid) | 1
 }
 
 // Truncations is how many events the sink stored as markers because they
@@ -96,13 +166,17 @@ func (s *Sink) ensureBucket(ctx context.Context, l *link, bucket string) (jetstr
 	return kv, nil
 }
 
-// mirrorOp is the write of one key in a batch: the last event of the key.
+// mirrorOp is the write of one key in a batch: its events, in the order
+// of their resourceVersions, fold into the one state the key is to hold
+// (fold), which is written if it differs from what the key holds.
 type mirrorOp struct {
-	ev          int // the event written
+	evs         []int // the key's events
 	bucket, key string
 	h           uint64
 	tries       uint8
-	marker      bool // the event is written as a marker (too large)
+	marker      bool // the put is written as a marker (too large)
+	write       int  // the event written: a put's envelope, or a deletion; -1: none (moot)
+	to          keyState
 	err         error
 }
 
@@ -117,11 +191,11 @@ func (s *Sink) sendMirror(ctx context.Context, l *link, events []*event.Event) e
 		key := mirror.Key(e.Namespace(), e.Name())
 		k := bucket + "\x00" + key
 		if j, ok := byKey[k]; ok {
-			ops[j].ev, opOf[i] = i, j
+			ops[j].evs, opOf[i] = append(ops[j].evs, i), j
 			continue
 		}
 		byKey[k], opOf[i] = len(ops), len(ops)
-		ops = append(ops, mirrorOp{ev: i, bucket: bucket, key: key, h: s.mirror.hash(bucket, key)})
+		ops = append(ops, mirrorOp{evs: []int{i}, bucket: bucket, key: key, h: s.mirror.hash(bucket, key)})
 	}
 	failed := map[string]error{}
 	for i := range ops {
@@ -161,8 +235,8 @@ type mirrorFlight struct {
 
 // mirrorRound writes ops[todo] at once (window permitting) and waits for
 // them; it returns those to write again: refused by the stream's revision
-// check while this sink may still write, or too large to be anything but
-// a marker.
+// check while this sink may still write (the key is read again, and the
+// write decided again), or too large to be anything but a marker.
 func (s *Sink) mirrorRound(ctx context.Context, l *link, events []*event.Event, ops []mirrorOp, todo []int, limit int64) (again []int) {
 	flights := make([]mirrorFlight, 0, len(todo))
 	var stop error
@@ -180,28 +254,29 @@ func (s *Sink) mirrorRound(ctx context.Context, l *link, events []*event.Event, 
 			err = natsgo.ErrConnectionClosed
 		}
 		if err == nil {
-			s.mirror.revs.adopt(op.h, ack.Sequence)
+			op.to.rev, op.to.marker = ack.Sequence, op.marker
+			s.mirror.keys.set(op.h, op.to)
 			op.err = nil
 			return
 		}
-		if found, known, ok := fenceRefused(err); ok {
+		if _, _, ok := fenceRefused(err); ok {
 			if op.tries < maxAdopt && sinks.MayWrite(ctx) == nil {
+				// Someone else wrote the key since what this sink knows of
+				// it: read it, and decide again from what it holds.
 				op.tries++
-				if !known {
-					var lerr error
-					if found, lerr = lastStored(ctx, l.js, "$KV."+op.bucket+"."+op.key); lerr != nil {
-						op.err = classify(lerr)
-						return
-					}
+				st, lerr := s.readKey(ctx, l, op.bucket, op.key)
+				if lerr != nil {
+					op.err = classify(lerr)
+					return
 				}
-				s.mirror.revs.adopt(op.h, found)
+				s.mirror.keys.set(op.h, st)
 				again = append(again, fl.op)
 				return
 			}
 			op.err = sinks.Fenced(err)
 			return
 		}
-		if errors.Is(err, jetstream.ErrStreamMessageExceedsMaximum) && !op.marker && events[op.ev].Change != event.Deleted {
+		if errors.Is(err, jetstream.ErrStreamMessageExceedsMaximum) && !op.marker && op.write >= 0 && events[op.write].Change != event.Deleted {
 			op.marker = true // a bucket that takes less than the server
 			again = append(again, fl.op)
 			return
@@ -220,6 +295,27 @@ func (s *Sink) mirrorRound(ctx context.Context, l *link, events []*event.Event, 
 			op.err = notPublished(stop)
 			continue
 		}
+		from, known := s.mirror.keys.get(op.h)
+		if !known && op.tries == 0 && hasDeletion(events, op.evs) {
+			// A deletion applies only to the incarnation the key holds:
+			// read which one (a put expects "nothing", and is refused and
+			// decided again if the key holds something).
+			st, err := s.readKey(ctx, l, op.bucket, op.key)
+			if err != nil {
+				op.err = classify(err)
+				if stopsBatch(err) {
+					stop = err
+				}
+				continue
+			}
+			s.mirror.keys.set(op.h, st)
+			from = st
+		}
+		op.write, op.to = fold(from, events, op.evs)
+		if op.write < 0 {
+			op.err = nil // moot: the key holds a newer state, or none of a deleted incarnation
+			continue
+		}
 		for !s.tryAcquire() {
 			if len(flights) > 0 {
 				settle(flights[0])
@@ -235,7 +331,7 @@ func (s *Sink) mirrorRound(ctx context.Context, l *link, events []*event.Event, 
 			op.err = notPublished(stop)
 			continue
 		}
-		msg, err := s.mirrorMsg(events[op.ev], op, limit)
+		msg, err := s.mirrorMsg(events[op.write], op, from.rev, limit)
 		var f jetstream.PubAckFuture
 		if err == nil {
 			f, err = l.js.PublishMsgAsync(msg, pubOpts...)
@@ -257,17 +353,125 @@ func (s *Sink) mirrorRound(ctx context.Context, l *link, events []*event.Event, 
 	return again
 }
 
-// mirrorMsg renders the write of op: a deletion marker, the event's
-// envelope, or a marker naming the object when the envelope is larger than
-// limit (the server's max_payload) or the bucket took.
-func (s *Sink) mirrorMsg(e *event.Event, op *mirrorOp, limit int64) (*natsgo.Msg, error) {
+func hasDeletion(events []*event.Event, evs []int) bool {
+	for _, i := range evs {
+		if events[i].Change == event.Deleted {
+			return true
+		}
+	}
+	return false
+}
+
+// fold applies a key's events to the state it holds, from, in the order
+// of their resourceVersions (one name holds one object at a time, and an
+// apiserver's resourceVersions order every change of a resource, across
+// incarnations): a put of an incarnation applies when it is newer than what
+// the key holds (for another incarnation, strictly); a deletion applies
+// only to the incarnation the key holds. It returns the event to write
+// (-1: none applies) and the state the key then holds. So a replica that
+// writes an older incarnation after a newer one (its late writes, or shards
+// by uid delivering the old and the new object of one name) changes
+// nothing.
+func fold(from keyState, events []*event.Event, evs []int) (write int, to keyState) {
+	order := evs
+	if len(evs) > 1 {
+		order = slices.Clone(evs)
+		slices.SortStableFunc(order, func(a, b int) int {
+			ra, oka := rvOf(events[a])
+			rb, okb := rvOf(events[b])
+			if !oka || !okb {
+				return 0 // unordered: as the batch has them
+			}
+			return cmp.Compare(ra, rb)
+		})
+	}
+	write, to = -1, from
+	for _, i := range order {
+		e := events[i]
+		u := uidHash(e.UID())
+		r, ordered := rvOf(e)
+		if e.Change == event.Deleted {
+			if to.uid == u && u != 0 {
+				write, to = i, keyState{gone: u, rv: max(r, to.rv)}
+			}
+			continue
+		}
+		switch {
+		case to.uid == u && r >= to.rv, // a newer state of the incarnation held
+			to.uid == 0 && to.gone == u,                          // the incarnation that left enters again
+			to.uid != u && (!ordered || to.rv == 0 || r > to.rv): // another, newer one
+			write, to = i, keyState{uid: u, rv: r}
+		}
+	}
+	return write, to
+}
+
+// rvOf is the resourceVersion of e's object as a number; ok is false when
+// it has none that is (an aggregated API's own scheme).
+func rvOf(e *event.Event) (uint64, bool) {
+	o := e.Object()
+	if o == nil {
+		return 0, false
+	}
+	r, err := strconv.ParseUint(o.GetResourceVersion(), 10, 64)
+	return r, err == nil && r > 0
+}
+
+// Headers a mirror's deletion markers carry: the incarnation deleted and
+// the resourceVersion of its deletion, so that a write decided against the
+// marker knows what is newer.
+const (
+	uidHeader = "Kubebridge-Uid"
+	rvHeader  = "Kubebridge-Resource-Version"
+)
+
+// readKey reads what key holds now: its revision, the incarnation (none
+// for no value, a deletion marker, a value without one) and its
+// resourceVersion.
+func (s *Sink) readKey(ctx context.Context, l *link, bucket, key string) (keyState, error) {
+	st, err := l.js.Stream(ctx, "KV_"+bucket)
+	if err != nil {
+		return keyState{}, err
+	}
+	m, err := st.GetLastMsgForSubject(ctx, "$KV."+bucket+"."+key)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return keyState{}, nil
+	}
+	if err != nil {
+		return keyState{}, err
+	}
+	return stateOf(m.Sequence, m.Header.Get("KV-Operation") != "", m.Header, m.Data), nil
+}
+
+// stateOf is the state of a key whose last message is (rev, deleted,
+// header, data).
+func stateOf(rev uint64, deleted bool, h natsgo.Header, data []byte) keyState {
+	if deleted {
+		r, _ := strconv.ParseUint(h.Get(rvHeader), 10, 64)
+		return keyState{rev: rev, rv: r, gone: uidHash(h.Get(uidHeader))}
+	}
+	var v heldValue
+	_ = json.Unmarshal(data, &v)
+	r, _ := strconv.ParseUint(v.Data.Object.Metadata.ResourceVersion, 10, 64)
+	return keyState{rev: rev, uid: uidHash(v.Data.Object.Metadata.UID), rv: r, marker: v.Truncated != ""}
+}
+
+// mirrorMsg renders the write of op (events[op.write] is e): a deletion
+// marker, the event's envelope, or a marker naming the object when the
+// envelope is larger than limit (the server's max_payload) or the bucket
+// took. It expects the key's revision to be last.
+func (s *Sink) mirrorMsg(e *event.Event, op *mirrorOp, last uint64, limit int64) (*natsgo.Msg, error) {
 	msg := &natsgo.Msg{Subject: "$KV." + op.bucket + "." + op.key, Header: natsgo.Header{}}
-	msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(s.mirror.revs.get(op.h), 10))
+	msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(last, 10))
 	if len(msg.Subject) > MaxSubject {
 		return nil, sinks.Permanent(fmt.Errorf("event %s: the key %s is too long for a NATS subject", e.ID, op.key))
 	}
 	if e.Change == event.Deleted {
 		msg.Header.Set("KV-Operation", "DEL")
+		msg.Header.Set(uidHeader, e.UID())
+		if op.to.rv > 0 {
+			msg.Header.Set(rvHeader, strconv.FormatUint(op.to.rv, 10))
+		}
 		return msg, nil
 	}
 	room := limit - int64(len(msg.Header.Get(jetstream.ExpectedLastSubjSeqHeader))+len(jetstream.ExpectedLastSubjSeqHeader)+hdrPreamble+hdrPerField)
@@ -398,8 +602,11 @@ func (m Mirroring) Held(ctx context.Context, rule string) ([]sinks.HeldObject, e
 			en = e
 		}
 		key := en.Key()
-		s.mirror.revs.adopt(s.mirror.hash(bucket, key), en.Revision())
-		if en.Operation() != jetstream.KeyValuePut {
+		deleted := en.Operation() != jetstream.KeyValuePut
+		// (A marker's headers are not read: a put then applies whatever
+		// its resourceVersion; readKey reads them when a write is refused.)
+		s.mirror.keys.set(s.mirror.hash(bucket, key), stateOf(en.Revision(), deleted, nil, en.Value()))
+		if deleted {
 			continue
 		}
 		ns, name, hashed, err := mirror.ParseKey(key)
@@ -529,7 +736,7 @@ func (s *Sink) compact(ctx context.Context, bucket string, cutoff time.Time) err
 		if err := st.Purge(ctx, jetstream.WithPurgeSubject("$KV."+bucket+"."+m.key), jetstream.WithPurgeSequence(m.rev+1)); err != nil {
 			return err
 		}
-		s.mirror.revs.adopt(s.mirror.hash(bucket, m.key), 0)
+		s.mirror.keys.forget(s.mirror.hash(bucket, m.key))
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
@@ -256,5 +257,63 @@ func TestMirrorConfig(t *testing.T) {
 	}
 	if !Factory.Fences(c) {
 		t.Error("a mirror writes with revision checks: it fences")
+	}
+}
+
+// One name, two incarnations delivered by two writers (shards by uid): the
+// old one's writes that come after the new one's are moot, not applied:
+// the key keeps the new object.
+func TestMirrorKeepsTheNewIncarnationOfAName(t *testing.T) {
+	srv := startServer(t, 0)
+	a := connectMirror(t, srv.ClientURL())
+	b := connectMirror(t, srv.ClientURL())
+	ctx := context.Background()
+	must(t, a.Send(ctx, []*event.Event{ev("prod", "x", 1, 10)}))
+	newer := ev("prod", "x", 5, 10)
+	newer.Object().SetUID("uid-x2")
+	newer = event.New(testRule, event.Added, newer.Object(), nil, time.Now())
+	must(t, b.Send(ctx, []*event.Event{newer})) // b never read the bucket: its write is refused once, then adopts
+	// a's late writes of the old incarnation: an update, then its deletion.
+	must(t, a.Send(ctx, []*event.Event{ev("prod", "x", 2, 10)}))
+	must(t, a.Send(ctx, []*event.Event{deleted(ev("prod", "x", 3, 10))}))
+	if got := bucketOf(t, srv.ClientURL())["prod.x"]; got != "x uid-x2 rv5" {
+		t.Errorf("bucket[prod.x] = %q, want the new incarnation", got)
+	}
+}
+
+// fold decides what a key is to hold from what it holds and its events.
+func TestMirrorFold(t *testing.T) {
+	obj := func(uid string, rv int, change event.Change) *event.Event {
+		e := ev("ns", "x", rv, 0)
+		e.Object().SetUID(types.UID(uid))
+		return event.New(testRule, change, e.Object(), nil, time.Now())
+	}
+	u1, u2 := uidHash("u1"), uidHash("u2")
+	for _, c := range []struct {
+		name  string
+		from  keyState
+		evs   []*event.Event
+		write int // index into evs; -1: moot
+	}{
+		{"a new key", keyState{}, []*event.Event{obj("u1", 5, event.Added)}, 0},
+		{"a newer state", keyState{uid: u1, rv: 5}, []*event.Event{obj("u1", 7, event.Updated)}, 0},
+		{"an older state of the same object", keyState{uid: u1, rv: 9}, []*event.Event{obj("u1", 7, event.Updated)}, -1},
+		{"the old incarnation after the new one", keyState{uid: u2, rv: 20}, []*event.Event{obj("u1", 7, event.Updated)}, -1},
+		{"the old incarnation's deletion", keyState{uid: u2, rv: 20}, []*event.Event{obj("u1", 8, event.Deleted)}, -1},
+		{"the new incarnation over the old", keyState{uid: u1, rv: 7}, []*event.Event{obj("u2", 20, event.Added)}, 0},
+		{"re-entry at the same resourceVersion (a namespace relabelled)", keyState{gone: u1, rv: 7}, []*event.Event{obj("u1", 7, event.Added)}, 0},
+		{"another incarnation after a marker of unknown version", keyState{rev: 3}, []*event.Event{obj("u2", 2, event.Added)}, 0},
+		{"a deletion of what the key holds", keyState{uid: u1, rv: 7}, []*event.Event{obj("u1", 7, event.Deleted)}, 0},
+		{"deleted and re-created in one batch, out of order", keyState{uid: u1, rv: 7},
+			[]*event.Event{obj("u2", 20, event.Added), obj("u1", 8, event.Deleted)}, 0},
+		{"created and deleted in one batch", keyState{}, []*event.Event{obj("u1", 3, event.Added), obj("u1", 4, event.Deleted)}, 1},
+	} {
+		idx := make([]int, len(c.evs))
+		for i := range idx {
+			idx[i] = i
+		}
+		if got, _ := fold(c.from, c.evs, idx); got != c.write {
+			t.Errorf("%s: writes event %d, want %d", c.name, got, c.write)
+		}
 	}
 }
