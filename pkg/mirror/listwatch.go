@@ -219,6 +219,9 @@ func (lw *ListerWatcher) WatchWithContext(ctx context.Context, options metav1.Li
 		return nil, err
 	}
 	sendInitial := options.SendInitialEvents != nil && *options.SendInitialEvents
+	if sendInitial && !options.AllowWatchBookmarks {
+		return nil, apierrors.NewBadRequest("sendInitialEvents needs allowWatchBookmarks: the initial events end with a bookmark")
+	}
 	initial := from == 0 || sendInitial
 	last, err := lw.lastRevision(ctx)
 	if err != nil {
@@ -446,7 +449,7 @@ func (lw *ListerWatcher) apply(ctx context.Context, w *watcher, batch []jetstrea
 		}
 		if hashed {
 			lw.mu.Lock()
-			nn, ok := lw.hashed[key]
+			nn, ok := lw.hashed[key] // kept: informers sharing lw see the deletion too
 			lw.mu.Unlock()
 			if !ok {
 				msg := fmt.Sprintf("mirror revision %d deletes key %s, whose object this watch cannot name: list again", rev, key)
