@@ -440,12 +440,12 @@ func (s *Sink) readKey(ctx context.Context, l *link, bucket, key string) (keySta
 	if err != nil {
 		return keyState{}, err
 	}
-	return stateOf(m.Sequence, m.Header.Get("KV-Operation") != "", m.Header, m.Data), nil
+	return stateOf(key, m.Sequence, m.Header.Get("KV-Operation") != "", m.Header, m.Data), nil
 }
 
-// stateOf is the state of a key whose last message is (rev, deleted,
+// stateOf is the state of key whose last message is (rev, deleted,
 // header, data).
-func stateOf(rev uint64, deleted bool, h natsgo.Header, data []byte) keyState {
+func stateOf(key string, rev uint64, deleted bool, h natsgo.Header, data []byte) keyState {
 	if deleted {
 		r, _ := strconv.ParseUint(h.Get(rvHeader), 10, 64)
 		return keyState{rev: rev, rv: r, gone: uidHash(h.Get(uidHeader))}
@@ -453,7 +453,19 @@ func stateOf(rev uint64, deleted bool, h natsgo.Header, data []byte) keyState {
 	var v heldValue
 	_ = json.Unmarshal(data, &v)
 	r, _ := strconv.ParseUint(v.Data.Object.Metadata.ResourceVersion, 10, 64)
-	return keyState{rev: rev, uid: uidHash(v.Data.Object.Metadata.UID), rv: r, marker: v.Truncated != ""}
+	return keyState{rev: rev, uid: uidHash(heldUID(key, rev, &v)), rv: r, marker: v.Truncated != ""}
+}
+
+// heldUID is the incarnation a value of key at revision rev holds: its
+// object's uid, or, for a value that is no envelope of this key's object
+// (a foreign writer's), a uid of its own, which no object has, so that the
+// diff deletes or replaces it.
+func heldUID(key string, rev uint64, v *heldValue) string {
+	md := v.Data.Object.Metadata
+	if md.UID == "" || mirror.Key(md.Namespace, md.Name) != key {
+		return "kubebridge-unreadable-" + strconv.FormatUint(rev, 10)
+	}
+	return md.UID
 }
 
 // mirrorMsg renders the write of op (events[op.write] is e): a deletion
@@ -605,7 +617,7 @@ func (m Mirroring) Held(ctx context.Context, rule string) ([]sinks.HeldObject, e
 		deleted := en.Operation() != jetstream.KeyValuePut
 		// (A marker's headers are not read: a put then applies whatever
 		// its resourceVersion; readKey reads them when a write is refused.)
-		s.mirror.keys.set(s.mirror.hash(bucket, key), stateOf(en.Revision(), deleted, nil, en.Value()))
+		s.mirror.keys.set(s.mirror.hash(bucket, key), stateOf(key, en.Revision(), deleted, nil, en.Value()))
 		if deleted {
 			continue
 		}
@@ -624,7 +636,7 @@ func (m Mirroring) Held(ctx context.Context, rule string) ([]sinks.HeldObject, e
 			if hashed {
 				continue // no name to address it by
 			}
-			out = append(out, sinks.HeldObject{Namespace: ns, Name: name, UID: "kubebridge-unreadable-" + strconv.FormatUint(en.Revision(), 10)})
+			out = append(out, sinks.HeldObject{Namespace: ns, Name: name, UID: heldUID(key, en.Revision(), &v)})
 		default:
 			rv := md.ResourceVersion
 			if v.Truncated != "" {
