@@ -205,12 +205,28 @@ func runInformer(t testing.TB, lw cache.ListerWatcher, obj runtime.Object) *info
 	var wg sync.WaitGroup
 	wg.Go(func() { inf.RunWithContext(ctx) })
 	t.Cleanup(func() { cancel(); wg.Wait() })
-	sync, stop := context.WithTimeout(ctx, 30*time.Second)
+	inf.waitSynced(t)
+	return inf
+}
+
+// startInformer runs a SharedIndexInformer over lw, without waiting.
+func startInformer(t testing.TB, lw cache.ListerWatcher, obj runtime.Object) *informer {
+	t.Helper()
+	inf := &informer{SharedIndexInformer: cache.NewSharedIndexInformer(lw, obj, 0, cache.Indexers{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { inf.RunWithContext(ctx) })
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	return inf
+}
+
+func (i *informer) waitSynced(t testing.TB) {
+	t.Helper()
+	ctx, stop := context.WithTimeout(context.Background(), 30*time.Second)
 	defer stop()
-	if !cache.WaitForCacheSync(sync.Done(), inf.HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), i.HasSynced) {
 		t.Fatal("the informer did not sync")
 	}
-	return inf
 }
 
 // store reads the informer's store as key -> uid/apiserver resourceVersion.

@@ -405,6 +405,7 @@ func TestBookmarks(t *testing.T) {
 	}
 	w.Stop()
 	w.Stop() // twice is fine
+	consumersGone(t, b)
 
 	// Typed bookmarks are of the informer's type; the timeout sends one.
 	lw = NewListerWatcher(b.kv, Options{Object: &corev1.ConfigMap{}, BookmarkInterval: -1})
@@ -484,7 +485,10 @@ func TestManyInformers(t *testing.T) {
 	lw := NewListerWatcher(b.kv, Options{})
 	var infs []*informer
 	for range 200 {
-		infs = append(infs, runInformer(t, lw, &unstructured.Unstructured{}))
+		infs = append(infs, startInformer(t, lw, &unstructured.Unstructured{}))
+	}
+	for _, inf := range infs {
+		inf.waitSynced(t)
 	}
 	for i := range 20 {
 		if i%3 == 0 {
@@ -505,8 +509,10 @@ func TestNATSRestart(t *testing.T) {
 	b := newBucket(t)
 	b.put("ns", "a", "ua", "1")
 	_, _, kv := connect(t, b.srv.ClientURL(), b.kv.Bucket(), false)
-	inf := runInformer(t, NewListerWatcher(kv, Options{}), &unstructured.Unstructured{})
+	c := &counting{ListerWatcher: NewListerWatcher(kv, Options{})}
+	inf := runInformer(t, c, &unstructured.Unstructured{})
 	converges(t, b, inf, 10*time.Second)
+	start := time.Now()
 	b.srv.Restart(t)
 	eventually(t, 10*time.Second, "the writer reconnects", func() (bool, string) {
 		return b.nc.IsConnected(), b.nc.Status().String()
@@ -516,8 +522,21 @@ func TestNATSRestart(t *testing.T) {
 	converges(t, b, inf, 30*time.Second)
 	b.put("ns", "c", "uc", "1")
 	converges(t, b, inf, 30*time.Second)
+	t.Logf("converged %v after the restart; calls %v", time.Since(start), c.called())
 	want := []string{"add ns/a ua", "add ns/b ub", "delete ns/a", "add ns/c uc"}
 	if got := inf.recorded(); !slices.Equal(got, want) {
 		t.Errorf("events %v, want %v", got, want)
 	}
+}
+
+// consumersGone checks that no consumer is left on the bucket's stream:
+// Stop released every watch's.
+func consumersGone(t testing.TB, b *bucket) {
+	t.Helper()
+	eventually(t, 5*time.Second, "the watches' consumers deleted", func() (bool, string) {
+		st, err := b.js.Stream(ctxT(t), "KV_"+b.kv.Bucket())
+		must(t, err)
+		n := st.CachedInfo().State.Consumers
+		return n == 0, fmt.Sprint(n, " consumers")
+	})
 }
