@@ -51,9 +51,9 @@ type Config struct {
 	// CreateTopics creates missing topics on first use (the state topic with cleanup.policy=compact). Default false: topics are managed elsewhere, and a missing one is the destination's error (not_found), retried.
 	CreateTopics bool `yaml:"createTopics"`
 	// Partitions is, with createTopics, the partition count of created topics. Default 0: the broker's num.partitions.
-	Partitions int32 `yaml:"partitions"`
+	Partitions int `yaml:"partitions"`
 	// ReplicationFactor is, with createTopics, the replication factor of created topics. Default 0: the broker's default.replication.factor.
-	ReplicationFactor int16 `yaml:"replicationFactor"`
+	ReplicationFactor int `yaml:"replicationFactor"`
 	// MaxRecordBytes is the most bytes of one produce batch: an event whose record does not fit alone is refused, alone and for good (dead-lettered). Keep it at most the topics' max.message.bytes. Default 1000012.
 	MaxRecordBytes int `yaml:"maxRecordBytes"`
 	// MaxBufferedRecords bounds the records the producer holds at once, buffered or awaiting their acknowledgement, across the sink's concurrent batches; a batch waits for room. Default 10000.

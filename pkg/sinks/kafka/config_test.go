@@ -156,3 +156,21 @@ func TestClassify(t *testing.T) {
 		}
 	}
 }
+
+// The example config decodes every field of the block (config/kafka.yaml
+// sets them all but the bounds).
+func TestExampleConfigLoads(t *testing.T) {
+	r, err := sinks.NewRegistry(Factory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, _, err := config.Load("../../../config/kafka.yaml", r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := cfg.Sinks[0].Spec.(*Config)
+	if c.Partitions != 12 || c.ReplicationFactor != 3 || !c.CreateTopics || c.SASL == nil || c.SASL.Mechanism != "SCRAM-SHA-512" ||
+		c.TLS == nil || c.StateTopic != "k8s.prod-eu-1.state.{rule}" || c.MaxRecordBytes != DefaultMaxRecordBytes || len(c.Brokers) != 3 {
+		t.Errorf("decoded %+v", c)
+	}
+}

@@ -328,10 +328,10 @@ func (s *Sink) createTopic(ctx context.Context, name string, compact bool) error
 	}
 	partitions, rf := int32(-1), int16(-1)
 	if s.cfg.Partitions > 0 {
-		partitions = s.cfg.Partitions
+		partitions = int32(s.cfg.Partitions)
 	}
 	if s.cfg.ReplicationFactor > 0 {
-		rf = s.cfg.ReplicationFactor
+		rf = int16(s.cfg.ReplicationFactor)
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
@@ -612,4 +612,3 @@ func (s *Sink) Close(context.Context) error {
 	s.client.Close()
 	return nil
 }
-
