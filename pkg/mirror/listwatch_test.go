@@ -540,3 +540,31 @@ func consumersGone(t testing.TB, b *bucket) {
 		return n == 0, fmt.Sprint(n, " consumers")
 	})
 }
+
+// A watch that ends (a timeout, a reconnect) is resumed by the reflector
+// from the last revision it got: it misses nothing and sends nothing
+// twice, and nothing is listed again.
+func TestWatchResumes(t *testing.T) {
+	b := newBucket(t)
+	b.put("ns", "a", "ua", "1")
+	c := &counting{ListerWatcher: NewListerWatcher(b.kv, Options{})}
+	inf := runInformer(t, c, &unstructured.Unstructured{})
+	converges(t, b, inf, 10*time.Second)
+	time.Sleep(1100 * time.Millisecond) // not a "very short" watch
+	rev := b.put("ns", "b", "ub", "1")
+	converges(t, b, inf, 10*time.Second)
+	release := c.hold()
+	b.put("ns", "a", "ua", "2")
+	b.del("ns", "b")
+	b.put("ns", "c", "uc", "1")
+	release()
+	converges(t, b, inf, 10*time.Second)
+	calls := c.called()
+	if want := []string{"watch-list ", fmt.Sprint("watch ", rev)}; !slices.Equal(calls, want) {
+		t.Errorf("calls %v, want %v", calls, want)
+	}
+	want := []string{"add ns/a ua", "add ns/b ub", "update ns/a ua", "delete ns/b", "add ns/c uc"}
+	if got := inf.recorded(); !slices.Equal(got, want) {
+		t.Errorf("events %v, want %v", got, want)
+	}
+}
