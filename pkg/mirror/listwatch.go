@@ -174,6 +174,9 @@ func (lw *ListerWatcher) ListWithContext(ctx context.Context, options metav1.Lis
 	if err != nil {
 		return nil, lw.unavailable("listing", err)
 	}
+	if err := lw.overtaken(ctx, last); err != nil {
+		return nil, err
+	}
 	rv := strconv.FormatUint(max(pos, last), 10)
 	objs := lw.objects(snap)
 	if lw.typed == nil {
@@ -319,6 +322,12 @@ func (lw *ListerWatcher) run(ctx context.Context, w *watcher, kw jetstream.KeyWa
 		if err != nil {
 			if ctx.Err() == nil {
 				lw.log.Warn("a mirror watch ended before its initial events", "error", err)
+			}
+			return
+		}
+		if err := lw.overtaken(ctx, st.last); err != nil {
+			if status, ok := err.(*apierrors.StatusError); ok {
+				w.send(ctx, watch.Event{Type: watch.Error, Object: &status.ErrStatus})
 			}
 			return
 		}
@@ -675,6 +684,22 @@ func (lw *ListerWatcher) lastRevision(ctx context.Context) (uint64, error) {
 		return s.StreamInfo().State.LastSeq, nil
 	}
 	return 0, fmt.Errorf("bucket status %T has no stream info", st)
+}
+
+// overtaken checks, after a snapshot that started at revision last, that
+// no compaction purged a deletion written while the snapshot was read
+// (before the snapshot reached it: it would hold the object still). It
+// never does unless markers are kept for less than a snapshot takes; then
+// the snapshot is refused with 410 Gone, and the reflector lists again.
+func (lw *ListerWatcher) overtaken(ctx context.Context, last uint64) error {
+	c, err := lw.compacted(ctx)
+	if err != nil {
+		return lw.unavailable("reading the compaction", err)
+	}
+	if c > last {
+		return apierrors.NewResourceExpired(fmt.Sprintf("a compaction up to %d overtook a list from %d", c, last))
+	}
+	return nil
 }
 
 // compacted reads CompactedKey: deletion markers up to it may be gone.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/watch"
 )
@@ -160,4 +161,19 @@ func FuzzDecode(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A compaction past the revision a snapshot started from may have purged a
+// deletion the snapshot had not reached: the snapshot is refused (410).
+func TestOvertaken(t *testing.T) {
+	ctx := context.Background()
+	for comp, expired := range map[string]bool{"": false, "9": false, "10": false, "11": true} {
+		err := NewListerWatcher(fakeKV{compacted: comp}, Options{}).overtaken(ctx, 10)
+		if apierrors.IsResourceExpired(err) != expired || (!expired && err != nil) {
+			t.Errorf("compacted %q, snapshot from 10: %v", comp, err)
+		}
+	}
+	if err := NewListerWatcher(fakeKV{compacted: "x"}, Options{}).overtaken(ctx, 10); !apierrors.IsServiceUnavailable(err) {
+		t.Errorf("compacted %q: %v, want unavailable", "x", err)
+	}
 }
