@@ -59,7 +59,8 @@
 // reflector lists again. A compaction while a watch runs is caught too: a
 // revision the watch finds missing (superseded, or purged) at or below the
 // compaction (read again after the gap is seen) ends the watch with a
-// watch.Error event carrying the 410 status. A revision past the bucket's
+// watch.Error event carrying the 410 status; a list overtaken by a
+// compaction past the revision it started from is refused the same way. A revision past the bucket's
 // last (a bucket recreated) is "too large resource version", which also
 // makes the reflector list again. So an informer over a mirror ends equal
 // to the bucket through restarts, compactions and reconnects, as it does

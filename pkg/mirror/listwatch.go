@@ -33,8 +33,8 @@ const (
 // Options configure a ListerWatcher. The zero value reads unstructured
 // objects with the defaults.
 type Options struct {
-	// Object is the type of the objects listed and watched: the object
-	// given to the informer as its expected type. nil means
+	// Object is the type of the objects listed and watched: give the
+	// informer the same as its expected type. nil means
 	// *unstructured.Unstructured with no apiVersion/kind, which takes
 	// every value. An *unstructured.Unstructured with apiVersion and kind
 	// set takes only values of that apiVersion and kind (the reflector
@@ -546,8 +546,8 @@ func (lw *ListerWatcher) decode(key string, rev uint64, raw []byte) (runtime.Obj
 	if err != nil {
 		return nil, skipValue, fmt.Errorf("data.object: %w", err)
 	}
-	if lw.typed != nil && reflect.TypeOf(obj) != lw.typed {
-		return nil, skipObject, fmt.Errorf("data.object decodes to %T, not %v", obj, lw.typed)
+	if want := lw.objectType(); reflect.TypeOf(obj) != want {
+		return nil, skipObject, fmt.Errorf("data.object decodes to %T, not %v", obj, want)
 	}
 	m, err := meta.Accessor(obj)
 	if err != nil {
@@ -603,6 +603,16 @@ func (lw *ListerWatcher) decodeObject(b []byte) (runtime.Object, error) {
 		return nil, err
 	}
 	return obj, nil
+}
+
+var unstructuredType = reflect.TypeOf(&unstructured.Unstructured{})
+
+// objectType is Options.Object's type.
+func (lw *ListerWatcher) objectType() reflect.Type {
+	if lw.typed == nil {
+		return unstructuredType
+	}
+	return lw.typed
 }
 
 // newObject is an empty object of Options.Object's type.
