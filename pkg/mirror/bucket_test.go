@@ -194,7 +194,7 @@ type informer struct {
 
 func runInformer(t testing.TB, lw cache.ListerWatcher, obj runtime.Object) *informer {
 	t.Helper()
-	inf := &informer{SharedIndexInformer: cache.NewSharedIndexInformer(lw, obj, 0, cache.Indexers{})}
+	inf := &informer{SharedIndexInformer: cache.NewSharedIndexInformer(lw, obj, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})}
 	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { inf.record("add " + describe(o)) },
 		UpdateFunc: func(_, o any) { inf.record("update " + describe(o)) },
@@ -212,7 +212,7 @@ func runInformer(t testing.TB, lw cache.ListerWatcher, obj runtime.Object) *info
 // startInformer runs a SharedIndexInformer over lw, without waiting.
 func startInformer(t testing.TB, lw cache.ListerWatcher, obj runtime.Object) *informer {
 	t.Helper()
-	inf := &informer{SharedIndexInformer: cache.NewSharedIndexInformer(lw, obj, 0, cache.Indexers{})}
+	inf := &informer{SharedIndexInformer: cache.NewSharedIndexInformer(lw, obj, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { inf.RunWithContext(ctx) })

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	clientfeatures "k8s.io/client-go/features"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 )
 
@@ -55,6 +56,10 @@ func TestInformerFollowsTheBucket(t *testing.T) {
 		first := slices.Sorted(slices.Values(got[:len(initial)]))
 		return slices.Equal(first, initial) && slices.Equal(got[len(initial):], then), fmt.Sprint(got)
 	})
+	// Indexes follow deletions, though a deletion's object is only a name.
+	if objs, err := inf.GetIndexer().ByIndex(cache.NamespaceIndex, "team-a"); err != nil || len(objs) != 1 {
+		t.Errorf("namespace index team-a = %d objects, %v; want 1", len(objs), err)
+	}
 	// The object's own fields came through.
 	o, ok, err := inf.GetStore().GetByKey("team-a/one")
 	if err != nil || !ok {
