@@ -39,8 +39,8 @@
 //
 // A watch sends, in revision order, a put as Modified (an informer makes it
 // an add when it does not hold the object) and a deletion as Deleted: a
-// deletion carries no value, so its object has only the namespace, the
-// name and the deletion's revision as resourceVersion (a handler that needs
+// deletion carries no value, so its object has only the kind, the
+// namespace, the name and the deletion's revision as resourceVersion (a handler that needs
 // the last state keeps it). A value that does not read (a foreign writer, a
 // value too large for Options.MaxValueBytes, another kind) reads as no
 // object: skipped in a list, a Deleted in a watch, counted in Skips and

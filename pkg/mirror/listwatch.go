@@ -101,6 +101,8 @@ type ListerWatcher struct {
 
 	mu     sync.Mutex
 	hashed map[string][2]string // hashed key -> namespace, name, as last read
+
+	seen atomic.Pointer[schema.GroupVersionKind] // the kind last decoded, for deletions (a rule has one resource)
 }
 
 var (
@@ -566,6 +568,11 @@ func (lw *ListerWatcher) decode(key string, rev uint64, raw []byte) (runtime.Obj
 	if m.GetName() == "" {
 		return nil, skipObject, errors.New("object has no name")
 	}
+	if lw.typed == nil && lw.gvk.Empty() && !gvk.Empty() {
+		if p := lw.seen.Load(); p == nil || *p != gvk {
+			lw.seen.Store(&gvk)
+		}
+	}
 	ann := make(map[string]string, len(m.GetAnnotations())+1)
 	for k, v := range m.GetAnnotations() {
 		ann[k] = v
@@ -641,9 +648,15 @@ func (lw *ListerWatcher) bookmark(rev uint64) runtime.Object {
 }
 
 // stub is a deleted object as a watch names it: namespace, name and the
-// deletion's revision.
+// deletion's revision; apiVersion and kind are Options.Object's, or else
+// those of the last object decoded.
 func (lw *ListerWatcher) stub(ns, name string, rev uint64) runtime.Object {
 	o := lw.newObject()
+	if u, ok := o.(*unstructured.Unstructured); ok && lw.gvk.Empty() {
+		if p := lw.seen.Load(); p != nil {
+			u.SetGroupVersionKind(*p) // the kind the bucket's objects have
+		}
+	}
 	if m, err := meta.Accessor(o); err == nil {
 		m.SetNamespace(ns)
 		m.SetName(name)

@@ -109,7 +109,13 @@ func TestResourceVersionIsTheRevision(t *testing.T) {
 			t.Fatalf("event %q, want %q", got, want)
 		}
 	}
+	if k := lastDeleted.GetObjectKind().GroupVersionKind(); k.Kind != "ConfigMap" || k.Version != "v1" {
+		t.Errorf("a deletion's object is a %v, want the bucket's objects' kind", k)
+	}
 }
+
+// lastDeleted is the object of the last Deleted event next read.
+var lastDeleted runtime.Object
 
 // next is the next event of w, as "TYPE ns/name rv".
 func next(t testing.TB, w watch.Interface) string {
@@ -125,6 +131,9 @@ func next(t testing.TB, w watch.Interface) string {
 		m, err := meta.Accessor(ev.Object)
 		if err != nil {
 			t.Fatalf("event %v: %v", ev.Type, err)
+		}
+		if ev.Type == watch.Deleted {
+			lastDeleted = ev.Object
 		}
 		s := fmt.Sprintf("%s %s/%s %s", ev.Type, m.GetNamespace(), m.GetName(), m.GetResourceVersion())
 		if m.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true" {
