@@ -582,3 +582,26 @@ func TestWatchResumes(t *testing.T) {
 		t.Errorf("events %v, want %v", got, want)
 	}
 }
+
+// An empty bucket lists at revision 0, which a watch takes as "from the
+// start": both reflectors sync, and see what comes.
+func TestEmptyBucket(t *testing.T) {
+	for _, watchList := range []bool{true, false} {
+		t.Run(fmt.Sprint("watch-list ", watchList), func(t *testing.T) {
+			if !watchList {
+				old := clientfeatures.FeatureGates()
+				clientfeatures.ReplaceFeatureGates(gates{old, clientfeatures.WatchListClient, false})
+				defer clientfeatures.ReplaceFeatureGates(old)
+			}
+			b := newBucket(t)
+			inf := runInformer(t, NewListerWatcher(b.kv, Options{}), &unstructured.Unstructured{})
+			b.put("ns", "a", "ua", "1")
+			converges(t, b, inf, 10*time.Second)
+			b.del("ns", "a")
+			converges(t, b, inf, 10*time.Second)
+			if got, want := inf.recorded(), []string{"add ns/a ua", "delete ns/a"}; !slices.Equal(got, want) {
+				t.Errorf("events %v, want %v", got, want)
+			}
+		})
+	}
+}
