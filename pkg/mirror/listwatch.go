@@ -60,7 +60,8 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// Skips counts the entries a ListerWatcher passed over, by reason.
+// Skips counts the entries a ListerWatcher passed over, by reason: once
+// each time one is read (every list, every watch that reads it).
 type Skips struct {
 	// Key: a key that is neither an object's nor reserved.
 	Key int64
