@@ -7,13 +7,16 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/kubebridge/kubebridge/internal/testenv"
 	"github.com/kubebridge/kubebridge/pkg/mirror"
@@ -173,4 +176,147 @@ rules:
 		t.Fatalf("the bucket differs from the view (%d objects) after the faults:\n%s\n%s", len(want), strings.Join(last, "\n"), b.runLogTail())
 	}
 	t.Logf("the bucket holds the view: %d objects, after %d load operations", len(want), l.ops)
+}
+
+// apiserverWatches reads, from the apiserver's metrics, how many watches of
+// resource it is serving now.
+func apiserverWatches(t *testing.T, cp *testenv.ControlPlane, resource string) int {
+	t.Helper()
+	raw, err := cp.Clientset(t).CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	must(t, err)
+	n := 0
+	for _, line := range strings.Split(string(raw), "\n") {
+		if strings.HasPrefix(line, "apiserver_longrunning_requests{") && strings.Contains(line, `resource="`+resource+`"`) && strings.Contains(line, `verb="WATCH"`) {
+			f := strings.Fields(line)
+			v, err := strconv.ParseFloat(f[len(f)-1], 64)
+			must(t, err)
+			n += int(v)
+		}
+	}
+	return n
+}
+
+// consumer is one client-go informer over a mirror bucket.
+type consumer struct {
+	inf  cache.SharedIndexInformer
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+func startConsumer(t *testing.T, kv jetstream.KeyValue) *consumer {
+	lw := mirror.NewListerWatcher(kv, mirror.Options{Object: &corev1.ConfigMap{}, BookmarkInterval: time.Second})
+	c := &consumer{inf: cache.NewSharedIndexInformer(lw, &corev1.ConfigMap{}, 0, cache.Indexers{}), done: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	c.stop = func() { cancel(); <-c.done }
+	go func() {
+		defer close(c.done)
+		c.inf.Run(ctx.Done())
+	}()
+	t.Cleanup(c.stop)
+	return c
+}
+
+// state is what the consumer's store holds: key -> "uid rv", the
+// apiserver's resourceVersion read from the annotation.
+func (c *consumer) state() map[string]string {
+	out := map[string]string{}
+	for _, o := range c.inf.GetStore().List() {
+		cm := o.(*corev1.ConfigMap)
+		out[mirror.Key(cm.Namespace, cm.Name)] = string(cm.UID) + " " + cm.Annotations[mirror.ResourceVersionAnnotation]
+	}
+	return out
+}
+
+// A thousand consumers of a rule's view cost the apiserver nothing: 200
+// client-go informers (typed, unchanged but for their ListerWatcher) over
+// the bridge's mirror bucket each end holding exactly the view after churn,
+// one started late and one restarted mid-churn included, while the
+// apiserver serves one watch of ConfigMaps the whole time: the bridge's.
+func TestMirrorConsumersCostTheAPIServerOneWatch(t *testing.T) {
+	cp := testenv.SharedControlPlane(t)
+	const ns = "mirror-consumers"
+	testenv.EnsureNamespace(t, cp, ns)
+	nats := testenv.StartNATS(t)
+	before := apiserverWatches(t, cp, "configmaps") // the apiserver's own (its controllers)
+	l := startLoad(t, cp, []string{ns}, false)
+	time.Sleep(time.Second) // some objects before the start
+	startBridge(t, cp, fmt.Sprintf(`apiVersion: kubebridge.io/v1alpha1
+kind: BridgeConfig
+cluster: e2e
+sinks:
+  - name: views
+    nats: {url: %q, mirror: {}}
+rules:
+  - name: cms
+    resource: v1/configmaps
+    namespaces: [%s]
+    sinks: [views]
+`, nats.ClientURL(), ns), withRestartFlags())
+
+	js := func() jetstream.JetStream {
+		nc, err := natsgo.Connect(nats.ClientURL())
+		must(t, err)
+		t.Cleanup(nc.Close)
+		js, err := jetstream.New(nc)
+		must(t, err)
+		return js
+	}
+	var kv jetstream.KeyValue
+	if !poll(30*time.Second, func() bool {
+		var err error
+		kv, err = js().KeyValue(context.Background(), "kubebridge-cms")
+		return err == nil
+	}) {
+		t.Fatal("the mirror bucket was not created")
+	}
+	watches := []int{apiserverWatches(t, cp, "configmaps")}
+	var consumers []*consumer
+	for i := range 199 {
+		if i%50 == 0 { // a connection per 50 consumers
+			var err error
+			kv, err = js().KeyValue(context.Background(), "kubebridge-cms")
+			must(t, err)
+		}
+		consumers = append(consumers, startConsumer(t, kv))
+	}
+	for i, c := range consumers {
+		if !cache.WaitForCacheSync(testCtx(t, 60*time.Second).Done(), c.inf.HasSynced) {
+			t.Fatalf("consumer %d did not sync", i)
+		}
+	}
+	watches = append(watches, apiserverWatches(t, cp, "configmaps"))
+	time.Sleep(2 * time.Second)
+	consumers[7].stop() // restarted mid-churn
+	time.Sleep(time.Second)
+	consumers[7] = startConsumer(t, kv)
+	watches = append(watches, apiserverWatches(t, cp, "configmaps"))
+	time.Sleep(2 * time.Second)
+	l.stop()
+	consumers = append(consumers, startConsumer(t, kv)) // started late
+	watches = append(watches, apiserverWatches(t, cp, "configmaps"))
+
+	want := configMapState(t, cp, ns)
+	for i, c := range consumers {
+		var diff []string
+		if !poll(60*time.Second, func() bool {
+			diff = diffStates(want, c.state())
+			return len(diff) == 0
+		}) {
+			t.Fatalf("consumer %d of %d differs from the view (%d objects):\n%s", i, len(consumers), len(want), strings.Join(diff, "\n"))
+		}
+	}
+	watches = append(watches, apiserverWatches(t, cp, "configmaps"))
+	for _, n := range watches {
+		if n != before+1 {
+			t.Errorf("the apiserver served %v watches of ConfigMaps along the test, want %d throughout (its own %d and the bridge's)", watches, before+1, before)
+			break
+		}
+	}
+	t.Logf("%d consumers hold the view (%d objects after %d load operations); apiserver watches of ConfigMaps: %d before the bridge, then %v", len(consumers), len(want), l.ops, before, watches)
+}
+
+func testCtx(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
 }
