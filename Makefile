@@ -49,12 +49,15 @@ bench-micro: ## hot-path and pipeline microbenchmarks with allocations
 	$(GO) test -run '^$$' -bench . -benchmem -count 6 ./internal/queue ./pkg/filters ./pkg/event ./pkg/informer
 
 FUZZTIME ?= 30s
-fuzz: ## run the config, subject and request-template fuzzers for FUZZTIME each
+fuzz: ## run the config, subject, request-template and mirror key/value fuzzers for FUZZTIME each
 	$(GO) test ./pkg/config -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./pkg/config -run '^$$' -fuzz '^FuzzFieldPath$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./pkg/sinks/nats -run '^$$' -fuzz '^FuzzSubject$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/celsandbox -run '^$$' -fuzz '^FuzzJSONTemplateHoldsAnyString$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./pkg/sinks/webhook -run '^$$' -fuzz '^FuzzJoinPathStaysUnderTheBase$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./pkg/mirror -run '^$$' -fuzz '^FuzzKey$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./pkg/mirror -run '^$$' -fuzz '^FuzzParseKey$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./pkg/mirror -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME)
 
 docs: ## regenerate the config reference in README.md from pkg/config and the sink components
 	$(GO) test ./pkg/components -run TestConfigReference -update
