@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -251,7 +252,10 @@ rules:
 
 // With the checkpoint in NATS KV, a bridge killed in one working directory
 // and started in another (as a new pod would be) delivers what changed in
-// between: the update, the deletion and the creation.
+// between: the update, the deletion and the creation. The deletion, built
+// from the metadata the checkpoint kept, carries the object's apiVersion
+// and kind as every event does, and every message its change in kbchange
+// (body and header).
 func TestNATSKVCheckpointAcrossWorkingDirectories(t *testing.T) {
 	cp := testenv.SharedControlPlane(t)
 	testenv.EnsureNamespace(t, cp, "kv")
@@ -280,6 +284,7 @@ rules:
 	must(t, err)
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
+	var msgs []*jetstream.RawStreamMsg
 	read := func(want int) []string {
 		t.Helper()
 		var got []string
@@ -287,11 +292,12 @@ rules:
 			st, err := js.Stream(ctx, "K8S")
 			if err == nil {
 				info, _ := st.Info(ctx)
-				got = got[:0]
+				got, msgs = got[:0], msgs[:0]
 				for seq := uint64(1); seq <= info.State.LastSeq; seq++ {
 					m, err := st.GetMsg(ctx, seq)
 					if err == nil {
 						got = append(got, strings.TrimPrefix(m.Subject, "k8s.e2e.core.configmaps.kv.")+" "+m.Header.Get("ce-kbreplay"))
+						msgs = append(msgs, m)
 					}
 				}
 			}
@@ -318,6 +324,19 @@ rules:
 	want := []string{"change.updated checkpoint", "drop.deleted checkpoint", "new.added checkpoint"}
 	if strings.Join(tail, ",") != strings.Join(want, ",") {
 		t.Errorf("after the move: %v, want %v (all: %v)", tail, want, got)
+	}
+	for _, m := range msgs {
+		var e ce
+		if err := json.Unmarshal(m.Data, &e); err != nil {
+			t.Fatalf("%s: %v", m.Subject, err)
+		}
+		change := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
+		if e.Change != change || m.Header.Get("ce-kbchange") != change || e.change() != change {
+			t.Errorf("%s: kbchange %q, header ce-kbchange %q, type %s", m.Subject, e.Change, m.Header.Get("ce-kbchange"), e.Type)
+		}
+		if e.Data.Object["apiVersion"] != "v1" || e.Data.Object["kind"] != "ConfigMap" {
+			t.Errorf("%s: data.object has apiVersion %v, kind %v; want v1, ConfigMap:\n%s", m.Subject, e.Data.Object["apiVersion"], e.Data.Object["kind"], m.Data)
+		}
 	}
 }
 
