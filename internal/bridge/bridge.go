@@ -288,6 +288,9 @@ func (b *Bridge) buildInformers(cfg *config.Config, info *ClusterInfo) error {
 			compileProblems = append(compileProblems, config.Problem{Path: fmt.Sprintf("rules[%d]", i), Line: cfg.LineOf(fmt.Sprintf("rules[%d]", i)), Message: err.Error()})
 			continue
 		}
+		if k := info.Kinds[r.GVR]; k != "" && r.Event.Kind == "" {
+			r.Event.Kind = k
+		}
 		if r.Event.AllowSecretData && !b.opts.AllowSecretData {
 			r.Event.AllowSecretData = false
 			b.logger.Warn("rule sets allowSecretData, but the bridge runs without --allow-secret-data: Secret data stays redacted", "rule", r.Name)

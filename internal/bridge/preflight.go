@@ -53,7 +53,7 @@ func Preflight(ctx context.Context, cfg *config.Config, rc *rest.Config) (*Clust
 		return nil, nil, err
 	}
 	p := &preflight{ctx: ctx, cs: cs, cfg: cfg, groups: map[string]*metav1.APIResourceList{}, access: map[authzv1.ResourceAttributes]bool{},
-		info: &ClusterInfo{Namespaced: map[schema.GroupVersionResource]bool{}, Absent: map[schema.GroupVersionResource]bool{}}}
+		info: &ClusterInfo{Namespaced: map[schema.GroupVersionResource]bool{}, Kinds: map[schema.GroupVersionResource]string{}, Absent: map[schema.GroupVersionResource]bool{}}}
 	if err := p.whoAmI(); err != nil {
 		return nil, nil, err
 	}
@@ -68,6 +68,9 @@ func Preflight(ctx context.Context, cfg *config.Config, rc *rest.Config) (*Clust
 // ClusterInfo is what Preflight learnt about the rules' resources.
 type ClusterInfo struct {
 	Namespaced map[schema.GroupVersionResource]bool
+	// Kinds are the kinds discovery names for the resources: events rebuilt
+	// from a checkpoint (a deletion found at a restart) carry them.
+	Kinds map[schema.GroupVersionResource]string
 	// Absent are the resources the cluster does not serve: their rules
 	// wait for them.
 	Absent map[schema.GroupVersionResource]bool
@@ -169,6 +172,7 @@ func (p *preflight) checkRule(i int) error {
 		}
 	}
 	p.info.Namespaced[gvr] = res.Namespaced
+	p.info.Kinds[gvr] = res.Kind
 	if !res.Namespaced {
 		if len(r.Namespaces) > 0 {
 			p.addf(path+".namespaces", "%s is cluster-scoped; namespaces do not apply", r.Resource)

@@ -46,23 +46,30 @@ import (
 
 // Event is one CloudEvent as kubebridge writes it (structured mode).
 type Event struct {
-	ID      string    `json:"id"`        // unique per transition, stable across retries and replays of it
-	Source  string    `json:"source"`    // kubebridge/<cluster>
-	Type    string    `json:"type"`      // io.kubebridge.<resource>.<group or core>.<added|updated|deleted>
-	Subject string    `json:"subject"`   // <namespace>/<name>, or <name> for cluster-scoped objects
-	Time    time.Time `json:"time"`      // when the bridge observed the change
-	Rule    string    `json:"kbrule"`    // the rule that selected the object
-	Cluster string    `json:"kbcluster"` // the bridge's cluster name
-	Replay  string    `json:"kbreplay"`  // "", resync or checkpoint
-	Reason  string    `json:"kbreason"`  // "", or unmatched: the object left the rule's view but still exists
+	ID       string    `json:"id"`        // unique per transition, stable across retries and replays of it
+	Source   string    `json:"source"`    // kubebridge/<cluster>
+	Type     string    `json:"type"`      // io.kubebridge.<resource>.<group or core>.<added|updated|deleted>
+	Subject  string    `json:"subject"`   // <namespace>/<name>, or <name> for cluster-scoped objects
+	Time     time.Time `json:"time"`      // when the bridge observed the change
+	Rule     string    `json:"kbrule"`    // the rule that selected the object
+	Cluster  string    `json:"kbcluster"` // the bridge's cluster name
+	Replay   string    `json:"kbreplay"`  // "", resync or checkpoint
+	Reason   string    `json:"kbreason"`  // "", or unmatched: the object left the rule's view but still exists
+	KBChange string    `json:"kbchange"`  // added, updated or deleted (see Change)
 	// Data is {"object":…, "oldObject":…, "patch":[…]}, as the rule's include says.
 	Data json.RawMessage `json:"data"`
 	// Raw is the whole event line as received.
 	Raw json.RawMessage `json:"-"`
 }
 
-// Change returns the kind of change: added, updated or deleted.
-func (e Event) Change() string { return e.Type[strings.LastIndexByte(e.Type, '.')+1:] }
+// Change returns the kind of change: added, updated or deleted (kbchange;
+// from the end of type for events of versions before it).
+func (e Event) Change() string {
+	if e.KBChange != "" {
+		return e.KBChange
+	}
+	return e.Type[strings.LastIndexByte(e.Type, '.')+1:]
+}
 
 // Labels returns the labels of the object in Data (nil when it has none or
 // Data holds no object).

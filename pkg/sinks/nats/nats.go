@@ -878,6 +878,8 @@ func ceHeader(name string) string {
 		return "ce-kbreplay"
 	case "kbreason":
 		return "ce-kbreason"
+	case "kbchange":
+		return "ce-kbchange"
 	}
 	return "ce-" + name
 }
