@@ -19,6 +19,12 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
+	if len(os.Args) > 1 && os.Args[1] == "mirrorwatch" {
+		if err := mirrorWatchMain(os.Args[2:]); err != nil {
+			log.Fatal(err)
+		}
+		os.Exit(0)
+	}
 	os.Exit(m.Run())
 }
 

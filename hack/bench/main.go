@@ -20,12 +20,19 @@
 // and nats-json. -shards (shards.go): replicas sharing 8 shards, each
 // apiserver setting of ShardedListAndWatch on a control plane of its own:
 // cold starts of 1, 2, 4 replicas, and with the gate on the churn's rate
-// and the handover after a SIGKILL.
+// and the handover after a SIGKILL. -mirror (mirror.go): a client-go
+// informer over the bridge's NATS KV mirror of a rule's view (pkg/mirror)
+// against one over the apiserver: time to the whole initial list, CPU,
+// peak RSS, and memory per informer with -mirror-consumers of them in one
+// process. The consumers kafka and kafka-state (kafka.go) deliver to the
+// kafka sink on an in-process kfake broker, without and with a state
+// topic.
 //
 //	go run ./hack/bench -runs 5            # or: make bench
 //	go run ./hack/bench -n 300 -runs 1 -memory 1000 -latency-n 300   # smoke
 //	go run ./hack/bench -runs 1 -n 0 -consumers baseline,nats -latency-rate 0 -memory "" -cold 2000
 //	go run ./hack/bench -runs 1 -n 0 -latency-rate 0 -memory "" -shards 2000 -shard-churn-n 1000 -shard-handovers 2
+//	go run ./hack/bench -runs 3 -n 5000 -consumers baseline,jetstream,kafka,kafka-state -latency-rate 0 -memory "" -mirror 20000
 package main
 
 import (
@@ -66,10 +73,16 @@ func main() {
 		}
 		return
 	}
+	if len(os.Args) > 1 && os.Args[1] == "mirrorwatch" {
+		if err := mirrorWatchMain(os.Args[2:]); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
 	var o options
 	flag.IntVar(&o.n, "n", 10000, "ConfigMaps per throughput run (3 changes each)")
 	flag.IntVar(&o.runs, "runs", 5, "runs; every consumer is measured once per run")
-	flag.StringVar(&o.consumers, "consumers", "baseline,nats,jetstream,webhook,file", "consumers of the throughput and latency runs; also jetstream-unfenced (fence: false), webhook-ce (one CloudEvent per request) and webhook-shaped (one request per event shaped by CEL), baseline-cbor (the bare watch asking for CBOR) and nats-json (the bridge with --kube-cbor=false), both added by -cbor")
+	flag.StringVar(&o.consumers, "consumers", "baseline,nats,jetstream,webhook,file", "consumers of the throughput and latency runs; also jetstream-unfenced (fence: false), webhook-ce (one CloudEvent per request) and webhook-shaped (one request per event shaped by CEL), kafka and kafka-state (the kafka sink on an in-process kfake broker, without and with a state topic), baseline-cbor (the bare watch asking for CBOR) and nats-json (the bridge with --kube-cbor=false), both added by -cbor")
 	flag.IntVar(&o.workers, "workers", 32, "concurrent writers of the load generator")
 	flag.IntVar(&o.latencyRate, "latency-rate", 1000, "changes per second of the latency runs (0: no latency runs)")
 	flag.IntVar(&o.latencyN, "latency-n", 3000, "ConfigMaps per latency run")
@@ -96,6 +109,8 @@ func main() {
 	flag.IntVar(&o.shardChurnN, "shard-churn-n", 5000, "ConfigMaps per sharded churn run, 1 and 2 replicas (3 changes each; 0: none)")
 	flag.IntVar(&o.shardHandovers, "shard-handovers", 5, "SIGKILLs of one of two replicas under churn (0: none)")
 	flag.IntVar(&o.shardHandoverRate, "shard-handover-rate", 100, "names created (and deleted 1s later) per second during the handovers")
+	flag.StringVar(&o.mirror, "mirror", "", "ConfigMap counts of the mirror phase, e.g. 20000: an informer over the bridge's KV mirror against one over the apiserver (empty: none)")
+	flag.StringVar(&o.mirrorConsumers, "mirror-consumers", "1,20", "informers in one process of the mirror phase's memory runs (empty: none)")
 	flag.Parse()
 	o.command = commandLine(os.Args)
 	consumersSet := false
@@ -110,7 +125,7 @@ func main() {
 	fmt.Print(report(o, res))
 	if o.jsonOut != "" {
 		out, _ := json.MarshalIndent(map[string]any{"machine": machine(), "command": o.command,
-			"runs": res.Runs, "memory": res.Memory, "cold": res.Cold, "slow": res.Slow, "outage": res.Outage, "shards": res.Shards}, "", "  ")
+			"runs": res.Runs, "memory": res.Memory, "cold": res.Cold, "slow": res.Slow, "outage": res.Outage, "shards": res.Shards, "mirror": res.Mirror}, "", "  ")
 		if err := os.WriteFile(o.jsonOut, out, 0o644); err != nil {
 			log.Fatal(err)
 		}
@@ -140,6 +155,8 @@ type options struct {
 	shardChurnN         int
 	shardHandovers      int
 	shardHandoverRate   int
+	mirror              string
+	mirrorConsumers     string
 	command             string // as typed, for the report
 }
 
@@ -151,6 +168,7 @@ type results struct {
 	Slow   []slowResult
 	Outage []outageResult
 	Shards *shardResults
+	Mirror *mirrorResults
 }
 
 // commandLine renders the bench's own command line, quoted for a shell.
@@ -176,6 +194,7 @@ type bed struct {
 	js         jetstream.JetStream
 	workers    int
 	profile    string
+	kafka      *kafkaBroker // started when a consumer needs it
 }
 
 // isBaseline says whether consumer is a bare client-go watch.
@@ -265,6 +284,12 @@ func run(o options) (res results, err error) {
 	if o.consumers != "" {
 		consumers = strings.Split(o.consumers, ",")
 	}
+	if slices.ContainsFunc(consumers, isKafka) {
+		if b.kafka, err = startKafka(dir); err != nil {
+			return res, fmt.Errorf("kfake: %w", err)
+		}
+		defer b.kafka.close()
+	}
 	for r := 1; r <= o.runs && o.n > 0; r++ {
 		for _, c := range consumers {
 			m, err := b.measure(c, r, o.n, 0)
@@ -312,6 +337,13 @@ func run(o options) (res results, err error) {
 				return res, fmt.Errorf("outage run %d: %w", r, err)
 			}
 			res.Outage = append(res.Outage, m)
+		}
+	}
+	if o.mirror != "" {
+		mr, err := b.mirrorRuns(o)
+		res.Mirror = &mr
+		if err != nil {
+			return res, err
 		}
 	}
 	if o.shards > 0 {
@@ -452,6 +484,9 @@ func (b *bed) bridgeConfig(consumer, ns, hookURL, file string) string {
           {"id": event.id, "time": event.time, "name": object.metadata.name, "subject": event.subject, "change": event.change}`
 	case "file":
 		sink = "file: {path: " + file + ", maxSizeMB: 4096}"
+	case "kafka", "kafka-state":
+		change, stateTemplate, _ := kafkaTopics(consumer, ns)
+		sink = kafkaSink(b.kafka.brokers(), change, stateTemplate)
 	}
 	return ruleConfig(sink, ns)
 }
@@ -493,6 +528,17 @@ func (b *bed) measureBridge(ctx context.Context, consumer string, l *load, res *
 	case "file":
 		go func() { fileDone <- fileReceiver(file, c, stopFile) }()
 		defer func() { close(stopFile); <-fileDone }()
+	case "kafka", "kafka-state":
+		change, _, state := kafkaTopics(consumer, l.ns)
+		if err := b.kafka.createTopics(ctx, change, state); err != nil {
+			return err
+		}
+		defer b.kafka.deleteTopics(context.Background(), change, state)
+		closeRecv, err := kafkaReceiver(b.kafka.brokers(), change, c)
+		if err != nil {
+			return err
+		}
+		defer closeRecv()
 	default:
 		return fmt.Errorf("unknown consumer %q", consumer)
 	}

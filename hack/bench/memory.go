@@ -31,6 +31,17 @@ type memResult struct {
 	Run       int    `json:"run"`
 	HeapBytes int64  `json:"heapBytes"` // live heap after a forced GC
 	RSSBytes  int64  `json:"rssBytes"`
+	// Informers is, in the mirror phase, how many informers the process
+	// ran (each holding every object).
+	Informers int `json:"informers,omitempty"`
+}
+
+func (m memResult) String() string {
+	s := fmt.Sprintf("memory run %d %-22s %6d objects: heap %6.1f MiB, rss %6.1f MiB", m.Run, m.Consumer, m.Objects, mib(m.HeapBytes), mib(m.RSSBytes))
+	if m.Informers > 0 {
+		s += fmt.Sprintf(" (%d informers: heap %.1f MiB, rss %.1f MiB each)", m.Informers, mib(m.HeapBytes)/float64(m.Informers), mib(m.RSSBytes)/float64(m.Informers))
+	}
+	return s
 }
 
 // memConsumers are measured with the same objects cached: plain client-go

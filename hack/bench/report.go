@@ -54,8 +54,8 @@ func report(o options, res results) string {
 	fmt.Fprintf(&b, "\n## kubebridge bench, %s\n\nmachine: %s\n", time.Now().UTC().Format("2006-01-02"), machine())
 	command := o.command
 	if command == "" { // run from a test: the options it set
-		command = fmt.Sprintf("go run ./hack/bench -n %d -runs %d -latency-rate %d -latency-n %d -memory %q -cold %q -slow %q -outage %v",
-			o.n, o.runs, o.latencyRate, o.latencyN, o.memory, o.cold, o.slow, o.outage)
+		command = fmt.Sprintf("go run ./hack/bench -n %d -runs %d -latency-rate %d -latency-n %d -memory %q -cold %q -slow %q -outage %v -mirror %q",
+			o.n, o.runs, o.latencyRate, o.latencyN, o.memory, o.cold, o.slow, o.outage, o.mirror)
 	}
 	fmt.Fprintf(&b, "command: %s\n", command)
 	if o.cbor {
@@ -139,6 +139,19 @@ func report(o options, res results) string {
 			}
 		}
 	}
+	// The kafka sink against JetStream, run by run.
+	var vsJS []string
+	for _, c := range []string{"kafka", "kafka-state"} {
+		if r := pairRatio(byConsumer, c, "jetstream"); r != "" {
+			vsJS = append(vsJS, c+" "+r)
+		}
+	}
+	if r := pairRatio(byConsumer, "kafka-state", "kafka"); r != "" {
+		vsJS = append(vsJS, "kafka-state / kafka "+r)
+	}
+	if len(vsJS) > 0 {
+		fmt.Fprintf(&b, "\nAgainst jetstream (delivered/s, ratio within each run, median): %s\n", strings.Join(vsJS, ", "))
+	}
 	if len(paced) > 0 {
 		fmt.Fprintf(&b, "\n### Latency at %d changes/s (%d ConfigMaps, %d changes), observation to sink receipt; medians of %d runs\n\n", o.latencyRate, o.latencyN, 3*o.latencyN, o.runs)
 		b.WriteString("| consumer | p50 | p99 | max | p99 added | p99 updated | p99 deleted | delivered / changes |\n|---|---|---|---|---|---|---|---|\n")
@@ -169,6 +182,9 @@ func report(o options, res results) string {
 	}
 	if len(res.Outage) > 0 {
 		b.WriteString(outageReport(o, res.Outage))
+	}
+	if res.Mirror != nil {
+		b.WriteString(mirrorReport(o, *res.Mirror))
 	}
 	if res.Shards != nil {
 		b.WriteString(shardReport(o, *res.Shards))
@@ -628,4 +644,142 @@ func shardReport(o options, res shardResults) string {
 			f.Churned, f.Events, f.Duplicates, f.DeletedAgain, f.OutOfOrder, f.Missing, f.Extra, f.Stale)
 	}
 	return b.String()
+}
+
+// ratioPair is one run's figure of the mirror consumer and of the
+// baseline: their ratio (mirror / baseline).
+type ratioPair struct{ base, mirror float64 }
+
+func (p ratioPair) ratio() float64 { return p.mirror / p.base }
+
+// mirrorReport gives, per object count, the bridge's fill of the bucket,
+// the informer over the bucket against the one over the apiserver run by
+// run (ratios mirror / baseline within each run, then their median), and
+// memory per informer.
+func mirrorReport(o options, mr mirrorResults) string {
+	var b strings.Builder
+	for _, f := range mr.Fill {
+		n := f.Objects
+		fmt.Fprintf(&b, "\n### The view from the bus: %d ConfigMaps, a client-go informer over the bridge's KV mirror against one over the apiserver; %d runs\n\n", n, o.runs)
+		fmt.Fprintf(&b, "The bridge (mirror sink, one rule on the namespace, fresh checkpoint) filled the bucket: %d keys of %d objects in %.2f s from its process start (ready after %.2f s), CPU %.2f s, peak RSS %.0f MiB; then it was stopped.\n\n",
+			f.Keys, n, f.Seconds, f.Ready, f.CPU, mib(f.PeakRSS))
+		b.WriteString("Each consumer is a process of its own (unstructured SharedIndexInformer, namespace index, a handler that counts), timed from its start until its handler got the last add of the initial list. Baseline: `bench watch -initial N` listing the apiserver; mirror: `bench mirrorwatch -initial N` over `mirror.NewListerWatcher` on the bucket. Ratios are mirror / baseline within the run (< 1: the mirror costs less).\n\n")
+		b.WriteString("| run | baseline time | mirror time | time ratio | baseline CPU s | mirror CPU s | CPU ratio | baseline peak RSS | mirror peak RSS | RSS ratio | received baseline / mirror |\n")
+		b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|\n")
+		base := map[int]startResult{}
+		var runs []int
+		for _, r := range mr.Starts {
+			if r.Objects == n && r.Consumer == "baseline" {
+				base[r.Run] = r
+			}
+		}
+		var secs, cpus, rsss []ratioPair
+		for _, m := range mr.Starts {
+			bl, ok := base[m.Run]
+			if m.Objects != n || m.Consumer != "mirror" || !ok {
+				continue
+			}
+			runs = append(runs, m.Run)
+			p := [3]ratioPair{{bl.Seconds, m.Seconds}, {bl.CPU, m.CPU}, {mib(bl.PeakRSS), mib(m.PeakRSS)}}
+			secs, cpus, rsss = append(secs, p[0]), append(cpus, p[1]), append(rsss, p[2])
+			fmt.Fprintf(&b, "| %d | %.2f s | %.2f s | %.2f | %.2f | %.2f | %.2f | %.0f MiB | %.0f MiB | %.2f | %d / %d of %d |\n", m.Run,
+				p[0].base, p[0].mirror, p[0].ratio(), p[1].base, p[1].mirror, p[1].ratio(), p[2].base, p[2].mirror, p[2].ratio(), bl.Events, m.Events, n)
+		}
+		if len(runs) > 0 {
+			med := func(ps []ratioPair, f func(ratioPair) float64) float64 { return medianOf(ps, f) }
+			base := func(p ratioPair) float64 { return p.base }
+			mir := func(p ratioPair) float64 { return p.mirror }
+			fmt.Fprintf(&b, "| **median** | %.2f s | %.2f s | **%.2f** | %.2f | %.2f | **%.2f** | %.0f MiB | %.0f MiB | **%.2f** | |\n",
+				med(secs, base), med(secs, mir), med(secs, ratioPair.ratio), med(cpus, base), med(cpus, mir), med(cpus, ratioPair.ratio),
+				med(rsss, base), med(rsss, mir), med(rsss, ratioPair.ratio))
+		}
+		b.WriteString(mirrorMemReport(o, mr.Memory, n))
+	}
+	return b.String()
+}
+
+// mirrorMemReport gives the memory of K informers over the bucket in one
+// process, per informer, against the informer over the apiserver.
+func mirrorMemReport(o options, mem []memResult, n int) string {
+	type key struct {
+		consumer string
+		k        int
+	}
+	base := map[int]memResult{}
+	by := map[key][]memResult{}
+	var order []key
+	for _, m := range mem {
+		if m.Objects != n {
+			continue
+		}
+		if m.Consumer == "informer" {
+			base[m.Run] = m
+		}
+		k := key{m.Consumer, m.Informers}
+		if _, ok := by[k]; !ok {
+			order = append(order, k)
+		}
+		by[k] = append(by[k], m)
+	}
+	if len(order) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n#### Memory per informer, %d ConfigMaps in each informer's cache (after the sync, heap after a forced GC); medians of %d runs\n\n", n, o.runs)
+	b.WriteString("One process: the baseline `bench watch -memory` (one informer over the apiserver), or `bench mirrorwatch -memory -consumers K` (K informers over the bucket, one NATS connection, a ListerWatcher each). Per informer: the process's heap or RSS / K; a ratio is that over the baseline's of the same run.\n\n")
+	b.WriteString("| consumer | informers | heap | heap per informer | ratio to baseline | RSS | RSS per informer | ratio to baseline |\n|---|---|---|---|---|---|---|---|\n")
+	one := map[int]memResult{}
+	for _, m := range by[key{"mirror", 1}] {
+		one[m.Run] = m
+	}
+	var marginal []string
+	for _, k := range order {
+		ms := by[k]
+		per := func(f func(memResult) int64) func(memResult) float64 {
+			return func(m memResult) float64 { return float64(f(m)) / float64(max(m.Informers, 1)) }
+		}
+		heap := func(m memResult) int64 { return m.HeapBytes }
+		rss := func(m memResult) int64 { return m.RSSBytes }
+		ratio := func(f func(memResult) int64) float64 {
+			return medianOf(ms, func(m memResult) float64 { return per(f)(m) / float64(f(base[m.Run])) })
+		}
+		name := k.consumer
+		if name == "informer" {
+			name = "baseline (apiserver)"
+		}
+		fmt.Fprintf(&b, "| %s | %d | %.1f MiB | %.1f MiB | %.2f | %.1f MiB | %.1f MiB | %.2f |\n", name, k.k,
+			medianOf(ms, func(m memResult) float64 { return mib(m.HeapBytes) }), medianOf(ms, per(heap))/(1<<20), ratio(heap),
+			medianOf(ms, func(m memResult) float64 { return mib(m.RSSBytes) }), medianOf(ms, per(rss))/(1<<20), ratio(rss))
+		if k.consumer == "mirror" && k.k > 1 && len(one) > 0 {
+			// What one more informer costs: the growth over one informer's
+			// process, per added informer.
+			add := func(f func(memResult) int64) float64 {
+				return medianOf(ms, func(m memResult) float64 { return float64(f(m)-f(one[m.Run])) / float64(k.k-1) })
+			}
+			marginal = append(marginal, fmt.Sprintf("%d informers: heap %.1f MiB, RSS %.1f MiB", k.k, add(heap)/(1<<20), add(rss)/(1<<20)))
+		}
+	}
+	if len(marginal) > 0 {
+		fmt.Fprintf(&b, "\nEach informer beyond the first (the growth over the one-informer process / (K-1), median over runs): %s.\n", strings.Join(marginal, "; "))
+	}
+	return b.String()
+}
+
+// pairRatio is the median over runs of a's delivered/s over b's, for the
+// runs that measured both ("" when none did).
+func pairRatio(byConsumer map[string][]result, a, b string) string {
+	perRun := map[int]result{}
+	for _, r := range byConsumer[b] {
+		perRun[r.Run] = r
+	}
+	var xs []float64
+	for _, r := range byConsumer[a] {
+		if o, ok := perRun[r.Run]; ok && o.perSecond() > 0 {
+			xs = append(xs, r.perSecond()/o.perSecond())
+		}
+	}
+	if len(xs) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%.2f", median(xs))
 }
