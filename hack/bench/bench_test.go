@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/kubebridge/kubebridge/internal/testenv"
+	"github.com/kubebridge/kubebridge/pkg/components"
+	"github.com/kubebridge/kubebridge/pkg/config"
 )
 
 // The bench re-executes its own binary as the baseline watcher; in tests
@@ -167,4 +169,68 @@ func TestShardsSmoke(t *testing.T) {
 		}
 	}
 	t.Log(rep)
+}
+
+// The bridge configs of the kafka consumers and of the mirror phase pass
+// the bridge's own validation, and name the measurement's topics.
+func TestBenchConfigsValidate(t *testing.T) {
+	b := &bed{natsURL: "nats://127.0.0.1:4222", kafka: &kafkaBroker{}}
+	brokers := []string{"127.0.0.1:9092"}
+	for _, c := range []string{"kafka", "kafka-state"} {
+		change, tmpl, state := kafkaTopics(c, "bench-"+c+"-0-1")
+		cfg := ruleConfig(kafkaSink(brokers, change, tmpl), "bench-"+c+"-0-1")
+		if _, _, err := config.Parse(c, []byte(cfg), components.SinkRegistry()); err != nil {
+			t.Errorf("%s: %v\n%s", c, err, cfg)
+		}
+		if change != "bench.bench-"+c+"-0-1" || (c == "kafka-state") != (state == "bench-state.bench-"+c+"-0-1.bench") {
+			t.Errorf("%s: topics %q, %q", c, change, state)
+		}
+	}
+	cfg := ruleConfig("nats: {url: "+b.natsURL+", mirror: {}}", mirrorNamespace)
+	if _, _, err := config.Parse("mirror", []byte(cfg), components.SinkRegistry()); err != nil {
+		t.Errorf("mirror: %v\n%s", err, cfg)
+	}
+}
+
+// The mirror report takes ratios within each run and their median, and
+// memory per informer against the baseline of the same run.
+func TestMirrorReport(t *testing.T) {
+	mr := mirrorResults{Fill: []mirrorFill{{Objects: 100, Keys: 100, Seconds: 2, Ready: 1, CPU: 1, PeakRSS: 50 << 20}}}
+	for run, secs := range []float64{1, 0.5, 2} { // mirror/baseline: 0.5, 0.25, 1
+		mr.Starts = append(mr.Starts,
+			startResult{Phase: "mirror", Consumer: "baseline", Objects: 100, Run: run + 1, Seconds: 2, CPU: 1, PeakRSS: 40 << 20, Events: 100},
+			startResult{Phase: "mirror", Consumer: "mirror", Objects: 100, Run: run + 1, Seconds: secs, CPU: 0.5, PeakRSS: 20 << 20, Events: 100})
+		mr.Memory = append(mr.Memory,
+			memResult{Consumer: "informer", Objects: 100, Run: run + 1, Informers: 1, HeapBytes: 10 << 20, RSSBytes: 40 << 20},
+			memResult{Consumer: "mirror", Objects: 100, Run: run + 1, Informers: 1, HeapBytes: 8 << 20, RSSBytes: 30 << 20},
+			memResult{Consumer: "mirror", Objects: 100, Run: run + 1, Informers: 3, HeapBytes: 24 << 20, RSSBytes: 60 << 20})
+	}
+	rep := mirrorReport(options{runs: 3}, mr)
+	for _, s := range []string{
+		"| 1 | 2.00 s | 1.00 s | 0.50 |",
+		"| 2 | 2.00 s | 0.50 s | 0.25 |",
+		"| 3 | 2.00 s | 2.00 s | 1.00 |",
+		"| **median** | 2.00 s | 1.00 s | **0.50** | 1.00 | 0.50 | **0.50** | 40 MiB | 20 MiB | **0.50** |",
+		"| baseline (apiserver) | 1 | 10.0 MiB | 10.0 MiB | 1.00 |",
+		"| mirror | 3 | 24.0 MiB | 8.0 MiB | 0.80 | 60.0 MiB | 20.0 MiB | 0.50 |",
+		"3 informers: heap 8.0 MiB, RSS 15.0 MiB",
+	} {
+		if !strings.Contains(rep, s) {
+			t.Errorf("report has no %q:\n%s", s, rep)
+		}
+	}
+}
+
+// Kafka against JetStream is taken run by run.
+func TestPairRatio(t *testing.T) {
+	by := map[string][]result{
+		"jetstream": {{Run: 1, Events: 100, Seconds: 1}, {Run: 2, Events: 100, Seconds: 2}},
+		"kafka":     {{Run: 1, Events: 100, Seconds: 2}, {Run: 2, Events: 100, Seconds: 1}, {Run: 3, Events: 1, Seconds: 1}},
+	}
+	if got := pairRatio(by, "kafka", "jetstream"); got != "1.25" { // 0.5 and 2, run 3 unpaired
+		t.Errorf("kafka / jetstream: %s, want 1.25", got)
+	}
+	if got := pairRatio(by, "kafka-state", "jetstream"); got != "" {
+		t.Errorf("no kafka-state: %q", got)
+	}
 }

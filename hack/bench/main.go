@@ -366,11 +366,14 @@ type result struct {
 	Duplicate int    `json:"duplicates"` // events delivered more than once
 	// OutOfOrder counts first deliveries older than an earlier one of
 	// their object (must be 0).
-	OutOfOrder int             `json:"outOfOrder"`
-	Seconds    float64         `json:"seconds"`    // first write to last event
-	CPU        float64         `json:"cpuSeconds"` // user+system of the consumer process
-	MaxRSS     int64           `json:"maxRSSBytes"`
-	Latency    []time.Duration `json:"-"`
+	OutOfOrder int     `json:"outOfOrder"`
+	Seconds    float64 `json:"seconds"` // first write to last event
+	// Tail is from the load's last acknowledged write to the last event:
+	// how far behind the apiserver's writes the consumer ended.
+	Tail    float64         `json:"tailSeconds"`
+	CPU     float64         `json:"cpuSeconds"` // user+system of the consumer process
+	MaxRSS  int64           `json:"maxRSSBytes"`
+	Latency []time.Duration `json:"-"`
 	// P99ByType is the p99 latency of added, updated and deleted events:
 	// only first deliveries of an object wait for the write-ahead intent.
 	P99ByType map[string]time.Duration `json:"p99ByType,omitempty"`
@@ -382,8 +385,8 @@ type result struct {
 func (r result) perSecond() float64 { return float64(r.Events) / r.Seconds }
 
 func (r result) String() string {
-	s := fmt.Sprintf("run %d %-13s %6d/%d events in %6.2fs = %7.0f/s, cpu %.2fs, maxrss %d MiB",
-		r.Run, r.Consumer, r.Events, r.Changes, r.Seconds, r.perSecond(), r.CPU, r.MaxRSS>>20)
+	s := fmt.Sprintf("run %d %-13s %6d/%d events in %6.2fs = %7.0f/s (tail %.2fs), cpu %.2fs, maxrss %d MiB",
+		r.Run, r.Consumer, r.Events, r.Changes, r.Seconds, r.perSecond(), r.Tail, r.CPU, r.MaxRSS>>20)
 	if r.Rate > 0 {
 		s = fmt.Sprintf("paced %d/s: ", r.Rate) + s
 	}
@@ -440,6 +443,7 @@ func (b *bed) measureBaseline(ctx context.Context, consumer string, l *load, res
 		_ = cmd.Wait()
 		return err
 	}
+	end := time.Now()
 	// It exits once every change arrived; a stalled one is stopped.
 	stall := time.AfterFunc(60*time.Second, func() { _ = cmd.Process.Signal(syscall.SIGTERM) })
 	defer stall.Stop()
@@ -455,6 +459,7 @@ func (b *bed) measureBaseline(ctx context.Context, consumer string, l *load, res
 	}
 	res.Events = int(rep.Events)
 	res.Seconds = time.Unix(0, rep.LastNanos).Sub(start).Seconds()
+	res.Tail = time.Unix(0, rep.LastNanos).Sub(end).Seconds()
 	res.MaxRSS = rep.PeakRSSBytes
 	usage(cmd, res)
 	return nil
@@ -562,6 +567,7 @@ func (b *bed) measureBridge(ctx context.Context, consumer string, l *load, res *
 	if err != nil {
 		return err
 	}
+	end := time.Now()
 	// Wait for every change, or until nothing arrived for 30s.
 	if !c.waitFor(res.Changes, 30*time.Second, time.Time{}) {
 		log.Printf("%s: stalled at %d of %d events", consumer, c.unique(), res.Changes)
@@ -575,6 +581,7 @@ func (b *bed) measureBridge(ctx context.Context, consumer string, l *load, res *
 	defer c.mu.Unlock()
 	res.Events, res.Duplicate, res.OutOfOrder = len(c.ids), c.dups, c.outOfOrder
 	res.Seconds = c.lastNew.Sub(start).Seconds()
+	res.Tail = c.lastNew.Sub(end).Seconds()
 	res.Latency = c.lat
 	res.P50, res.P99, res.Max = quantile(c.lat, 0.5), quantile(c.lat, 0.99), quantile(c.lat, 1)
 	res.P99ByType = map[string]time.Duration{}

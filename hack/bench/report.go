@@ -90,12 +90,13 @@ func report(o options, res results) string {
 	cborCol := len(baselineCBOR) > 0 && len(baseline) > 0
 	if len(order) > 0 {
 		fmt.Fprintf(&b, "\n### Throughput: %d ConfigMaps created, updated, deleted (%d changes) as fast as the apiserver takes them; medians of %d runs\n\n", o.n, 3*o.n, o.runs)
+		b.WriteString("Delivered/s: unique events from the first write to the last event; tail: from the load's last acknowledged write to the last event (how far behind the apiserver the consumer ended).\n\n")
 		head, cols := "| consumer | delivered/s | ratio to baseline |", "|---|---|---|"
 		if cborCol {
 			head, cols = head+" ratio to baseline-cbor |", cols+"---|"
 		}
-		b.WriteString(head + " latency p50 | p99 | max | CPU s per 10k events | peak RSS | delivered / changes | duplicates | out of order |\n")
-		b.WriteString(cols + "---|---|---|---|---|---|---|---|\n")
+		b.WriteString(head + " tail after the load | latency p50 | p99 | max | CPU s per 10k events | peak RSS | delivered / changes | duplicates | out of order |\n")
+		b.WriteString(cols + "---|---|---|---|---|---|---|---|---|\n")
 		for _, c := range order {
 			rs := byConsumer[c]
 			ratioTo := func(base map[int]result) string {
@@ -112,8 +113,8 @@ func report(o options, res results) string {
 				lat = fmt.Sprintf("%v | %v | %v", medianDur(rs, func(r result) time.Duration { return r.P50 }),
 					medianDur(rs, func(r result) time.Duration { return r.P99 }), medianDur(rs, func(r result) time.Duration { return r.Max }))
 			}
-			fmt.Fprintf(&b, "| %s | %.0f | %s | %s | %.2f | %.0f MiB | %.0f / %d | %.0f | %.0f |\n", c,
-				medianOf(rs, result.perSecond), ratio, lat,
+			fmt.Fprintf(&b, "| %s | %.0f | %s | %.2f s | %s | %.2f | %.0f MiB | %.0f / %d | %.0f | %.0f |\n", c,
+				medianOf(rs, result.perSecond), ratio, medianOf(rs, func(r result) float64 { return r.Tail }), lat,
 				medianOf(rs, func(r result) float64 { return r.CPU / float64(r.Events) * 10000 }),
 				medianOf(rs, func(r result) float64 { return float64(r.MaxRSS) / (1 << 20) }),
 				medianOf(rs, func(r result) float64 { return float64(r.Events) }), rs[0].Changes,
