@@ -39,9 +39,9 @@ func TestBenchSmoke(t *testing.T) {
 	if _, err := testenv.ToolsDir(); err != nil {
 		testenv.SkipOrFail(t, err)
 	}
-	o := options{n: 100, runs: 1, workers: 8, consumers: "baseline,baseline-cbor,nats,jetstream,webhook,file", latencyRate: 300, latencyN: 50, memory: "300",
+	o := options{n: 100, runs: 1, workers: 8, consumers: "baseline,baseline-cbor,nats,jetstream,webhook,file,kafka,kafka-state", latencyRate: 300, latencyN: 50, memory: "300",
 		cold: "200", slow: "5ms,2ms>20ms,nats", slowRate: 1000, slowN: 50, slowMax: time.Minute, slowSample: 100 * time.Millisecond,
-		outage: 6 * time.Second, outageRate: 30, outageLive: 100, outageSample: 2 * time.Second}
+		outage: 6 * time.Second, outageRate: 30, outageLive: 100, outageSample: 2 * time.Second, mirror: "200", mirrorConsumers: "1,2"}
 	res, err := run(o)
 	if err != nil {
 		t.Fatal(err)
@@ -55,7 +55,7 @@ func TestBenchSmoke(t *testing.T) {
 			t.Errorf("%s: latency p50 %v p99 %v max %v over %d samples", r.Consumer, r.P50, r.P99, r.Max, len(r.Latency))
 		}
 	}
-	if want := 6 + 4; len(all) != want {
+	if want := 8 + 6; len(all) != want {
 		t.Errorf("%d measurements, want %d", len(all), want)
 	}
 	if want := 2 * len(memConsumers); len(mem) != want {
@@ -105,13 +105,34 @@ func TestBenchSmoke(t *testing.T) {
 		t.Errorf("outage: %v, %d samples, last %+v", out, len(out.Samples), last)
 	}
 
+	// The mirror: the bucket filled, both consumers listed every object,
+	// and the memory runs saw them cached.
+	if mr := res.Mirror; mr == nil || len(mr.Fill) != 1 || len(mr.Starts) != 2 || len(mr.Memory) != 3 {
+		t.Errorf("mirror measurements: %+v", mr)
+	} else {
+		if f := mr.Fill[0]; f.Keys != 200 || f.Seconds <= 0 {
+			t.Errorf("mirror fill: %s", f)
+		}
+		for _, r := range mr.Starts {
+			if r.Events != 200 || r.Seconds <= 0 || r.CPU <= 0 || r.PeakRSS <= 0 {
+				t.Errorf("mirror: %s", r)
+			}
+		}
+		for _, m := range mr.Memory {
+			if m.HeapBytes <= 0 || m.RSSBytes <= 0 {
+				t.Errorf("mirror: %s", m)
+			}
+		}
+	}
+
 	rep := report(o, res)
 	for _, c := range append(strings.Split(o.consumers, ","), memConsumers...) {
 		if !strings.Contains(rep, "| "+c+" |") {
 			t.Errorf("report has no row for %s:\n%s", c, rep)
 		}
 	}
-	for _, s := range []string{"### Cold start: 200", "### Warm restart: 200", "| 2ms>20ms |", "#### 2ms>20ms, run 1", "#### Memory during the outage", "machine: "} {
+	for _, s := range []string{"### Cold start: 200", "### Warm restart: 200", "| 2ms>20ms |", "#### 2ms>20ms, run 1", "#### Memory during the outage", "machine: ",
+		"### The view from the bus: 200 ConfigMaps", "| mirror | 2 |", "Against jetstream"} {
 		if !strings.Contains(rep, s) {
 			t.Errorf("report has no %q:\n%s", s, rep)
 		}
