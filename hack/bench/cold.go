@@ -56,7 +56,9 @@ func (r startResult) String() string {
 }
 
 // coldConsumers are the cold runs' consumers: baseline, baseline-cbor,
-// nats, nats-json.
+// nats, nats-json, jetstream, kafka, kafka-state.
+var coldKinds = []string{"baseline", "baseline-cbor", "nats", "nats-json", "jetstream", "kafka", "kafka-state"}
+
 func coldConsumers(o options) ([]string, error) {
 	spec := o.coldConsumers
 	if spec == "" {
@@ -67,8 +69,8 @@ func coldConsumers(o options) ([]string, error) {
 	}
 	cs := strings.Split(spec, ",")
 	for _, c := range cs {
-		if !slices.Contains([]string{"baseline", "baseline-cbor", "nats", "nats-json"}, c) {
-			return nil, fmt.Errorf("-cold-consumers: %q is not one of baseline, baseline-cbor, nats, nats-json", c)
+		if !slices.Contains(coldKinds, c) {
+			return nil, fmt.Errorf("-cold-consumers: %q is not one of %s", c, strings.Join(coldKinds, ", "))
 		}
 	}
 	return cs, nil
@@ -171,20 +173,42 @@ func (b *bed) coldBaseline(consumer, ns string, n, run int) (startResult, error)
 }
 
 // coldBridge starts the bridge with a fresh checkpoint, one rule on the
-// namespace and a NATS core sink, and times it until the subscriber has
+// namespace and the consumer's sink (NATS core; JetStream on a stream
+// deleted first; Kafka on topics of this run's own), and times it until the subscriber has
 // all n events; then it stops it (SIGTERM: the checkpoint is written) and
 // starts it again from that checkpoint, timing it until ready and counting
 // what it delivers (nothing changed, so nothing should arrive).
 func (b *bed) coldBridge(consumer, ns string, n, run int) ([]startResult, error) {
 	c := newCollector()
-	closeSub, err := natsReceiver(b.natsURL, c)
+	name := fmt.Sprintf("cold-%s-%d-%d", consumer, n, run)
+	defer os.Remove(filepath.Join(b.dir, name+".checkpoint"))
+	cfg := b.bridgeConfig(consumer, ns, "", "")
+	var closeSub func()
+	var err error
+	if isKafka(consumer) {
+		k, err := b.kafkaBroker()
+		if err != nil {
+			return nil, err
+		}
+		change, tmpl, state := kafkaTopics(consumer, name) // this run's own
+		if err := k.createTopics(context.Background(), change, state); err != nil {
+			return nil, err
+		}
+		defer k.deleteTopics(context.Background(), change, state)
+		cfg = ruleConfig(kafkaSink(k.brokers(), change, tmpl), ns)
+		closeSub, err = kafkaReceiver(k.brokers(), change, c)
+	} else {
+		if consumer == "jetstream" {
+			// A fresh stream: no message of an earlier run to adopt, no
+			// ids in its duplicate window.
+			_ = b.js.DeleteStream(context.Background(), "BENCH")
+		}
+		closeSub, err = natsReceiver(b.natsURL, c)
+	}
 	if err != nil {
 		return nil, err
 	}
 	defer closeSub()
-	name := fmt.Sprintf("cold-%s-%d-%d", consumer, n, run)
-	defer os.Remove(filepath.Join(b.dir, name+".checkpoint"))
-	cfg := b.bridgeConfig(consumer, ns, "", "")
 	args := bridgeArgs(consumer)
 	var profiled chan struct{}
 	if b.profile != "" {

@@ -31,11 +31,12 @@ const kafkaPartitions = 4
 func isKafka(consumer string) bool { return consumer == "kafka" || consumer == "kafka-state" }
 
 // kafkaTopics are one measurement's change topic and, for kafka-state,
-// the state topic's template and name (the rule is "bench").
-func kafkaTopics(consumer, ns string) (change, stateTemplate, state string) {
-	change = "bench." + ns
+// the state topic's template and name (the rule is "bench"), named after
+// key (the measurement's namespace, or a cold run's name).
+func kafkaTopics(consumer, key string) (change, stateTemplate, state string) {
+	change = "bench." + key
 	if consumer == "kafka-state" {
-		stateTemplate = "bench-state." + ns + ".{rule}"
+		stateTemplate = "bench-state." + key + ".{rule}"
 		state = strings.ReplaceAll(stateTemplate, "{rule}", "bench")
 	}
 	return change, stateTemplate, state
@@ -60,6 +61,19 @@ func startKafka(dir string) (*kafkaBroker, error) {
 		return nil, err
 	}
 	return &kafkaBroker{cluster: c, admin: kadm.NewClient(cl), client: cl}, nil
+}
+
+// kafkaBroker is the bench's broker, started on first use (and closed
+// when run returns).
+func (b *bed) kafkaBroker() (*kafkaBroker, error) {
+	if b.kafka == nil {
+		k, err := startKafka(b.dir)
+		if err != nil {
+			return nil, fmt.Errorf("kfake: %w", err)
+		}
+		b.kafka = k
+	}
+	return b.kafka, nil
 }
 
 func (k *kafkaBroker) brokers() []string { return k.cluster.ListenAddrs() }

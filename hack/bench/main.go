@@ -91,7 +91,7 @@ func main() {
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (logs, checkpoint, sink files)")
 	flag.StringVar(&o.profile, "profile", "", "write a 10s CPU profile of each bridge throughput run into this directory")
 	flag.StringVar(&o.cold, "cold", "", "object counts of the cold start and warm restart runs, e.g. 20000,100000 (empty: none)")
-	flag.StringVar(&o.coldConsumers, "cold-consumers", "", "consumers of the cold runs: baseline, baseline-cbor, nats, nats-json (default baseline,nats; with -cbor also baseline-cbor,nats-json)")
+	flag.StringVar(&o.coldConsumers, "cold-consumers", "", "consumers of the cold runs: baseline, baseline-cbor, nats, nats-json, jetstream, kafka, kafka-state (default baseline,nats; with -cbor also baseline-cbor,nats-json)")
 	flag.StringVar(&o.slow, "slow", "", "slow sink cases, comma-separated: a webhook delay per request (20ms), a step (20ms>200ms: the delay changes halfway through the load), or nats (NATS core); empty: none")
 	flag.IntVar(&o.slowRate, "slow-rate", 1000, "changes per second offered in the slow runs")
 	flag.IntVar(&o.slowN, "slow-n", 2000, "ConfigMaps per slow run (3 changes each)")
@@ -195,6 +195,7 @@ type bed struct {
 	workers    int
 	profile    string
 	kafka      *kafkaBroker // started when a consumer needs it
+	natsServer *testenv.NATS
 }
 
 // isBaseline says whether consumer is a bare client-go watch.
@@ -278,18 +279,17 @@ func run(o options) (res results, err error) {
 	if err != nil {
 		return res, err
 	}
-	b := &bed{dir: dir, kubeconfig: kc, bridge: bin, self: self, cs: cs, natsURL: ns.ClientURL(), js: js, workers: o.workers, profile: o.profile}
+	b := &bed{dir: dir, kubeconfig: kc, bridge: bin, self: self, cs: cs, natsURL: ns.ClientURL(), js: js, workers: o.workers, profile: o.profile, natsServer: ns}
 
 	var consumers []string
 	if o.consumers != "" {
 		consumers = strings.Split(o.consumers, ",")
 	}
-	if slices.ContainsFunc(consumers, isKafka) {
-		if b.kafka, err = startKafka(dir); err != nil {
-			return res, fmt.Errorf("kfake: %w", err)
+	defer func() {
+		if b.kafka != nil {
+			b.kafka.close()
 		}
-		defer b.kafka.close()
-	}
+	}()
 	for r := 1; r <= o.runs && o.n > 0; r++ {
 		for _, c := range consumers {
 			m, err := b.measure(c, r, o.n, 0)
@@ -491,7 +491,11 @@ func (b *bed) bridgeConfig(consumer, ns, hookURL, file string) string {
 		sink = "file: {path: " + file + ", maxSizeMB: 4096}"
 	case "kafka", "kafka-state":
 		change, stateTemplate, _ := kafkaTopics(consumer, ns)
-		sink = kafkaSink(b.kafka.brokers(), change, stateTemplate)
+		var brokers []string
+		if b.kafka != nil {
+			brokers = b.kafka.brokers()
+		}
+		sink = kafkaSink(brokers, change, stateTemplate)
 	}
 	return ruleConfig(sink, ns)
 }
@@ -534,12 +538,16 @@ func (b *bed) measureBridge(ctx context.Context, consumer string, l *load, res *
 		go func() { fileDone <- fileReceiver(file, c, stopFile) }()
 		defer func() { close(stopFile); <-fileDone }()
 	case "kafka", "kafka-state":
-		change, _, state := kafkaTopics(consumer, l.ns)
-		if err := b.kafka.createTopics(ctx, change, state); err != nil {
+		k, err := b.kafkaBroker()
+		if err != nil {
 			return err
 		}
-		defer b.kafka.deleteTopics(context.Background(), change, state)
-		closeRecv, err := kafkaReceiver(b.kafka.brokers(), change, c)
+		change, _, state := kafkaTopics(consumer, l.ns)
+		if err := k.createTopics(ctx, change, state); err != nil {
+			return err
+		}
+		defer k.deleteTopics(context.Background(), change, state)
+		closeRecv, err := kafkaReceiver(k.brokers(), change, c)
 		if err != nil {
 			return err
 		}

@@ -34,12 +34,20 @@ type memResult struct {
 	// Informers is, in the mirror phase, how many informers the process
 	// ran (each holding every object).
 	Informers int `json:"informers,omitempty"`
+	// Disconnects are the NATS connections the mirror's process lost
+	// until its informers synced; SlowConsumers, the clients the server
+	// cut off as slow consumers meanwhile.
+	Disconnects   int64 `json:"disconnects,omitempty"`
+	SlowConsumers int64 `json:"slowConsumers,omitempty"`
+	// Seconds is from the process start until every informer synced.
+	Seconds float64 `json:"seconds,omitempty"`
 }
 
 func (m memResult) String() string {
 	s := fmt.Sprintf("memory run %d %-22s %6d objects: heap %6.1f MiB, rss %6.1f MiB", m.Run, m.Consumer, m.Objects, mib(m.HeapBytes), mib(m.RSSBytes))
 	if m.Informers > 0 {
-		s += fmt.Sprintf(" (%d informers: heap %.1f MiB, rss %.1f MiB each)", m.Informers, mib(m.HeapBytes)/float64(m.Informers), mib(m.RSSBytes)/float64(m.Informers))
+		s += fmt.Sprintf(" (%d informers: heap %.1f MiB, rss %.1f MiB each; synced after %.2fs, %d NATS disconnects, %d slow consumers)",
+			m.Informers, mib(m.HeapBytes)/float64(m.Informers), mib(m.RSSBytes)/float64(m.Informers), m.Seconds, m.Disconnects, m.SlowConsumers)
 	}
 	return s
 }

@@ -234,13 +234,20 @@ func (b *bed) mirrorMemory(m *memResult) error {
 	if err != nil {
 		return err
 	}
+	slow := b.slowConsumers()
+	started := time.Now()
 	if err := cmd.Start(); err != nil {
 		return err
 	}
 	defer func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() }()
 	lines := bufio.NewScanner(out)
 	lines.Buffer(nil, 1<<20)
-	if !lines.Scan() || lines.Text() != "synced" || !lines.Scan() {
+	if !lines.Scan() || lines.Text() != "synced" {
+		return fmt.Errorf("mirrorwatch did not sync")
+	}
+	m.Seconds = time.Since(started).Seconds()
+	m.SlowConsumers = b.slowConsumers() - slow
+	if !lines.Scan() {
 		return fmt.Errorf("mirrorwatch did not report")
 	}
 	var rep watchReport
@@ -250,13 +257,27 @@ func (b *bed) mirrorMemory(m *memResult) error {
 	if rep.Objects != m.Objects {
 		return fmt.Errorf("an informer cached %d objects, want %d", rep.Objects, m.Objects)
 	}
-	m.HeapBytes, m.RSSBytes = rep.HeapBytes, rep.RSSBytes
+	m.HeapBytes, m.RSSBytes, m.Disconnects = rep.HeapBytes, rep.RSSBytes, rep.Disconnects
 	return nil
 }
 
+// slowConsumers is how many clients the bench's nats-server cut off as
+// slow consumers so far.
+func (b *bed) slowConsumers() int64 {
+	if b.natsServer == nil || b.natsServer.Server == nil {
+		return 0
+	}
+	v, err := b.natsServer.Varz(nil)
+	if err != nil {
+		return 0
+	}
+	return v.SlowConsumers
+}
+
 // mirrorWatchMain is the consumer of the mirror: -consumers client-go
-// shared informers over pkg/mirror's ListerWatcher on the bucket (one
-// NATS connection, a ListerWatcher each), unstructured with the
+// shared informers over pkg/mirror's ListerWatcher on the bucket (a NATS
+// connection and a ListerWatcher each, as separate consumers would have;
+// with -shared-conn one connection for all), unstructured with the
 // namespace index as the baseline's dynamic informer, a handler that only
 // counts. With -initial N it reports (as `watch -initial` does) once
 // every informer's handler got N adds of the initial list, and exits;
@@ -270,6 +291,7 @@ func mirrorWatchMain(args []string) error {
 	consumers := fs.Int("consumers", 1, "informers over the bucket")
 	memory := fs.Bool("memory", false, "report memory after every informer synced, then wait")
 	initial := fs.Int64("initial", 0, "report and exit once every handler got this many adds of the initial list")
+	shared := fs.Bool("shared-conn", false, "one NATS connection for every informer")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -278,18 +300,25 @@ func mirrorWatchMain(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	nc, err := natsgo.Connect(*url)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
-	kv, err := js.KeyValue(ctx, *bucket)
-	if err != nil {
-		return fmt.Errorf("bucket %s: %w", *bucket, err)
+	var disconnects atomic.Int64
+	var kv jetstream.KeyValue
+	bucketOf := func() (jetstream.KeyValue, error) {
+		if kv != nil && *shared {
+			return kv, nil
+		}
+		nc, err := natsgo.Connect(*url, natsgo.MaxReconnects(-1),
+			natsgo.DisconnectErrHandler(func(*natsgo.Conn, error) { disconnects.Add(1) }))
+		if err != nil {
+			return nil, err
+		}
+		js, err := jetstream.New(nc)
+		if err != nil {
+			return nil, err
+		}
+		if kv, err = js.KeyValue(ctx, *bucket); err != nil {
+			return nil, fmt.Errorf("bucket %s: %w", *bucket, err)
+		}
+		return kv, nil
 	}
 	obj := &unstructured.Unstructured{}
 	obj.SetAPIVersion("v1")
@@ -302,6 +331,10 @@ func mirrorWatchMain(args []string) error {
 	var once sync.Once
 	infs := make([]cache.SharedIndexInformer, *consumers)
 	for i := range infs {
+		kv, err := bucketOf()
+		if err != nil {
+			return err
+		}
 		lw := mirror.NewListerWatcher(kv, mirror.Options{Object: obj})
 		inf := cache.NewSharedIndexInformer(lw, &unstructured.Unstructured{}, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
@@ -343,7 +376,7 @@ func mirrorWatchMain(args []string) error {
 		}
 	}
 	fmt.Println("synced")
-	r := watchReport{Objects: -1, PeakRSSBytes: procStatus(os.Getpid(), "VmHWM:")}
+	r := watchReport{Objects: -1, PeakRSSBytes: procStatus(os.Getpid(), "VmHWM:"), Disconnects: disconnects.Load()}
 	for _, inf := range infs {
 		if n := len(inf.GetStore().ListKeys()); r.Objects < 0 || n < r.Objects {
 			r.Objects = n

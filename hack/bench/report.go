@@ -287,7 +287,7 @@ func coldReport(o options, cold []startResult) string {
 	h, d := ratioHead()
 	var b strings.Builder
 	for _, n := range ns {
-		fmt.Fprintf(&b, "\n### Cold start: %d existing ConfigMaps, each consumer started fresh (bridge: empty checkpoint, NATS core); medians of %d runs\n\n", n, o.runs)
+		fmt.Fprintf(&b, "\n### Cold start: %d existing ConfigMaps, each consumer started fresh (bridge: empty checkpoint; nats: NATS core, jetstream: a new stream, kafka: new topics); medians of %d runs\n\n", n, o.runs)
 		b.WriteString("Time is from process start until every object was delivered (the bare watch: to its handler; the bridge: to the subscriber); a ratio is the bare watch's time over the consumer's, per run (> 1: faster than the bare watch).\n\n")
 		fmt.Fprintf(&b, "| consumer | time to all delivered |%s ready | CPU s | peak RSS | delivered / objects | duplicates |\n|---|---|%s---|---|---|---|---|\n", h, d)
 		for _, c := range consumers {
@@ -727,8 +727,8 @@ func mirrorMemReport(o options, mem []memResult, n int) string {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "\n#### Memory per informer, %d ConfigMaps in each informer's cache (after the sync, heap after a forced GC); medians of %d runs\n\n", n, o.runs)
-	b.WriteString("One process: the baseline `bench watch -memory` (one informer over the apiserver), or `bench mirrorwatch -memory -consumers K` (K informers over the bucket, one NATS connection, a ListerWatcher each). Per informer: the process's heap or RSS / K; a ratio is that over the baseline's of the same run.\n\n")
-	b.WriteString("| consumer | informers | heap | heap per informer | ratio to baseline | RSS | RSS per informer | ratio to baseline |\n|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("One process: the baseline `bench watch -memory` (one informer over the apiserver), or `bench mirrorwatch -memory -consumers K` (K informers over the bucket, a NATS connection and a ListerWatcher each). Per informer: the process's heap or RSS / K; a ratio is that over the baseline's of the same run. Synced: from the process start until every informer synced; disconnects: NATS connections the process lost meanwhile, and clients the server cut off as slow consumers (most in a run).\n\n")
+	b.WriteString("| consumer | informers | heap | heap per informer | ratio to baseline | RSS | RSS per informer | ratio to baseline | synced after | disconnects / slow consumers |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	one := map[int]memResult{}
 	for _, m := range by[key{"mirror", 1}] {
 		one[m.Run] = m
@@ -748,9 +748,18 @@ func mirrorMemReport(o options, mem []memResult, n int) string {
 		if name == "informer" {
 			name = "baseline (apiserver)"
 		}
-		fmt.Fprintf(&b, "| %s | %d | %.1f MiB | %.1f MiB | %.2f | %.1f MiB | %.1f MiB | %.2f |\n", name, k.k,
+		synced, lost := "-", "-"
+		if k.consumer == "mirror" {
+			var disc, slow int64
+			for _, m := range ms {
+				disc, slow = max(disc, m.Disconnects), max(slow, m.SlowConsumers)
+			}
+			synced = fmt.Sprintf("%.2f s", medianOf(ms, func(m memResult) float64 { return m.Seconds }))
+			lost = fmt.Sprintf("%d / %d", disc, slow)
+		}
+		fmt.Fprintf(&b, "| %s | %d | %.1f MiB | %.1f MiB | %.2f | %.1f MiB | %.1f MiB | %.2f | %s | %s |\n", name, k.k,
 			medianOf(ms, func(m memResult) float64 { return mib(m.HeapBytes) }), medianOf(ms, per(heap))/(1<<20), ratio(heap),
-			medianOf(ms, func(m memResult) float64 { return mib(m.RSSBytes) }), medianOf(ms, per(rss))/(1<<20), ratio(rss))
+			medianOf(ms, func(m memResult) float64 { return mib(m.RSSBytes) }), medianOf(ms, per(rss))/(1<<20), ratio(rss), synced, lost)
 		if k.consumer == "mirror" && k.k > 1 && len(one) > 0 {
 			// What one more informer costs: the growth over one informer's
 			// process, per added informer.

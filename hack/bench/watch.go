@@ -32,6 +32,8 @@ type watchReport struct {
 	PeakRSSBytes int64 `json:"peakRSSBytes"`
 	// CPUSeconds is the process's user+system time when it reported.
 	CPUSeconds float64 `json:"cpuSeconds"`
+	// Disconnects counts the NATS connections lost (mirrorwatch).
+	Disconnects int64 `json:"disconnects,omitempty"`
 }
 
 // watchMain is the baseline: a bare client-go shared informer with a no-op
