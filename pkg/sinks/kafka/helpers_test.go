@@ -50,9 +50,10 @@ func startBroker(t testing.TB, opts ...kfake.Opt) *broker {
 
 func (b *broker) start(t testing.TB) {
 	t.Helper()
+	var c *kfake.Cluster
 	var err error
 	for range 50 { // the port may linger a moment after a Close
-		if b.Cluster, err = kfake.NewCluster(b.opts...); err == nil {
+		if c, err = kfake.NewCluster(b.opts...); err == nil {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -60,13 +61,14 @@ func (b *broker) start(t testing.TB) {
 	if err != nil {
 		t.Fatalf("starting kfake: %v", err)
 	}
-	b.Control(func(kmsg.Request) (kmsg.Response, error, bool) {
-		b.KeepControl()
+	c.Control(func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl() // this cluster's: Restart replaces b.Cluster
 		if b.down.Load() {
 			return nil, errors.New("down"), true
 		}
 		return nil, nil, false
 	})
+	b.Cluster = c
 }
 
 func (b *broker) Restart(t testing.TB) {

@@ -342,6 +342,7 @@ func (s *Sink) createTopic(ctx context.Context, name string, compact bool) error
 			err = r.Err
 		}
 	}
+	var ke *kerr.Error
 	switch {
 	case err == nil:
 		s.logger.Info("kafka topic created", "topic", name, "compacted", compact)
@@ -350,6 +351,9 @@ func (s *Sink) createTopic(ctx context.Context, name string, compact bool) error
 		return nil
 	case ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
 		return sinks.Unavailable(fmt.Errorf("creating topic %s: no answer within %s", name, s.timeout))
+	case ctx.Err() == nil && !errors.As(err, &ke):
+		// Not the broker's answer: it could not be asked.
+		return sinks.Unavailable(fmt.Errorf("creating topic %s: %w", name, err))
 	}
 	return fmt.Errorf("creating topic %s: %w", name, err)
 }
@@ -429,20 +433,14 @@ func (s *Sink) Send(ctx context.Context, events []*event.Event) error {
 	}
 	errs := make([]error, n)
 	left := make([]int, n)   // records of the event not yet resolved
-	next := make([]int, n)   // the next event of the same key that waits for this one, or -1
+	next := make([]int, n)   // the next event of the same key, launched once this one is acknowledged, or -1
 	waits := make([]bool, n) // the event waits for its key's previous event
-	pred := make([]int, n)   // the previous event of the same key, or -1
 	done := make([]bool, n)  // resolved
 	last := make(map[string]int, n)
 	for i, e := range events {
-		next[i], pred[i] = -1, -1
+		next[i] = -1
 		if j, ok := last[e.Key()]; ok {
-			pred[i] = j
-			if events[j].UID() != e.UID() {
-				// Another incarnation: another partition, so Kafka
-				// would not keep their order: one after the other.
-				next[j], waits[i] = i, true
-			}
+			next[j], waits[i] = i, true
 		}
 		last[e.Key()] = i
 	}
@@ -450,12 +448,18 @@ func (s *Sink) Send(ctx context.Context, events []*event.Event) error {
 	results := make(chan result, 2*n)
 	resolved := 0
 	var resolve func(i int, err error)
+	ensured := map[string]error{} // topics made sure of in this Send, and how
 	launch := func(i int) {
 		e := events[i]
 		t := s.topicsOf(e)
 		recs, err := s.records(e, t)
 		if err == nil {
-			err = classify(s.ensureTopics(ctx, t))
+			var seen bool
+			if err, seen = ensured[t.change+"\x00"+t.state]; !seen {
+				err = s.ensureTopics(ctx, t)
+				ensured[t.change+"\x00"+t.state] = err
+			}
+			err = classify(err)
 		}
 		if err != nil {
 			resolve(i, err)
@@ -508,22 +512,16 @@ func (s *Sink) Send(ctx context.Context, events []*event.Event) error {
 			}
 		}
 	}
-	// An object's event acknowledged after an earlier one of the same uid
-	// failed (a state record refused while the change record went
-	// through): reported failed too, so that the retry sends both again,
-	// in order (the destination holds a duplicate).
 	unavailable := false
-	for i := range events {
-		if p := pred[i]; p >= 0 && errs[i] == nil && errs[p] != nil && !sinks.IsPermanent(errs[p]) {
-			errs[i] = notProduced(errs[p])
-		}
-		unavailable = unavailable || sinks.IsUnavailable(errs[i])
+	for _, err := range errs {
+		unavailable = unavailable || sinks.IsUnavailable(err)
 	}
 	if unavailable {
 		if cause := s.diagnose(ctx); cause != nil {
 			for i, err := range errs {
 				if sinks.IsUnavailable(err) {
-					errs[i] = fmt.Errorf("%w (%w)", cause, err)
+					// The refusal's class, the record's story.
+					errs[i] = fmt.Errorf("%w; the records were not produced: %s", cause, err)
 				}
 			}
 		}
