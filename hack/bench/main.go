@@ -111,6 +111,7 @@ func main() {
 	flag.IntVar(&o.shardHandoverRate, "shard-handover-rate", 100, "names created (and deleted 1s later) per second during the handovers")
 	flag.StringVar(&o.mirror, "mirror", "", "ConfigMap counts of the mirror phase, e.g. 20000: an informer over the bridge's KV mirror against one over the apiserver (empty: none)")
 	flag.StringVar(&o.mirrorConsumers, "mirror-consumers", "1,20", "informers in one process of the mirror phase's memory runs (empty: none)")
+	flag.BoolVar(&o.mirrorShared, "mirror-shared-conn", false, "also run the most -mirror-consumers informers on one NATS connection")
 	flag.Parse()
 	o.command = commandLine(os.Args)
 	consumersSet := false
@@ -157,6 +158,7 @@ type options struct {
 	shardHandoverRate   int
 	mirror              string
 	mirrorConsumers     string
+	mirrorShared        bool
 	command             string // as typed, for the report
 }
 

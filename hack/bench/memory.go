@@ -181,6 +181,8 @@ func (b *bed) informerMemory(ns string, m *memResult) error {
 		args = append(args, "-typed")
 	case "informer-secrets":
 		args = append(args, "-resource", "secrets")
+	case "informer-strip":
+		args = append(args, "-strip-managed-fields")
 	}
 	cmd := exec.Command(b.self, args...)
 	cmd.Stderr = os.Stderr

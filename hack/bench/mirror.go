@@ -116,19 +116,32 @@ func (b *bed) mirrorRuns(o options) (mirrorResults, error) {
 			res.Starts = append(res.Starts, base, m)
 		}
 		for r := 1; r <= o.runs && len(ks) > 0; r++ {
-			m := memResult{Consumer: "informer", Objects: n, Run: r, Informers: 1}
-			if err := b.informerMemory(mirrorNamespace, &m); err != nil {
-				return res, fmt.Errorf("mirror memory run %d, informer at %d: %w", r, n, err)
+			// The baseline as it is, and as it would cache what the
+			// bridge's events carry (no managedFields).
+			for _, c := range []string{"informer", "informer-strip"} {
+				m := memResult{Consumer: c, Objects: n, Run: r, Informers: 1}
+				if err := b.informerMemory(mirrorNamespace, &m); err != nil {
+					return res, fmt.Errorf("mirror memory run %d, %s at %d: %w", r, c, n, err)
+				}
+				log.Print(m)
+				res.Memory = append(res.Memory, m)
 			}
-			log.Print(m)
-			res.Memory = append(res.Memory, m)
-			for _, k := range ks {
+			for i, k := range ks {
 				m := memResult{Consumer: "mirror", Objects: n, Run: r, Informers: k}
-				if err := b.mirrorMemory(&m); err != nil {
+				if err := b.mirrorMemory(&m, false); err != nil {
 					return res, fmt.Errorf("mirror memory run %d, %d informers at %d: %w", r, k, n, err)
 				}
 				log.Print(m)
 				res.Memory = append(res.Memory, m)
+				if i == len(ks)-1 && k > 1 && o.mirrorShared {
+					// The most informers again on one connection.
+					m := memResult{Consumer: "mirror-shared", Objects: n, Run: r, Informers: k}
+					if err := b.mirrorMemory(&m, true); err != nil {
+						return res, fmt.Errorf("mirror memory run %d, %d informers on one connection at %d: %w", r, k, n, err)
+					}
+					log.Print(m)
+					res.Memory = append(res.Memory, m)
+				}
 			}
 		}
 	}
@@ -225,10 +238,12 @@ func (b *bed) mirrorConsumer(n, run int) (startResult, error) {
 	return res, nil
 }
 
-// mirrorMemory starts `mirrorwatch -memory -consumers K` and reads its
-// memory once every informer holds the bucket's objects.
-func (b *bed) mirrorMemory(m *memResult) error {
-	cmd := exec.Command(b.self, "mirrorwatch", "-memory", "-url", b.natsURL, "-bucket", mirrorBucket, "-consumers", strconv.Itoa(m.Informers))
+// mirrorMemory starts `mirrorwatch -memory -consumers K` (with
+// sharedConn, -shared-conn) and reads its memory once every informer
+// holds the bucket's objects.
+func (b *bed) mirrorMemory(m *memResult, sharedConn bool) error {
+	cmd := exec.Command(b.self, "mirrorwatch", "-memory", "-url", b.natsURL, "-bucket", mirrorBucket, "-consumers", strconv.Itoa(m.Informers),
+		"-shared-conn="+strconv.FormatBool(sharedConn))
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {

@@ -744,12 +744,10 @@ func mirrorMemReport(o options, mem []memResult, n int) string {
 		ratio := func(f func(memResult) int64) float64 {
 			return medianOf(ms, func(m memResult) float64 { return per(f)(m) / float64(f(base[m.Run])) })
 		}
-		name := k.consumer
-		if name == "informer" {
-			name = "baseline (apiserver)"
-		}
+		name := map[string]string{"informer": "baseline (apiserver)", "informer-strip": "baseline, managedFields stripped",
+			"mirror": "mirror", "mirror-shared": "mirror, one NATS connection"}[k.consumer]
 		synced, lost := "-", "-"
-		if k.consumer == "mirror" {
+		if strings.HasPrefix(k.consumer, "mirror") {
 			var disc, slow int64
 			for _, m := range ms {
 				disc, slow = max(disc, m.Disconnects), max(slow, m.SlowConsumers)

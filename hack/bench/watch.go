@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
@@ -51,6 +52,7 @@ func watchMain(args []string) error {
 	resource := fs.String("resource", "configmaps", "core v1 resource the dynamic informer watches (configmaps, secrets)")
 	memory := fs.Bool("memory", false, "report memory after the sync, then wait")
 	initial := fs.Int64("initial", 0, "report and exit once the handler got this many adds of the initial list")
+	strip := fs.Bool("strip-managed-fields", false, "drop metadata.managedFields before caching (cache.TransformStripManagedFields), as the bridge's events do")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -79,6 +81,11 @@ func watchMain(args []string) error {
 		}
 		gvr := schema.GroupVersionResource{Version: "v1", Resource: *resource}
 		inf = dynamicinformer.NewFilteredDynamicSharedInformerFactory(dyn, 0, *ns, nil).ForResource(gvr).Informer()
+	}
+	if *strip {
+		if err := inf.SetTransform(stripManagedFields); err != nil {
+			return err
+		}
 	}
 	var events, last, initials atomic.Int64
 	done := make(chan struct{})
@@ -141,6 +148,15 @@ func watchMain(args []string) error {
 	case <-ctx.Done():
 	}
 	return json.NewEncoder(os.Stdout).Encode(report())
+}
+
+// stripManagedFields is the usual informer transform that drops
+// metadata.managedFields before an object is cached.
+func stripManagedFields(obj any) (any, error) {
+	if a, err := meta.Accessor(obj); err == nil {
+		a.SetManagedFields(nil)
+	}
+	return obj, nil
 }
 
 // selfCPU is this process's user+system CPU time so far.
