@@ -40,8 +40,8 @@ func TestBenchSmoke(t *testing.T) {
 		testenv.SkipOrFail(t, err)
 	}
 	o := options{n: 100, runs: 1, workers: 8, consumers: "baseline,baseline-cbor,nats,jetstream,webhook,file,kafka,kafka-state", latencyRate: 300, latencyN: 50, memory: "300",
-		cold: "200", slow: "5ms,2ms>20ms,nats", slowRate: 1000, slowN: 50, slowMax: time.Minute, slowSample: 100 * time.Millisecond,
-		outage: 6 * time.Second, outageRate: 30, outageLive: 100, outageSample: 2 * time.Second, mirror: "200", mirrorConsumers: "1,2"}
+		cold: "200", coldConsumers: "baseline,nats,jetstream,kafka-state", slow: "5ms,2ms>20ms,nats", slowRate: 1000, slowN: 50, slowMax: time.Minute, slowSample: 100 * time.Millisecond,
+		outage: 6 * time.Second, outageRate: 30, outageLive: 100, outageSample: 2 * time.Second, mirror: "200", mirrorConsumers: "1,2", mirrorShared: true}
 	res, err := run(o)
 	if err != nil {
 		t.Fatal(err)
@@ -67,9 +67,9 @@ func TestBenchSmoke(t *testing.T) {
 		}
 	}
 
-	// baseline and nats cold, then nats warm.
-	if len(res.Cold) != 3 {
-		t.Errorf("%d cold measurements, want 3: %v", len(res.Cold), res.Cold)
+	// baseline cold, then each sink cold and warm.
+	if len(res.Cold) != 7 {
+		t.Errorf("%d cold measurements, want 7: %v", len(res.Cold), res.Cold)
 	}
 	for _, r := range res.Cold {
 		want := 200
@@ -107,7 +107,7 @@ func TestBenchSmoke(t *testing.T) {
 
 	// The mirror: the bucket filled, both consumers listed every object,
 	// and the memory runs saw them cached.
-	if mr := res.Mirror; mr == nil || len(mr.Fill) != 1 || len(mr.Starts) != 2 || len(mr.Memory) != 3 {
+	if mr := res.Mirror; mr == nil || len(mr.Fill) != 1 || len(mr.Starts) != 2 || len(mr.Memory) != 5 {
 		t.Errorf("mirror measurements: %+v", mr)
 	} else {
 		if f := mr.Fill[0]; f.Keys != 200 || f.Seconds <= 0 {
@@ -132,7 +132,7 @@ func TestBenchSmoke(t *testing.T) {
 		}
 	}
 	for _, s := range []string{"### Cold start: 200", "### Warm restart: 200", "| 2ms>20ms |", "#### 2ms>20ms, run 1", "#### Memory during the outage", "machine: ",
-		"### The view from the bus: 200 ConfigMaps", "| mirror | 2 |", "Against jetstream"} {
+		"### The view from the bus: 200 ConfigMaps", "| mirror | 2 |", "| mirror, one NATS connection | 2 |", "| baseline, managedFields stripped | 1 |", "Against jetstream"} {
 		if !strings.Contains(rep, s) {
 			t.Errorf("report has no %q:\n%s", s, rep)
 		}

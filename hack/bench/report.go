@@ -289,18 +289,21 @@ func coldReport(o options, cold []startResult) string {
 	for _, n := range ns {
 		fmt.Fprintf(&b, "\n### Cold start: %d existing ConfigMaps, each consumer started fresh (bridge: empty checkpoint; nats: NATS core, jetstream: a new stream, kafka: new topics); medians of %d runs\n\n", n, o.runs)
 		b.WriteString("Time is from process start until every object was delivered (the bare watch: to its handler; the bridge: to the subscriber); a ratio is the bare watch's time over the consumer's, per run (> 1: faster than the bare watch).\n\n")
-		fmt.Fprintf(&b, "| consumer | time to all delivered |%s ready | CPU s | peak RSS | delivered / objects | duplicates |\n|---|---|%s---|---|---|---|---|\n", h, d)
+		b.WriteString("After ready: from /readyz (the initial list is in the bridge's cache) to the last event, and the events per second over it: the sink's burst rate.\n\n")
+		fmt.Fprintf(&b, "| consumer | time to all delivered |%s ready | after ready | events/s after ready | CPU s | peak RSS | delivered / objects | duplicates |\n|---|---|%s---|---|---|---|---|---|---|\n", h, d)
 		for _, c := range consumers {
 			rs := filterStarts(cold, "cold", c, n)
 			if len(rs) == 0 {
 				continue
 			}
-			ready := "-"
+			ready, after, rate := "-", "-", "-"
 			if !isBaseline(c) {
 				ready = fmt.Sprintf("%.2f s", medianOf(rs, func(r startResult) float64 { return r.ReadySeconds }))
+				after = fmt.Sprintf("%.2f s", medianOf(rs, func(r startResult) float64 { return r.Seconds - r.ReadySeconds }))
+				rate = fmt.Sprintf("%.0f", medianOf(rs, func(r startResult) float64 { return float64(r.Events) / (r.Seconds - r.ReadySeconds) }))
 			}
-			fmt.Fprintf(&b, "| %s | %.2f s | %s | %s | %.2f | %.0f MiB | %.0f / %d | %.0f |\n", c,
-				medianOf(rs, func(r startResult) float64 { return r.Seconds }), ratios(rs), ready,
+			fmt.Fprintf(&b, "| %s | %.2f s | %s | %s | %s | %s | %.2f | %.0f MiB | %.0f / %d | %.0f |\n", c,
+				medianOf(rs, func(r startResult) float64 { return r.Seconds }), ratios(rs), ready, after, rate,
 				medianOf(rs, func(r startResult) float64 { return r.CPU }),
 				medianOf(rs, func(r startResult) float64 { return mib(r.PeakRSS) }),
 				medianOf(rs, func(r startResult) float64 { return float64(r.Events) }), n,
