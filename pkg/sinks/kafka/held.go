@@ -33,8 +33,14 @@ const (
 	heldFetchBytes = 32 << 20
 )
 
-// heldTimeout bounds a read of a state topic (a variable for tests).
-var heldTimeout = 2 * time.Minute
+// heldTimeout bounds a read of a state topic; heldIdle is how long it
+// waits for records of partitions not read to their watermark yet, in
+// polls of heldPoll (variables for tests).
+var (
+	heldTimeout = 2 * time.Minute
+	heldIdle    = 5 * time.Second
+	heldPoll    = time.Second
+)
 
 // Held reads rule's state topic from the start to each partition's high
 // watermark, with a client of its own, and returns the objects whose
@@ -106,10 +112,24 @@ func (s HoldingSink) Held(ctx context.Context, rule string) ([]sinks.HeldObject,
 
 	held := map[string]*sinks.HeldObject{}
 	skipped := 0
+	idleSince := time.Now()
 	for len(end) > 0 {
-		fetches := cl.PollFetches(ctx)
+		pctx, pcancel := context.WithTimeout(ctx, heldPoll)
+		fetches := cl.PollFetches(pctx)
+		pcancel()
 		if err := ctx.Err(); err != nil {
 			return nil, sinks.Unavailable(fmt.Errorf("reading state topic %s: %d partitions not read to their end: %w", topic, len(end), err))
+		}
+		if fetches.NumRecords() > 0 {
+			idleSince = time.Now()
+		} else if time.Since(idleSince) >= heldIdle {
+			// Nothing more comes though the watermark listed is ahead:
+			// the partition's last records were compacted away (old
+			// tombstones), or it is not fetchable now. What was read
+			// is what it holds; a stale entry left is deleted at the
+			// next read.
+			s.logger.Warn("state topic partitions end before the watermark listed; taken as read", "topic", topic, "rule", rule, "partitions", len(end))
+			break
 		}
 		var ferr error
 		fetches.EachError(func(_ string, _ int32, err error) {
