@@ -44,6 +44,11 @@ type startResult struct {
 	Duplicates int     `json:"duplicates"`
 	CPU        float64 `json:"cpuSeconds"` // until delivered (cold) or ready (restart)
 	PeakRSS    int64   `json:"peakRSSBytes"`
+	// ServerCPU is, in the mirror phase, what serving the consumer cost
+	// from its start to its report: the apiserver's CPU for the baseline,
+	// the bench process's (the embedded nats-server's, and the bench's
+	// own little) for the mirror.
+	ServerCPU float64 `json:"serverCPUSeconds,omitempty"`
 }
 
 func (r startResult) String() string {

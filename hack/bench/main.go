@@ -198,6 +198,7 @@ type bed struct {
 	profile    string
 	kafka      *kafkaBroker // started when a consumer needs it
 	natsServer *testenv.NATS
+	cpDir      string // the control plane's directory (its apiserver is found by it)
 }
 
 // isBaseline says whether consumer is a bare client-go watch.
@@ -281,7 +282,7 @@ func run(o options) (res results, err error) {
 	if err != nil {
 		return res, err
 	}
-	b := &bed{dir: dir, kubeconfig: kc, bridge: bin, self: self, cs: cs, natsURL: ns.ClientURL(), js: js, workers: o.workers, profile: o.profile, natsServer: ns}
+	b := &bed{dir: dir, kubeconfig: kc, bridge: bin, self: self, cs: cs, natsURL: ns.ClientURL(), js: js, workers: o.workers, profile: o.profile, natsServer: ns, cpDir: filepath.Join(dir, "cp")}
 
 	var consumers []string
 	if o.consumers != "" {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -11,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"sync"
@@ -102,13 +104,18 @@ func (b *bed) mirrorRuns(o options) (mirrorResults, error) {
 		log.Print(f)
 		res.Fill = append(res.Fill, f)
 		for r := 1; r <= o.runs; r++ {
+			apiserver := b.apiserverPid()
+			before := procCPU(apiserver)
 			base, err := b.coldBaseline("baseline", mirrorNamespace, n, r)
+			base.ServerCPU = procCPU(apiserver) - before
 			if err != nil {
 				return res, fmt.Errorf("mirror run %d, baseline at %d: %w", r, n, err)
 			}
 			base.Phase = "mirror"
 			log.Print(base)
+			before = selfCPU()
 			m, err := b.mirrorConsumer(n, r)
+			m.ServerCPU = selfCPU() - before
 			if err != nil {
 				return res, fmt.Errorf("mirror run %d, mirror at %d: %w", r, n, err)
 			}
@@ -188,6 +195,24 @@ func (b *bed) mirrorFill(ctx context.Context, n int) (mirrorFill, error) {
 	f.Seconds = time.Since(p.started).Seconds()
 	f.CPU, f.PeakRSS = procCPU(pid), procStatus(pid, "VmHWM:")
 	return f, p.stop()
+}
+
+// apiserverPid finds the bench's kube-apiserver by its --cert-dir, under
+// the bench's control plane directory (0 if not found).
+func (b *bed) apiserverPid() int {
+	want := []byte("--cert-dir=" + filepath.Join(b.cpDir, "apiserver-certs") + "\x00")
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		cmd, err := os.ReadFile(p)
+		if err != nil || !bytes.Contains(cmd, want) {
+			continue
+		}
+		pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+		if err == nil {
+			return pid
+		}
+	}
+	return 0
 }
 
 // countKeys counts the bucket's keys matching filter.
