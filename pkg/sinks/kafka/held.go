@@ -31,6 +31,8 @@ const (
 	maxKey = 256
 	// heldFetchBytes bounds what one fetch brings back.
 	heldFetchBytes = 32 << 20
+	// maxHeldBytes bounds what the objects read keep (names, labels).
+	maxHeldBytes = 512 << 20
 )
 
 // heldTimeout bounds a read of a state topic; heldIdle is how long it
@@ -112,6 +114,7 @@ func (s HoldingSink) Held(ctx context.Context, rule string) ([]sinks.HeldObject,
 
 	held := map[string]*sinks.HeldObject{}
 	skipped := 0
+	size := 0 // what held keeps, about
 	idleSince := time.Now()
 	for len(end) > 0 {
 		pctx, pcancel := context.WithTimeout(ctx, heldPoll)
@@ -154,24 +157,27 @@ func (s HoldingSink) Held(ctx context.Context, rule string) ([]sinks.HeldObject,
 				skipped++
 				return
 			}
-			if r.Value == nil {
+			if old, have := held[uid]; have {
+				size -= heldSize(old)
 				delete(held, uid)
+			}
+			if r.Value == nil {
 				return
 			}
 			o, ok := parseHeld(uid, r.Value)
 			if !ok {
 				skipped++
-				delete(held, uid)
 				return
 			}
-			if _, have := held[uid]; !have && len(held) >= maxHeld {
+			if len(held) >= maxHeld || size+heldSize(o) > maxHeldBytes {
 				overflow = true
 				return
 			}
 			held[uid] = o
+			size += heldSize(o)
 		})
 		if overflow {
-			return nil, sinks.Permanent(fmt.Errorf("state topic %s holds more than %d objects", topic, maxHeld))
+			return nil, sinks.Permanent(fmt.Errorf("state topic %s holds more than %d objects or %d MiB of names and labels", topic, maxHeld, maxHeldBytes>>20))
 		}
 	}
 	if skipped > 0 {
@@ -182,6 +188,15 @@ func (s HoldingSink) Held(ctx context.Context, rule string) ([]sinks.HeldObject,
 		out = append(out, *o)
 	}
 	return out, nil
+}
+
+// heldSize is about what o keeps in memory.
+func heldSize(o *sinks.HeldObject) int {
+	n := 128 + len(o.Namespace) + len(o.Name) + len(o.UID) + len(o.ResourceVersion)
+	for k, v := range o.Labels {
+		n += 32 + len(k) + len(v)
+	}
+	return n
 }
 
 // stateValue is what Held reads of a state record: a structured
