@@ -201,3 +201,6 @@ func describe(rs []*kgo.Record) string {
 	}
 	return s
 }
+
+// kfakeSeed creates topics at start, with one partition each.
+func kfakeSeed(topics ...string) kfake.Opt { return kfake.SeedTopics(1, topics...) }
