@@ -22,6 +22,8 @@ import (
 
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -80,7 +82,7 @@ import (
 //	KUBEBRIDGE_MODEL_SEED    first seed (default: time-based); each run logs its seed
 //	KUBEBRIDGE_MODEL_OPS     operations per run (default 60)
 //	KUBEBRIDGE_MODEL_RUNS    runs, with seeds SEED, SEED+1, ... (default 1)
-//	KUBEBRIDGE_MODEL_FAULTS  comma list of kill,term,hook,reload,apiserver,nats,refuse,churn,rotate,crd,scale,partition; "none"; default all
+//	KUBEBRIDGE_MODEL_FAULTS  comma list of kill,term,hook,reload,apiserver,nats,refuse,churn,rotate,crd,scale,partition,kafka; "none"; default all
 //	KUBEBRIDGE_MODEL_RULES   comma list of rule names to configure (default all: a-all,a-del,b-all,b-upd,c-all,c-del,g-all,g-del)
 //	KUBEBRIDGE_MODEL_KEEP    a directory: on failure, the bridge log and what each sink received are copied there
 //	KUBEBRIDGE_MODEL_SHARDS  TestModel with sharding: that many shards (default 0: one bridge, file checkpoint)
@@ -157,7 +159,7 @@ func modelEnvInt(name string, def int) int {
 }
 
 var (
-	modelFaultKinds = []string{"kill", "term", "hook", "reload", "apiserver", "nats", "refuse", "churn", "rotate", "crd", "scale", "partition"}
+	modelFaultKinds = []string{"kill", "term", "hook", "reload", "apiserver", "nats", "refuse", "churn", "rotate", "crd", "scale", "partition", "kafka"}
 	modelNamespaces = []string{"mdl-a", "mdl-b", "mdl-c", "mdl-d"}
 	modelNames      = []string{"o0", "o1", "o2", "o3", "o4", "o5"}
 	modelSinks      = []string{"file", "bus", "hook", "shaped"}
@@ -260,9 +262,12 @@ type modelRun struct {
 	cp   *testenv.ControlPlane
 	cs   kubernetes.Interface
 	nats *testenv.NATS
-	nc   *natsgo.Conn
-	js   jetstream.JetStream
-	hook *hookReceiver
+	// kafka is the broker of the kafka sink (kfake, a process of its
+	// own, synced to disk), which the kafka fault restarts.
+	kafka *testenv.Kafka
+	nc    *natsgo.Conn
+	js    jetstream.JetStream
+	hook  *hookReceiver
 	// shaped receives a webhook sink whose request is shaped by CEL (a
 	// one-element list in the CloudEvents layout), so that the same
 	// checker holds templated requests to the same promise.
@@ -334,6 +339,7 @@ func (m *modelRun) run() {
 	m.cp = testenv.StartControlPlane(t)
 	m.cs = m.cp.Clientset(t)
 	m.nats = testenv.StartNATS(t)
+	m.kafka = testenv.StartKafka(t)
 	var err error
 	m.nc, err = natsgo.Connect(m.nats.ClientURL(), natsgo.MaxReconnects(-1), natsgo.ReconnectWait(100*time.Millisecond))
 	must(t, err)
@@ -422,7 +428,7 @@ func (m *modelRun) schedule() []string {
 	}
 	weights := []w{{"create", 22}, {"update", 20}, {"delete", 9}, {"recreate", 8}, {"relabel", 14}, {"nsflip", 7},
 		{"kill", 4}, {"term", 2}, {"hook", 3}, {"reload", 4}, {"apiserver", 2}, {"nats", 2}, {"refuse", 3}, {"churn", 2},
-		{"rotate", 2}, {"crd", 2}, {"scale", 3}, {"partition", 2}}
+		{"rotate", 2}, {"crd", 2}, {"scale", 3}, {"partition", 2}, {"kafka", 2}}
 	total := 0
 	for _, x := range weights {
 		if m.isFault(x.kind) && !m.faults[x.kind] {
@@ -506,6 +512,9 @@ func (m *modelRun) do(kind string, i int) {
 	case "nats":
 		m.nats.Restart(m.t)
 		m.logOp("NATS restarted")
+	case "kafka":
+		m.kafka.Restart(m.t)
+		m.logOp("Kafka broker restarted")
 	case "refuse":
 		if !m.refuseUntil.IsZero() {
 			m.opUpdate(m.cs, i)
@@ -823,6 +832,9 @@ cluster: model
   - name: mirror
     nats: {url: "%s", mirror: {bucket: "model-{rule}"}}
     retry: {initialInterval: 100ms, maxInterval: 1s}
+  - name: kafka
+    kafka: {brokers: ["%s"], topic: "model.{rule}", stateTopic: "model-state.{rule}", createTopics: true}
+    retry: {initialInterval: 100ms, maxInterval: 1s}
   - name: hook
     webhook: {url: "http://%s/", timeout: 2s, batch: {maxEvents: 50, maxWait: 20ms}, bearerTokenFile: %s}
     retry: {initialInterval: 100ms, maxInterval: 1s}
@@ -839,7 +851,7 @@ cluster: model
             "data": {"object": dyn(object)}}]
     updateWindow: 3s      # updates coalesce per object: the view must still come out exact
     retry: {initialInterval: 100ms, maxInterval: 1s}
-`, m.filePath, m.nats.ClientURL(), m.nats.ClientURL(), m.hook.addr, m.tokenPath, m.shaped.addr)
+`, m.filePath, m.nats.ClientURL(), m.nats.ClientURL(), m.kafka.Brokers()[0], m.hook.addr, m.tokenPath, m.shaped.addr)
 	if m.am != nil {
 		// endsAt is 5m ahead of each event: replayEvery keeps firing alerts
 		// alive through a run longer than that (make chaos), and is long
@@ -872,7 +884,7 @@ cluster: model
 			sinks = append(slices.Clip(sinks), "alert")
 		}
 		if r.full() { // a mirror holds a view, which takes every change
-			sinks = append(slices.Clip(sinks), "mirror")
+			sinks = append(slices.Clip(sinks), "mirror", "kafka")
 		}
 		fmt.Fprintf(&b, "    events: [%s]\n    sinks: [%s]\n", strings.Join(r.events, ", "), strings.Join(sinks, ", "))
 	}
@@ -1685,7 +1697,7 @@ func (m *modelRun) verify() {
 		recv, bad = m.received()
 		tr = m.truth()
 		f, stats = m.check(recv, bad, tr)
-		stats = append(stats, m.checkMirror(tr, f))
+		stats = append(stats, m.checkMirror(tr, f), m.checkKafkaState(tr, f))
 		if m.am != nil {
 			var err error
 			if alerts, err = m.activeAlerts(); err != nil {
@@ -1947,5 +1959,94 @@ func TestModelMirrorCheckCanFail(t *testing.T) {
 	m.checkMirror(tr, f)
 	if !f.empty() {
 		t.Errorf("the bucket holds the view, yet: %v", f.byCheck)
+	}
+}
+
+// checkKafkaState compares each full rule's Kafka state topic with the
+// rule's view in the truth, as a consumer reading it from its start does:
+// the last record per uid, tombstones removing it, is exactly the view at
+// its current resourceVersions.
+func (m *modelRun) checkKafkaState(tr modelTruth, f *modelFailures) string {
+	records := 0
+	for _, r := range m.rules() {
+		if !r.full() {
+			continue
+		}
+		want := tr.view(modelFamily(r.family, m.variant))
+		recs := readKafkaTopic(m.t, m.kafka.Brokers(), "model-state."+r.name)
+		records += len(recs)
+		got := map[string]string{} // uid -> resourceVersion
+		for _, rec := range recs {
+			uid := string(rec.Key)
+			if rec.Value == nil {
+				delete(got, uid)
+				continue
+			}
+			var e struct {
+				Data struct {
+					Object struct {
+						Metadata struct{ UID, ResourceVersion string }
+					}
+				}
+			}
+			if err := json.Unmarshal(rec.Value, &e); err != nil || e.Data.Object.Metadata.UID != uid {
+				f.add("view-kafka-unreadable", uid, "kafka/%s: record at offset %d of partition %d: %v (uid %q)", r.name, rec.Offset, rec.Partition, err, e.Data.Object.Metadata.UID)
+				continue
+			}
+			got[uid] = e.Data.Object.Metadata.ResourceVersion
+		}
+		for uid, rv := range want {
+			o := tr.objs[uid]
+			switch g, ok := got[uid]; {
+			case !ok:
+				f.add("view-kafka-missing", uid, "kafka/%s: %s/%s (uid %s) is in the view, not in the state topic", r.name, o.ns, o.name, uid)
+			case g != rv:
+				f.add("view-kafka-stale", uid, "kafka/%s: uid %s held at resourceVersion %s, the object is at %s", r.name, uid, g, rv)
+			}
+		}
+		for uid := range got {
+			if _, ok := want[uid]; !ok {
+				f.add("view-kafka-extra", uid, "kafka/%s: uid %s is in the state topic, not in the view", r.name, uid)
+			}
+		}
+	}
+	return fmt.Sprintf("kafka: %d state records", records)
+}
+
+// The Kafka state checker fails on a state topic that is not the view: an
+// object missing, one stale, one the view lacks; it passes once the topic
+// holds the view.
+func TestModelKafkaCheckCanFail(t *testing.T) {
+	k := testenv.StartKafka(t)
+	m := &modelRun{t: t, kafka: k, only: map[string]bool{"c-all": true}}
+	tr := modelTruth{objs: map[string]modelObj{}, nsLabels: map[string]map[string]string{}}
+	for i, name := range []string{"o1", "o2", "o3"} {
+		uid := "u" + strconv.Itoa(i+1)
+		tr.objs[uid] = modelObj{ns: "mdl-a", name: name, uid: uid, rv: "10"}
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers()...))
+	must(t, err)
+	defer cl.Close()
+	_, err = kadm.NewClient(cl).CreateTopic(context.Background(), 1, 1, nil, "model-state.c-all")
+	must(t, err)
+	rec := func(uid, rv string) *kgo.Record {
+		if rv == "" {
+			return &kgo.Record{Key: []byte(uid)} // a tombstone
+		}
+		return &kgo.Record{Key: []byte(uid), Value: []byte(fmt.Sprintf(`{"data":{"object":{"metadata":{"uid":%q,"resourceVersion":%q}}}}`, uid, rv))}
+	}
+	produceRaw(t, k.Brokers(), "model-state.c-all", rec("u1", "10"), rec("u2", "9"), rec("u-gone", "3"))
+	f := &modelFailures{byCheck: map[string][]string{}, uids: map[string]bool{}}
+	m.checkKafkaState(tr, f)
+	for _, c := range []string{"view-kafka-stale", "view-kafka-missing", "view-kafka-extra"} {
+		if len(f.byCheck[c]) == 0 {
+			t.Errorf("check %s did not fail (failures: %v)", c, f.byCheck)
+		}
+	}
+	produceRaw(t, k.Brokers(), "model-state.c-all", rec("u2", "10"), rec("u3", "10"), rec("u-gone", ""))
+	f = &modelFailures{byCheck: map[string][]string{}, uids: map[string]bool{}}
+	m.checkKafkaState(tr, f)
+	if !f.empty() {
+		t.Errorf("the state topic holds the view, yet: %v", f.byCheck)
 	}
 }
