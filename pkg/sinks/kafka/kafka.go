@@ -40,6 +40,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -96,6 +97,10 @@ type Sink struct {
 	// learnt (nil: nothing but an outage).
 	diagnosed time.Time
 	cause     error
+
+	// down is why the last Send that reached no verdict of the broker
+	// failed (nil once a record is acknowledged again): Healthy.
+	down atomic.Pointer[error]
 }
 
 // topicNames are the topics of one rule's events, or why they are not
@@ -512,9 +517,11 @@ func (s *Sink) Send(ctx context.Context, events []*event.Event) error {
 			}
 		}
 	}
-	unavailable := false
+	unavailable, acked, retryable := false, false, false
 	for _, err := range errs {
 		unavailable = unavailable || sinks.IsUnavailable(err)
+		acked = acked || err == nil
+		retryable = retryable || err != nil && !sinks.IsPermanent(err)
 	}
 	if unavailable {
 		if cause := s.diagnose(ctx); cause != nil {
@@ -526,7 +533,24 @@ func (s *Sink) Send(ctx context.Context, events []*event.Event) error {
 			}
 		}
 	}
+	switch {
+	case acked:
+		s.down.Store(nil)
+	case retryable && ctx.Err() == nil:
+		err := sinks.Outcome(errs)
+		s.down.Store(&err)
+	}
 	return sinks.Outcome(errs)
+}
+
+// Healthy reports a sink whose last Send could not reach the brokers (or
+// was refused by them as a whole: a credential, a permission), until a
+// record is acknowledged again (sinks.HealthChecker).
+func (s *Sink) Healthy() error {
+	if p := s.down.Load(); p != nil {
+		return fmt.Errorf("kafka: the last delivery failed: %w", *p)
+	}
+	return nil
 }
 
 // diagnoseEvery spaces the pings that look for why records time out.

@@ -211,8 +211,15 @@ func TestBrokerDownIsUnavailable(t *testing.T) {
 	if d := time.Since(start); d > 10*time.Second {
 		t.Errorf("Send took %s to give up", d)
 	}
+	hc := s.(sinks.HealthChecker)
+	if err := hc.Healthy(); err == nil {
+		t.Error("Healthy after a failed delivery: nil, want the failure")
+	}
 	b.down.Store(false)
 	eventuallySend(t, s, batch...)
+	if err := hc.Healthy(); err != nil {
+		t.Errorf("Healthy after a delivery: %v", err)
+	}
 }
 
 // eventuallySend sends until the sink takes the events, as the delivery
