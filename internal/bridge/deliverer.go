@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/kubebridge/kubebridge/internal/backoff"
 	"github.com/kubebridge/kubebridge/internal/checkpoint"
 	"github.com/kubebridge/kubebridge/internal/delivery"
 	"github.com/kubebridge/kubebridge/internal/view"
@@ -70,6 +71,9 @@ type delivererOptions struct {
 	// Hold, when set, bounds each send by the hold the fence was passed
 	// under (delivery.Hooks.Hold).
 	Hold func(ctx context.Context) (context.Context, context.CancelFunc)
+	// Reading, when set, runs fn while the informers' caches may be read
+	// (not relisted meanwhile: sharding's Reselect).
+	Reading func(fn func())
 	// Owns, when set, says whether an object a sink's destination holds
 	// is this deliverer's to reconcile (a shard's); nil: all are.
 	Owns func(sinks.HeldObject) bool
@@ -216,17 +220,87 @@ func (d *deliverer) loadViews(ctx context.Context, s *sinkRun) error {
 			}
 			handed := stored
 			if holder != nil {
-				held, err := holder.Held(ctx, r.Name)
-				if err != nil {
-					return fmt.Errorf("reading what sink %s holds of rule %s: %w", s.cfg.Name, r.Name, err)
+				hctx, cancel := context.WithTimeout(ctx, heldWait)
+				held, err := holder.Held(hctx, r.Name)
+				cancel()
+				switch {
+				case err == nil:
+					handed = heldView(stored, held, d.opts.Owns)
+				case ctx.Err() != nil:
+					return ctx.Err()
+				default:
+					// The destination is down: its sink starts from the
+					// checkpoint (the others are not held up), and what the
+					// destination holds besides is merged when it answers.
+					d.opts.Logger.Warn("cannot read what the sink's destination holds; its view starts from the checkpoint, and what the destination holds besides is reconciled once it answers", "sink", s.cfg.Name, "rule", r.Name, "error", err)
+					d.wg.Add(1)
+					go func(rule string) {
+						defer d.wg.Done()
+						d.mergeHeldLater(s, holder, rule)
+					}(r.Name)
 				}
-				handed = heldView(stored, held, d.opts.Owns)
 			}
 			s.handed.Load(r.Name, handed)
 		}
 	}
 	s.handed.Start()
 	return nil
+}
+
+// heldWait bounds the first read of what a destination holds (a sink's
+// start waits for it): past it, the sink starts from its checkpoint and
+// mergeHeldLater reads on.
+const heldWait = 15 * time.Second
+
+// mergeHeldLater reads what sink s's destination holds of rule until it
+// answers (or the deliverer stops), merges it into the sink's views
+// (view.Handed.Merge: what the destination holds besides what the sink is
+// known to hold) and reconciles the rule, so that entries written behind
+// the bridge's back are deleted or replaced even when the destination was
+// down at the start.
+func (d *deliverer) mergeHeldLater(s *sinkRun, holder sinks.Holder, rule string) {
+	retry := backoff.Backoff{Initial: time.Second, Max: 30 * time.Second}
+	for {
+		select {
+		case <-d.ctx.Done():
+			return
+		case <-time.After(retry.Next()):
+		}
+		held, err := holder.Held(d.ctx, rule)
+		if err != nil {
+			if d.ctx.Err() == nil {
+				d.opts.Logger.Warn("still cannot read what the sink's destination holds", "sink", s.cfg.Name, "rule", rule, "error", err)
+			}
+			continue
+		}
+		n := 0
+		reconcile := func() {
+			// stop holds life while it waits for this goroutine: take it
+			// only while the deliverer is not stopping.
+			for !d.life.TryLock() {
+				if d.ctx.Err() != nil {
+					return
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			defer d.life.Unlock()
+			if d.ctx.Err() != nil {
+				return
+			}
+			if set := d.active.Load(); set == nil || set.byName[s.cfg.Name] != s {
+				return // stopped, or the sink replaced by a reload (which read again)
+			}
+			s.handed.Merge(rule, heldView(nil, held, d.opts.Owns))
+			n = d.reconcile(s, rule, event.ReplayCheckpoint)
+		}
+		if d.opts.Reading != nil {
+			d.opts.Reading(reconcile)
+		} else {
+			reconcile()
+		}
+		d.opts.Logger.Info("read what the sink's destination holds, and reconciled the rule's view with it", "sink", s.cfg.Name, "rule", rule, "held", len(held), "events", n)
+		return
+	}
 }
 
 // holderOf is sink's sinks.Holder, if its destination holds the view.

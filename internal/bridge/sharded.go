@@ -207,6 +207,7 @@ func (s *sharded) Acquired(ctx context.Context, i int) error {
 				epoch, _ := shards.HoldEpoch(ctx)
 				return sinks.WithFence(ctx, sinks.Fence{Shard: i, Shards: s.space.N, Epoch: epoch, Valid: fence}), release
 			},
+			Reading: s.reading,
 			Owns: func(h sinks.HeldObject) bool {
 				v := h.UID
 				if s.space.Key == shards.KeyNamespace {

@@ -31,6 +31,7 @@
 package view
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -132,38 +133,94 @@ func (s *Handed) Load(rule string, stored map[string]*checkpoint.Slot) {
 	defer s.mu.Unlock()
 	v := make(map[string]slot, len(stored))
 	for k, st := range stored {
-		var sl slot
-		if a := st.Acked; a != nil {
-			sl.cur = held{obj: lastKnown(*a), entered: a.Entered, stamp: a.IDStamp(), partial: true}
-		}
-		var ghosts []held
-		for _, p := range st.Pending {
-			if sl.cur.obj != nil && p.UID == sl.cur.uid() {
-				sl.cur.mayBeGone = true
-				sl.cur.stamp = max(sl.cur.stamp, p.IDStamp()) // ids of the newest stamp: never one sent before it
-				sl.cur.entered, sl.cur.left = newer(sl.cur.entered, sl.cur.left, p)
-				continue
-			}
-			ghosts = append(ghosts, held{obj: lastKnown(p), entered: p.Entered, stamp: p.IDStamp(), partial: true})
-		}
-		for i := range ghosts { // whether each ghost's uid left the view last
-			var entered int64
-			left := false
-			for _, p := range st.Pending {
-				if p.UID == ghosts[i].uid() {
-					entered, left = newer(entered, left, p)
-				}
-			}
-			ghosts[i].left = left
-		}
-		if len(ghosts) > 0 {
-			sl.extra = &extra{ghosts: ghosts}
-		}
-		if sl.cur.obj != nil || sl.extra != nil {
+		if sl, ok := loaded(st); ok {
 			v[k] = sl
 		}
 	}
 	s.views[rule] = v
+}
+
+// Merge adds to what the sink holds of rule, as it runs, what its
+// destination was found to hold besides (sinks.Holder, read late because
+// the destination was unreachable at the start): the keys it was not
+// known to hold, and the incarnations it holds under a key other than
+// those known there, as incarnations to delete. What is known stays: it
+// is newer than what the destination held when read (a send in flight).
+// A reconciliation of the rule should follow.
+func (s *Handed) Merge(rule string, found map[string]*checkpoint.Slot) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v := s.views[rule]
+	if v == nil {
+		v = map[string]slot{}
+		s.views[rule] = v
+	}
+	for k, st := range found {
+		add, ok := loaded(st)
+		if !ok {
+			continue
+		}
+		sl, known := v[k]
+		if !known {
+			v[k] = add
+			continue
+		}
+		if sl.cur.obj == nil && add.cur.obj != nil {
+			sl.cur = add.cur // known by a floor alone: nothing handed there
+		}
+		has := func(uid string) bool {
+			if sl.cur.obj != nil && sl.cur.uid() == uid {
+				return true
+			}
+			return slices.ContainsFunc(sl.ghosts(), func(g held) bool { return g.uid() == uid })
+		}
+		for _, h := range append([]held{add.cur}, add.ghosts()...) {
+			if h.obj == nil || has(h.uid()) {
+				continue
+			}
+			if sl.extra == nil {
+				sl.extra = &extra{}
+			} else {
+				e := *sl.extra
+				sl.extra = &e
+			}
+			sl.extra.ghosts = append(slices.Clip(sl.extra.ghosts), h)
+		}
+		v[k] = sl
+	}
+}
+
+// loaded is the slot of what a checkpoint (or a destination) says a sink
+// holds of one key; ok is false when it holds nothing there.
+func loaded(st *checkpoint.Slot) (slot, bool) {
+	var sl slot
+	if a := st.Acked; a != nil {
+		sl.cur = held{obj: lastKnown(*a), entered: a.Entered, stamp: a.IDStamp(), partial: true}
+	}
+	var ghosts []held
+	for _, p := range st.Pending {
+		if sl.cur.obj != nil && p.UID == sl.cur.uid() {
+			sl.cur.mayBeGone = true
+			sl.cur.stamp = max(sl.cur.stamp, p.IDStamp()) // ids of the newest stamp: never one sent before it
+			sl.cur.entered, sl.cur.left = newer(sl.cur.entered, sl.cur.left, p)
+			continue
+		}
+		ghosts = append(ghosts, held{obj: lastKnown(p), entered: p.Entered, stamp: p.IDStamp(), partial: true})
+	}
+	for i := range ghosts { // whether each ghost's uid left the view last
+		var entered int64
+		left := false
+		for _, p := range st.Pending {
+			if p.UID == ghosts[i].uid() {
+				entered, left = newer(entered, left, p)
+			}
+		}
+		ghosts[i].left = left
+	}
+	if len(ghosts) > 0 {
+		sl.extra = &extra{ghosts: ghosts}
+	}
+	return sl, sl.cur.obj != nil || sl.extra != nil
 }
 
 // newer folds intent p into what is known of its uid's last move (entered:

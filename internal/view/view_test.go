@@ -637,3 +637,24 @@ func TestInitialListAddsNeverRemove(t *testing.T) {
 	eq(t, "cold start", w.set(r, cm("u1", "1", nil), initial(cm("u1", "1", nil))), "added u1 1")
 	eq(t, "then the reconciliation", w.set(r, cm("u1", "1", nil), Trigger{Replay: event.ReplayCheckpoint}))
 }
+
+// What a destination is found to hold after the start is merged into what
+// the sink is known to hold: known incarnations stay as they are (newer
+// than the destination's read), another incarnation under the key is
+// deleted, and a key the sink was not known to hold is diffed as held.
+func TestMergeWhatTheDestinationHolds(t *testing.T) {
+	r := compile(t, "", nil)
+	found := func(uid, rv string) map[string]*checkpoint.Slot {
+		return map[string]*checkpoint.Slot{"a/x": {Acked: &checkpoint.Entry{UID: uid, ResourceVersion: rv, Namespace: "a", Name: "x"}}}
+	}
+	w := newWorld(t)
+	eq(t, "enters", w.set(r, cm("u1", "5", nil), Trigger{}), "added u1 5")
+	w.sink.Merge("r", found("u1", "3")) // read before the last send landed
+	eq(t, "the known incarnation stays", w.set(r, cm("u1", "5", nil), Trigger{Replay: event.ReplayCheckpoint}))
+	w.sink.Merge("r", found("u0", "2")) // an older object of the name, left behind
+	eq(t, "another incarnation is deleted", w.set(r, cm("u1", "5", nil), Trigger{Replay: event.ReplayCheckpoint}), "deleted u0 2")
+
+	w = newWorld(t)
+	w.sink.Merge("r", found("u9", "1")) // held, never known: the object is gone
+	eq(t, "an unknown key is diffed", w.set(r, nil, Trigger{Replay: event.ReplayCheckpoint}), "deleted u9 1")
+}
