@@ -331,11 +331,23 @@ func (b *Bridge) buildInformers(cfg *config.Config, info *ClusterInfo) error {
 // acquired, which ctx's end cuts short), reconciling once the caches
 // synced.
 func (b *Bridge) lead(ctx context.Context) {
+	// Not while a reload swaps the config and the informers: the leader
+	// starts on the config in force, whole. (Shutdown halts the Lease's
+	// owner, which ends ctx, before it waits for reloads.)
+	for !b.reloadMu.TryLock() {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	defer b.reloadMu.Unlock()
+	cfg := b.opts.Config
 	// A Lease held before (a failover, a release, this pod's previous
 	// container) may leave its holder's cut sends still landing: with a
 	// sink that cannot refuse them at its destination, wait out their
 	// bound first (docs/sharding.md, "Fencing where writes land").
-	if b.owner.lock.epoch.Load() > 0 && !fencedAtDestinations(b.opts.Sinks, b.opts.Config.Sinks) {
+	if b.owner.lock.epoch.Load() > 0 && !fencedAtDestinations(b.opts.Sinks, cfg.Sinks) {
 		t := time.NewTimer(b.owner.le.LeaseDuration - b.owner.le.RenewDeadline)
 		select {
 		case <-t.C:
@@ -344,11 +356,14 @@ func (b *Bridge) lead(ctx context.Context) {
 			return // no longer leading: lost says so
 		}
 	}
-	err := b.deliver.start(ctx, b.opts.Config, b.opts.Config.Sinks)
+	err := b.deliver.start(ctx, cfg, cfg.Sinks)
 	if err == nil {
 		err = b.informers.WaitSynced(ctx)
 	}
 	if err != nil {
+		if ctx.Err() != nil {
+			return // no longer leading (or halted): lost says so
+		}
 		b.fail(fmt.Errorf("starting to deliver as the leader: %w", err))
 		return
 	}
@@ -453,6 +468,9 @@ func (b *Bridge) deliverers() []*deliverer {
 // checkpoint). It is idempotent.
 func (b *Bridge) Shutdown(ctx context.Context) error {
 	b.shutdownOnce.Do(func() {
+		if b.owner != nil {
+			b.owner.halt() // a leader starting ends (it holds reloadMu)
+		}
 		b.reloadMu.Lock() // no reload from now on
 		defer b.reloadMu.Unlock()
 		b.started.Store(false) // nor after: Reload refuses a bridge not running

@@ -39,8 +39,8 @@ func (b *Bridge) Reload(ctx context.Context, cfg *config.Config) error {
 	if !b.started.Load() {
 		return errors.New("the bridge is not running")
 	}
-	if b.opts.LeaderElection != nil || b.sharded != nil {
-		return errors.New("live reload with leader election or sharding is not supported; roll the pods instead")
+	if b.sharded != nil {
+		return errors.New("live reload with sharding is not supported; roll the pods instead")
 	}
 	old := b.opts.Config
 	if cfg.Cluster != old.Cluster || !reflect.DeepEqual(cfg.Checkpoint, old.Checkpoint) {
@@ -58,9 +58,19 @@ func (b *Bridge) Reload(ctx context.Context, cfg *config.Config) error {
 	}
 	b.warn(problems)
 
+	// A replica waiting for the leader Lease delivers nothing: it takes
+	// the new rules and informers (warm caches for a take-over), and starts
+	// its sinks on the new config when it leads.
+	prev := b.deliver.currentSet()
+	if prev == nil {
+		return b.reloadStandby(ctx, cfg, info)
+	}
+	if !b.deliver.delivering() {
+		return errors.New("the bridge is stopping")
+	}
+
 	// Build the new sinks before anything changes: a sink that cannot be
 	// built leaves the running config as it is.
-	prev := b.deliver.currentSet()
 	cfgs := cfg.Sinks
 	next, retired, err := buildSinkSet(ctx, b.opts.Sinks, cfgs, prev, b.logger)
 	if err != nil {
@@ -88,6 +98,24 @@ func (b *Bridge) Reload(ctx context.Context, cfg *config.Config) error {
 	}
 	b.logger.Info("config reloaded", "sinksKept", len(next.order)-started, "sinksStarted", started, "sinksStopped", len(retired),
 		"rules", len(cfg.Rules), "replayedFromCheckpoint", replayed)
+	return nil
+}
+
+// reloadStandby applies cfg on a replica that does not deliver (it waits
+// for the leader Lease): the informers are rebuilt for the new rules.
+func (b *Bridge) reloadStandby(ctx context.Context, cfg *config.Config, info *ClusterInfo) error {
+	_, oldInformers := b.snapshot()
+	oldInformers.Stop()
+	b.opts.Config = cfg
+	if err := b.buildInformers(cfg, info); err != nil {
+		return b.abortReload(err)
+	}
+	syncCtx, cancel := context.WithTimeout(ctx, b.opts.SyncTimeout)
+	defer cancel()
+	if err := b.informers.Start(syncCtx); err != nil {
+		return b.abortReload(err)
+	}
+	b.logger.Info("config reloaded", "standby", true, "rules", len(cfg.Rules), "sinks", len(cfg.Sinks))
 	return nil
 }
 
