@@ -335,8 +335,15 @@ func testCompactionForcesRelist(t *testing.T, relist string) {
 	if len(calls) < 2 || !strings.HasPrefix(calls[0], "watch ") || !strings.HasSuffix(calls[0], " Expired") || !strings.HasPrefix(calls[1], relist) {
 		t.Errorf("calls after the compaction %v, want a watch refused (Expired), then %q", calls, relist)
 	}
-	if !slices.ContainsFunc(inf.recorded(), func(s string) bool { return strings.HasPrefix(s, "delete ns/a") }) {
-		t.Errorf("events %v: no delete of ns/a", inf.recorded())
+	// The handlers hear of it after the store holds it (client-go's
+	// listeners are asynchronous).
+	deadline := time.Now().Add(5 * time.Second)
+	for !slices.ContainsFunc(inf.recorded(), func(s string) bool { return strings.HasPrefix(s, "delete ns/a") }) {
+		if time.Now().After(deadline) {
+			t.Errorf("events %v: no delete of ns/a", inf.recorded())
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -538,9 +545,7 @@ func TestNATSRestart(t *testing.T) {
 	converges(t, b, inf, 30*time.Second)
 	t.Logf("converged %v after the restart; calls %v", time.Since(start), c.called())
 	want := []string{"add ns/a ua", "add ns/b ub", "delete ns/a", "add ns/c uc"}
-	if got := inf.recorded(); !slices.Equal(got, want) {
-		t.Errorf("events %v, want %v", got, want)
-	}
+	recordedEventually(t, inf, want)
 }
 
 // consumersGone checks that no consumer is left on the bucket's stream:
@@ -578,9 +583,7 @@ func TestWatchResumes(t *testing.T) {
 		t.Errorf("calls %v, want %v", calls, want)
 	}
 	want := []string{"add ns/a ua", "add ns/b ub", "update ns/a ua", "delete ns/b", "add ns/c uc"}
-	if got := inf.recorded(); !slices.Equal(got, want) {
-		t.Errorf("events %v, want %v", got, want)
-	}
+	recordedEventually(t, inf, want)
 }
 
 // An empty bucket lists at revision 0, which a watch takes as "from the
@@ -599,9 +602,18 @@ func TestEmptyBucket(t *testing.T) {
 			converges(t, b, inf, 10*time.Second)
 			b.del("ns", "a")
 			converges(t, b, inf, 10*time.Second)
-			if got, want := inf.recorded(), []string{"add ns/a ua", "delete ns/a"}; !slices.Equal(got, want) {
-				t.Errorf("events %v, want %v", got, want)
-			}
+			recordedEventually(t, inf, []string{"add ns/a ua", "delete ns/a"})
 		})
 	}
+}
+
+// recordedEventually waits for the informer's handlers to have heard
+// exactly want: they hear of a change after the store holds it (client-go's
+// listeners are asynchronous).
+func recordedEventually(t *testing.T, inf *informer, want []string) {
+	t.Helper()
+	eventually(t, 5*time.Second, "handler events", func() (bool, string) {
+		got := inf.recorded()
+		return slices.Equal(got, want), fmt.Sprint(got)
+	})
 }
