@@ -148,6 +148,9 @@ func (b *bed) coldRuns(o options) ([]startResult, error) {
 func (b *bed) coldBaseline(consumer, ns string, n, run int) (startResult, error) {
 	res := startResult{Phase: "cold", Consumer: consumer, Objects: n, Run: run}
 	cmd := exec.Command(b.self, "watch", "-kubeconfig", b.kubeconfig, "-namespace", ns, "-initial", strconv.Itoa(n))
+	if b.profile != "" {
+		cmd.Args = append(cmd.Args, "-cpuprofile", filepath.Join(b.profile, fmt.Sprintf("%s-%s-%s-%d-%d.pprof", ns, consumer, "initial", n, run)))
+	}
 	cmd.Stderr, cmd.Env = os.Stderr, watchEnv(consumer)
 	out, err := cmd.StdoutPipe()
 	if err != nil {

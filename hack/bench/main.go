@@ -89,7 +89,7 @@ func main() {
 	flag.StringVar(&o.memory, "memory", "10000,50000", "cached object counts of the memory runs (empty: none)")
 	flag.StringVar(&o.jsonOut, "json", "", "also write every measurement to this file")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (logs, checkpoint, sink files)")
-	flag.StringVar(&o.profile, "profile", "", "write a 10s CPU profile of each bridge throughput run into this directory")
+	flag.StringVar(&o.profile, "profile", "", "write a 10s CPU profile of each bridge throughput run into this directory (and with -mirror, a profile of each consumer's start)")
 	flag.StringVar(&o.cold, "cold", "", "object counts of the cold start and warm restart runs, e.g. 20000,100000 (empty: none)")
 	flag.StringVar(&o.coldConsumers, "cold-consumers", "", "consumers of the cold runs: baseline, baseline-cbor, nats, nats-json, jetstream, kafka, kafka-state (default baseline,nats; with -cbor also baseline-cbor,nats-json)")
 	flag.StringVar(&o.slow, "slow", "", "slow sink cases, comma-separated: a webhook delay per request (20ms), a step (20ms>200ms: the delay changes halfway through the load), or nats (NATS core); empty: none")

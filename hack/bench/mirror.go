@@ -234,6 +234,9 @@ func countKeys(ctx context.Context, kv jetstream.KeyValue, filter string) (int, 
 func (b *bed) mirrorConsumer(n, run int) (startResult, error) {
 	res := startResult{Phase: "mirror", Consumer: "mirror", Objects: n, Run: run}
 	cmd := exec.Command(b.self, "mirrorwatch", "-url", b.natsURL, "-bucket", mirrorBucket, "-initial", strconv.Itoa(n))
+	if b.profile != "" {
+		cmd.Args = append(cmd.Args, "-cpuprofile", filepath.Join(b.profile, fmt.Sprintf("mirror-mirror-%d-%d.pprof", n, run)))
+	}
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -332,9 +335,15 @@ func mirrorWatchMain(args []string) error {
 	memory := fs.Bool("memory", false, "report memory after every informer synced, then wait")
 	initial := fs.Int64("initial", 0, "report and exit once every handler got this many adds of the initial list")
 	shared := fs.Bool("shared-conn", false, "one NATS connection for every informer")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (with -initial: until the report) to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	stopProfile, err := startCPUProfile(*cpuProfile)
+	if err != nil {
+		return err
+	}
+	defer stopProfile()
 	if *consumers < 1 {
 		return fmt.Errorf("-consumers must be at least 1")
 	}

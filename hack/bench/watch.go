@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/pprof"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -52,10 +53,16 @@ func watchMain(args []string) error {
 	resource := fs.String("resource", "configmaps", "core v1 resource the dynamic informer watches (configmaps, secrets)")
 	memory := fs.Bool("memory", false, "report memory after the sync, then wait")
 	initial := fs.Int64("initial", 0, "report and exit once the handler got this many adds of the initial list")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (with -initial: until the report) to this file")
 	strip := fs.Bool("strip-managed-fields", false, "drop metadata.managedFields before caching (cache.TransformStripManagedFields), as the bridge's events do")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	stopProfile, err := startCPUProfile(*cpuProfile)
+	if err != nil {
+		return err
+	}
+	defer stopProfile()
 	rc, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
 	if err != nil {
 		return err
@@ -148,6 +155,23 @@ func watchMain(args []string) error {
 	case <-ctx.Done():
 	}
 	return json.NewEncoder(os.Stdout).Encode(report())
+}
+
+// startCPUProfile starts a CPU profile into path ("": none); the
+// returned function stops it.
+func startCPUProfile(path string) (func(), error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
 // stripManagedFields is the usual informer transform that drops
