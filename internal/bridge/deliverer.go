@@ -42,9 +42,14 @@ type deliverer struct {
 	store      checkpoint.Store
 	closeStore func() error
 	recorder   atomic.Pointer[checkpoint.Recorder]
-	ctx        context.Context // the deliveries' and returnStartMemory's lifetime
-	cancel     context.CancelFunc
-	wg         sync.WaitGroup // deliveries, the recorder, returnStartMemory
+	// settled is true while the views are reconciled against synced
+	// caches: after reconcileAll, and after a reload's adopt; false from a
+	// reload's swap until then. A late read of a destination
+	// (mergeHeldLater) reconciles only then.
+	settled atomic.Bool
+	ctx     context.Context // the deliveries' and returnStartMemory's lifetime
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup // deliveries, the recorder, returnStartMemory
 }
 
 // delivererOptions are what a deliverer is built with: its seams.
@@ -199,52 +204,77 @@ func (d *deliverer) startRun(ctx context.Context, cfg *config.Config, s *sinkRun
 	return nil
 }
 
-// loadViews loads what sink s acknowledged of each of its rules from the
-// checkpoint (nothing without one) and lets notifications sync its views.
+// loadViews loads what sink s acknowledged of each of its rules (readRule)
+// and lets notifications sync its views.
 func (d *deliverer) loadViews(ctx context.Context, s *sinkRun) error {
-	recorder := d.recorder.Load()
-	holder := holderOf(s.sink)
-	if recorder != nil || holder != nil {
-		rules, _ := d.opts.Source()
-		for _, r := range rules {
-			if !slices.Contains(r.Sinks, s.cfg.Name) {
-				continue
-			}
-			var stored map[string]*checkpoint.Slot
-			if recorder != nil {
-				var err error
-				if stored, err = checkpoint.LoadView(ctx, d.store, s.cfg.Name, r.Name); err != nil {
-					return fmt.Errorf("loading the checkpoint of sink %s, rule %s: %w", s.cfg.Name, r.Name, err)
-				}
-				recorder.Known(s.cfg.Name, r.Name, stored)
-			}
-			handed := stored
-			if holder != nil {
-				hctx, cancel := context.WithTimeout(ctx, heldWait)
-				held, err := holder.Held(hctx, r.Name)
-				cancel()
-				switch {
-				case err == nil:
-					handed = heldView(stored, held, d.opts.Owns)
-				case ctx.Err() != nil:
-					return ctx.Err()
-				default:
-					// The destination is down: its sink starts from the
-					// checkpoint (the others are not held up), and what the
-					// destination holds besides is merged when it answers.
-					d.opts.Logger.Warn("cannot read what the sink's destination holds; its view starts from the checkpoint, and what the destination holds besides is reconciled once it answers", "sink", s.cfg.Name, "rule", r.Name, "error", err)
-					d.wg.Add(1)
-					go func(rule string) {
-						defer d.wg.Done()
-						d.mergeHeldLater(s, holder, rule)
-					}(r.Name)
-				}
-			}
-			s.handed.Load(r.Name, handed)
+	rules, _ := d.opts.Source()
+	var unanswered bool
+	for _, r := range rules {
+		if !slices.Contains(r.Sinks, s.cfg.Name) {
+			continue
+		}
+		stored, err := d.readRule(ctx, s, r.Name, &unanswered)
+		if err != nil {
+			return err
+		}
+		if stored != nil {
+			s.handed.Load(r.Name, stored)
 		}
 	}
 	s.handed.Start()
 	return nil
+}
+
+// readRule reads what sink s holds of rule: what the checkpoint says it
+// acknowledged (nothing without one), or, for a sink whose destination
+// holds the view, what the destination holds with the checkpoint's clocks
+// and intents (heldView). A destination that does not answer within
+// heldWait (or, once one did not, *unanswered, at once) leaves the
+// checkpoint's, and mergeHeldLater reads on. nil: nothing to read.
+func (d *deliverer) readRule(ctx context.Context, s *sinkRun, rule string, unanswered *bool) (map[string]*checkpoint.Slot, error) {
+	recorder := d.recorder.Load()
+	holder := holderOf(s.sink)
+	if recorder == nil && holder == nil {
+		return nil, nil
+	}
+	var stored map[string]*checkpoint.Slot
+	if recorder != nil {
+		var err error
+		if stored, err = checkpoint.LoadView(ctx, d.store, s.cfg.Name, rule); err != nil {
+			return nil, fmt.Errorf("loading the checkpoint of sink %s, rule %s: %w", s.cfg.Name, rule, err)
+		}
+		recorder.Known(s.cfg.Name, rule, stored)
+	}
+	if holder == nil {
+		return stored, nil
+	}
+	err := errors.New("its destination did not answer for another rule")
+	if !*unanswered {
+		hctx, cancel := context.WithTimeout(ctx, heldWait)
+		var held []sinks.HeldObject
+		held, err = holder.Held(hctx, rule)
+		cancel()
+		if err == nil {
+			return heldView(stored, held, d.opts.Owns), nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		*unanswered = true
+	}
+	// The destination is down: the sink starts from the checkpoint (the
+	// others are not held up), and what the destination holds besides is
+	// merged when it answers.
+	d.opts.Logger.Warn("cannot read what the sink's destination holds; its view starts from the checkpoint, and what the destination holds besides is reconciled once it answers", "sink", s.cfg.Name, "rule", rule, "error", err)
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		d.mergeHeldLater(s, holder, rule)
+	}()
+	if stored == nil {
+		stored = map[string]*checkpoint.Slot{}
+	}
+	return stored, nil
 }
 
 // heldWait bounds the first read of what a destination holds (a sink's
@@ -260,11 +290,22 @@ const heldWait = 15 * time.Second
 // down at the start.
 func (d *deliverer) mergeHeldLater(s *sinkRun, holder sinks.Holder, rule string) {
 	retry := backoff.Backoff{Initial: time.Second, Max: 30 * time.Second}
+	current := func() bool { // the sink still runs, and still delivers rule
+		set := d.active.Load()
+		if set == nil || set.byName[s.cfg.Name] != s {
+			return false
+		}
+		rules, _ := d.opts.Source()
+		return slices.ContainsFunc(rules, func(r *filters.Rule) bool { return r.Name == rule && slices.Contains(r.Sinks, s.cfg.Name) })
+	}
 	for {
 		select {
 		case <-d.ctx.Done():
 			return
 		case <-time.After(retry.Next()):
+		}
+		if !current() {
+			return // replaced or stopped by a reload, which read again
 		}
 		held, err := holder.Held(d.ctx, rule)
 		if err != nil {
@@ -273,32 +314,45 @@ func (d *deliverer) mergeHeldLater(s *sinkRun, holder sinks.Holder, rule string)
 			}
 			continue
 		}
-		n := 0
-		reconcile := func() {
+		n, done := 0, false
+		merge := func() {
 			// stop holds life while it waits for this goroutine: take it
 			// only while the deliverer is not stopping.
 			for !d.life.TryLock() {
 				if d.ctx.Err() != nil {
+					done = true
 					return
 				}
 				time.Sleep(10 * time.Millisecond)
 			}
 			defer d.life.Unlock()
-			if d.ctx.Err() != nil {
-				return
+			switch {
+			case d.ctx.Err() != nil || !current():
+				done = true
+			case d.settled.Load():
+				// Only against synced caches: an empty or half-listed
+				// cache would read every object held as deleted.
+				s.handed.Merge(rule, heldView(nil, held, d.opts.Owns))
+				n, done = d.reconcile(s, rule, event.ReplayCheckpoint), true
 			}
-			if set := d.active.Load(); set == nil || set.byName[s.cfg.Name] != s {
-				return // stopped, or the sink replaced by a reload (which read again)
+		}
+		for !done {
+			if d.opts.Reading != nil {
+				d.opts.Reading(merge)
+			} else {
+				merge()
 			}
-			s.handed.Merge(rule, heldView(nil, held, d.opts.Owns))
-			n = d.reconcile(s, rule, event.ReplayCheckpoint)
+			if !done {
+				select { // not settled yet: the start's or a reload's reconciliation comes first
+				case <-d.ctx.Done():
+					return
+				case <-time.After(100 * time.Millisecond):
+				}
+			}
 		}
-		if d.opts.Reading != nil {
-			d.opts.Reading(reconcile)
-		} else {
-			reconcile()
+		if current() {
+			d.opts.Logger.Info("read what the sink's destination holds, and reconciled the rule's view with it", "sink", s.cfg.Name, "rule", rule, "held", len(held), "events", n)
 		}
-		d.opts.Logger.Info("read what the sink's destination holds, and reconciled the rule's view with it", "sink", s.cfg.Name, "rule", rule, "held", len(held), "events", n)
 		return
 	}
 }
@@ -388,6 +442,7 @@ func (d *deliverer) reconcileAll() int {
 	for _, s := range set.order {
 		n += d.reconcile(s, "", event.ReplayCheckpoint)
 	}
+	d.settled.Store(true)
 	ctx := d.ctx
 	d.wg.Add(1)
 	go func() {
@@ -502,6 +557,7 @@ func (d *deliverer) notify(n informer.Notification) {
 func (d *deliverer) swap(ctx context.Context, cfg *config.Config, next *sinkSet, retired []*sinkRun, drain time.Duration) error {
 	d.life.Lock()
 	defer d.life.Unlock()
+	d.settled.Store(false) // the caches are replaced: adopt reconciles
 	// A changed or removed sink's delivery stops before anything replaces
 	// it: the old and the new one never run side by side.
 	for _, s := range retired {
@@ -546,9 +602,24 @@ func (d *deliverer) adopt(ctx context.Context, prev, next *sinkSet) (started, se
 			}
 		} else {
 			s.handed.Forget(func(rule string) bool { return delivers(s.cfg.Name, rule) })
+			// A rule the kept sink delivers now and did not: what it holds
+			// of it (a rule added back, moved from another sink) joins
+			// what notifications handed it since the swap.
+			var unanswered bool
+			for _, r := range rules {
+				if !slices.Contains(r.Sinks, s.cfg.Name) || s.handed.Loaded(r.Name) {
+					continue
+				}
+				stored, err := d.readRule(ctx, s, r.Name, &unanswered)
+				if err != nil {
+					return started, sent, err
+				}
+				s.handed.Merge(r.Name, stored)
+			}
 		}
 		sent += d.reconcile(s, "", event.ReplayCheckpoint)
 	}
+	d.settled.Store(true)
 	return started, sent, nil
 }
 

@@ -114,12 +114,15 @@ type Handed struct {
 	ready bool
 	offer Offer
 	views map[string]map[string]slot // rule -> object key -> slot
+	// loaded are the rules whose views were read from a checkpoint or a
+	// destination (Load, Merge), not only synced.
+	loaded map[string]bool
 }
 
 // NewHanded returns the empty, not yet ready views of a sink whose events go
 // to offer.
 func NewHanded(name string, offer Offer) *Handed {
-	return &Handed{Name: name, offer: offer, views: map[string]map[string]slot{}}
+	return &Handed{Name: name, offer: offer, views: map[string]map[string]slot{}, loaded: map[string]bool{}}
 }
 
 // Load sets what the sink holds of rule from its checkpoint.
@@ -140,6 +143,14 @@ func (s *Handed) Load(rule string, stored map[string]*checkpoint.Slot) {
 	s.views[rule] = v
 }
 
+// Loaded reports whether what the sink holds of rule was read (Load,
+// Merge) since the rule came to it.
+func (s *Handed) Loaded(rule string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.loaded[rule]
+}
+
 // Merge adds to what the sink holds of rule, as it runs, what its
 // destination was found to hold besides (sinks.Holder, read late because
 // the destination was unreachable at the start): the keys it was not
@@ -150,6 +161,7 @@ func (s *Handed) Load(rule string, stored map[string]*checkpoint.Slot) {
 func (s *Handed) Merge(rule string, found map[string]*checkpoint.Slot) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.loaded[rule] = true
 	v := s.views[rule]
 	if v == nil {
 		v = map[string]slot{}
@@ -259,6 +271,11 @@ func (s *Handed) Forget(keep func(rule string) bool) {
 	for r := range s.views {
 		if !keep(r) {
 			delete(s.views, r)
+		}
+	}
+	for r := range s.loaded {
+		if !keep(r) {
+			delete(s.loaded, r)
 		}
 	}
 }

@@ -735,9 +735,20 @@ func (lw *ListerWatcher) compacted(ctx context.Context) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
+	// The writer raises it before it purges, so it is below its own
+	// revision: a value that is not (a foreign writer's, a bucket restored)
+	// counts as a compaction of everything before that revision, which
+	// refuses only what is older, and never every list for ever.
 	c, err := strconv.ParseUint(string(e.Value()), 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("%s is %q, not a revision", CompactedKey, e.Value())
+	if e.Revision() == 0 { // no revision to check it against
+		if err != nil {
+			return 0, fmt.Errorf("%s is %q, not a revision", CompactedKey, e.Value())
+		}
+		return c, nil
+	}
+	if err != nil || c >= e.Revision() {
+		lw.log.Warn("the compaction revision is not one the bridge writes; taken as everything before its own write", "key", CompactedKey, "value", string(e.Value()), "revision", e.Revision())
+		return e.Revision() - 1, nil
 	}
 	return c, nil
 }

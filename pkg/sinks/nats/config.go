@@ -117,6 +117,8 @@ func (n *Config) CheckRule(r *config.Rule) error {
 		return fmt.Errorf("a mirror holds the rule's view, which takes every change: the rule's events %v leave some out (drop events, or deliver those to another sink)", r.Events)
 	case len(r.Changed) > 0:
 		return errors.New("a mirror holds each object's latest state, which changed would leave stale: drop changed, or deliver it to another sink")
+	case len(r.Include) > 0 && !slices.Contains(r.Include, "object") && !slices.Contains(r.Include, "metadata"):
+		return fmt.Errorf("a mirror's values are objects: the rule's include %v has neither object nor metadata", r.Include)
 	}
 	return nil
 }

@@ -78,6 +78,39 @@ type keyState struct {
 	rev, uid, rv uint64
 	gone         uint64 // with uid 0: the incarnation the deletion marker deleted (0: unknown)
 	marker       bool
+	writer       writer // who wrote it, when known (the Kubebridge-Fence header)
+}
+
+// writer is the ownership a write was made under: the shard (i of N) and
+// the epoch of its holding (sinks.Fence). Zero: unknown, or written by a
+// replica running alone.
+type writer struct {
+	shard uint32 // i<<16 | N, +1; 0: unknown
+	epoch uint64
+}
+
+func writerOf(f sinks.Fence, ok bool) writer {
+	if !ok || f.Shards <= 0 {
+		return writer{}
+	}
+	return writer{shard: uint32(f.Shard)<<16 | uint32(f.Shards) + 1, epoch: f.Epoch}
+}
+
+// parseWriter reads a Kubebridge-Fence header ("shard=i/N;epoch=e").
+func parseWriter(v string) writer {
+	var f sinks.Fence
+	if _, err := fmt.Sscanf(v, "shard=%d/%d;epoch=%d", &f.Shard, &f.Shards, &f.Epoch); err != nil || f.Shard < 0 || f.Shard >= 1<<15 || f.Shards <= 0 || f.Shards >= 1<<15 {
+		return writer{}
+	}
+	return writerOf(f, true)
+}
+
+// supersedes says whether a write of w over a key last written by last
+// must be refused: the same shard, held since by a newer holding. A
+// replica that gave the shard up (paused, partitioned) finds it so where
+// the key is, whatever its own clock says.
+func (w writer) supersededBy(last writer) bool {
+	return w.shard != 0 && w.shard == last.shard && last.epoch > w.epoch
 }
 
 // keyStates is each key's state, by hash of bucket NUL key, bounded like
@@ -311,7 +344,14 @@ func (s *Sink) mirrorRound(ctx context.Context, l *link, events []*event.Event, 
 			s.mirror.keys.set(op.h, st)
 			from = st
 		}
+		mine := writerOf(sinks.FenceFrom(ctx))
+		if mine.supersededBy(from.writer) {
+			s.refused.Add(1)
+			op.err = sinks.Fenced(fmt.Errorf("key %s of bucket %s was written under a newer holding of shard (epoch %d > %d)", op.key, op.bucket, from.writer.epoch, mine.epoch))
+			continue
+		}
 		op.write, op.to = fold(from, events, op.evs)
+		op.to.writer = mine
 		if op.write < 0 {
 			op.err = nil // moot: the key holds a newer state, or none of a deleted incarnation
 			continue
@@ -331,7 +371,7 @@ func (s *Sink) mirrorRound(ctx context.Context, l *link, events []*event.Event, 
 			op.err = notPublished(stop)
 			continue
 		}
-		msg, err := s.mirrorMsg(events[op.write], op, from.rev, limit)
+		msg, err := s.mirrorMsg(ctx, events[op.write], op, from.rev, limit)
 		var f jetstream.PubAckFuture
 		if err == nil {
 			f, err = l.js.PublishMsgAsync(msg, pubOpts...)
@@ -392,7 +432,7 @@ func fold(from keyState, events []*event.Event, evs []int) (write int, to keySta
 		r, ordered := rvOf(e)
 		if e.Change == event.Deleted {
 			if to.uid == u && u != 0 {
-				write, to = i, keyState{gone: u, rv: max(r, to.rv)}
+				write, to = i, keyState{gone: u, rv: r}
 			}
 			continue
 		}
@@ -423,6 +463,9 @@ func rvOf(e *event.Event) (uint64, bool) {
 const (
 	uidHeader = "Kubebridge-Uid"
 	rvHeader  = "Kubebridge-Resource-Version"
+	// fenceHeader is on every write made under an ownership that can move
+	// (sinks.Fence): which shard, under which holding.
+	fenceHeader = "Kubebridge-Fence"
 )
 
 // readKey reads what key holds now: its revision, the incarnation (none
@@ -446,14 +489,19 @@ func (s *Sink) readKey(ctx context.Context, l *link, bucket, key string) (keySta
 // stateOf is the state of key whose last message is (rev, deleted,
 // header, data).
 func stateOf(key string, rev uint64, deleted bool, h natsgo.Header, data []byte) keyState {
+	w := parseWriter(h.Get(fenceHeader))
 	if deleted {
 		r, _ := strconv.ParseUint(h.Get(rvHeader), 10, 64)
-		return keyState{rev: rev, rv: r, gone: uidHash(h.Get(uidHeader))}
+		return keyState{rev: rev, rv: r, gone: uidHash(h.Get(uidHeader)), writer: w}
 	}
 	var v heldValue
 	_ = json.Unmarshal(data, &v)
+	uid := heldUID(key, rev, &v)
 	r, _ := strconv.ParseUint(v.Data.Object.Metadata.ResourceVersion, 10, 64)
-	return keyState{rev: rev, uid: uidHash(heldUID(key, rev, &v)), rv: r, marker: v.Truncated != ""}
+	if uid != v.Data.Object.Metadata.UID {
+		r = 0 // not this key's object's: its resourceVersion orders nothing
+	}
+	return keyState{rev: rev, uid: uidHash(uid), rv: r, marker: v.Truncated != "", writer: w}
 }
 
 // heldUID is the incarnation a value of key at revision rev holds: its
@@ -472,9 +520,12 @@ func heldUID(key string, rev uint64, v *heldValue) string {
 // marker, the event's envelope, or a marker naming the object when the
 // envelope is larger than limit (the server's max_payload) or the bucket
 // took. It expects the key's revision to be last.
-func (s *Sink) mirrorMsg(e *event.Event, op *mirrorOp, last uint64, limit int64) (*natsgo.Msg, error) {
+func (s *Sink) mirrorMsg(ctx context.Context, e *event.Event, op *mirrorOp, last uint64, limit int64) (*natsgo.Msg, error) {
 	msg := &natsgo.Msg{Subject: "$KV." + op.bucket + "." + op.key, Header: natsgo.Header{}}
 	msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(last, 10))
+	if f, ok := sinks.FenceFrom(ctx); ok {
+		msg.Header.Set(fenceHeader, f.String())
+	}
 	if len(msg.Subject) > MaxSubject {
 		return nil, sinks.Permanent(fmt.Errorf("event %s: the key %s is too long for a NATS subject", e.ID, op.key))
 	}
@@ -486,7 +537,13 @@ func (s *Sink) mirrorMsg(e *event.Event, op *mirrorOp, last uint64, limit int64)
 		}
 		return msg, nil
 	}
-	room := limit - int64(len(msg.Header.Get(jetstream.ExpectedLastSubjSeqHeader))+len(jetstream.ExpectedLastSubjSeqHeader)+hdrPreamble+hdrPerField)
+	hdr := hdrPreamble
+	for k, vs := range msg.Header {
+		for _, v := range vs {
+			hdr += len(k) + len(v) + hdrPerField
+		}
+	}
+	room := limit - int64(hdr)
 	if !op.marker {
 		body, err := e.Structured()
 		if err != nil {
@@ -695,6 +752,23 @@ func (s *Sink) compact(ctx context.Context, bucket string, cutoff time.Time) err
 	if err != nil {
 		return err
 	}
+	st, err := l.js.Stream(ctx, "KV_"+bucket)
+	if err != nil {
+		return err
+	}
+	created := st.CachedInfo().Created
+	// same says the bucket is the one listed: one recreated meanwhile holds
+	// other revisions, which must be neither raised past nor purged.
+	same := func() error {
+		info, err := st.Info(ctx)
+		if err != nil {
+			return err
+		}
+		if !info.Created.Equal(created) {
+			return fmt.Errorf("bucket %s was recreated while compacting", bucket)
+		}
+		return nil
+	}
 	w, err := kv.WatchAll(ctx, jetstream.MetaOnly())
 	if err != nil {
 		return err
@@ -727,6 +801,9 @@ func (s *Sink) compact(ctx context.Context, bucket string, cutoff time.Time) err
 	if len(markers) == 0 {
 		return nil
 	}
+	if err := same(); err != nil {
+		return err
+	}
 	cur, err := kv.Get(ctx, mirror.CompactedKey)
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
@@ -740,8 +817,7 @@ func (s *Sink) compact(ctx context.Context, bucket string, cutoff time.Time) err
 	if err != nil {
 		return fmt.Errorf("raising %s: %w", mirror.CompactedKey, err)
 	}
-	st, err := l.js.Stream(ctx, "KV_"+bucket)
-	if err != nil {
+	if err := same(); err != nil {
 		return err
 	}
 	for _, m := range markers {

@@ -249,6 +249,12 @@ func TestMirrorConfig(t *testing.T) {
 		t.Errorf("CheckRule of a rule whose bucket name is invalid = %v", err)
 	}
 	must(t, c.CheckRule(&config.Rule{Name: "pods_team-a"}))
+	must(t, c.CheckRule(&config.Rule{Name: "meta", Include: []string{"metadata"}}))
+	for _, r := range []config.Rule{{Name: "some", Events: []string{"deleted"}}, {Name: "chg", Changed: []string{"spec"}}, {Name: "patch", Include: []string{"patch"}}} {
+		if err := c.CheckRule(&r); err == nil {
+			t.Errorf("CheckRule(%+v) passed: a mirror cannot hold that rule's view", r)
+		}
+	}
 	m := &Mirror{}
 	m.SetDefaults()
 	m.Bucket = "views"
@@ -316,4 +322,40 @@ func TestMirrorFold(t *testing.T) {
 			t.Errorf("%s: writes event %d, want %d", c.name, got, c.write)
 		}
 	}
+}
+
+// A replica that gave a shard up finds, where the key is, that a newer
+// holding of the shard wrote it: its writes are refused (fenced) whatever
+// its own clock says, also for a key it knows nothing of (read before a
+// deletion), and a deletion or a re-entry of the same object.
+func TestMirrorRefusesAnOlderHoldingAtTheKey(t *testing.T) {
+	srv := startServer(t, 0)
+	a := connectMirror(t, srv.ClientURL())
+	b := connectMirror(t, srv.ClientURL())
+	ctx := context.Background()
+	holding := func(epoch uint64) context.Context {
+		return sinks.WithFence(ctx, sinks.Fence{Shard: 1, Shards: 4, Epoch: epoch}) // Valid nil: its clock says it still holds
+	}
+	must(t, a.Send(holding(1), []*event.Event{ev("prod", "x", 5, 10), ev("prod", "y", 5, 10)}))
+	_, err := b.Held(ctx, "r") // b takes the shard over
+	must(t, err)
+	must(t, b.Send(holding(2), []*event.Event{ev("prod", "x", 7, 10)}))
+
+	// a's queued deletion of x (at an older resourceVersion), refused at
+	// the key although a's memory of it is stale
+	if err := a.Send(holding(1), []*event.Event{deleted(ev("prod", "x", 6, 10))}); !sinks.IsFenced(err) {
+		t.Errorf("the older holding's deletion: %v, want fenced", err)
+	}
+	// a, its memory lost (a restart of its process would not keep the
+	// epoch either): the key is read before the deletion
+	a.mirror.keys = newKeyStates()
+	if err := a.Send(holding(1), []*event.Event{deleted(ev("prod", "x", 6, 10))}); !sinks.IsFenced(err) {
+		t.Errorf("the older holding's deletion of a key it knows nothing of: %v, want fenced", err)
+	}
+	if got := bucketOf(t, srv.ClientURL())["prod.x"]; got != "x uid-x rv7" {
+		t.Errorf("bucket[prod.x] = %q, want the newer holding's", got)
+	}
+	// y, which b never wrote, a may still write: its writes land before
+	// any of b's (each expects the revision it knows).
+	must(t, a.Send(holding(1), []*event.Event{ev("prod", "y", 8, 10)}))
 }
