@@ -116,6 +116,7 @@ func (s HoldingSink) Held(ctx context.Context, rule string) ([]sinks.HeldObject,
 	skipped := 0
 	size := 0 // what held keeps, about
 	idleSince := time.Now()
+	got := map[int32]bool{} // partitions records came from
 	for len(end) > 0 {
 		pctx, pcancel := context.WithTimeout(ctx, heldPoll)
 		fetches := cl.PollFetches(pctx)
@@ -128,9 +129,18 @@ func (s HoldingSink) Held(ctx context.Context, rule string) ([]sinks.HeldObject,
 		} else if time.Since(idleSince) >= heldIdle {
 			// Nothing more comes though the watermark listed is ahead:
 			// the partition's last records were compacted away (old
-			// tombstones), or it is not fetchable now. What was read
-			// is what it holds; a stale entry left is deleted at the
-			// next read.
+			// tombstones), or the broker does not serve it now. Taken as
+			// read only when records of each such partition came and the
+			// broker answers; otherwise the destination is not readable
+			// now, and the bridge reads it again later.
+			for p := range end {
+				if !got[p] {
+					return nil, sinks.Unavailable(fmt.Errorf("reading state topic %s: nothing came from partition %d for %s", topic, p, heldIdle))
+				}
+			}
+			if _, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic); err != nil {
+				return nil, sinks.Unavailable(fmt.Errorf("reading state topic %s: %d partitions stalled before their end, and the broker does not answer: %w", topic, len(end), err))
+			}
 			s.logger.Warn("state topic partitions end before the watermark listed; taken as read", "topic", topic, "rule", rule, "partitions", len(end))
 			break
 		}
@@ -145,6 +155,7 @@ func (s HoldingSink) Held(ctx context.Context, rule string) ([]sinks.HeldObject,
 		}
 		var overflow bool
 		fetches.EachRecord(func(r *kgo.Record) {
+			got[r.Partition] = true
 			e, ok := end[r.Partition]
 			if !ok || r.Offset >= e {
 				return // read past the watermark listed: not what it held then
