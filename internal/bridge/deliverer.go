@@ -45,7 +45,7 @@ type deliverer struct {
 	// settled is true while the views are reconciled against synced
 	// caches: after reconcileAll, and after a reload's adopt; false from a
 	// reload's swap until then. A late read of a destination
-	// (mergeHeldLater) reconciles only then.
+	// (readHeldLater) reconciles only then.
 	settled atomic.Bool
 	ctx     context.Context // the deliveries' and returnStartMemory's lifetime
 	cancel  context.CancelFunc
@@ -201,6 +201,23 @@ func (d *deliverer) startRun(ctx context.Context, cfg *config.Config, s *sinkRun
 		defer d.wg.Done()
 		dv.Run(dctx)
 	}()
+	if ln, ok := unwrap(s.sink).(sinks.LossNotifier); ok {
+		holder := holderOf(s.sink)
+		lost, stopNotify := ln.NotifyLost()
+		d.wg.Add(1)
+		go func() { // until the run ends (a reload retires it, or the stop)
+			defer d.wg.Done()
+			defer stopNotify()
+			for {
+				select {
+				case <-dctx.Done():
+					return
+				case rule := <-lost:
+					d.readHeldLater(s, holder, rule, true)
+				}
+			}
+		}()
+	}
 	return nil
 }
 
@@ -230,7 +247,7 @@ func (d *deliverer) loadViews(ctx context.Context, s *sinkRun) error {
 // holds the view, what the destination holds with the checkpoint's clocks
 // and intents (heldView). A destination that does not answer within
 // heldWait (or, once one did not, *unanswered, at once) leaves the
-// checkpoint's, and mergeHeldLater reads on. nil: nothing to read.
+// checkpoint's, and readHeldLater reads on. nil: nothing to read.
 func (d *deliverer) readRule(ctx context.Context, s *sinkRun, rule string, unanswered *bool) (map[string]*checkpoint.Slot, error) {
 	recorder := d.recorder.Load()
 	holder := holderOf(s.sink)
@@ -269,7 +286,7 @@ func (d *deliverer) readRule(ctx context.Context, s *sinkRun, rule string, unans
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
-		d.mergeHeldLater(s, holder, rule)
+		d.readHeldLater(s, holder, rule, false)
 	}()
 	if stored == nil {
 		stored = map[string]*checkpoint.Slot{}
@@ -279,16 +296,18 @@ func (d *deliverer) readRule(ctx context.Context, s *sinkRun, rule string, unans
 
 // heldWait bounds the first read of what a destination holds (a sink's
 // start waits for it): past it, the sink starts from its checkpoint and
-// mergeHeldLater reads on.
+// readHeldLater reads on.
 const heldWait = 15 * time.Second
 
-// mergeHeldLater reads what sink s's destination holds of rule until it
-// answers (or the deliverer stops), merges it into the sink's views
-// (view.Handed.Merge: what the destination holds besides what the sink is
-// known to hold) and reconciles the rule, so that entries written behind
-// the bridge's back are deleted or replaced even when the destination was
-// down at the start.
-func (d *deliverer) mergeHeldLater(s *sinkRun, holder sinks.Holder, rule string) {
+// readHeldLater reads what sink s's destination holds of rule until it
+// answers (or the run ends), then, against synced caches, merges it into
+// the sink's views (view.Handed.Merge: what the destination holds besides
+// what the sink is known to hold), or, when the destination lost what it
+// held (lost: sinks.LossNotifier), makes it the sink's view of the rule,
+// and reconciles the rule: entries written behind the bridge's back while
+// the destination was down at the start are deleted or replaced, and what
+// a lost destination lacks is sent again.
+func (d *deliverer) readHeldLater(s *sinkRun, holder sinks.Holder, rule string, lost bool) {
 	retry := backoff.Backoff{Initial: time.Second, Max: 30 * time.Second}
 	current := func() bool { // the sink still runs, and still delivers rule
 		set := d.active.Load()
@@ -332,7 +351,14 @@ func (d *deliverer) mergeHeldLater(s *sinkRun, holder sinks.Holder, rule string)
 			case d.settled.Load():
 				// Only against synced caches: an empty or half-listed
 				// cache would read every object held as deleted.
-				s.handed.Merge(rule, heldView(nil, held, d.opts.Owns))
+				if lost {
+					// The destination lost what it held: the sink holds
+					// what it holds now (what is in flight lands, or is
+					// sent again: at least once).
+					s.handed.Load(rule, heldView(nil, held, d.opts.Owns))
+				} else {
+					s.handed.Merge(rule, heldView(nil, held, d.opts.Owns))
+				}
 				n, done = d.reconcile(s, rule, event.ReplayCheckpoint), true
 			}
 		}
@@ -359,11 +385,16 @@ func (d *deliverer) mergeHeldLater(s *sinkRun, holder sinks.Holder, rule string)
 
 // holderOf is sink's sinks.Holder, if its destination holds the view.
 func holderOf(sink sinks.Sink) sinks.Holder {
-	if u, ok := sink.(interface{ Unwrap() sinks.Sink }); ok {
-		sink = u.Unwrap()
-	}
-	h, _ := sink.(sinks.Holder)
+	h, _ := unwrap(sink).(sinks.Holder)
 	return h
+}
+
+// unwrap is the sink a shared sink shares.
+func unwrap(sink sinks.Sink) sinks.Sink {
+	if u, ok := sink.(interface{ Unwrap() sinks.Sink }); ok {
+		return u.Unwrap()
+	}
+	return sink
 }
 
 // heldView is what a sink whose destination holds the view was handed:

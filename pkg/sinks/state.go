@@ -30,3 +30,13 @@ type HeldObject struct {
 	ResourceVersion string // "" when the destination holds a marker (an object too large), which is re-sent
 	Labels          map[string]string
 }
+
+// LossNotifier is implemented by Holder sinks whose destination can lose
+// what it held while the bridge runs (a bucket deleted and created again
+// by the sink): the bridge then reads it again (Held) and sends what it
+// lacks. NotifyLost returns a channel of the rules whose state was lost,
+// and stop, which ends the notifications. A notification is never blocked
+// on: a reader that is behind may miss a repeat of a rule it has pending.
+type LossNotifier interface {
+	NotifyLost() (lost <-chan string, stop func())
+}

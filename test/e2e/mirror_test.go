@@ -320,3 +320,54 @@ func testCtx(t *testing.T, d time.Duration) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// A mirror bucket deleted while the bridge runs (an operator, a memory
+// stream restarted) is created again and written whole: the sink notices
+// the bucket is another and the bridge reads it again and sends what it
+// lacks, not only the changes that follow.
+func TestMirrorBucketDeletedWhileRunning(t *testing.T) {
+	cp := testenv.SharedControlPlane(t)
+	const ns = "mirror-lost"
+	testenv.EnsureNamespace(t, cp, ns)
+	nats := testenv.StartNATS(t)
+	l := startLoad(t, cp, []string{ns}, false)
+	b := startBridge(t, cp, fmt.Sprintf(`apiVersion: kubebridge.io/v1alpha1
+kind: BridgeConfig
+cluster: e2e
+sinks:
+  - name: views
+    nats: {url: %q, mirror: {bucket: "lost-{rule}"}}
+    retry: {initialInterval: 100ms, maxInterval: 1s}
+rules:
+  - name: cms
+    resource: v1/configmaps
+    namespaces: [%s]
+    sinks: [views]
+`, nats.ClientURL(), ns), withRestartFlags())
+	time.Sleep(2 * time.Second)
+	nc, err := natsgo.Connect(nats.ClientURL())
+	must(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	must(t, err)
+	must(t, js.DeleteKeyValue(context.Background(), "lost-cms"))
+	time.Sleep(2 * time.Second) // changes go on: the bucket is created again
+	l.stop()
+
+	want := configMapState(t, cp, ns)
+	var diff []string
+	if !poll(60*time.Second, func() bool {
+		got, err := mirrorState(t, nats.ClientURL(), "lost-cms")
+		if err != nil {
+			diff = []string{err.Error()}
+			return false
+		}
+		diff = diffStates(want, got)
+		return len(diff) == 0
+	}) {
+		t.Fatalf("the bucket created again differs from the view (%d objects):\n%s\n%s", len(want), strings.Join(diff, "\n"), b.runLogTail())
+	}
+	if !strings.Contains(b.log(), "created anew") {
+		t.Errorf("the loss is not logged:\n%s", b.runLogTail())
+	}
+}

@@ -50,6 +50,13 @@ type mirrorState struct {
 	cfg       Mirror
 	keys      *keyStates
 	ensured   sync.Map // bucket name -> struct{}: created or updated by this sink
+	// created is each bucket's stream's creation time as this sink first
+	// found it, and rules the rule of each bucket: a bucket found created
+	// again lost what it held (loss).
+	created sync.Map // bucket name -> time.Time
+	rules   sync.Map // bucket name -> rule
+	mu      sync.Mutex
+	notify  map[chan string]struct{}
 	truncated atomic.Int64
 
 	stop context.CancelFunc
@@ -57,7 +64,40 @@ type mirrorState struct {
 }
 
 func newMirrorState(c *Mirror) *mirrorState {
-	return &mirrorState{cfg: *c, keys: newKeyStates()}
+	return &mirrorState{cfg: *c, keys: newKeyStates(), notify: map[chan string]struct{}{}}
+}
+
+// NotifyLost tells of rules whose bucket was found created anew while the
+// sink ran (sinks.LossNotifier): an operator deleted it, or a memory
+// stream restarted empty.
+func (m Mirroring) NotifyLost() (<-chan string, func()) {
+	ch := make(chan string, 16)
+	m.mirror.mu.Lock()
+	m.mirror.notify[ch] = struct{}{}
+	m.mirror.mu.Unlock()
+	return ch, func() {
+		m.mirror.mu.Lock()
+		delete(m.mirror.notify, ch)
+		m.mirror.mu.Unlock()
+	}
+}
+
+var _ sinks.LossNotifier = Mirroring{}
+
+// lost tells every reader that bucket lost what it held.
+func (m *mirrorState) lost(bucket string) {
+	r, ok := m.rules.Load(bucket)
+	if !ok {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for ch := range m.notify {
+		select {
+		case ch <- r.(string):
+		default:
+		}
+	}
 }
 
 func (m *mirrorState) hash(bucket, key string) uint64 {
@@ -153,6 +193,20 @@ func (k *keyStates) set(h uint64, st keyState) {
 	sh.mu.Unlock()
 }
 
+// clear forgets every key's state.
+func (k *keyStates) clear() {
+	for i := range k.shards {
+		sh := &k.shards[i]
+		sh.mu.Lock()
+		sh.m = map[uint64]keyState{}
+		sh.mu.Unlock()
+	}
+}
+
+// forgetBucket forgets what the sink knew of bucket's keys (all keys'
+// states: they are not kept by bucket; a bucket is rarely created anew).
+func (m *mirrorState) forgetBucket(string) { m.keys.clear() }
+
 func (k *keyStates) forget(h uint64) {
 	sh := &k.shards[h%uint64(len(k.shards))]
 	sh.mu.Lock()
@@ -195,6 +249,16 @@ func (s *Sink) ensureBucket(ctx context.Context, l *link, bucket string) (jetstr
 	if err != nil {
 		return nil, classify(fmt.Errorf("mirror bucket %s: %w", bucket, err))
 	}
+	if st, err := l.js.Stream(ctx, "KV_"+bucket); err == nil {
+		c := st.CachedInfo().Created
+		if first, had := s.mirror.created.Swap(bucket, c); had && !first.(time.Time).Equal(c) {
+			// Created anew since: what the sink wrote is gone, and the
+			// keys' states it knows are another bucket's.
+			s.logger.Warn("a mirror bucket was created anew while the sink ran: its rule's view is written again", "sink", s.name, "bucket", bucket)
+			s.mirror.forgetBucket(bucket)
+			s.mirror.lost(bucket)
+		}
+	}
 	s.mirror.ensured.Store(bucket, struct{}{})
 	return kv, nil
 }
@@ -221,6 +285,9 @@ func (s *Sink) sendMirror(ctx context.Context, l *link, events []*event.Event) e
 	byKey := make(map[string]int, n)
 	for i, e := range events {
 		bucket := s.mirror.cfg.BucketOf(e.Rule())
+		if i == 0 || e.Rule() != events[i-1].Rule() {
+			s.mirror.rules.Store(bucket, e.Rule())
+		}
 		key := mirror.Key(e.Namespace(), e.Name())
 		k := bucket + "\x00" + key
 		if j, ok := byKey[k]; ok {
@@ -646,6 +713,7 @@ func (m Mirroring) Held(ctx context.Context, rule string) ([]sinks.HeldObject, e
 		return nil, err
 	}
 	bucket := s.mirror.cfg.BucketOf(rule)
+	s.mirror.rules.Store(bucket, rule)
 	kv, err := s.ensureBucket(ctx, l, bucket)
 	if err != nil {
 		return nil, err

@@ -348,7 +348,7 @@ func TestMirrorRefusesAnOlderHoldingAtTheKey(t *testing.T) {
 	}
 	// a, its memory lost (a restart of its process would not keep the
 	// epoch either): the key is read before the deletion
-	a.mirror.keys = newKeyStates()
+	a.mirror.keys.clear()
 	if err := a.Send(holding(1), []*event.Event{deleted(ev("prod", "x", 6, 10))}); !sinks.IsFenced(err) {
 		t.Errorf("the older holding's deletion of a key it knows nothing of: %v, want fenced", err)
 	}
