@@ -47,16 +47,16 @@ import (
 
 // mirrorState is a mirroring sink's memory of its buckets.
 type mirrorState struct {
-	cfg       Mirror
-	keys      *keyStates
-	ensured   sync.Map // bucket name -> struct{}: created or updated by this sink
+	cfg     Mirror
+	keys    *keyStates
+	ensured sync.Map // bucket name -> struct{}: created or updated by this sink
 	// created is each bucket's stream's creation time as this sink first
 	// found it, and rules the rule of each bucket: a bucket found created
 	// again lost what it held (loss).
-	created sync.Map // bucket name -> time.Time
-	rules   sync.Map // bucket name -> rule
-	mu      sync.Mutex
-	notify  map[chan string]struct{}
+	created   sync.Map // bucket name -> time.Time
+	rules     sync.Map // bucket name -> rule
+	mu        sync.Mutex
+	notify    map[chan string]struct{}
 	truncated atomic.Int64
 
 	stop context.CancelFunc
