@@ -32,7 +32,8 @@
 //	go run ./hack/bench -n 300 -runs 1 -memory 1000 -latency-n 300   # smoke
 //	go run ./hack/bench -runs 1 -n 0 -consumers baseline,nats -latency-rate 0 -memory "" -cold 2000
 //	go run ./hack/bench -runs 1 -n 0 -latency-rate 0 -memory "" -shards 2000 -shard-churn-n 1000 -shard-handovers 2
-//	go run ./hack/bench -runs 3 -n 5000 -consumers baseline,jetstream,kafka,kafka-state -latency-rate 0 -memory "" -mirror 20000
+//	go run ./hack/bench -runs 3 -n 5000 -consumers baseline,jetstream,kafka,kafka-state -latency-rate 0 -memory "" \
+//		-cold 20000 -cold-consumers baseline,jetstream,kafka,kafka-state -mirror 20000 -mirror-consumers 1,20 -mirror-shared-conn
 package main
 
 import (
