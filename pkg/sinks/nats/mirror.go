@@ -24,17 +24,20 @@ import (
 // Mirroring. With mirror set, the sink keeps each rule's view in a KV
 // bucket of its own (pkg/mirror lays out keys and values): an event that
 // puts an object in the view, or changes it there, stores its envelope
-// under the object's key; one that takes it out deletes the key. Only the
-// last event of a key in a batch is written (a mirror holds states, not
-// changes), and its outcome is every such event's.
+// under the object's key; one that takes it out deletes the key. A key's
+// events in a batch fold into the one state it is to hold (fold), written
+// once; its outcome is every such event's.
 //
 // Every write expects the key's last revision (its stream sequence), which
-// the stream checks where it stores it, as the checkpoint's writes do: a
-// late write of a replica that gave the object up is refused once its
-// successor wrote the key. The revisions live in memory, learnt from
-// acknowledgements and from Held, which the bridge calls whenever it loads
-// the sink's views; one not known costs a refusal, after which a writer
-// that may still write (sinks.MayWrite) adopts the stream's.
+// the stream checks where it stores it, as the checkpoint's writes do. The
+// sink knows what each key holds (revision, incarnation, resourceVersion,
+// the holding that wrote it: keyState), from its acknowledgements and from
+// Held, which the bridge calls whenever it loads the sink's views. A write
+// refused because someone wrote the key meanwhile reads the key and is
+// decided again: refused outright when a newer holding of the shard wrote
+// it (writer.supersededBy), moot when the key holds a newer incarnation,
+// written otherwise. A key not known costs a read before a deletion, a
+// refusal before a put.
 //
 // The bridge diffs the view against what Held reads from the bucket, so
 // the bucket converges to the view whatever its checkpoint says (a bucket
@@ -145,7 +148,7 @@ func parseWriter(v string) writer {
 	return writerOf(f, true)
 }
 
-// supersedes says whether a write of w over a key last written by last
+// supersededBy says whether a write of w over a key last written by last
 // must be refused: the same shard, held since by a newer holding. A
 // replica that gave the shard up (paused, partitioned) finds it so where
 // the key is, whatever its own clock says.
