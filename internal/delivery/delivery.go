@@ -162,7 +162,7 @@ func New(o Options) *Delivery {
 	}
 	d := &Delivery{
 		Name:       cfg.Name,
-		queue:      queue.New(cfg.Queue.Capacity, Coalesce),
+		queue:      queue.New(cfg.Queue.Capacity, event.Coalesce),
 		limiter:    newLimiter(cfg.InFlight()),
 		sink:       sink,
 		retry:      cfg.Retry,
@@ -192,58 +192,6 @@ func New(o Options) *Delivery {
 	d.gate.backoff = d.backoff
 	d.holds.New = func() any { return new([]queue.Hold[*event.Event]) }
 	return d
-}
-
-// Coalesce merges a pending event with a newer one for the same
-// incarnation of an object (the queue never merges two uids: a replaced
-// object's deleted and the new one's added both stay). The newer state
-// wins, but an object the consumer has not been sent yet stays added, and
-// a change that was to be sent is not made quiet by a newer one that is
-// not (e.g. an update outside the rule's changed paths). A fresh added
-// (the sink held nothing of the object, quiet or not) and its deletion
-// cancel out: keep is false and neither is sent, since the object was in
-// neither the acknowledged view nor the desired one. Items in the queue
-// were never attempted (a parked object's events are marked not fresh), so
-// neither the consumer nor the checkpoint misses anything.
-func Coalesce(pending, newer *event.Event) (merged *event.Event, keep bool) {
-	if pending.Change == event.Added && pending.Fresh && newer.Change == event.Deleted {
-		return nil, false
-	}
-	if pending.Change == event.Added && newer.Change == event.Updated && (!pending.Quiet || newer.Quiet) {
-		return event.Build(newer.RuleInfo(), event.Transition{Change: event.Added, Object: newer.Object(), Subject: newer.Subject, Time: newer.Time,
-			Entered: pending.Entered, Stamp: pending.Stamp, Replay: newer.Replay, Fresh: pending.Fresh, Quiet: pending.Quiet}), true
-	}
-	// What merges into a pending event that is not a fresh added is not
-	// fresh either: a deletion queued before it (the object left the view,
-	// then came back) must still reach the consumer.
-	if newer.Fresh && !(pending.Change == event.Added && pending.Fresh) {
-		newer = newer.WithFresh(false)
-	}
-	if pending.Change == newer.Change && newer.Quiet && !pending.Quiet {
-		return newer.WithQuiet(false), true
-	}
-	return newer, true
-}
-
-// foldEvents coalesces an object's consecutive events of one incarnation, in
-// order: what a retry sends once newer events joined the parked ones. It
-// counts them as the queue counts its own.
-func foldEvents(events []*event.Event) (out []*event.Event, coalesced, cancelled uint64) {
-	out = make([]*event.Event, 0, len(events))
-	for _, e := range events {
-		if n := len(out); n > 0 && out[n-1].QueueKey() == e.QueueKey() {
-			if merged, keep := Coalesce(out[n-1], e); keep {
-				out[n-1] = merged
-				coalesced++
-			} else {
-				out = out[:n-1]
-				cancelled += 2
-			}
-			continue
-		}
-		out = append(out, e)
-	}
-	return out, coalesced, cancelled
 }
 
 // Offer enqueues an event. It never blocks.
@@ -603,7 +551,7 @@ func (d *Delivery) refresh(b *batch, fold bool) *batch {
 		}
 		if fold || (len(items) > 0 && (b.refused || d.Pending()+len(items) > d.queue.Capacity())) {
 			var coalesced, cancelled uint64
-			o.events, coalesced, cancelled = foldEvents(o.events)
+			o.events, coalesced, cancelled = event.Fold(o.events)
 			d.coalesced.Add(coalesced)
 			d.cancelled.Add(cancelled)
 		}

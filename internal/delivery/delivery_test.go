@@ -256,48 +256,6 @@ func TestCloseDrains(t *testing.T) {
 	}
 }
 
-// Coalescing keeps an unseen object added and the newest state; a fresh
-// added and its deletion cancel out, any other added does not.
-func TestCoalesce(t *testing.T) {
-	added, updated, deleted := ev("a", "1", event.Added), ev("a", "2", event.Updated), ev("a", "3", event.Deleted)
-	if c, keep := Coalesce(added, updated); !keep || c.Change != event.Added || c.ID != event.ID("r", "u-a", "2", event.Added, added.Entered, "") || c.Fresh {
-		t.Errorf("added+updated = %s (fresh %v, keep %v)", c.ID, c.Fresh, keep)
-	}
-	// An added sent again after a checkpoint's load (a new stamp, the entry
-	// time kept) keeps both: its id is the stamp's.
-	again := event.Build(added.RuleInfo(), event.Transition{Change: event.Added, Object: added.Object(), Entered: added.Entered, Stamp: added.Entered + 7})
-	if c, _ := Coalesce(again, updated); c.Entered != added.Entered || c.ID != event.ID("r", "u-a", "2", event.Added, added.Entered+7, "") {
-		t.Errorf("restamped added+updated = %s, entered %d", c.ID, c.Entered)
-	}
-	if c, keep := Coalesce(updated, ev("a", "4", event.Updated).WithQuiet(true)); !keep || c.Quiet {
-		t.Error("a change to send was made quiet by a newer one outside the changed paths")
-	}
-	if c, keep := Coalesce(updated, deleted); !keep || c != deleted {
-		t.Errorf("updated+deleted = %s", c.ID)
-	}
-	if c, keep := Coalesce(added, deleted); !keep || c != deleted {
-		t.Errorf("added (not fresh)+deleted = %v, %v: the deletion must stay", c, keep)
-	}
-	fresh := freshAdded("a", "1")
-	c, keep := Coalesce(fresh, updated)
-	if !keep || c.Change != event.Added || !c.Fresh {
-		t.Fatalf("fresh added+updated = %v (fresh %v), want a fresh added", c.Change, c.Fresh)
-	}
-	if _, keep := Coalesce(c, deleted); keep {
-		t.Error("fresh added+deleted kept: they cancel out")
-	}
-	// A deletion queued before a fresh added (the object left a server-side
-	// selector's view, then came back) makes the merge not fresh: a later
-	// deletion must not cancel it away with the deletion it carries.
-	c, keep = Coalesce(deleted, freshAdded("a", "5"))
-	if !keep || c.Change != event.Added || c.Fresh {
-		t.Fatalf("deleted+fresh added = %v (fresh %v), want an added that is not fresh", c.Change, c.Fresh)
-	}
-	if c, keep := Coalesce(c, ev("a", "6", event.Deleted)); !keep || c.Change != event.Deleted {
-		t.Errorf("deleted+fresh added+deleted = %v, %v: the deletion must stay", c, keep)
-	}
-}
-
 // freshAdded is the added of an object the sink's view held nothing of.
 func freshAdded(name, rv string) *event.Event {
 	e := ev(name, rv, event.Added)

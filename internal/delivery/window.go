@@ -31,7 +31,7 @@ func (d *Delivery) hold(b *batch, items []queue.Item[*event.Event]) (urgentNow b
 		urgentNow = urgentNow || urgent(it.Value)
 	}
 	var coalesced, cancelled uint64
-	o.events, coalesced, cancelled = foldEvents(o.events)
+	o.events, coalesced, cancelled = event.Fold(o.events)
 	d.coalesced.Add(coalesced)
 	d.cancelled.Add(cancelled)
 	d.inFlight.Add(int64(len(o.events) - before)) // the items left the queue for the batch
