@@ -1,4 +1,4 @@
-package main
+package bridgecmd
 
 import (
 	"context"
@@ -10,11 +10,11 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kubebridge/kubebridge/internal/bridge"
-	"github.com/kubebridge/kubebridge/pkg/components"
 	"github.com/kubebridge/kubebridge/pkg/config"
+	"github.com/kubebridge/kubebridge/pkg/sinks"
 )
 
-func newValidateCommand() *cobra.Command {
+func newValidateCommand(sinkTypes *sinks.Registry) *cobra.Command {
 	var (
 		file, kubeconfig, kubeContext string
 		credentialDirs                string
@@ -39,7 +39,7 @@ Exit status: 0 valid, 2 invalid, 1 when the cluster could not be asked.`,
 				return &exitError{exitInvalid, errors.New("validate: --config is required")}
 			}
 			out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
-			cfg, warnings, err := config.Load(file, components.SinkRegistry())
+			cfg, warnings, err := config.Load(file, sinkTypes)
 			for _, w := range warnings {
 				fmt.Fprintln(errOut, w.Format(file))
 			}

@@ -1,4 +1,4 @@
-package main
+package bridgecmd
 
 import (
 	"bufio"
@@ -20,9 +20,10 @@ import (
 	adminapi "github.com/kubebridge/kubebridge/internal/admin"
 	"github.com/kubebridge/kubebridge/internal/bridge"
 	"github.com/kubebridge/kubebridge/pkg/config"
+	"github.com/kubebridge/kubebridge/pkg/sinks"
 )
 
-func newReplayCommand() *cobra.Command {
+func newReplayCommand(sinkTypes *sinks.Registry) *cobra.Command {
 	var admin, sink, rule, file, kubeconfig, kubeContext, tokenFile string
 	var allowSecretData, allowExecPlugins bool
 	cmd := &cobra.Command{
@@ -51,7 +52,7 @@ and exits (it writes no checkpoint).`,
 				if _, err := applyMemoryLimit(cmd.Flags()); err != nil {
 					return &exitError{exitInvalid, err}
 				}
-				return replayStandalone(cmd, file, kubeconfig, kubeContext, sink, rule, bridge.Options{AllowSecretData: allowSecretData, OptIns: optIns(allowExecPlugins)})
+				return replayStandalone(cmd, file, kubeconfig, kubeContext, sink, rule, bridge.Options{Sinks: sinkTypes, AllowSecretData: allowSecretData, OptIns: optIns(allowExecPlugins)})
 			}
 			q := url.Values{"sink": {sink}}
 			if rule != "" {
@@ -149,7 +150,7 @@ func replayToken(file string) (string, error) {
 }
 
 func replayStandalone(cmd *cobra.Command, file, kubeconfig, kubeContext, sink, rule string, opts bridge.Options) error {
-	cfg, rc, err := loadForCluster(cmd, file, kubeconfig, kubeContext, func(w config.Problem) {
+	cfg, rc, err := loadForCluster(cmd, opts.Sinks, file, kubeconfig, kubeContext, func(w config.Problem) {
 		fmt.Fprintln(cmd.ErrOrStderr(), w.Format(file))
 	})
 	if err != nil {

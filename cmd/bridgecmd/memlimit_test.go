@@ -1,4 +1,4 @@
-package main
+package bridgecmd
 
 import (
 	"math"
@@ -87,7 +87,7 @@ func TestApplyMemoryLimitSetsTheRuntimeLimit(t *testing.T) {
 	t.Cleanup(func() { debug.SetMemoryLimit(old) })
 	t.Setenv(goMemLimitEnv, "")
 	t.Setenv(memoryLimitEnv, "68719476736") // 64 GiB
-	cmd := newRunCommand()
+	cmd := newRunCommand(nil)               // flags only
 	if err := cmd.ParseFlags([]string{"--memory-limit-ratio=0.5"}); err != nil {
 		t.Fatal(err)
 	}

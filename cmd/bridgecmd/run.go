@@ -1,4 +1,4 @@
-package main
+package bridgecmd
 
 import (
 	"bytes"
@@ -23,12 +23,12 @@ import (
 
 	"github.com/kubebridge/kubebridge/internal/bridge"
 	"github.com/kubebridge/kubebridge/internal/version"
-	"github.com/kubebridge/kubebridge/pkg/components"
 	"github.com/kubebridge/kubebridge/pkg/config"
+	"github.com/kubebridge/kubebridge/pkg/sinks"
 	execsink "github.com/kubebridge/kubebridge/pkg/sinks/exec"
 )
 
-func newRunCommand() *cobra.Command {
+func newRunCommand(sinkTypes *sinks.Registry) *cobra.Command {
 	var (
 		file, kubeconfig, kubeContext, logFormat, logLevel                 string
 		checkpointFile, adminAddr, adminAddrFile, profilingAddr, namespace string
@@ -72,14 +72,14 @@ Without --kubeconfig it uses the in-cluster service account.`,
 			if err != nil {
 				return &exitError{exitInvalid, err}
 			}
-			cfg, rc, err := loadForCluster(cmd, file, kubeconfig, kubeContext, func(w config.Problem) { logger.Warn("config: " + w.Format(file)) })
+			cfg, rc, err := loadForCluster(cmd, sinkTypes, file, kubeconfig, kubeContext, func(w config.Problem) { logger.Warn("config: " + w.Format(file)) })
 			if err != nil {
 				return err
 			}
 
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			opts := bridge.Options{Config: cfg, REST: rc, Logger: logger, SyncTimeout: syncTimeout,
+			opts := bridge.Options{Config: cfg, Sinks: sinkTypes, REST: rc, Logger: logger, SyncTimeout: syncTimeout,
 				CheckpointFile: checkpointFile, ResetCheckpoint: resetCheckpoint, CheckpointInterval: checkpointInterval,
 				AllowSecretData: allowSecretData, OptIns: optIns(allowExecPlugins), Namespace: namespace, CredentialDirs: credDirs,
 				ResourcePoll: resourcePoll, ReloadDrain: drainTimeout}
@@ -143,7 +143,7 @@ Without --kubeconfig it uses the in-cluster service account.`,
 			if reload && !sharding {
 				go func() {
 					defer close(watching)
-					watchConfig(watchCtx, file, b, logger)
+					watchConfig(watchCtx, file, sinkTypes, b, logger)
 				}()
 			} else {
 				close(watching)
@@ -224,7 +224,7 @@ Without --kubeconfig it uses the in-cluster service account.`,
 // watchConfig polls the config file (a ConfigMap volume swaps it through
 // a symlink, so its content is compared, not its inode) and reloads the
 // bridge with each new, valid version.
-func watchConfig(ctx context.Context, file string, b *bridge.Bridge, logger *slog.Logger) {
+func watchConfig(ctx context.Context, file string, sinkTypes *sinks.Registry, b *bridge.Bridge, logger *slog.Logger) {
 	last, _ := os.ReadFile(file)
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
@@ -239,7 +239,7 @@ func watchConfig(ctx context.Context, file string, b *bridge.Bridge, logger *slo
 			continue
 		}
 		last = data
-		cfg, _, err := config.Parse(file, data, components.SinkRegistry())
+		cfg, _, err := config.Parse(file, data, sinkTypes)
 		if err != nil {
 			logger.Error("config change refused: the running config stays", "errors", err.Error())
 			continue
@@ -263,8 +263,8 @@ func watchConfig(ctx context.Context, file string, b *bridge.Bridge, logger *slo
 
 // loadForCluster loads the config (printing its errors: exit 2) and the
 // client config for the cluster (exit 1 when that fails).
-func loadForCluster(cmd *cobra.Command, file, kubeconfig, kubeContext string, warn func(config.Problem)) (*config.Config, *rest.Config, error) {
-	cfg, warnings, err := config.Load(file, components.SinkRegistry())
+func loadForCluster(cmd *cobra.Command, sinkTypes *sinks.Registry, file, kubeconfig, kubeContext string, warn func(config.Problem)) (*config.Config, *rest.Config, error) {
+	cfg, warnings, err := config.Load(file, sinkTypes)
 	for _, w := range warnings {
 		warn(w)
 	}

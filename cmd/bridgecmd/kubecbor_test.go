@@ -1,4 +1,4 @@
-package main
+package bridgecmd
 
 import (
 	"bytes"
@@ -42,7 +42,7 @@ func TestKubeCBORDecision(t *testing.T) {
 		{args: []string{"--kube-cbor=true"}, env: "false", want: true, from: "--kube-cbor"},
 		{env: "maybe", wantErr: kubeCBOREnv + `="maybe": want true or false`},
 	} {
-		for _, cmd := range []*cobra.Command{newRunCommand(), newReplayCommand()} {
+		for _, cmd := range []*cobra.Command{newRunCommand(nil), newReplayCommand(nil)} { // flags only: no sink types
 			name := cmd.Name() + " " + strings.Join(tc.args, " ") + " env=" + tc.env
 			if err := cmd.ParseFlags(tc.args); err != nil {
 				t.Fatalf("%s: %v", name, err)
@@ -125,7 +125,7 @@ func TestApplyKubeCBORSwitchesTheDynamicClient(t *testing.T) {
 		{[]string{"--kube-cbor=false"}, "application/json"},
 		{[]string{"--kube-cbor=true"}, "application/cbor"},
 	} {
-		cmd := newRunCommand()
+		cmd := newRunCommand(nil) // flags only
 		if err := cmd.ParseFlags(tc.args); err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package main
+package bridgecmd
 
 import (
 	"fmt"
@@ -9,14 +9,23 @@ import (
 	"github.com/kubebridge/kubebridge/internal/version"
 )
 
-func newRootCommand() *cobra.Command {
+// New returns the bridge's root command with its sub-commands, which know
+// the sink types of s. Main runs it; a program that runs it itself gets
+// errors whose message the command has not printed.
+func New(s Settings) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "bridge",
 		Short:         "kubebridge turns Kubernetes changes into CloudEvents for NATS, webhooks and files",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		PersistentPreRunE: func(*cobra.Command, []string) error {
+			if s.Sinks == nil {
+				return errNoSinks
+			}
+			return nil
+		},
 	}
-	root.AddCommand(newVersionCommand(), newValidateCommand(), newRunCommand(), newTailCommand(), newReplayCommand())
+	root.AddCommand(newVersionCommand(), newValidateCommand(s.Sinks), newRunCommand(s.Sinks), newTailCommand(), newReplayCommand(s.Sinks))
 	return root
 }
 
