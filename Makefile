@@ -51,7 +51,7 @@ bench-micro: ## hot-path and pipeline microbenchmarks with allocations
 FUZZTIME ?= 30s
 fuzz: ## run the config, subject, request-template and mirror key/value fuzzers for FUZZTIME each
 	$(GO) test ./pkg/config -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./pkg/config -run '^$$' -fuzz '^FuzzFieldPath$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./pkg/fieldpath -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./pkg/sinks/nats -run '^$$' -fuzz '^FuzzSubject$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/celsandbox -run '^$$' -fuzz '^FuzzJSONTemplateHoldsAnyString$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./pkg/sinks/webhook -run '^$$' -fuzz '^FuzzJoinPathStaysUnderTheBase$$' -fuzztime $(FUZZTIME)

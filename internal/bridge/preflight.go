@@ -12,8 +12,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/openapi3"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/kube-openapi/pkg/spec3"
 
 	"github.com/kubebridge/kubebridge/pkg/config"
 )
@@ -52,7 +54,7 @@ func Preflight(ctx context.Context, cfg *config.Config, rc *rest.Config) (*Clust
 	if err != nil {
 		return nil, nil, err
 	}
-	p := &preflight{ctx: ctx, cs: cs, cfg: cfg, groups: map[string]*metav1.APIResourceList{}, access: map[authzv1.ResourceAttributes]bool{},
+	p := &preflight{ctx: ctx, cs: cs, cfg: cfg, groups: map[string]*metav1.APIResourceList{}, access: map[authzv1.ResourceAttributes]bool{}, schemas: map[schema.GroupVersion]*spec3.OpenAPI{},
 		info: &ClusterInfo{Namespaced: map[schema.GroupVersionResource]bool{}, Kinds: map[schema.GroupVersionResource]string{}, Absent: map[schema.GroupVersionResource]bool{}}}
 	if err := p.whoAmI(); err != nil {
 		return nil, nil, err
@@ -96,6 +98,8 @@ type preflight struct {
 	access   map[authzv1.ResourceAttributes]bool
 	problems []config.Problem
 	info     *ClusterInfo
+	openapi  openapi3.Root // made on first use: only rules with changed paths read it
+	schemas  map[schema.GroupVersion]*spec3.OpenAPI
 }
 
 func (p *preflight) warnf(path, format string, args ...any) {
@@ -173,6 +177,7 @@ func (p *preflight) checkRule(i int) error {
 	}
 	p.info.Namespaced[gvr] = res.Namespaced
 	p.info.Kinds[gvr] = res.Kind
+	p.checkChanged(i, gvr.GroupVersion().WithKind(res.Kind))
 	if !res.Namespaced {
 		if len(r.Namespaces) > 0 {
 			p.addf(path+".namespaces", "%s is cluster-scoped; namespaces do not apply", r.Resource)

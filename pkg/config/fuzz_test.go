@@ -64,21 +64,3 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
-
-// FuzzFieldPath: ParseFieldPath never panics, and what it accepts formats
-// back to a path that parses to the same keys.
-func FuzzFieldPath(f *testing.F) {
-	for _, s := range []string{"spec", "metadata.labels", `metadata.annotations["a.b/c"]`, `a[""]`, "a..b", `["x"].y`, "a.[", "0.1"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		keys, err := ParseFieldPath(s)
-		if err != nil {
-			return
-		}
-		again, err := ParseFieldPath(FormatFieldPath(keys))
-		if err != nil || !reflect.DeepEqual(keys, again) {
-			t.Fatalf("%q -> %q -> %q (%v) -> %q", s, keys, FormatFieldPath(keys), err, again)
-		}
-	})
-}

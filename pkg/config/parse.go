@@ -3,7 +3,6 @@ package config
 import (
 	"fmt"
 	"regexp"
-	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -98,75 +97,4 @@ func ParseIndexKey(s string) (IndexKey, error) {
 		return k, fmt.Errorf("index key %q: want namespace, label:<key>, annotation:<key> or owner:<Kind>", s)
 	}
 	return k, nil
-}
-
-// ParseFieldPath parses a changed path: dot-separated keys, where a key with
-// dots or slashes is written in brackets and quotes:
-//
-//	spec.template
-//	metadata.annotations["app.kubernetes.io/version"]
-func ParseFieldPath(s string) ([]string, error) {
-	if s == "" {
-		return nil, fmt.Errorf("empty path")
-	}
-	var out []string
-	rest := s
-	for {
-		if strings.HasPrefix(rest, "[") {
-			end := strings.Index(rest, "]")
-			if end < 0 {
-				return nil, fmt.Errorf("path %q: unclosed [", s)
-			}
-			key, err := strconv.Unquote(rest[1:end])
-			if err != nil || key == "" {
-				return nil, fmt.Errorf("path %q: want [\"key\"] with a non-empty quoted key, got %s", s, rest[:end+1])
-			}
-			out = append(out, key)
-			rest = rest[end+1:]
-		} else {
-			i := strings.IndexAny(rest, ".[")
-			if i < 0 {
-				i = len(rest)
-			}
-			seg := rest[:i]
-			if seg == "" {
-				return nil, fmt.Errorf("path %q: empty key", s)
-			}
-			for _, r := range seg {
-				if !(r == '_' || r == '-' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9') {
-					return nil, fmt.Errorf("path %q: key %q has %q; write it as [%q]", s, seg, r, seg)
-				}
-			}
-			out = append(out, seg)
-			rest = rest[i:]
-		}
-		switch {
-		case rest == "":
-			return out, nil
-		case strings.HasPrefix(rest, "."):
-			rest = rest[1:]
-			if rest == "" || strings.HasPrefix(rest, "[") {
-				return nil, fmt.Errorf("path %q: empty key", s)
-			}
-		case strings.HasPrefix(rest, "["):
-		default:
-			return nil, fmt.Errorf("path %q: want . or [ after a key", s)
-		}
-	}
-}
-
-// FormatFieldPath is the inverse of ParseFieldPath.
-func FormatFieldPath(keys []string) string {
-	var b strings.Builder
-	for i, k := range keys {
-		if plainKey(k) || (k != "" && strings.Trim(k, "0123456789") == "") {
-			if i > 0 {
-				b.WriteByte('.')
-			}
-			b.WriteString(k)
-		} else {
-			b.WriteString("[" + strconv.Quote(k) + "]")
-		}
-	}
-	return b.String()
 }

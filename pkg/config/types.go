@@ -201,7 +201,7 @@ type Rule struct {
 	Index map[string][]string `yaml:"index"`
 	// Where is a CEL expression over object, oldObject and type that must be true for the object to be in the view. It must be boolean; object.metadata is typed as Kubernetes ObjectMeta (dyn(object) treats the object as a map).
 	Where string `yaml:"where"`
-	// Changed delivers updates only when one of these paths (e.g. spec, metadata.labels) changed.
+	// Changed delivers updates only when a value one of these paths selects changed: keys joined by dots (spec.replicas), a key with dots or slashes quoted (metadata.labels["app.kubernetes.io/name"]), a list entered with [*] (spec.template.spec.containers[*].image), [name=web] (the element whose name is web) or [0]; list elements are matched by name (else type, else position), so reordering changes nothing. A path that can never select anything (a key through a list, a field the kind does not have) fails validate against the cluster.
 	Changed []string `yaml:"changed"`
 	// Include lists what goes into the event data: object, oldObject, patch; or metadata alone (the object's apiVersion, kind and metadata, for consumers that fetch the rest: the bridge then caches only metadata when every rule on the resource allows it). Default [object].
 	Include []string `yaml:"include"`

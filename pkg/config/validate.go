@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/kubebridge/kubebridge/internal/celsandbox"
+	"github.com/kubebridge/kubebridge/pkg/fieldpath"
 )
 
 // Limits that keep a config from asking for something absurd.
@@ -587,7 +588,7 @@ func (r *Rule) Validate() error {
 			continue
 		}
 		seenPath[p] = i
-		if _, err := ParseFieldPath(p); err != nil {
+		if _, err := fieldpath.Parse(p); err != nil {
 			errs = append(errs, ErrorAt(path, "%v", err))
 		}
 	}

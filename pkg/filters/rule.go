@@ -22,7 +22,6 @@ package filters
 import (
 	"fmt"
 	"log/slog"
-	"reflect"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -40,6 +39,7 @@ import (
 	"github.com/kubebridge/kubebridge/internal/celsandbox"
 	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
+	"github.com/kubebridge/kubebridge/pkg/fieldpath"
 )
 
 // NamespaceLabels looks up a namespace's current labels; ok is false for a
@@ -64,7 +64,7 @@ type Rule struct {
 	where          cel.Program
 	whereIsView    bool
 	whereReadsBody bool // where reads more of object or oldObject than apiVersion, kind and metadata
-	changed        [][]string
+	changed        []fieldpath.Path
 
 	logger     *slog.Logger
 	received   atomic.Uint64 // notifications evaluated
@@ -194,11 +194,11 @@ func Compile(cfg *config.Config, i int, nsLabels NamespaceLabels, logger *slog.L
 		r.whereReadsBody = readsBody(ast)
 	}
 	for _, p := range rc.Changed {
-		keys, err := config.ParseFieldPath(p)
+		fp, err := fieldpath.Parse(p)
 		if err != nil {
 			return nil, fmt.Errorf("%s.changed: %w", path, err)
 		}
-		r.changed = append(r.changed, keys)
+		r.changed = append(r.changed, fp)
 	}
 	return r, nil
 }
@@ -212,7 +212,7 @@ func (r *Rule) MetadataOnly() bool {
 		return false
 	}
 	for _, p := range r.changed {
-		if !metadataPath(p[0]) {
+		if !metadataPath(p.Segments()[0].Key) {
 			return false
 		}
 	}
@@ -456,9 +456,7 @@ func (r *Rule) anyChanged(old, obj *unstructured.Unstructured) bool {
 		return true
 	}
 	for _, path := range r.changed {
-		a, foundA, _ := unstructured.NestedFieldNoCopy(old.Object, path...)
-		b, foundB, _ := unstructured.NestedFieldNoCopy(obj.Object, path...)
-		if foundA != foundB || !reflect.DeepEqual(a, b) {
+		if path.Changed(old.Object, obj.Object) {
 			return true
 		}
 	}
