@@ -90,6 +90,7 @@ type Delivery struct {
 	// probeNew says the next probe of a failing destination is a new
 	// object from the queue, not a parked batch (next; the dispatcher's).
 	probeNew bool
+	ordered  bool          // the sink is sinks.Ordered: an object's events go together
 	kick     chan struct{} // wakes the dispatcher: a batch ended, an object parked or came due
 	closing  atomic.Bool
 
@@ -178,6 +179,9 @@ func New(o Options) *Delivery {
 	}
 	if d.window > 0 {
 		d.throttled = map[string]*batch{}
+	}
+	if o, ok := sink.(sinks.Ordered); ok {
+		d.ordered = o.Ordered()
 	}
 	if b, ok := sink.(sinks.Batcher); ok {
 		d.batchMax, d.batchWait = b.Batching()
@@ -615,19 +619,120 @@ func (d *Delivery) deliver(ctx context.Context, b *batch) {
 // sink failed the batch as a whole, that error. ok is false when ctx ended
 // first.
 func (d *Delivery) attempt(ctx context.Context, b *batch, events []*event.Event) (errs []error, whole error, ok bool) {
-	send := events
+	send := loud(events)
+	if !d.ordered && len(send) > len(b.objects) && !oneEach(b) {
+		return d.inTurns(ctx, b, events)
+	}
+	ok, err := d.reach(ctx, b, events, send)
+	if !ok {
+		return nil, nil, false
+	}
+	return spread(events, send, err), wholeError(err, len(send)), true
+}
+
+// loud returns events without the quiet ones (events itself when none
+// is).
+func loud(events []*event.Event) []*event.Event {
 	for i, e := range events {
 		if e.Quiet {
-			send = make([]*event.Event, i, len(events))
+			send := make([]*event.Event, i, len(events))
 			copy(send, events[:i])
 			for _, e := range events[i+1:] {
 				if !e.Quiet {
 					send = append(send, e)
 				}
 			}
-			break
+			return send
 		}
 	}
+	return events
+}
+
+// oneEach says whether no object of b has more than one event to send.
+func oneEach(b *batch) bool {
+	for _, o := range b.objects {
+		n := 0
+		for _, e := range o.events {
+			if !e.Quiet {
+				n++
+			}
+		}
+		if n > 1 {
+			return false
+		}
+	}
+	return true
+}
+
+// inTurns sends a batch holding several events of an object (a retry with
+// the events queued behind it, a take of an object's consecutive events)
+// in turns, each with at most one event of each object, as Send's contract
+// says: an object's next event goes in the turn after the destination took
+// the one before it or refused it for good; after any other failure its
+// later events are not sent. A first turn failed as a whole fails the
+// batch as a whole, as one send would.
+func (d *Delivery) inTurns(ctx context.Context, b *batch, events []*event.Event) (errs []error, whole error, ok bool) {
+	errs = make([]error, len(events))
+	next := make([]int, len(b.objects)) // index in events of each object's next event; its end once done
+	ends := make([]int, len(b.objects))
+	off := 0
+	for k, o := range b.objects {
+		next[k], ends[k] = off, off+len(o.events)
+		off = ends[k]
+	}
+	var turn []*event.Event
+	var of []int // the object of each event of the turn
+	failed := false
+	for first := true; ; first = false {
+		turn, of = turn[:0], of[:0]
+		for k := range next {
+			for next[k] < ends[k] && events[next[k]].Quiet { // never sent: settled
+				next[k]++
+			}
+			if next[k] < ends[k] {
+				turn, of = append(turn, events[next[k]]), append(of, k)
+			}
+		}
+		if len(turn) == 0 {
+			break
+		}
+		ok, err := d.reach(ctx, b, events, turn)
+		if !ok {
+			return nil, nil, false
+		}
+		if first && wholeError(err, len(turn)) != nil {
+			return spread(events, loud(events), err), err, true
+		}
+		each := spread(turn, turn, err)
+		for j, k := range of {
+			i := next[k]
+			next[k]++
+			if each == nil || each[j] == nil {
+				continue
+			}
+			errs[i], failed = each[j], true
+			if sinks.IsPermanent(each[j]) {
+				continue // refused for good: the object's next events go on
+			}
+			held := fmt.Errorf("not sent: an earlier event of the object failed: %w", each[j])
+			for ; next[k] < ends[k]; next[k]++ {
+				if !events[next[k]].Quiet {
+					errs[next[k]] = held
+				}
+			}
+		}
+	}
+	if !failed {
+		return nil, nil, true
+	}
+	return errs, nil, true
+}
+
+// reach sends send (events without the quiet ones) once the write-ahead
+// intent for events is written and the fence is open, the batch waiting in
+// its slot meanwhile: neither is the destination's failure. ok is false
+// when ctx ended first.
+func (d *Delivery) reach(ctx context.Context, b *batch, events, send []*event.Event) (ok bool, err error) {
 	waits := d.backoff // from Initial: this batch's own waits while it cannot be sent
 	var logged time.Time
 	for tries := 1; ; tries++ {
@@ -640,15 +745,15 @@ func (d *Delivery) attempt(ctx context.Context, b *batch, events []*event.Event)
 		}
 		if err == nil {
 			if len(send) == 0 {
-				return nil, nil, true // all quiet: nothing to send, all settled
+				return true, nil // all quiet: nothing to send, all settled
 			}
 			var reached bool
 			if reached, err = d.send(ctx, send); reached {
-				return spread(events, send, err), wholeError(err, len(send)), ctx.Err() == nil || err == nil
+				return ctx.Err() == nil || err == nil, err
 			}
 		}
 		if ctx.Err() != nil {
-			return nil, nil, false
+			return false, nil
 		}
 		// Not the destination's failure: the batch waits in its slot.
 		if tries == 1 || time.Since(logged) >= 30*time.Second {
@@ -663,7 +768,7 @@ func (d *Delivery) attempt(ctx context.Context, b *batch, events []*event.Event)
 		}
 		select {
 		case <-ctx.Done():
-			return nil, nil, false
+			return false, nil
 		case <-time.After(wait):
 		}
 		if !b.since.IsZero() {

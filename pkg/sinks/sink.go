@@ -21,19 +21,25 @@ import (
 
 // Sink delivers events to one destination.
 //
-// Send gets events in the order they must be delivered (per object key,
-// order is a promise to consumers). It is called from several goroutines at
-// once, each with its own batch (up to the sink's concurrency: adaptive, or
-// its fixed workers), so it must be safe for concurrent use; an object's
-// events are never in two batches in flight at once. Each call is one unit
-// of that concurrency, whose round trip the delivery measures: one request,
-// publish and flush, or write and sync. It
-// returns nil only when the destination has acknowledged every event of the
-// batch (durably, as far as the destination promises: a flush, a PubAck, a
-// 2xx, an fsync). On error the batch is sent again (only its failed events
-// when Send reports per event with EventErrors), so a sink may deliver an
-// event twice, never zero times. Sinks classify errors and never
-// retry themselves: wrap with Permanent what retrying cannot fix.
+// Order per object (event.Key) is a promise to consumers, and the
+// delivery keeps it, not the sink: a batch holds at most one event of each
+// object, and the delivery hands an object's next event to Send only once
+// the destination took the previous one or refused it for good
+// (Permanent). Send may thus send a batch's events in any order, all at
+// once, each faring alone. (An Ordered sink gets an object's events
+// together instead.) Send is called from several goroutines at once, each
+// with its own batch (up to the sink's concurrency: adaptive, or its fixed
+// workers), so it must be safe for concurrent use; an object's events are
+// never in two batches in flight at once. Each call is one unit of that
+// concurrency, whose round trip the delivery measures: one request,
+// publish and flush, or write and sync.
+//
+// Send returns nil only when the destination has acknowledged every event
+// of the batch (durably, as far as the destination promises: a flush, a
+// PubAck, a 2xx, an fsync). On error the batch is sent again (only its
+// failed events when Send reports per event with EventErrors), so a sink
+// may deliver an event twice, never zero times. Sinks classify errors and
+// never retry themselves: wrap with Permanent what retrying cannot fix.
 //
 // Close releases the sink's resources; no Send follows it.
 type Sink interface {
@@ -49,6 +55,15 @@ const MaxBatch = 256
 // waiting up to maxWait for a batch to fill (a webhook's batch mode).
 type Batcher interface {
 	Batching() (maxEvents int, maxWait time.Duration)
+}
+
+// Ordered is implemented by sinks whose Send delivers a batch as one
+// ordered unit (one request, one write), so that no event lands unless
+// every one before it did, or was refused for good. When Ordered returns
+// true, a batch may hold several events of an object, consecutive and in
+// order, instead of one per Send.
+type Ordered interface {
+	Ordered() bool
 }
 
 // HealthChecker is implemented by sinks that can tell, without sending,

@@ -60,6 +60,10 @@ func Open(path string, maxSize int64, maxBackups int) (*Sink, error) {
 	return &Sink{path: path, f: f}, nil
 }
 
+// Ordered: a batch is one write, in order, so an object's events may
+// travel in it together.
+func (s *Sink) Ordered() bool { return true }
+
 // Send writes the batch and fsyncs it.
 func (s *Sink) Send(_ context.Context, events []*event.Event) error {
 	s.mu.Lock()

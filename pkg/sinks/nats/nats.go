@@ -497,29 +497,30 @@ func (s *Sink) sendCore(ctx context.Context, l *link, events []*event.Event) err
 var pubOpts = []jetstream.PublishOpt{jetstream.WithRetryAttempts(0)}
 
 // sendJetStream publishes asynchronously within the sink's window of
-// pending PubAcks (MaxPending, shared by concurrent Sends). An object never
-// has two events in flight: its next event of the batch is published once
-// the previous one is acknowledged (or refused for good), so a later event
-// is never stored before an earlier one that failed. The first events of
-// all objects go out at once, window permitting. An object whose event
-// failed retryably has its later events reported failed, unpublished; a
-// lost connection or a PubAck timeout stops all publishing of the batch.
+// pending PubAcks (MaxPending, shared by concurrent Sends). The batch's
+// events are of different objects (sinks.Sink: the delivery sends an
+// object's next event once this one is settled), so all go out at once,
+// window permitting, except under the fence: there the events of one
+// object's subjects (its events of several rules) go one at a time, each
+// published once the one before it is acknowledged or refused for good,
+// since in flight together all but the first would expect the same
+// sequence and be refused; one failing retryably fails the others
+// unpublished. A lost connection or a PubAck timeout stops all publishing
+// of the batch.
 func (s *Sink) sendJetStream(ctx context.Context, l *link, events []*event.Event) error {
 	n := len(events)
 	out := outcomes{n: n}
-	// next[i] is the index of the next event of events[i]'s object, or -1;
-	// ready holds what may be published now, in batch order at first.
+	// next[i] is the index of the next event of events[i]'s subjects, or
+	// -1; ready holds what may be published now, in batch order at first.
 	next := make([]int, n)
 	ready := make([]int, 0, n)
 	var subj, filt [128]byte
 	buf, filter := subj[:0], filt[:0]
-	switch {
-	case n == 1:
-		next[0], ready = -1, append(ready, 0)
-	case s.fence != nil:
-		// Fenced, the events of one object's subjects go one at a time,
-		// whatever their rule: in flight together, all but the first
-		// would expect the same sequence and be refused.
+	if s.fence == nil || n == 1 {
+		for i := range events {
+			next[i], ready = -1, append(ready, i)
+		}
+	} else {
 		last := make(map[uint64]int, n)
 		for i, e := range events {
 			filter = s.subject.appendFilterTo(filter[:0], e)
@@ -532,17 +533,6 @@ func (s *Sink) sendJetStream(ctx context.Context, l *link, events []*event.Event
 			}
 			last[h] = i
 		}
-	default:
-		last := make(map[string]int, n)
-		for i, e := range events {
-			next[i] = -1
-			if j, ok := last[e.Key()]; ok {
-				next[j] = i
-			} else {
-				ready = append(ready, i)
-			}
-			last[e.Key()] = i
-		}
 	}
 	type flight struct {
 		i   int
@@ -554,7 +544,7 @@ func (s *Sink) sendJetStream(ctx context.Context, l *link, events []*event.Event
 	flights := make([]flight, 0, min(n, cap(s.window)))
 	limit := l.nc.MaxPayload()
 	var stop error // set when nothing more is published
-	// holdBack fails the events of i's object after i.
+	// holdBack fails the events of i's subjects after i.
 	holdBack := func(i int, cause error) {
 		for j := next[i]; j >= 0; j = next[j] {
 			out.fail(j, cause)
@@ -681,19 +671,19 @@ func (s *Sink) sendJetStream(ctx context.Context, l *link, events []*event.Event
 		}
 		err = classify(err)
 		out.fail(fl.i, err)
-		if sinks.IsPermanent(err) { // refused for good: the object's next events go on
+		if sinks.IsPermanent(err) { // refused for good: the subjects' next events go on
 			if j := next[fl.i]; j >= 0 {
 				ready = append(ready, j)
 			}
 			continue
 		}
-		holdBack(fl.i, fmt.Errorf("not published: an earlier event of the object failed: %w", err))
+		holdBack(fl.i, fmt.Errorf("not published: an earlier event of the object's subjects failed: %w", err))
 		if stop == nil && stopsBatch(err) {
 			stop = err
 		}
 	}
 	// Ready but never published (stop is set): they and the rest of their
-	// objects fail unpublished.
+	// subjects' events fail unpublished.
 	for _, i := range ready[head:] {
 		out.fail(i, notPublished(stop))
 		holdBack(i, notPublished(stop))

@@ -303,39 +303,24 @@ func (s *Sink) Batching() (int, time.Duration) {
 	return s.batch.MaxEvents, s.batch.MaxWait.D()
 }
 
+// Ordered: in batch mode a batch is one request, all-or-nothing, so an
+// object's events may travel in it together, in order.
+func (s *Sink) Ordered() bool { return s.batch != nil }
+
 // Send POSTs the events: one request per event, or one per batch. Events
-// fare alone where they can (see sinks.EventErrors).
+// fare alone where they can (see sinks.EventErrors); without batch they
+// are of different objects (sinks.Sink), so none waits for another.
 func (s *Sink) Send(ctx context.Context, events []*event.Event) error {
 	if s.batch != nil {
 		return s.sendBatch(ctx, events)
 	}
+	send := s.sendOne
 	if s.request != nil {
-		return s.each(ctx, events, s.sendRequest)
+		send = s.sendRequest
 	}
-	return s.each(ctx, events, s.sendOne)
-}
-
-// each sends the events one request each, in order: an event refused
-// (its payload or its template) fails alone; a failure of the destination
-// stops the rest, so no later event of an object overtakes one to retry.
-func (s *Sink) each(ctx context.Context, events []*event.Event, send func(context.Context, *event.Event) error) error {
 	errs := make([]error, len(events))
 	for i, e := range events {
-		err := send(ctx, e)
-		if err == nil || sinks.IsPermanent(err) {
-			errs[i] = err // a refusal is this event's alone
-			continue
-		}
-		if i == 0 {
-			return err // nothing was taken
-		}
-		// The destination fails (down, busy, redirecting): stop, so no later
-		// event of an object overtakes the one that must be retried.
-		errs[i] = err
-		for j := i + 1; j < len(events); j++ {
-			errs[j] = fmt.Errorf("not sent after an earlier failure: %w", err)
-		}
-		break
+		errs[i] = send(ctx, e)
 	}
 	return sinks.Outcome(errs)
 }
