@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -75,15 +76,34 @@ func (p *process) logTail() string {
 	return string(bytes.Join(lines, []byte("\n")))
 }
 
-// FreePort returns a loopback TCP port that was free a moment ago, chosen
-// below 32768 so that the kernel's ephemeral range (outgoing connections)
-// does not take it before the server binds it.
+// handedOut is every port FreePort has returned in this process: tests
+// running in parallel must not be given the same port before its server
+// binds it, nor one whose server is down for a while (a restart) and
+// binds it again.
+var handedOut struct {
+	sync.Mutex
+	ports map[int]bool
+}
+
+// FreePort returns a loopback TCP port that was free a moment ago and that
+// it has not returned before in this process, chosen below 32768 so that
+// the kernel's ephemeral range (outgoing connections) does not take it
+// before the server binds it.
 func FreePort() int {
+	handedOut.Lock()
+	defer handedOut.Unlock()
 	for {
 		port := 20000 + rand.IntN(12000)
+		if handedOut.ports[port] {
+			continue
+		}
 		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 		if err == nil {
 			l.Close()
+			if handedOut.ports == nil {
+				handedOut.ports = map[int]bool{}
+			}
+			handedOut.ports[port] = true
 			return port
 		}
 	}

@@ -66,6 +66,7 @@ func (h *shapedHook) got() []shapedReq {
 // (a field it lacks) goes to the dead-letter with the error, alone: the
 // others are sent, and once the object has the field its next change is.
 func TestShapedWebhookRequests(t *testing.T) {
+	t.Parallel()
 	cp := testenv.SharedControlPlane(t)
 	cs := cp.Clientset(t)
 	ctx := context.Background()
@@ -156,6 +157,7 @@ rules:
 // value, when the window ends; another object is not held by it; the
 // deletion goes at once, not after the window.
 func TestUpdateWindowSendsTheLatestStateOnce(t *testing.T) {
+	t.Parallel()
 	cp := testenv.SharedControlPlane(t)
 	cs := cp.Clientset(t)
 	ctx := context.Background()

@@ -25,6 +25,7 @@ import (
 // changed meanwhile (the new owner's first sync finds it changed); once it
 // fires, the shard moves again as replicas join and leave.
 func TestAlertKeepsItsClockAcrossShardHandovers(t *testing.T) {
+	t.Parallel()
 	am := testenv.StartAlertmanager(t)
 	srv := testenv.StartNATS(t)
 	cp := testenv.SharedControlPlane(t)

@@ -25,6 +25,7 @@ import (
 // the pod is deleted while the bridge is SIGKILLed (the start's
 // reconciliation against the checkpoint sends its deletion).
 func TestAlertsResolveThemselves(t *testing.T) {
+	t.Parallel()
 	am := testenv.StartAlertmanager(t)
 	cp := testenv.SharedControlPlane(t)
 	cs := cp.Clientset(t)
@@ -99,6 +100,7 @@ func TestAlertsResolveThemselves(t *testing.T) {
 // object has been in the view (when it entered is checkpointed): the alert
 // fires only once the pod stayed Failed that long, and resolves as usual.
 func TestAlertFiresOnlyAfterFor(t *testing.T) {
+	t.Parallel()
 	am := testenv.StartAlertmanager(t)
 	cp := testenv.SharedControlPlane(t)
 	cs := cp.Clientset(t)
@@ -150,6 +152,7 @@ func TestAlertFiresOnlyAfterFor(t *testing.T) {
 // no updates (its replays must re-send the alert all the same). Each alert
 // carries event.entered as an annotation.
 func TestAlertKeepsItsClockAcrossRestartsAndReloads(t *testing.T) {
+	t.Parallel()
 	am := testenv.StartAlertmanager(t)
 	cp := testenv.SharedControlPlane(t)
 	cs := cp.Clientset(t)
@@ -258,6 +261,7 @@ func TestAlertKeepsItsClockAcrossRestartsAndReloads(t *testing.T) {
 // the routing key read from its file; one that recovers sooner never
 // triggers; the incident resolves when the Deployment recovers.
 func TestPagerDutyExample(t *testing.T) {
+	t.Parallel()
 	in, srv := testenv.ServeIncidents(t, http.StatusAccepted, testenv.PagerDutyEvent)
 	cp := testenv.SharedControlPlane(t)
 	cs := cp.Clientset(t)

@@ -27,6 +27,7 @@ import (
 // capacity 100 for 5,000 objects). When the receivers come back, nothing is
 // left pending. KUBEBRIDGE_CHURN_N sets N (default 2,000).
 func TestChurnWhileDownIsBoundedForEveryEventsSetting(t *testing.T) {
+	t.Parallel()
 	n := 2000
 	if v, err := strconv.Atoi(os.Getenv("KUBEBRIDGE_CHURN_N")); err == nil && v > 0 {
 		n = v

@@ -59,6 +59,7 @@ func (h *deletionHook) subjects() []string {
 // recorded: the fixed sink's reconciliation against the checkpoint sends
 // exactly the deletions it had not been handed.
 func TestDeletionsOnlyRuleLosesNothingWhenItsQueueIsDropped(t *testing.T) {
+	t.Parallel()
 	cp := testenv.SharedControlPlane(t)
 	cs := cp.Clientset(t)
 	ctx := context.Background()

@@ -20,6 +20,7 @@ import (
 // leader, thawed, finds its lease gone and exits without delivering again.
 // Afterwards the stream holds every object's final state: nothing lost.
 func TestLeaderFailover(t *testing.T) {
+	t.Parallel()
 	cp := testenv.SharedControlPlane(t)
 	namespaces := []string{"fo-a", "fo-b"}
 	for _, ns := range namespaces {

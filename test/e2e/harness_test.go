@@ -2,6 +2,12 @@
 // control plane of internal/testenv and checks what its sinks receive.
 // startBridge (launch_test.go) runs `bridge run`, with options for what a
 // test needs otherwise; eventually and poll wait for what it delivers.
+//
+// A test whose namespaces, Leases, streams, buckets and ports are its own,
+// or that starts a control plane of its own, calls t.Parallel. One that
+// sets the environment (t.Setenv), measures the shared control plane
+// (its watch counts) or changes what is cluster-wide there (CRDs, the
+// chart's RBAC) does not: go test runs those first, one at a time.
 package e2e
 
 import (

@@ -22,6 +22,7 @@ import (
 // from its checkpoint, and once the destination answers, what it holds
 // besides (an object written behind the bridge's back) is reconciled away.
 func TestHolderDownAtStartIsReconciledWhenItAnswers(t *testing.T) {
+	t.Parallel()
 	cp := testenv.SharedControlPlane(t)
 	const ns = "holder-late"
 	testenv.EnsureNamespace(t, cp, ns)

@@ -35,6 +35,7 @@ import (
 // producer's sequence numbers, as Kafka does through any restart (it
 // rebuilds them from the log). TestKafkaBrokerSIGKILL kills it.
 func TestKafkaStateTopicConvergesThroughFaults(t *testing.T) {
+	t.Parallel()
 	kafkaFaults(t, false)
 }
 
@@ -46,6 +47,7 @@ func TestKafkaStateTopicConvergesThroughFaults(t *testing.T) {
 // must still converge and nothing be lost, while an inversion of a uid's
 // changes is reported, not failed (docs/kafka.md, "What was tested").
 func TestKafkaBrokerSIGKILL(t *testing.T) {
+	t.Parallel()
 	kafkaFaults(t, true)
 }
 

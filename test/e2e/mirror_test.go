@@ -110,6 +110,7 @@ func diffStates(want, got map[string]string) []string {
 // behind its back: the bridge diffs the view against the bucket, not
 // against its checkpoint alone.
 func TestMirrorConvergesToTheView(t *testing.T) {
+	t.Parallel()
 	cp := testenv.SharedControlPlane(t)
 	namespaces := []string{"mirror-a", "mirror-b"}
 	for _, ns := range namespaces {
@@ -285,12 +286,12 @@ rules:
 		}
 	}
 	watches = append(watches, apiserverWatches(t, cp, "configmaps"))
-	time.Sleep(2 * time.Second)
-	consumers[7].stop() // restarted mid-churn
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // churn with every consumer watching
+	consumers[7].stop()     // restarted mid-churn
+	time.Sleep(500 * time.Millisecond)
 	consumers[7] = startConsumer(t, kv)
 	watches = append(watches, apiserverWatches(t, cp, "configmaps"))
-	time.Sleep(2 * time.Second)
+	time.Sleep(time.Second)
 	l.stop()
 	consumers = append(consumers, startConsumer(t, kv)) // started late
 	watches = append(watches, apiserverWatches(t, cp, "configmaps"))
@@ -326,6 +327,7 @@ func testCtx(t *testing.T, d time.Duration) context.Context {
 // the bucket is another and the bridge reads it again and sends what it
 // lacks, not only the changes that follow.
 func TestMirrorBucketDeletedWhileRunning(t *testing.T) {
+	t.Parallel()
 	cp := testenv.SharedControlPlane(t)
 	const ns = "mirror-lost"
 	testenv.EnsureNamespace(t, cp, ns)

@@ -106,9 +106,15 @@ import (
 // The seed fixes the schedule (operations, their targets, fault kinds and
 // durations), not the timing relative to the bridge, so a rerun with the
 // same seed explores the same scenario but may interleave differently.
-func TestModel(t *testing.T) { testModel(t, modelEnvInt("KUBEBRIDGE_MODEL_SHARDS", 0)) }
+func TestModel(t *testing.T) {
+	t.Parallel()
+	testModel(t, modelEnvInt("KUBEBRIDGE_MODEL_SHARDS", 0))
+}
 
-func TestModelSharded(t *testing.T) { testModel(t, modelEnvInt("KUBEBRIDGE_MODEL_SHARDS", 4)) }
+func TestModelSharded(t *testing.T) {
+	t.Parallel()
+	testModel(t, modelEnvInt("KUBEBRIDGE_MODEL_SHARDS", 4))
+}
 
 func testModel(t *testing.T, shards int) {
 	seed := time.Now().UnixNano() % 1_000_000_000

@@ -34,6 +34,7 @@ import (
 // that applies the stream by uid holds what the apiserver holds (X gone),
 // not X forever.
 func TestStaleOwnerCannotWriteAfterItsSuccessor(t *testing.T) {
+	t.Parallel()
 	cp := testenv.SharedControlPlane(t)
 	cs := cp.Clientset(t)
 	ctx := context.Background()

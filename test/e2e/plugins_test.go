@@ -27,6 +27,7 @@ import (
 // restarts the plugin, and a plugin killed mid-stream is restarted with no
 // event lost.
 func TestExecPlugins(t *testing.T) {
+	t.Parallel()
 	cp := testenv.SharedControlPlane(t)
 	root, err := testenv.RepoRoot()
 	must(t, err)

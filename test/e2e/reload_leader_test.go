@@ -16,6 +16,7 @@ import (
 // config. Nothing is lost on the sink kept, and the new rule's sink holds
 // its view across the handover.
 func TestHotReloadUnderLeaderElection(t *testing.T) {
+	t.Parallel()
 	cp := testenv.SharedControlPlane(t)
 	const ns = "reload-leader"
 	testenv.EnsureNamespace(t, cp, ns)

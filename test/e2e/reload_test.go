@@ -14,6 +14,7 @@ import (
 // the new rule and sink deliver, the removed ones stop; a broken config is
 // refused and the running one stays.
 func TestHotReloadUnderLoad(t *testing.T) {
+	t.Parallel()
 	cp := testenv.SharedControlPlane(t)
 	namespaces := []string{"reload"}
 	testenv.EnsureNamespace(t, cp, "reload")

@@ -211,6 +211,7 @@ func rvSorted[V any](m map[string]V) []string {
 // sinks get exactly that deletion and that update (kbreplay checkpoint) and
 // nothing re-sent.
 func TestReloadKeepsNATSKVCheckpoint(t *testing.T) {
+	t.Parallel()
 	cp := testenv.SharedControlPlane(t)
 	cs := cp.Clientset(t)
 	ctx := context.Background()
@@ -478,6 +479,7 @@ func (h *rvHook) snapshot() []rvHookReq {
 // resourceVersion. A SIGKILL once the checkpoint settled, then a restart
 // with nothing changed, re-sends nothing.
 func TestReloadChangedSinkUnderLoad(t *testing.T) {
+	t.Parallel()
 	cp := testenv.SharedControlPlane(t)
 	cs := cp.Clientset(t)
 	ctx := context.Background()

@@ -38,6 +38,7 @@ import (
 // object it holds as added again under a new id (what a new pod on an empty
 // checkpoint does), and get every deletion made during a handover.
 func TestReplacementOnTheSameVolumeDuringChurn(t *testing.T) {
+	t.Parallel()
 	cp := testenv.SharedControlPlane(t)
 	run := rand.IntN(1 << 20) // namespaces of their own under -count
 	namespaces := []string{fmt.Sprintf("replace-a-%d", run), fmt.Sprintf("replace-b-%d", run)}
@@ -115,6 +116,7 @@ func TestReplacementOnTheSameVolumeDuringChurn(t *testing.T) {
 // was replaced, which is what the chart's install notes warn about. This
 // also shows that the checker above notices both.
 func TestReplacementOnAnEmptyDirResendsAndLosesDeletions(t *testing.T) {
+	t.Parallel()
 	cp := testenv.SharedControlPlane(t)
 	namespaces := []string{fmt.Sprintf("replace-empty-%d", rand.IntN(1<<20))}
 	testenv.EnsureNamespace(t, cp, namespaces[0])

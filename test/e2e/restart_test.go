@@ -157,6 +157,7 @@ func (l *load) run(stop <-chan struct{}) {
 // object's last event carries its current state, every deleted object's
 // last event is a deletion. Nothing may be lost; duplicates are counted.
 func TestSIGKILLRestartsLoseNothing(t *testing.T) {
+	t.Parallel()
 	cp := testenv.SharedControlPlane(t)
 	namespaces := []string{"kill-a", "kill-b", "kill-c"}
 	for _, ns := range namespaces {
@@ -192,6 +193,7 @@ func TestSIGKILLRestartsLoseNothing(t *testing.T) {
 // objects' current states) at its period, through the informer's resync;
 // a sink without it gets no replays.
 func TestResyncReplay(t *testing.T) {
+	t.Parallel()
 	cp := testenv.SharedControlPlane(t)
 	testenv.EnsureNamespace(t, cp, "resync")
 	dir := t.TempDir()
@@ -257,6 +259,7 @@ rules:
 // and kind as every event does, and every message its change in kbchange
 // (body and header).
 func TestNATSKVCheckpointAcrossWorkingDirectories(t *testing.T) {
+	t.Parallel()
 	cp := testenv.SharedControlPlane(t)
 	testenv.EnsureNamespace(t, cp, "kv")
 	srv := testenv.StartNATS(t)
@@ -308,7 +311,7 @@ rules:
 	if got := read(3); len(got) != 3 {
 		t.Fatalf("first start delivered %v, want the 3 objects", got)
 	}
-	time.Sleep(1500 * time.Millisecond) // the checkpoint flushes every second
+	viewSettle(t, b.adminURL(), "bus", 3) // the three in the checkpoint
 	b.kill()
 
 	_, err = cs.Patch(ctx, "change", types.MergePatchType, []byte(`{"data":{"v":"2"}}`), metav1.PatchOptions{})

@@ -36,12 +36,13 @@ import (
 // resourceVersions never go back (two owners of a shard at once would
 // interleave), and no object that exists was ever sent deleted.
 func TestShardedReplicas(t *testing.T) {
+	t.Parallel()
 	for _, gate := range []bool{true, false} {
 		name := "apiserver-filters"
 		if !gate {
 			name = "client-side-only"
 		}
-		t.Run(name, func(t *testing.T) { testShardedReplicas(t, gate) })
+		t.Run(name, func(t *testing.T) { t.Parallel(); testShardedReplicas(t, gate) })
 	}
 }
 

@@ -85,6 +85,7 @@ rules:
 // a CRD and Secrets, and checks each filter kind, view transitions, the
 // envelope, redaction and that managedFields never leave the cluster.
 func TestSpine(t *testing.T) {
+	t.Parallel()
 	cp := testenv.SharedControlPlane(t)
 	testenv.InstallWidgetCRD(t, cp)
 	for _, ns := range []string{"e2e-a", "e2e-b", "e2e-sel"} {
@@ -336,6 +337,7 @@ func TestSpine(t *testing.T) {
 
 // A deletion made while the bridge's watch is broken still arrives as deleted.
 func TestDeleteWhileWatchBroken(t *testing.T) {
+	t.Parallel()
 	cp := testenv.StartControlPlane(t)
 	testenv.EnsureNamespace(t, cp, "gap")
 	out := filepath.Join(t.TempDir(), "events.jsonl")

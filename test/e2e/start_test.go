@@ -25,6 +25,7 @@ import (
 // creations, and nothing else. Every event carries its object's apiVersion
 // and kind, the deletions found at a restart too.
 func TestStartsDeliverExactlyTheDifference(t *testing.T) {
+	t.Parallel()
 	cp := testenv.SharedControlPlane(t)
 	cs := cp.Clientset(t)
 	ctx := context.Background()

@@ -239,6 +239,7 @@ func viewJetStream(t *testing.T, srv *testenv.NATS) jetstream.JetStream {
 // uid), both with kbreplay checkpoint, so that a consumer keyed by uid
 // drops the old object.
 func TestViewRecreatedWhileStopped(t *testing.T) {
+	t.Parallel()
 	cp := testenv.SharedControlPlane(t)
 	cs := cp.Clientset(t)
 	for _, mode := range []struct {
@@ -301,6 +302,7 @@ func TestViewRecreatedWhileStopped(t *testing.T) {
 // added(uid2); a second rule on the same sink with events: [deleted] gets
 // deleted(uid1).
 func TestViewRecreatedWhileWatchBroken(t *testing.T) {
+	t.Parallel()
 	cp := testenv.StartControlPlane(t)
 	const ns = "vw-gap"
 	testenv.EnsureNamespace(t, cp, ns)
@@ -353,6 +355,7 @@ func TestViewRecreatedWhileWatchBroken(t *testing.T) {
 // [updated, deleted] gets an update made during the outage. Neither was
 // ever sent the object's addition.
 func TestViewFilteredEventsAcrossRestart(t *testing.T) {
+	t.Parallel()
 	cp := testenv.SharedControlPlane(t)
 	cs := cp.Clientset(t)
 	ctx := context.Background()
@@ -439,6 +442,7 @@ func TestViewFilteredEventsAcrossRestart(t *testing.T) {
 // stream with the default 2 min duplicate window, every transition must be
 // stored: distinct ids, nothing dropped as a duplicate.
 func TestViewNamespaceReentryJetStream(t *testing.T) {
+	t.Parallel()
 	cp := testenv.SharedControlPlane(t)
 	cs := cp.Clientset(t)
 	ctx := context.Background()
@@ -732,6 +736,7 @@ func viewExpectPairs(t *testing.T, out, rule, prefix string, uids []string) {
 // large updates, so that the bridge's namespace watch lags its ConfigMap
 // watch and objects are seen before their namespace is in the cache.
 func TestViewNamespaceCreatedWithObject(t *testing.T) {
+	t.Parallel()
 	cp := testenv.SharedControlPlane(t)
 	cs := cp.Clientset(t)
 	const label = "vw-fresh"
