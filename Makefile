@@ -13,10 +13,14 @@ build: ## the bridge binary, into bin/
 tools: ## etcd, kube-apiserver, kubectl, helm and alertmanager built from Go modules (cached; cold ~6 min)
 	bash hack/tools/build.sh
 
+# The longest packages first: go test starts packages in the order named
+# (./... dedups), and test/e2e, alone ~5 min, would otherwise start last.
+TEST_PKGS := ./test/e2e ./hack/bench ./...
+
 test: tools ## everything: lint, unit and integration tests (real apiserver, etcd, NATS) with -race
 	$(MAKE) lint
 	$(MAKE) validate-examples
-	$(GO) test -race -count=1 -timeout 30m -v ./...
+	$(GO) test -race -count=1 -timeout 30m -v $(TEST_PKGS)
 	$(MAKE) test-example-consumer
 
 test-example-consumer: ## the consumer example, a module of its own (examples/consumer): vet, build and test it

@@ -36,6 +36,7 @@ func TestMain(m *testing.M) {
 // sinks get everything in order, and after an outage the webhook's
 // consumer holds exactly the cluster's objects.
 func TestBenchSmoke(t *testing.T) {
+	t.Parallel() // beside TestShardsSmoke: each run has its own control plane, NATS and directory
 	if _, err := testenv.ToolsDir(); err != nil {
 		testenv.SkipOrFail(t, err)
 	}
@@ -146,6 +147,7 @@ func TestBenchSmoke(t *testing.T) {
 // in full, and after the handovers the consumer holds the cluster's
 // objects.
 func TestShardsSmoke(t *testing.T) {
+	t.Parallel()
 	if _, err := testenv.ToolsDir(); err != nil {
 		testenv.SkipOrFail(t, err)
 	}

@@ -35,6 +35,7 @@ func cborContentType(t *testing.T, rc *rest.Config) (int, string) {
 // apiserver of WhileAPIServerDown; the shared control plane has none, so it
 // refuses a CBOR-only request.
 func TestFeatureGatesSurviveRestarts(t *testing.T) {
+	t.Parallel()
 	cp := testenv.StartControlPlaneWithOptions(t, testenv.ControlPlaneOptions{FeatureGates: []string{"CBORServingAndStorage=true"}})
 	wantCBOR := func(when string, rc *rest.Config) {
 		t.Helper()

@@ -26,6 +26,7 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 // The control plane serves real API calls, including watches that survive
 // an apiserver restart only as far as etcd keeps the data.
 func TestControlPlaneServesAndRestarts(t *testing.T) {
+	t.Parallel() // each of these two restarts a control plane of its own
 	cp := testenv.StartControlPlane(t)
 	cs := cp.Clientset(t)
 	ctx := context.Background()

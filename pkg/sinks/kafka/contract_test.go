@@ -18,6 +18,7 @@ import (
 // restart of the broker on its data directory, a dead broker under load
 // with bounded memory, a bad event alone.
 func TestContract(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("the contract takes a while")
 	}

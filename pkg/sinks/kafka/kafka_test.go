@@ -96,6 +96,7 @@ func TestRecordsFollowTheBinding(t *testing.T) {
 // partition, and a batch with a deletion and a re-creation under one name
 // puts the deletion first.
 func TestOrderPerUIDUnderConcurrency(t *testing.T) {
+	t.Parallel()
 	b := startBroker(t)
 	s := newSink(t, b, func(c *Config) { c.StateTopic = "state.{rule}" })
 	const workers, objects, rounds = 6, 10, 20
@@ -198,6 +199,7 @@ func TestTooLargeIsThatEventsAlone(t *testing.T) {
 // With the broker down, a Send fails as the destination's (Unavailable),
 // within the sink's timeout; once it is back the same events go through.
 func TestBrokerDownIsUnavailable(t *testing.T) {
+	t.Parallel()
 	b := startBroker(t)
 	s := newSink(t, b, func(c *Config) { c.Timeout = config.Duration(time.Second) })
 	mustSend(t, s, ev(event.Added, "prod", "a", "uid-a", 1)) // topics made, connection up
@@ -238,6 +240,7 @@ func eventuallySend(t *testing.T, s sinks.Sink, events ...*event.Event) {
 
 // A broker that is gone (closed) is Unavailable too.
 func TestBrokerStoppedIsUnavailable(t *testing.T) {
+	t.Parallel()
 	b := startBroker(t)
 	s := newSink(t, b, func(c *Config) { c.Timeout = config.Duration(time.Second) })
 	mustSend(t, s, ev(event.Added, "prod", "a", "uid-a", 1))
@@ -250,6 +253,7 @@ func TestBrokerStoppedIsUnavailable(t *testing.T) {
 
 // Without createTopics a missing topic is the destination's (not_found).
 func TestMissingTopicIsTheDestinations(t *testing.T) {
+	t.Parallel()
 	b := startBroker(t)
 	s := newSink(t, b, func(c *Config) { c.CreateTopics = false; c.Timeout = config.Duration(time.Second) })
 	err := s.Send(context.Background(), []*event.Event{ev(event.Added, "prod", "a", "uid-a", 1)})
@@ -263,6 +267,7 @@ func TestMissingTopicIsTheDestinations(t *testing.T) {
 // SASL_AUTHENTICATION_FAILED, which classify makes the destination's
 // unauthorized), and the password shows nowhere.
 func TestSASL(t *testing.T) {
+	t.Parallel()
 	for _, mech := range []string{"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"} {
 		t.Run(mech, func(t *testing.T) {
 			b := startBroker(t, kfake.EnableSASL(), kfake.Superuser(mech, "bridge", "s3cret"))

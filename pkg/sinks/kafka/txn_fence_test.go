@@ -17,6 +17,7 @@ import (
 // longer commit, and what it produced is never read by a read_committed
 // consumer. kfake fences as Kafka does.
 func TestTransactionalIDFencesAStaleOwner(t *testing.T) {
+	t.Parallel()
 	b := startBroker(t, kfakeSeed("fenced"))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
