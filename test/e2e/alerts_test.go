@@ -67,7 +67,7 @@ func TestAlertsResolveThemselves(t *testing.T) {
 	phase("db", corev1.PodRunning, "")
 	testenv.Eventually(t, 30*time.Second, "web's alert", func() bool { _, ok := active()["web"]; return ok })
 	a := active()["web"]
-	if a.Labels["alertname"] != "PodFailed" || a.Labels["cluster"] != "prod-eu-1" || a.Annotations["description"] != "OOMKilled" ||
+	if a.Labels["alertname"] != "PodUnhealthy" || a.Labels["cluster"] != "prod-eu-1" || a.Annotations["description"] != "OOMKilled" ||
 		a.Annotations["summary"] != "Pod alerts/web failed" || !a.EndsAt.After(a.StartsAt) {
 		t.Errorf("alert %+v", a)
 	}
@@ -82,6 +82,29 @@ func TestAlertsResolveThemselves(t *testing.T) {
 	// The pod leaves the state: resolved.
 	phase("web", corev1.PodRunning, "")
 	testenv.Eventually(t, 15*time.Second, "web's alert resolved", func() bool { _, ok := active()["web"]; return !ok })
+
+	// A container in CrashLoopBackOff (the pod stays Running) fires too,
+	// naming the container; it resolves once the container runs.
+	pod("crash")
+	crash := func(waiting *corev1.ContainerStateWaiting) {
+		got, err := cs.CoreV1().Pods(ns).Get(ctx, "crash", metav1.GetOptions{})
+		must(t, err)
+		st := corev1.ContainerStatus{Name: "c", Image: "busybox", RestartCount: 5, State: corev1.ContainerState{Waiting: waiting}}
+		if waiting == nil {
+			st.State.Running = &corev1.ContainerStateRunning{StartedAt: metav1.Now()}
+		}
+		got.Status.Phase, got.Status.ContainerStatuses = corev1.PodRunning, []corev1.ContainerStatus{st}
+		_, err = cs.CoreV1().Pods(ns).UpdateStatus(ctx, got, metav1.UpdateOptions{})
+		must(t, err)
+	}
+	crash(&corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff", Message: "back-off 5m0s restarting failed container=c"})
+	testenv.Eventually(t, 30*time.Second, "crash's alert", func() bool { _, ok := active()["crash"]; return ok })
+	if a := active()["crash"]; a.Annotations["summary"] != "Pod alerts/crash: container c in CrashLoopBackOff (5 restarts)" ||
+		a.Annotations["description"] != "back-off 5m0s restarting failed container=c" || a.Labels["alertname"] != "PodUnhealthy" {
+		t.Errorf("crash-looping pod's alert %+v", a)
+	}
+	crash(nil)
+	testenv.Eventually(t, 15*time.Second, "crash's alert resolved", func() bool { _, ok := active()["crash"]; return !ok })
 
 	// Fired, then deleted while the bridge is SIGKILLed: the start
 	// resolves it.
@@ -160,19 +183,19 @@ func TestAlertKeepsItsClockAcrossRestartsAndReloads(t *testing.T) {
 	const ns, wait = "alerts-clock", 4 * time.Second
 	testenv.EnsureNamespace(t, cp, ns)
 	cfg := example(t, "failed-pods-to-alertmanager.yaml", map[string]string{
-		"http://127.0.0.1:9093":      am.URL,
-		`duration("5m")`:             `duration("5s")`,
-		"replayEvery: 1m":            "replayEvery: 1s",
-		"      request:\n":           "      request:\n        for: 4s\n",
-		`"alertname": "PodFailed",`:  `"alertname": "PodFailed", "rule": event.rule,`,
-		`"description": dyn(object)`: `"entered": event.entered, "description": dyn(object)`,
-		"resource: v1/pods":          "resource: v1/pods\n    namespaces: [" + ns + "]",
+		"http://127.0.0.1:9093":        am.URL,
+		`duration("5m")`:               `duration("5s")`,
+		"replayEvery: 1m":              "replayEvery: 1s",
+		"      request:\n":             "      request:\n        for: 4s\n",
+		`"alertname": "PodUnhealthy",`: `"alertname": "PodUnhealthy", "rule": event.rule,`,
+		`"description": dyn(object)`:   `"entered": event.entered, "description": dyn(object)`,
+		"resource: v1/pods":            "resource: v1/pods\n    namespaces: [" + ns + "]",
 		"    include: [object]\n    sinks: [alertmanager]\n": "    include: [object]\n    sinks: [alertmanager]\n" +
 			"  - name: failed-pods-adds\n    resource: v1/pods\n    namespaces: [" + ns + "]\n" +
 			"    where: \"dyn(object).?status.?phase.orValue('') == 'Failed'\"\n    include: [object]\n    events: [added, deleted]\n    sinks: [alertmanager]\n",
 	})
 	b := startBridge(t, cp, cfg)
-	rules := []string{"failed-pods", "failed-pods-adds"}
+	rules := []string{"unhealthy-pods", "failed-pods-adds"}
 	alerts := func() map[string]testenv.Alert { // by rule
 		out := map[string]testenv.Alert{}
 		for _, a := range am.Active(t) {

@@ -41,14 +41,16 @@ var Presets = map[string]Request{
 			                   "id": event.id, "uid": object.metadata.uid}}`,
 	},
 	// Alertmanager API v2 (POST /api/v2/alerts): one alert per object in
-	// the view, resolved when it leaves. Each send keeps it active for 5m
+	// the view, resolved when it leaves. Labels name the object as
+	// kube-state-metrics does (pod: web-1, deployment: api), so routes and
+	// silences written for those alerts fit. Each send keeps it active for 5m
 	// (endsAt), so the sink's replay must re-send it well within that:
 	// validate requires replayEvery (at most 2m30s; 1m15s, four re-sends
 	// per endsAt as Prometheus does, without a warning; AlertLifetime).
 	"alertmanager": {
 		Method: "POST",
 		Body: `[{"labels": {"alertname": event.rule, "cluster": event.cluster, "namespace": object.metadata.?namespace.orValue(""),
-			"name": object.metadata.name, "uid": object.metadata.uid},
+			"name": object.metadata.name, "uid": object.metadata.uid, ` + kindLabel + `: object.metadata.name},
 			"annotations": {"summary": ` + truncated(summary, 1024) + `},
 			"startsAt": event.time,
 			"endsAt": type == "deleted" ? event.time : string(timestamp(event.time) + duration("5m"))}]`,
@@ -109,6 +111,11 @@ var presetConfigRefusals = map[string]func(body []byte) bool{
 // summary is one line about the change, e.g. "updated Pod prod/web-1 (rule
 // failed-pods, cluster prod-eu-1)".
 const summary = `event.change + " " + dyn(object).?kind.orValue("object") + " " + event.subject + " (rule " + event.rule + ", cluster " + event.cluster + ")"`
+
+// kindLabel is the object's kind as a Prometheus label name (pod,
+// deployment); "object" for a kind that would collide with another label
+// (a Namespace's "namespace").
+const kindLabel = `(dyn(object).?kind.orValue("object").lowerAscii() in ["alertname", "cluster", "namespace", "name", "uid"] ? "object" : dyn(object).?kind.orValue("object").lowerAscii())`
 
 // alertKey is an alert's identity, the same for its fire and its
 // resolve: kubebridge<sep>cluster<sep>rule<sep>uid (cluster and rule are

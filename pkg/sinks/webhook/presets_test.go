@@ -11,6 +11,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
 	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
 )
@@ -93,7 +95,8 @@ func TestPresetsFollowTheirReceiversSchemas(t *testing.T) {
 				EndsAt      time.Time         `json:"endsAt"`
 			}
 			mustJSON(t, r.body, &b)
-			if len(b) != 1 || b[0].Labels["alertname"] != "failed-pods" || b[0].Labels["uid"] == "" || !b[0].EndsAt.After(b[0].StartsAt) {
+			if len(b) != 1 || b[0].Labels["alertname"] != "failed-pods" || b[0].Labels["uid"] == "" || !b[0].EndsAt.After(b[0].StartsAt) ||
+				b[0].Labels["pod"] != b[0].Labels["name"] || b[0].Labels["name"] == "" {
 				t.Errorf("alerts %.300s", r.body)
 			}
 		}},
@@ -152,5 +155,31 @@ func mustJSON(t *testing.T, b []byte, v any) {
 	t.Helper()
 	if err := json.Unmarshal(b, v); err != nil {
 		t.Fatalf("%.300s: %v", b, err)
+	}
+}
+
+// The alertmanager preset labels the object by its kind, as
+// kube-state-metrics' alerts do (pod: web-1); a kind that would collide
+// with another label (a Namespace) is labelled object instead of failing.
+func TestAlertmanagerPresetLabelsTheKind(t *testing.T) {
+	srv, got := recordRequests(t)
+	s := presetSink(t, srv.URL, "alertmanager", nil, nil)
+	ns := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace"}}
+	ns.SetName("team-a")
+	ns.SetUID("uid-ns")
+	if err := s.Send(context.Background(), []*event.Event{pod("prod", "web-1", "Failed", ""), event.New(podRule, event.Added, ns, nil, time.Now())}); err != nil {
+		t.Fatal(err)
+	}
+	var labels []map[string]string
+	for _, r := range got() {
+		var b []struct {
+			Labels map[string]string `json:"labels"`
+		}
+		mustJSON(t, r.body, &b)
+		labels = append(labels, b[0].Labels)
+	}
+	if len(labels) != 2 || labels[0]["pod"] != "web-1" || labels[0]["namespace"] != "prod" ||
+		labels[1]["object"] != "team-a" || labels[1]["namespace"] != "" || labels[1]["name"] != "team-a" {
+		t.Fatalf("labels %v", labels)
 	}
 }
