@@ -111,7 +111,12 @@ type limiter struct {
 	slotFree chan struct{} // signalled (non-blocking) when a slot may be free
 	now      func() time.Time
 
-	// The current RTT window.
+	rtt rttWindow
+}
+
+// rttWindow is the limiter's current window of round trips, and what
+// the past ones left.
+type rttWindow struct {
 	past     ewmaVar       // RTT of past windows, nanoseconds
 	sum      time.Duration // RTTs of this window's successful sends
 	n        int           // how many
@@ -188,7 +193,7 @@ func (l *limiter) acquire(ctx context.Context) (time.Time, error) {
 	// waits for events included, so the limit may grow one past the
 	// demand, as Vector's does) or every permit.
 	if l.slots >= l.limit || l.sending >= l.limit {
-		l.reached = true
+		l.rtt.reached = true
 	}
 	start := l.now()
 	l.mu.Unlock()
@@ -204,28 +209,28 @@ func (l *limiter) release(start time.Time, o sendOutcome) {
 	now := l.now()
 	switch o {
 	case sendOK:
-		l.sum += max(now.Sub(start), 0)
-		l.n++
+		l.rtt.sum += max(now.Sub(start), 0)
+		l.rtt.n++
 	case sendBackPressure:
-		l.pushback = true
+		l.rtt.pushback = true
 	}
 	grew := false
 	switch {
-	case !l.past.ok:
+	case !l.rtt.past.ok:
 		// No reference yet: the first successful sends make one. Push-back
 		// before that changes nothing: the limit is at its initial value.
-		if l.n > 0 {
-			l.past.update(float64(l.sum / time.Duration(l.n)))
+		if l.rtt.n > 0 {
+			l.rtt.past.update(float64(l.rtt.sum / time.Duration(l.rtt.n)))
 			l.newWindow(now)
 		}
-	case !now.Before(l.end):
+	case !now.Before(l.rtt.end):
 		if l.adaptive {
 			before := l.limit
 			l.adjust()
 			grew = l.limit > before
 		}
-		if l.n > 0 {
-			l.past.update(float64(l.sum / time.Duration(l.n)))
+		if l.rtt.n > 0 {
+			l.rtt.past.update(float64(l.rtt.sum / time.Duration(l.rtt.n)))
 		}
 		l.newWindow(now)
 	}
@@ -239,29 +244,29 @@ func (l *limiter) release(start time.Time, o sendOutcome) {
 }
 
 func (l *limiter) newWindow(now time.Time) {
-	l.end = now.Add(time.Duration(l.past.mean))
-	l.sum, l.n, l.pushback, l.reached = 0, 0, false, false
+	l.rtt.end = now.Add(time.Duration(l.rtt.past.mean))
+	l.rtt.sum, l.rtt.n, l.rtt.pushback, l.rtt.reached = 0, 0, false, false
 }
 
 // adjust is the AIMD step at the end of a window; mu is held.
 func (l *limiter) adjust() {
 	// Means in whole nanoseconds: equal round trips compare equal.
-	rtt, measured := 0.0, l.n > 0
+	rtt, measured := 0.0, l.rtt.n > 0
 	if measured {
-		rtt = float64(l.sum / time.Duration(l.n))
+		rtt = float64(l.rtt.sum / time.Duration(l.rtt.n))
 	}
 	switch {
-	case l.limit < l.max && l.reached && !l.pushback && measured && rtt <= l.past.mean:
-		if l.grown {
+	case l.limit < l.max && l.rtt.reached && !l.rtt.pushback && measured && rtt <= l.rtt.past.mean:
+		if l.rtt.grown {
 			l.limit++
 		} else {
 			l.limit = min(2*l.limit, l.max) // slow start
 		}
-	case l.limit > 1 && (l.pushback || (measured && rtt > l.past.mean+arcDeviationScale*math.Sqrt(l.past.variance))):
+	case l.limit > 1 && (l.rtt.pushback || (measured && rtt > l.rtt.past.mean+arcDeviationScale*math.Sqrt(l.rtt.past.variance))):
 		l.limit = max(int(float64(l.limit)*arcDecreaseRatio), 1)
-		l.grown = true
-	case l.pushback:
-		l.grown = true // at 1 already: no doubling into a destination that pushes back
+		l.rtt.grown = true
+	case l.rtt.pushback:
+		l.rtt.grown = true // at 1 already: no doubling into a destination that pushes back
 	}
 }
 

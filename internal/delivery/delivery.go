@@ -67,47 +67,38 @@ import (
 // never handed to the sink. Several batches may be in flight at once: as
 // many as the sink's fixed workers, or an adaptive number (see limiter) up
 // to its concurrency.max. Order per object holds because taking a batch
-// holds its objects (event.Key) in the queue until they are settled.
+// claims its objects (event.Key) in the queue until they are settled, and
+// a batch with several events of an object sends them in turns, one per
+// Send, each once the one before it is settled (sinks.Sink's contract;
+// an Ordered sink gets them together).
 type Delivery struct {
 	Name string
 
-	queue      *queue.Queue[*event.Event]
-	holds      sync.Pool // *[]queue.Hold: settle's scratch for the holds it releases
-	limiter    *limiter
-	rate       *rate.Limiter // rateLimit: nil for none
-	sink       sinks.Sink
-	retry      config.Retry
-	backoff    backoff.Backoff // retry's intervals: the wait after each failure
-	batchMax   int
-	batchWait  time.Duration
-	deadLetter sinks.DeadLetter
-	logger     *slog.Logger
-
-	hooks Hooks
+	queue    *queue.Queue[*event.Event]
+	sender   *sender
+	retry    retryPolicy
+	batching batching
+	logger   *slog.Logger
+	hooks    Hooks
 
 	gate    gate
 	parking parking
-	// probeNew says the next probe of a failing destination is a new
-	// object from the queue, not a parked batch (next; the dispatcher's).
-	probeNew bool
-	ordered  bool          // the sink is sinks.Ordered: an object's events go together
-	kick     chan struct{} // wakes the dispatcher: a batch ended, an object parked or came due
-	closing  atomic.Bool
+	window  updateWindow
+	counts  counters
 
-	// The update window: the objects waiting it out, by event key. windowMu
-	// orders Offer's put and lookup against a throttle's take and insert,
-	// so that an urgent event is never left behind a window.
-	window    time.Duration
-	windowMu  sync.Mutex
-	throttled map[string]*batch
+	kick    chan struct{} // wakes the dispatcher: a batch ended, an object parked or came due
+	closing atomic.Bool
+	done    chan struct{}
+	runOnce sync.Once
+}
 
-	delivered, failed, retried, deadLettered atomic.Uint64
-	coalesced, cancelled                     atomic.Uint64 // folded into a parked object's retry
-	inFlight                                 atomic.Int64  // events taken from the queue, not yet settled (parked included)
-	destMu                                   sync.Mutex
-	destErrs                                 map[string]uint64 // failed attempts by Destination reason
-	done                                     chan struct{}
-	runOnce                                  sync.Once
+// batching is how batches are taken from the queue.
+type batching struct {
+	max  int           // events per batch
+	wait time.Duration // for a partial batch to fill
+	// ordered: the sink is sinks.Ordered, and a batch sent at once may
+	// hold several events of an object (else they go in turns).
+	ordered bool
 }
 
 // Options are what a delivery is built from.
@@ -161,53 +152,48 @@ func New(o Options) *Delivery {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	retry := retryPolicy{Retry: cfg.Retry, backoff: backoff.Backoff{Initial: cfg.Retry.InitialInterval.D(), Max: cfg.Retry.MaxInterval.D()}}
 	d := &Delivery{
-		Name:       cfg.Name,
-		queue:      queue.New(cfg.Queue.Capacity, event.Coalesce),
-		limiter:    newLimiter(cfg.InFlight()),
-		sink:       sink,
-		retry:      cfg.Retry,
-		backoff:    backoff.Backoff{Initial: cfg.Retry.InitialInterval.D(), Max: cfg.Retry.MaxInterval.D()},
-		batchMax:   sinks.MaxBatch,
-		deadLetter: o.DeadLetter,
-		logger:     logger.With("sink", cfg.Name),
-		hooks:      o.Hooks,
-		kick:       make(chan struct{}, 1),
-		destErrs:   map[string]uint64{},
-		done:       make(chan struct{}),
-		window:     cfg.UpdateWindow.D(),
+		Name:     cfg.Name,
+		queue:    queue.New(cfg.Queue.Capacity, event.Coalesce),
+		retry:    retry,
+		batching: batching{max: sinks.MaxBatch},
+		logger:   logger.With("sink", cfg.Name),
+		hooks:    o.Hooks,
+		gate:     gate{backoff: retry.backoff},
+		counts:   counters{destErrs: map[string]uint64{}},
+		kick:     make(chan struct{}, 1),
+		done:     make(chan struct{}),
 	}
-	if d.window > 0 {
-		d.throttled = map[string]*batch{}
-	}
+	d.sender = &sender{name: cfg.Name, sink: sink, deadLetter: o.DeadLetter, limiter: newLimiter(cfg.InFlight()),
+		fence: o.Hooks.Fence, hold: o.Hooks.Hold, logger: d.logger}
 	if o, ok := sink.(sinks.Ordered); ok {
-		d.ordered = o.Ordered()
+		d.batching.ordered = o.Ordered()
 	}
 	if b, ok := sink.(sinks.Batcher); ok {
-		d.batchMax, d.batchWait = b.Batching()
-		d.batchMax = max(d.batchMax, 1)
+		d.batching.max, d.batching.wait = b.Batching()
+		d.batching.max = max(d.batching.max, 1)
 	}
 	if r := cfg.RateLimit; r != nil {
 		burst := r.BurstOrDefault()
-		d.rate = rate.NewLimiter(rate.Limit(r.EventsPerSecond), burst)
-		d.batchMax = min(d.batchMax, burst) // a batch takes its tokens at once
+		d.sender.rate = rate.NewLimiter(rate.Limit(r.EventsPerSecond), burst)
+		d.batching.max = min(d.batching.max, burst) // a batch takes its tokens at once
 	}
 	d.parking.kick = d.signal
-	d.gate.backoff = d.backoff
-	d.holds.New = func() any { return new([]queue.Hold[*event.Event]) }
+	d.window.set(cfg.UpdateWindow.D())
 	return d
 }
 
 // Offer enqueues an event. It never blocks.
 func (d *Delivery) Offer(ev *event.Event) {
-	if d.window == 0 {
+	if d.window.length == 0 {
 		d.queue.OfferIn(ev.Key(), ev.QueueKey(), ev)
 		return
 	}
-	d.windowMu.Lock()
-	defer d.windowMu.Unlock()
+	d.window.mu.Lock()
+	defer d.window.mu.Unlock()
 	d.queue.OfferIn(ev.Key(), ev.QueueKey(), ev)
-	b := d.throttled[ev.Key()]
+	b := d.window.waiting[ev.Key()]
 	switch {
 	case b == nil:
 	case urgent(ev):
@@ -216,7 +202,7 @@ func (d *Delivery) Offer(ev *event.Event) {
 		// Folded into what waits at once, not left in the queue: a busy
 		// object in a long window holds one event, never the queue's
 		// capacity (which would make the other objects coalesce).
-		d.hold(b, nil)
+		d.gather(b, nil)
 	}
 }
 
@@ -229,36 +215,6 @@ func (d *Delivery) Close() {
 	d.signal()
 }
 
-// Stats are a delivery's counts.
-type Stats struct {
-	Delivered, Failed, Retried, DeadLettered uint64
-	Queue                                    queue.Stats // Coalesced and Cancelled include what parked objects folded
-	Pending                                  int         // queued, in flight or parked
-	Capacity                                 int
-	Parked                                   int           // objects parked (failed, waiting for their retry)
-	OldestParked                             time.Duration // how long the oldest parked object has waited
-	Throttled                                int           // objects waiting out the update window (acknowledged; their next updates held)
-	Failing                                  bool          // the destination fails as a whole: probed one batch at a time
-	DestinationErrors                        map[string]uint64
-}
-
-// Stats returns the delivery's counts.
-func (d *Delivery) Stats() Stats {
-	parked, oldest, throttled := d.parking.stats(time.Now())
-	d.destMu.Lock()
-	dest := make(map[string]uint64, len(d.destErrs))
-	for k, v := range d.destErrs {
-		dest[k] = v
-	}
-	d.destMu.Unlock()
-	q := d.queue.Stats()
-	q.Coalesced += d.coalesced.Load()
-	q.Cancelled += d.cancelled.Load()
-	return Stats{Delivered: d.delivered.Load(), Failed: d.failed.Load(), Retried: d.retried.Load(), DeadLettered: d.deadLettered.Load(),
-		Pending: d.Pending(), Queue: q, Capacity: d.queue.Capacity(),
-		Parked: parked, OldestParked: oldest, Throttled: throttled, Failing: d.gate.isFailing(), DestinationErrors: dest}
-}
-
 // Healthy reports why the delivery cannot deliver now, nil when it can:
 // the destination failing as a whole (one object parked is not that), or
 // the sink's own check (see HealthChecker).
@@ -266,19 +222,19 @@ func (d *Delivery) Healthy() error {
 	if err := d.gate.health(time.Now()); err != nil {
 		return err
 	}
-	if hc, ok := d.sink.(sinks.HealthChecker); ok {
+	if hc, ok := d.sender.sink.(sinks.HealthChecker); ok {
 		return hc.Healthy()
 	}
 	return nil
 }
 
 // Pending counts events not yet acknowledged: queued, in flight or parked.
-func (d *Delivery) Pending() int { return d.queue.Len() + int(d.inFlight.Load()) }
+func (d *Delivery) Pending() int { return d.queue.Len() + int(d.counts.inFlight.Load()) }
 
 // Concurrency returns how many sends may be in progress at once now (fixed
 // with workers, else adapting between 1 and concurrency.max) and how many
 // are.
-func (d *Delivery) Concurrency() (limit, inFlight int) { return d.limiter.concurrency() }
+func (d *Delivery) Concurrency() (limit, inFlight int) { return d.sender.limiter.concurrency() }
 
 // Done is closed when Run has returned.
 func (d *Delivery) Done() <-chan struct{} { return d.done }
@@ -288,57 +244,6 @@ func (d *Delivery) signal() {
 	case d.kick <- struct{}{}:
 	default:
 	}
-}
-
-// object is one object's share of a batch: its events, in order, and the
-// queue's hold on the object while they are out.
-type object struct {
-	events []*event.Event
-	hold   queue.Hold[*event.Event]
-}
-
-// batch is what one attempt sends: whole objects. A batch that failed is
-// parked, and keeps what its retries need.
-type batch struct {
-	objects  []object
-	prepared bool      // BeforeSend took its events
-	failures int       // attempts that reached the destination and failed
-	since    time.Time // first such failure, less the time spent not reaching it (maxElapsed)
-	parkedAt time.Time // when its objects were first parked
-	refused  bool      // refused permanently (no dead-letter to take it): retried at maxInterval
-	wide     bool      // failed as the destination as a whole does: the next probe, whenever due
-	err      error     // the last failure
-	// throttled is the object's key while it waits out the update window
-	// (acknowledged; what it holds arrived since).
-	throttled string
-	slot      int // its index in the parking's heap, while parked
-}
-
-func (b *batch) events() []*event.Event {
-	if len(b.objects) == 1 {
-		return b.objects[0].events
-	}
-	out := make([]*event.Event, 0, b.size())
-	for _, o := range b.objects {
-		out = append(out, o.events...)
-	}
-	return out
-}
-
-func (b *batch) size() (n int) {
-	for _, o := range b.objects {
-		n += len(o.events)
-	}
-	return n
-}
-
-// split halves a batch of several objects; each half keeps its history.
-func (b *batch) split() (*batch, *batch) {
-	h := len(b.objects) / 2
-	x, y := *b, *b
-	x.objects = b.objects[:h:h]
-	y.objects = b.objects[h:]
-	return &x, &y
 }
 
 // Run delivers until ctx ends or the queue is closed and drained, then
@@ -360,13 +265,13 @@ func (d *Delivery) Run(ctx context.Context) {
 			}
 			// The slot first: while none is free the queue keeps filling
 			// the next batch.
-			alone, err := d.limiter.reserve(ctx)
+			alone, err := d.sender.limiter.reserve(ctx)
 			if err != nil {
 				return
 			}
 			b, err := d.next(ctx, &buf)
 			if err != nil {
-				d.limiter.unreserve()
+				d.sender.limiter.unreserve()
 				return
 			}
 			d.gate.begin()
@@ -417,7 +322,7 @@ func (d *Delivery) worker(ctx context.Context, b *batch, work <-chan *batch, qui
 func (d *Delivery) run(ctx context.Context, b *batch) {
 	defer d.signal()
 	defer d.gate.end()
-	defer d.limiter.unreserve()
+	defer d.sender.limiter.unreserve()
 	d.deliver(ctx, b)
 }
 
@@ -436,9 +341,9 @@ func (d *Delivery) next(ctx context.Context, buf *[]queue.Item[*event.Event]) (*
 		// receiver refuses for reasons of its own (and whose retries come
 		// due as often as the probes) stands for the whole destination.
 		failing := d.gate.isFailing()
-		if failing && d.probeNew {
+		if failing && d.gate.probeNew {
 			if b, err := d.take(ctx, buf, 1, closedKick); err == nil {
-				d.probeNew = false
+				d.gate.probeNew = false
 				return b, nil
 			}
 		}
@@ -447,10 +352,10 @@ func (d *Delivery) next(ctx context.Context, buf *[]queue.Item[*event.Event]) (*
 			b = d.parking.probe()
 		}
 		if b != nil {
-			d.probeNew = failing
+			d.gate.probeNew = failing
 			fold := b.throttled != ""
 			if fold {
-				d.unthrottle(b)
+				d.window.forget(b)
 			}
 			if b = d.refresh(b, fold); b != nil {
 				return b, nil
@@ -460,14 +365,14 @@ func (d *Delivery) next(ctx context.Context, buf *[]queue.Item[*event.Event]) (*
 		// Probing with a new object: one event, so that a destination
 		// failing without saying so (500s to everything) costs one
 		// object parked per probe, not a batch.
-		n := d.batchMax
+		n := d.batching.max
 		if d.gate.isFailing() {
 			n = 1
 		}
 		b, err := d.take(ctx, buf, n, d.kick)
 		switch {
 		case err == nil:
-			d.probeNew = false
+			d.gate.probeNew = false
 			return b, nil
 		case ctx.Err() != nil:
 			return nil, ctx.Err()
@@ -492,7 +397,7 @@ var closedKick = func() chan struct{} { c := make(chan struct{}); close(c); retu
 // take waits for a batch from the queue (or for stop), then waits up to
 // batchWait for a partial one to fill.
 func (d *Delivery) take(ctx context.Context, buf *[]queue.Item[*event.Event], n int, stop <-chan struct{}) (*batch, error) {
-	items, err := d.queue.TakeHeldOr(ctx, n, *buf, stop)
+	items, err := d.queue.TakeClaimedOr(ctx, n, *buf, stop)
 	*buf = items
 	if err != nil {
 		return nil, err
@@ -504,13 +409,13 @@ func (d *Delivery) take(ctx context.Context, buf *[]queue.Item[*event.Event], n 
 		// rather than overwrite its neighbour's).
 		first := make([]*event.Event, len(items))
 		for i, it := range items {
-			if it.Holds() {
+			if it.Claimed() {
 				first[i] = it.Value
-				b.objects = append(b.objects, object{hold: it.Hold, events: first[i : i+1 : i+1]})
+				b.objects = append(b.objects, object{claim: it.Claim, events: first[i : i+1 : i+1]})
 				continue
 			}
-			// An object's items follow its hold within one take; a later
-			// take never returns an item of an object held by this batch.
+			// An object's items follow its claim within one take; a later
+			// take never returns an item of an object this batch claims.
 			for i := len(b.objects) - 1; i >= 0; i-- {
 				if o := &b.objects[i]; o.events == nil || o.events[0].Key() == it.Value.Key() {
 					o.events = append(o.events, it.Value)
@@ -518,14 +423,14 @@ func (d *Delivery) take(ctx context.Context, buf *[]queue.Item[*event.Event], n 
 				}
 			}
 		}
-		d.inFlight.Add(int64(len(items)))
+		d.counts.inFlight.Add(int64(len(items)))
 		clear(items) // the buffer is reused: it must not keep these events alive
 	}
 	add(items)
-	if d.batchWait > 0 && b.size() < n {
-		wctx, cancel := context.WithTimeout(ctx, d.batchWait)
+	if d.batching.wait > 0 && b.size() < n {
+		wctx, cancel := context.WithTimeout(ctx, d.batching.wait)
 		for b.size() < n {
-			more, err := d.queue.TakeHeld(wctx, n-b.size(), *buf)
+			more, err := d.queue.TakeClaimed(wctx, n-b.size(), *buf)
 			*buf = more
 			if err != nil {
 				break
@@ -548,23 +453,20 @@ func (d *Delivery) refresh(b *batch, fold bool) *batch {
 	kept := b.objects[:0]
 	var items []queue.Item[*event.Event]
 	for _, o := range b.objects {
-		items = d.queue.TakeFrom(o.hold, items[:0])
+		items = d.queue.TakeFrom(o.claim, items[:0])
 		before := len(o.events)
 		for _, it := range items {
 			o.events = append(o.events, it.Value)
 		}
 		if fold || (len(items) > 0 && (b.refused || d.Pending()+len(items) > d.queue.Capacity())) {
-			var coalesced, cancelled uint64
-			o.events, coalesced, cancelled = event.Fold(o.events)
-			d.coalesced.Add(coalesced)
-			d.cancelled.Add(cancelled)
+			o.events = d.counts.fold(o.events)
 		}
 		if len(items) > 0 {
 			b.prepared, b.refused = d.hooks.BeforeSend == nil, false // new payload: intents, and a new chance
 		}
-		d.inFlight.Add(int64(len(o.events) - before)) // the items left the queue for the batch
+		d.counts.inFlight.Add(int64(len(o.events) - before)) // the items left the queue for the batch
 		if len(o.events) == 0 {
-			d.queue.Release(o.hold)
+			d.queue.Release(o.claim)
 			continue
 		}
 		kept = append(kept, o)
@@ -585,7 +487,7 @@ func (d *Delivery) expediteRefused() {
 			return false
 		}
 		for _, o := range b.objects {
-			if d.queue.HasItems(o.hold) {
+			if d.queue.HasItems(o.claim) {
 				return true
 			}
 		}
@@ -596,7 +498,7 @@ func (d *Delivery) expediteRefused() {
 // deliver sends a batch once (waiting in its slot while the write-ahead
 // intent or the fence fails), then settles each object: acknowledged,
 // dead-lettered, or parked. A batch cut by ctx stays pending, its objects
-// held.
+// claimed.
 func (d *Delivery) deliver(ctx context.Context, b *batch) {
 	events := b.events()
 	errs, whole, ok := d.attempt(ctx, b, events)
@@ -611,202 +513,6 @@ func (d *Delivery) deliver(ctx context.Context, b *batch) {
 		return
 	}
 	d.settle(ctx, b, events, errs, whole)
-}
-
-// attempt sends the batch's events that are not quiet, once the intent is
-// written and the fence open, and returns each event's outcome (errs[i]
-// for events[i]; nil for quiet ones; errs nil: all settled) and, when the
-// sink failed the batch as a whole, that error. ok is false when ctx ended
-// first.
-func (d *Delivery) attempt(ctx context.Context, b *batch, events []*event.Event) (errs []error, whole error, ok bool) {
-	send := loud(events)
-	if !d.ordered && len(send) > len(b.objects) && !oneEach(b) {
-		return d.inTurns(ctx, b, events)
-	}
-	ok, err := d.reach(ctx, b, events, send)
-	if !ok {
-		return nil, nil, false
-	}
-	return spread(events, send, err), wholeError(err, len(send)), true
-}
-
-// loud returns events without the quiet ones (events itself when none
-// is).
-func loud(events []*event.Event) []*event.Event {
-	for i, e := range events {
-		if e.Quiet {
-			send := make([]*event.Event, i, len(events))
-			copy(send, events[:i])
-			for _, e := range events[i+1:] {
-				if !e.Quiet {
-					send = append(send, e)
-				}
-			}
-			return send
-		}
-	}
-	return events
-}
-
-// oneEach says whether no object of b has more than one event to send.
-func oneEach(b *batch) bool {
-	for _, o := range b.objects {
-		n := 0
-		for _, e := range o.events {
-			if !e.Quiet {
-				n++
-			}
-		}
-		if n > 1 {
-			return false
-		}
-	}
-	return true
-}
-
-// inTurns sends a batch holding several events of an object (a retry with
-// the events queued behind it, a take of an object's consecutive events)
-// in turns, each with at most one event of each object, as Send's contract
-// says: an object's next event goes in the turn after the destination took
-// the one before it or refused it for good; after any other failure its
-// later events are not sent. A first turn failed as a whole fails the
-// batch as a whole, as one send would.
-func (d *Delivery) inTurns(ctx context.Context, b *batch, events []*event.Event) (errs []error, whole error, ok bool) {
-	errs = make([]error, len(events))
-	next := make([]int, len(b.objects)) // index in events of each object's next event; its end once done
-	ends := make([]int, len(b.objects))
-	off := 0
-	for k, o := range b.objects {
-		next[k], ends[k] = off, off+len(o.events)
-		off = ends[k]
-	}
-	var turn []*event.Event
-	var of []int // the object of each event of the turn
-	failed := false
-	for first := true; ; first = false {
-		turn, of = turn[:0], of[:0]
-		for k := range next {
-			for next[k] < ends[k] && events[next[k]].Quiet { // never sent: settled
-				next[k]++
-			}
-			if next[k] < ends[k] {
-				turn, of = append(turn, events[next[k]]), append(of, k)
-			}
-		}
-		if len(turn) == 0 {
-			break
-		}
-		ok, err := d.reach(ctx, b, events, turn)
-		if !ok {
-			return nil, nil, false
-		}
-		if first && wholeError(err, len(turn)) != nil {
-			return spread(events, loud(events), err), err, true
-		}
-		each := spread(turn, turn, err)
-		for j, k := range of {
-			i := next[k]
-			next[k]++
-			if each == nil || each[j] == nil {
-				continue
-			}
-			errs[i], failed = each[j], true
-			if sinks.IsPermanent(each[j]) {
-				continue // refused for good: the object's next events go on
-			}
-			held := fmt.Errorf("not sent: an earlier event of the object failed: %w", each[j])
-			for ; next[k] < ends[k]; next[k]++ {
-				if !events[next[k]].Quiet {
-					errs[next[k]] = held
-				}
-			}
-		}
-	}
-	if !failed {
-		return nil, nil, true
-	}
-	return errs, nil, true
-}
-
-// reach sends send (events without the quiet ones) once the write-ahead
-// intent for events is written and the fence is open, the batch waiting in
-// its slot meanwhile: neither is the destination's failure. ok is false
-// when ctx ended first.
-func (d *Delivery) reach(ctx context.Context, b *batch, events, send []*event.Event) (ok bool, err error) {
-	waits := d.backoff // from Initial: this batch's own waits while it cannot be sent
-	var logged time.Time
-	for tries := 1; ; tries++ {
-		var err error
-		start := time.Now()
-		if !b.prepared {
-			if err = d.hooks.BeforeSend(ctx, events); err == nil {
-				b.prepared = true
-			}
-		}
-		if err == nil {
-			if len(send) == 0 {
-				return true, nil // all quiet: nothing to send, all settled
-			}
-			var reached bool
-			if reached, err = d.send(ctx, send); reached {
-				return ctx.Err() == nil || err == nil, err
-			}
-		}
-		if ctx.Err() != nil {
-			return false, nil
-		}
-		// Not the destination's failure: the batch waits in its slot.
-		if tries == 1 || time.Since(logged) >= 30*time.Second {
-			logged = time.Now()
-			d.logger.Warn("not sending yet; waiting", "attempt", tries, "events", len(send), "error", err)
-		}
-		wait := backoff.Jitter(waits.Next())
-		if b.prepared {
-			// The fence (or the hold) stopped it: it opens again at a
-			// renewal, and the fence is a cheap check, so look often.
-			wait = min(wait, fenceRecheck)
-		}
-		select {
-		case <-ctx.Done():
-			return false, nil
-		case <-time.After(wait):
-		}
-		if !b.since.IsZero() {
-			b.since = b.since.Add(time.Since(start)) // maxElapsed counts the destination's failures only
-		}
-	}
-}
-
-// spread maps a Send's result for send (events without the quiet ones)
-// back onto events.
-func spread(events, send []*event.Event, err error) []error {
-	if err == nil {
-		return nil // all delivered
-	}
-	errs := make([]error, len(events))
-	var each *sinks.EventErrors
-	per := errors.As(err, &each) && len(each.Errs) == len(send)
-	j := 0
-	for i, e := range events {
-		if j < len(send) && send[j] == e {
-			if per {
-				errs[i] = each.Errs[j]
-			} else {
-				errs[i] = err
-			}
-			j++
-		}
-	}
-	return errs
-}
-
-// wholeError returns err when it is not per event.
-func wholeError(err error, n int) error {
-	var each *sinks.EventErrors
-	if err == nil || (errors.As(err, &each) && len(each.Errs) == n) {
-		return nil
-	}
-	return err
 }
 
 // settle reports what the attempt delivered, hands permanent refusals to
@@ -827,7 +533,7 @@ func (d *Delivery) settle(ctx context.Context, b *batch, events []*event.Event, 
 	var dlCause, destErr, pushErr error
 	var ownReasons []string // Destination reasons of refusals about objects' own targets
 	acked, refused, plain, fenced := 0, 0, 0, 0
-	expired := d.retry.MaxElapsed > 0 && !b.since.IsZero() && now.Sub(b.since) > d.retry.MaxElapsed.D()
+	expired := d.retry.expired(b.since, now)
 	off := 0
 	for i, o := range b.objects {
 		out := outcome{cut: len(o.events), dl: -1}
@@ -865,7 +571,7 @@ func (d *Delivery) settle(ctx context.Context, b *batch, events []*event.Event, 
 				plain++
 			}
 			dlable := sinks.IsPermanent(err) || (expired && !dest && !sinks.IsFenced(err))
-			if dlable && d.deadLetter != nil {
+			if dlable && d.sender.deadLetter != nil {
 				if out.dl < 0 {
 					out.dl = j
 				}
@@ -886,9 +592,11 @@ func (d *Delivery) settle(ctx context.Context, b *batch, events []*event.Event, 
 		}
 		off += len(o.events)
 	}
-	d.failed.Add(uint64(refused))
+	d.counts.failed.Add(uint64(refused))
 	if len(toDL) > 0 {
-		if err := d.putDeadLetter(ctx, toDL, dlCause); err != nil {
+		if err := d.sender.putDeadLetter(ctx, toDL, dlCause); err == nil {
+			d.counts.deadLettered.Add(uint64(len(toDL)))
+		} else {
 			for i := range outs { // not taken: from the first of them on, parked
 				if outs[i].dl >= 0 && outs[i].dl < outs[i].cut {
 					outs[i].cut, outs[i].cause = outs[i].dl, fmt.Errorf("the dead-letter failed: %w (refused: %v)", err, dlCause)
@@ -906,8 +614,8 @@ func (d *Delivery) settle(ctx context.Context, b *batch, events []*event.Event, 
 		done = make([]*event.Event, 0, len(events))
 	}
 	var park, throttle []object
-	release := d.holds.Get().(*[]queue.Hold[*event.Event])
-	defer d.holds.Put(release)
+	release := releases.Get().(*[]queue.Claim[*event.Event])
+	defer releases.Put(release)
 	*release = (*release)[:0]
 	var cause error
 	delivered := 0
@@ -923,10 +631,10 @@ func (d *Delivery) settle(ctx context.Context, b *batch, events []*event.Event, 
 			}
 		}
 		if out.cut == len(o.events) {
-			if d.throttles(o) {
+			if !d.closing.Load() && d.window.waits(o) { // a closing delivery does not wait out windows
 				throttle = append(throttle, o)
 			} else {
-				*release = append(*release, o.hold)
+				*release = append(*release, o.claim)
 			}
 			continue
 		}
@@ -939,13 +647,13 @@ func (d *Delivery) settle(ctx context.Context, b *batch, events []*event.Event, 
 				rest[k] = e.WithFresh(false)
 			}
 		}
-		park = append(park, object{events: rest, hold: o.hold})
+		park = append(park, object{events: rest, claim: o.claim})
 		if cause == nil {
 			cause = out.cause
 		}
 	}
-	d.delivered.Add(uint64(delivered))
-	d.inFlight.Add(-int64(len(done)))
+	d.counts.delivered.Add(uint64(delivered))
+	d.counts.inFlight.Add(-int64(len(done)))
 	if len(done) > 0 && d.hooks.OnAck != nil {
 		d.hooks.OnAck(done) // before the objects are released: their next events are acknowledged after these
 	}
@@ -971,23 +679,20 @@ func (d *Delivery) settle(ctx context.Context, b *batch, events []*event.Event, 
 		}
 		d.gate.fail(now, fail, destErr != nil || pushErr != nil, sinks.ThrottleDelay(fail), d.logger)
 	}
-	if destErr != nil || len(ownReasons) > 0 {
-		d.destMu.Lock()
-		if destErr != nil {
-			reason, _ := sinks.DestinationReason(destErr)
-			d.destErrs[reason]++
-		}
-		for _, reason := range ownReasons {
-			d.destErrs[reason]++
-		}
-		d.destMu.Unlock()
+	if destErr != nil {
+		reason, _ := sinks.DestinationReason(destErr)
+		ownReasons = append(ownReasons, reason)
 	}
+	d.counts.destination(ownReasons...)
 	if len(park) == 0 {
 		return
 	}
-	d.retried.Add(1)
+	d.counts.retried.Add(1)
 	d.park(b, park, cause, whole != nil, destErr != nil || pushErr != nil, now)
 }
+
+// releases is settle's scratch for the claims it releases.
+var releases = sync.Pool{New: func() any { return new([]queue.Claim[*event.Event]) }}
 
 func slicesContains(list []*event.Event, e *event.Event) bool {
 	for _, x := range list {
@@ -1027,12 +732,7 @@ func (d *Delivery) park(b *batch, objects []object, cause error, whole, wide boo
 	default:
 		units = append(units, unit(objects))
 	}
-	wait := d.backoff.Wait(failures)
-	if refused {
-		wait = max(d.retry.MaxInterval.D(), d.retry.InitialInterval.D())
-	} else if t := sinks.ThrottleDelay(cause); t > wait {
-		wait = min(t, max(d.retry.MaxInterval.D(), wait))
-	}
+	wait := d.retry.wait(failures, cause)
 	first := objects[0].events[0]
 	switch {
 	case refused && failures == 1:
@@ -1044,117 +744,4 @@ func (d *Delivery) park(b *batch, objects []object, cause error, whole, wide boo
 	for _, u := range units {
 		d.parking.put(u, now.Add(backoff.Jitter(wait)))
 	}
-}
-
-// deadLetterTimeout bounds one write to a dead-letter.
-const deadLetterTimeout = 10 * time.Second
-
-// putDeadLetter hands refused events to the dead-letter. One that refuses
-// them too (too large, unencodable) gets their envelopes without data, so
-// that one event never stalls it.
-func (d *Delivery) putDeadLetter(ctx context.Context, events []*event.Event, cause error) error {
-	ctx, cancel := context.WithTimeout(ctx, deadLetterTimeout) // a dead-letter that hangs is a failing one
-	defer cancel()
-	// A dead-letter write is a send: fenced, and bounded by its hold (a
-	// failure here parks the events, retried, never lost).
-	ctx, release, err := d.fenced(ctx)
-	defer release()
-	if err != nil {
-		d.logger.Warn("events refused permanently; not written to the dead-letter while the fence is closed: parked", "events", len(events), "first", events[0].ID, "error", err)
-		return err
-	}
-	err = d.deadLetter.Put(ctx, d.Name, events, cause)
-	if err != nil && ctx.Err() == nil {
-		bare := make([]*event.Event, len(events))
-		for i, e := range events {
-			bare[i] = e.WithoutData()
-		}
-		if err2 := d.deadLetter.Put(ctx, d.Name, bare, fmt.Errorf("%w (data left out: the dead-letter refused it: %v)", cause, err)); err2 == nil {
-			err = nil
-		} else {
-			err = fmt.Errorf("%w; without data: %w", err, err2)
-		}
-	}
-	if err != nil {
-		d.logger.Error("events refused permanently; writing them to the dead-letter failed: parked", "events", len(events), "first", events[0].ID, "error", cause, "deadLetterError", err)
-		return err
-	}
-	d.deadLettered.Add(uint64(len(events)))
-	d.logger.Warn("events refused permanently; sent to the dead-letter", "events", len(events), "first", events[0].ID, "error", cause)
-	return nil
-}
-
-// fenced is what a write to a destination (a send, a dead-letter put)
-// runs under: ctx bounded by the hold (Hooks.Hold), taken before the fence
-// (Hooks.Fence) is checked, so that a lapse after the check still cuts the
-// write. err is the closed fence's; release ends the hold either way.
-func (d *Delivery) fenced(ctx context.Context) (_ context.Context, release context.CancelFunc, err error) {
-	release = func() {}
-	if d.hooks.Hold != nil {
-		ctx, release = d.hooks.Hold(ctx)
-	}
-	if d.hooks.Fence != nil {
-		if err := d.hooks.Fence(); err != nil {
-			return ctx, release, err
-		}
-	}
-	return ctx, release, nil
-}
-
-// fenceRecheck bounds the wait of a batch the fence stopped: a lapsed
-// shard resumes within it of its renewal.
-const fenceRecheck = 250 * time.Millisecond
-
-// send makes one attempt: a send permit (the concurrency limit, which the
-// attempt's outcome adjusts), the fence, then the sink. reached says
-// whether the sink was asked.
-func (d *Delivery) send(ctx context.Context, events []*event.Event) (reached bool, _ error) {
-	if d.rate != nil {
-		// Held, never dropped: the batch waits for its tokens (a refused
-		// batch split in parts takes a token per event again).
-		if err := d.rate.WaitN(ctx, min(len(events), d.rate.Burst())); err != nil {
-			return false, err
-		}
-	}
-	start, err := d.limiter.acquire(ctx)
-	if err != nil {
-		return false, err
-	}
-	outcome := sendIgnored
-	defer func() { d.limiter.release(start, outcome) }()
-	sctx, release, err := d.fenced(ctx)
-	defer release()
-	if err != nil {
-		return false, err
-	}
-	err = d.safeSend(sctx, events)
-	if err != nil && sctx.Err() != nil && ctx.Err() == nil {
-		// The hold lapsed mid-send: the batch waits for the fence to open
-		// again (the destination may have taken it: sent again then, under
-		// the same ids).
-		return false, fmt.Errorf("send cut short: %w", context.Cause(sctx))
-	}
-	outcome = outcomeOf(ctx, err)
-	return true, err
-}
-
-// safeSend turns a panicking sink into an error, so one bad sink cannot
-// take the bridge down.
-func (d *Delivery) safeSend(ctx context.Context, batch []*event.Event) (err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = errors.New("sink panicked: " + fmtAny(p))
-		}
-	}()
-	return d.sink.Send(ctx, batch)
-}
-
-func fmtAny(v any) string {
-	if err, ok := v.(error); ok {
-		return err.Error()
-	}
-	if s, ok := v.(string); ok {
-		return s
-	}
-	return "non-error value"
 }

@@ -25,6 +25,10 @@ type gate struct {
 	wait    time.Duration // the current probe's backoff; 0 while one object's failure
 	active  int           // batches being delivered
 	lastErr error         // the destination's last failure while failing
+
+	// probeNew says the next probe of a failing destination is a new
+	// object from the queue, not a parked batch (the dispatcher's alone).
+	probeNew bool
 }
 
 // turn waits until the dispatcher may start a batch: at once while the

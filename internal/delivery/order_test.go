@@ -40,7 +40,7 @@ func (s *batches) Send(_ context.Context, evs []*event.Event) error {
 	return sinks.Outcome(errs)
 }
 func (s *batches) Close(context.Context) error { return nil }
-func (s *batches) Ordered() bool              { return s.ordered }
+func (s *batches) Ordered() bool               { return s.ordered }
 
 func (s *batches) record() (sends [][]string, took []string) {
 	s.mu.Lock()

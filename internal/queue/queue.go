@@ -5,7 +5,7 @@
 //
 //   - Offer never blocks and never fails: the informer's handler only hands off.
 //   - While no more than Capacity items are pending, every item is kept and
-//     taken in the order it was offered (items of a held group wait, below).
+//     taken in the order it was offered (items of a claimed group wait, below).
 //   - Beyond Capacity, the queue degrades to per-key coalescing: an item whose
 //     key already waits in the overflow is combined with that item through
 //     the Merge function, in place, so its position is kept; other items are
@@ -16,9 +16,9 @@
 //   - Order per group is always kept: an item never overtakes an earlier item
 //     of its group. Each key belongs to one group (with Offer, the key is its
 //     own group; OfferIn names a wider one, e.g. an object across its uids).
-//   - Holding: TakeHeld holds the groups of the items it takes until they are
-//     released; meanwhile no item of a held group is taken (the others are,
-//     oldest first). A consumer with several batches in flight thus never
+//   - Claims: TakeClaimed claims the groups of the items it takes until they
+//     are released; meanwhile no item of a claimed group is taken (the others
+//     are, oldest first). A consumer with several batches in flight thus never
 //     has one group in two of them, and sends each group's items in order.
 //   - Nothing is dropped silently: an item leaves the queue only by being
 //     taken, or cancelled by Merge (counted).
@@ -47,7 +47,7 @@ type Merge[T any] func(pending, newer T) (merged T, keep bool)
 func Latest[T any](_, newer T) (T, bool) { return newer, true }
 
 // Queue is a bounded FIFO with per-key coalescing on overflow and per-group
-// holds. The zero value is not usable; call New. It is safe for concurrent use.
+// claims. The zero value is not usable; call New. It is safe for concurrent use.
 type Queue[T any] struct {
 	mu       sync.Mutex
 	capacity int
@@ -62,25 +62,17 @@ type Queue[T any] struct {
 	overflow    map[string]*node[T]
 	seq         uint64
 
-	// groups holds each group with pending items or held, and idle ones
+	// groups keeps each group with pending items or claimed, and idle ones
 	// (neither) until there are many: a key that comes back finds its group
 	// without a map insert and delete each time. ready is a heap of those
-	// with items and not held, by their oldest item.
+	// with items and not claimed, by their oldest item.
 	groups map[string]*group[T]
 	idle   int
 	ready  []entry[T]
-	taking []*group[T] // scratch: groups held by the take in progress
+	taking []*group[T] // scratch: groups claimed by the take in progress
 
-	// Recycled nodes and groups, at most capacity of each.
-	free                *node[T]
-	freeGroups          *group[T]
-	freeLen, freeGroupN int
-
-	wake      chan struct{} // signalled (non-blocking) when an item may be taken
-	closed    bool
-	closedCh  chan struct{} // closed by Close, wakes every waiter
-	drained   chan struct{} // closed once the queue is closed and empty
-	isDrained bool
+	spare spare[T] // recycled nodes and groups
+	sig   signals
 
 	stats Stats
 }
@@ -116,8 +108,8 @@ type entry[T any] struct {
 type group[T any] struct {
 	key        string
 	head, tail *node[T]
-	held       bool
-	gen        uint64 // counts holds, so that a stale Hold releases nothing
+	claimed    bool
+	gen        uint64 // counts claims, so that a stale Claim releases nothing
 	idx        int    // in ready; -1 when not there
 	next       *group[T]
 }
@@ -136,9 +128,8 @@ func New[T any](capacity int, merge Merge[T]) *Queue[T] {
 		merge:    merge,
 		overflow: map[string]*node[T]{},
 		groups:   map[string]*group[T]{},
-		wake:     make(chan struct{}, 1),
-		closedCh: make(chan struct{}),
-		drained:  make(chan struct{}),
+		spare:    spare[T]{limit: capacity},
+		sig:      newSignals(),
 	}
 }
 
@@ -146,11 +137,11 @@ func New[T any](capacity int, merge Merge[T]) *Queue[T] {
 func (q *Queue[T]) Offer(key string, value T) { q.OfferIn(key, key, value) }
 
 // OfferIn adds an item of a group: items of one group are taken in the
-// order offered, and not while the group is held. Every item of one key
+// order offered, and not while the group is claimed. Every item of one key
 // must be offered in the same group. It never blocks.
 func (q *Queue[T]) OfferIn(group, key string, value T) {
 	q.mu.Lock()
-	if q.closed {
+	if q.sig.isClosed {
 		q.stats.Discarded++
 		q.mu.Unlock()
 		return
@@ -170,7 +161,7 @@ func (q *Queue[T]) OfferIn(group, key string, value T) {
 			return
 		}
 	}
-	n := q.newNode()
+	n := q.spare.node()
 	n.key, n.value, n.seq = key, value, q.seq
 	q.seq++
 	n.prev = q.last
@@ -191,9 +182,9 @@ func (q *Queue[T]) OfferIn(group, key string, value T) {
 	g := q.groups[group]
 	switch {
 	case g == nil:
-		g = q.newGroup(group)
+		g = q.spare.group(group)
 		q.groups[group] = g
-	case g.head == nil && !g.held:
+	case g.head == nil && !g.claimed:
 		q.idle--
 	}
 	n.g = g
@@ -204,42 +195,14 @@ func (q *Queue[T]) OfferIn(group, key string, value T) {
 		g.head = n
 	}
 	g.tail = n
-	eligible := g.head == n && !g.held
+	eligible := g.head == n && !g.claimed
 	if eligible {
 		q.push(g)
 	}
 	q.mu.Unlock()
 	if eligible {
-		q.signal()
+		q.sig.signal()
 	}
-}
-
-func (q *Queue[T]) signal() {
-	select {
-	case q.wake <- struct{}{}:
-	default:
-	}
-}
-
-func (q *Queue[T]) newNode() *node[T] {
-	if n := q.free; n != nil {
-		q.free, n.next = n.next, nil
-		q.freeLen--
-		return n
-	}
-	return &node[T]{}
-}
-
-func (q *Queue[T]) newGroup(key string) *group[T] {
-	g := q.freeGroups
-	if g != nil {
-		q.freeGroups, g.next = g.next, nil
-		q.freeGroupN--
-	} else {
-		g = &group[T]{}
-	}
-	g.key, g.idx = key, -1
-	return g
 }
 
 // remove unlinks n from the queue and its group, keeping the overflow
@@ -268,8 +231,8 @@ func (q *Queue[T]) remove(n *node[T]) {
 		q.last = n.prev
 	}
 	q.size--
-	if q.size == 0 && q.closed {
-		q.drain()
+	if q.size == 0 && q.sig.isClosed {
+		q.sig.drain()
 	}
 
 	g := n.g
@@ -289,7 +252,7 @@ func (q *Queue[T]) remove(n *node[T]) {
 		if g.idx >= 0 {
 			q.removeAt(g.idx)
 		}
-		if !g.held {
+		if !g.claimed {
 			q.idled()
 		}
 	case wasHead && g.idx >= 0:
@@ -297,13 +260,7 @@ func (q *Queue[T]) remove(n *node[T]) {
 		q.down(g.idx) // its oldest item is newer now
 	}
 
-	var zero node[T]
-	*n = zero
-	if q.freeLen < q.capacity {
-		n.next = q.free
-		q.free = n
-		q.freeLen++
-	}
+	q.spare.putNode(n)
 }
 
 // idled counts a group that became idle, and drops the idle groups once
@@ -316,21 +273,16 @@ func (q *Queue[T]) idled() {
 		return
 	}
 	for key, g := range q.groups {
-		if g.head != nil || g.held {
+		if g.head != nil || g.claimed {
 			continue
 		}
 		delete(q.groups, key)
-		*g = group[T]{gen: g.gen}
-		if q.freeGroupN < q.capacity {
-			g.next = q.freeGroups
-			q.freeGroups = g
-			q.freeGroupN++
-		}
+		q.spare.putGroup(g)
 	}
 	q.idle = 0
 }
 
-// TryTake removes and returns the oldest item of a group that is not held,
+// TryTake removes and returns the oldest item of a group that is not claimed,
 // if there is one.
 func (q *Queue[T]) TryTake() (key string, value T, ok bool) {
 	q.mu.Lock()
@@ -342,19 +294,19 @@ func (q *Queue[T]) TryTake() (key string, value T, ok bool) {
 	return "", value, false
 }
 
-// takeLocked appends up to n of the oldest items of groups not held, in
-// order; with hold, their groups become held. mu is held.
-func (q *Queue[T]) takeLocked(n int, buf []Item[T], hold bool) []Item[T] {
+// takeLocked appends up to n of the oldest items of groups not claimed, in
+// order; with claim, their groups become claimed. mu is held.
+func (q *Queue[T]) takeLocked(n int, buf []Item[T], claim bool) []Item[T] {
 	for len(buf) < n && len(q.ready) > 0 {
 		g := q.ready[0].g
 		oldest := g.head
 		it := Item[T]{Key: oldest.key, Value: oldest.value, Group: g.key}
-		if hold && !g.held {
-			// Held from now on, but left in the heap until this take ends:
+		if claim && !g.claimed {
+			// Claimed from now on, but left in the heap until this take ends:
 			// its next items may join the same batch, in order.
-			g.held = true
+			g.claimed = true
 			g.gen++
-			it.Hold = Hold[T]{g, g.gen}
+			it.Claim = Claim[T]{g, g.gen}
 			q.taking = append(q.taking, g)
 		}
 		buf = append(buf, it)
@@ -387,53 +339,53 @@ type Item[T any] struct {
 	Value T
 	// Group is the item's group.
 	Group string
-	// Hold is set (by TakeHeld) on the first item of each group the take
-	// held: Release it once done with the group's items.
-	Hold Hold[T]
+	// Claim is set (by TakeClaimed) on the first item of each group the take
+	// claimed: Release it once done with the group's items.
+	Claim Claim[T]
 }
 
-// Hold is a group held by a take, until Release. The zero Hold holds nothing.
-type Hold[T any] struct {
+// Claim is a group claimed by a take, until Release. The zero Claim claims nothing.
+type Claim[T any] struct {
 	g   *group[T]
 	gen uint64
 }
 
-// Holds reports whether the item's take held its group (its Hold is set).
-func (it Item[T]) Holds() bool { return it.Hold.g != nil }
+// Claimed reports whether the item's take claimed its group (its Claim is set).
+func (it Item[T]) Claimed() bool { return it.Claim.g != nil }
 
-// TakeBatch waits for at least one item of a group that is not held, then
+// TakeBatch waits for at least one item of a group that is not claimed, then
 // returns up to max of them without waiting further, oldest first,
 // appended to buf[:0].
 func (q *Queue[T]) TakeBatch(ctx context.Context, max int, buf []Item[T]) ([]Item[T], error) {
 	return q.take(ctx, max, buf, false)
 }
 
-// TakeHeld is TakeBatch that also holds the groups of the items it takes
-// (those with a Hold) until Release: no other take returns an item of
+// TakeClaimed is TakeBatch that also claims the groups of the items it takes
+// (those with a Claim) until Release: no other take returns an item of
 // theirs meanwhile.
-func (q *Queue[T]) TakeHeld(ctx context.Context, max int, buf []Item[T]) ([]Item[T], error) {
+func (q *Queue[T]) TakeClaimed(ctx context.Context, max int, buf []Item[T]) ([]Item[T], error) {
 	return q.take(ctx, max, buf, true)
 }
 
-// ErrStopped is returned by TakeHeldOr when its stop channel fired first.
+// ErrStopped is returned by TakeClaimedOr when its stop channel fired first.
 var ErrStopped = errors.New("take stopped")
 
-// TakeHeldOr is TakeHeld that also returns, with ErrStopped, once a value
+// TakeClaimedOr is TakeClaimed that also returns, with ErrStopped, once a value
 // arrives on stop: a consumer that has other work coming due (a retry)
 // waits for both without a goroutine or a context per take.
-func (q *Queue[T]) TakeHeldOr(ctx context.Context, max int, buf []Item[T], stop <-chan struct{}) ([]Item[T], error) {
+func (q *Queue[T]) TakeClaimedOr(ctx context.Context, max int, buf []Item[T], stop <-chan struct{}) ([]Item[T], error) {
 	return q.takeOr(ctx, max, buf, true, stop)
 }
 
-// TakeFrom removes the pending items of the group h holds, appending them
-// to buf in order, and keeps the group held: the holder folds an object's
-// newer items into the ones it is retrying. It takes nothing once h was
+// TakeFrom removes the pending items of the group c claims, appending them
+// to buf in order, and keeps the group claimed: the taker folds an object's
+// newer items into the ones it is retrying. It takes nothing once c was
 // released.
-func (q *Queue[T]) TakeFrom(h Hold[T], buf []Item[T]) []Item[T] {
+func (q *Queue[T]) TakeFrom(c Claim[T], buf []Item[T]) []Item[T] {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	g := h.g
-	if g == nil || !g.held || g.gen != h.gen {
+	g := c.g
+	if g == nil || !g.claimed || g.gen != c.gen {
 		return buf
 	}
 	for g.head != nil {
@@ -445,45 +397,45 @@ func (q *Queue[T]) TakeFrom(h Hold[T], buf []Item[T]) []Item[T] {
 	return buf
 }
 
-// HasItems reports whether the group h holds has pending items.
-func (q *Queue[T]) HasItems(h Hold[T]) bool {
+// HasItems reports whether the group c claims has pending items.
+func (q *Queue[T]) HasItems(c Claim[T]) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	g := h.g
-	return g != nil && g.held && g.gen == h.gen && g.head != nil
+	g := c.g
+	return g != nil && g.claimed && g.gen == c.gen && g.head != nil
 }
 
-func (q *Queue[T]) take(ctx context.Context, n int, buf []Item[T], hold bool) ([]Item[T], error) {
-	return q.takeOr(ctx, n, buf, hold, nil)
+func (q *Queue[T]) take(ctx context.Context, n int, buf []Item[T], claim bool) ([]Item[T], error) {
+	return q.takeOr(ctx, n, buf, claim, nil)
 }
 
-func (q *Queue[T]) takeOr(ctx context.Context, n int, buf []Item[T], hold bool, stop <-chan struct{}) ([]Item[T], error) {
+func (q *Queue[T]) takeOr(ctx context.Context, n int, buf []Item[T], claim bool, stop <-chan struct{}) ([]Item[T], error) {
 	buf = buf[:0]
 	n = max(n, 1)
 	for {
 		q.mu.Lock()
-		buf = q.takeLocked(n, buf, hold)
-		closed, empty, more := q.closed, q.size == 0, len(q.ready) > 0
+		buf = q.takeLocked(n, buf, claim)
+		closed, empty, more := q.sig.isClosed, q.size == 0, len(q.ready) > 0
 		q.mu.Unlock()
 		if len(buf) > 0 {
 			if more {
-				q.signal() // another waiter may take the rest
+				q.sig.signal() // another waiter may take the rest
 			}
 			return buf, nil
 		}
 		if closed && empty {
 			return buf, ErrClosed
 		}
-		// Closed but not empty: what is left belongs to held groups; a
+		// Closed but not empty: what is left belongs to claimed groups; a
 		// Release wakes us, or another take that empties the queue.
 		var closing <-chan struct{}
 		if !closed {
-			closing = q.closedCh
+			closing = q.sig.closed
 		}
 		select {
-		case <-q.wake:
+		case <-q.sig.wake:
 		case <-closing:
-		case <-q.drained:
+		case <-q.sig.drained:
 		case <-ctx.Done():
 			return buf, ctx.Err()
 		case <-stop:
@@ -492,18 +444,18 @@ func (q *Queue[T]) takeOr(ctx context.Context, n int, buf []Item[T], hold bool, 
 	}
 }
 
-// Release ends holds a TakeHeld took (the Hold of each item that has
-// one): the groups' items may be taken again. Releasing a hold again, or
-// the zero Hold, does nothing.
-func (q *Queue[T]) Release(holds ...Hold[T]) {
+// Release ends claims a TakeClaimed took (the Claim of each item that has
+// one): the groups' items may be taken again. Releasing a claim again, or
+// the zero Claim, does nothing.
+func (q *Queue[T]) Release(claims ...Claim[T]) {
 	woken := false
 	q.mu.Lock()
-	for _, h := range holds {
-		g := h.g
-		if g == nil || !g.held || g.gen != h.gen {
+	for _, c := range claims {
+		g := c.g
+		if g == nil || !g.claimed || g.gen != c.gen {
 			continue
 		}
-		g.held = false
+		g.claimed = false
 		if g.head == nil {
 			q.idled()
 			continue
@@ -513,11 +465,11 @@ func (q *Queue[T]) Release(holds ...Hold[T]) {
 	}
 	q.mu.Unlock()
 	if woken {
-		q.signal()
+		q.sig.signal()
 	}
 }
 
-// Len returns how many items are pending (held groups' included).
+// Len returns how many items are pending (claimed groups' included).
 func (q *Queue[T]) Len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -539,21 +491,7 @@ func (q *Queue[T]) Stats() Stats {
 func (q *Queue[T]) Close() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if !q.closed {
-		q.closed = true
-		close(q.closedCh)
-		if q.size == 0 {
-			q.drain()
-		}
-	}
-}
-
-// drain wakes every waiter once the queue is closed and empty; mu is held.
-func (q *Queue[T]) drain() {
-	if !q.isDrained {
-		q.isDrained = true
-		close(q.drained)
-	}
+	q.sig.close(q.size == 0)
 }
 
 // The ready heap: groups by the sequence number of their oldest item, so

@@ -18,28 +18,28 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // model is the queue's specification in its plainest form: one ordered
 // list; an offer merges into (or cancels out with) a pending item of the
 // same key only if that item sits beyond the first capacity positions, else
-// it appends; a take returns the first items whose group is not held.
+// it appends; a take returns the first items whose group is not claimed.
 type model struct {
 	capacity int
 	items    []mItem
-	held     map[string]bool
+	claimed  map[string]bool
 }
 
-// mItem is an item as the model sees it: Hold is whether the take held
+// mItem is an item as the model sees it: Claim is whether the take claimed
 // its group.
 type mItem struct {
 	Key   string
 	Value int
 	Group string
-	Hold  bool
+	Claim bool
 }
 
-func (m mItem) String() string { return fmt.Sprintf("%s=%d@%s/%v", m.Key, m.Value, m.Group, m.Hold) }
+func (m mItem) String() string { return fmt.Sprintf("%s=%d@%s/%v", m.Key, m.Value, m.Group, m.Claim) }
 
 func items(its []Item[int]) []mItem {
 	out := make([]mItem, len(its))
 	for i, it := range its {
-		out[i] = mItem{it.Key, it.Value, it.Group, it.Holds()}
+		out[i] = mItem{it.Key, it.Value, it.Group, it.Claimed()}
 	}
 	return out
 }
@@ -59,24 +59,24 @@ func (m *model) offer(group, key string, v int, merge Merge[int]) {
 	m.items = append(m.items, mItem{Key: key, Value: v, Group: group})
 }
 
-func (m *model) take(n int, hold bool) []mItem {
+func (m *model) take(n int, claim bool) []mItem {
 	var out []mItem
 	taken := map[string]bool{}
 	for i := 0; i < len(m.items) && len(out) < n; {
 		it := m.items[i]
-		if m.held[it.Group] {
+		if m.claimed[it.Group] {
 			i++
 			continue
 		}
-		if hold && !taken[it.Group] {
-			it.Hold = true
+		if claim && !taken[it.Group] {
+			it.Claim = true
 			taken[it.Group] = true
 		}
 		out = append(out, it)
 		m.items = append(m.items[:i], m.items[i+1:]...)
 	}
 	for g := range taken {
-		m.held[g] = true
+		m.claimed[g] = true
 	}
 	return out
 }
@@ -92,8 +92,8 @@ func sumOrCancel(a, b int) (int, bool) {
 
 func check(t *testing.T, capacity int, ops []byte) {
 	q := New(capacity, sumOrCancel)
-	m := &model{capacity: capacity, held: map[string]bool{}}
-	holds := map[string]Hold[int]{}
+	m := &model{capacity: capacity, claimed: map[string]bool{}}
+	claims := map[string]Claim[int]{}
 	done, cancel := context.WithCancel(context.Background())
 	cancel() // takes below never wait
 	v := 0
@@ -108,28 +108,28 @@ func check(t *testing.T, capacity int, ops []byte) {
 		case 1:
 			n := int(op/5)%4 + 1
 			want := m.take(n, true)
-			got, err := q.TakeHeld(done, n, nil)
+			got, err := q.TakeClaimed(done, n, nil)
 			if fmt.Sprint(items(got)) != fmt.Sprint(want) || (err != nil) != (len(want) == 0) {
-				t.Fatalf("op %d: TakeHeld(%d) = %v, %v; model %v", i, n, items(got), err, want)
+				t.Fatalf("op %d: TakeClaimed(%d) = %v, %v; model %v", i, n, items(got), err, want)
 			}
 			for _, it := range got {
-				if it.Holds() {
-					holds[it.Group] = it.Hold
+				if it.Claimed() {
+					claims[it.Group] = it.Claim
 				}
 			}
 		case 2:
-			var held []string
-			for g := range m.held {
-				held = append(held, g)
+			var claimed []string
+			for g := range m.claimed {
+				claimed = append(claimed, g)
 			}
-			if len(held) == 0 {
+			if len(claimed) == 0 {
 				continue
 			}
-			slices.Sort(held)
-			g := held[int(op/5)%len(held)]
-			delete(m.held, g)
-			q.Release(holds[g], Hold[int]{})
-			q.Release(holds[g]) // again: nothing
+			slices.Sort(claimed)
+			g := claimed[int(op/5)%len(claimed)]
+			delete(m.claimed, g)
+			q.Release(claims[g], Claim[int]{})
+			q.Release(claims[g]) // again: nothing
 		default:
 			v++
 			k := int(op/5) % 7
@@ -141,9 +141,9 @@ func check(t *testing.T, capacity int, ops []byte) {
 			t.Fatalf("op %d: Len = %d, model %d", i, q.Len(), len(m.items))
 		}
 	}
-	for g := range m.held {
-		delete(m.held, g)
-		q.Release(holds[g])
+	for g := range m.claimed {
+		delete(m.claimed, g)
+		q.Release(claims[g])
 	}
 	want := m.take(len(m.items), false)
 	got, _ := q.TakeBatch(done, len(want), nil)
@@ -156,7 +156,7 @@ func check(t *testing.T, capacity int, ops []byte) {
 	}
 }
 
-// FuzzQueueMatchesModel drives random offer/take/hold/release sequences
+// FuzzQueueMatchesModel drives random offer/take/claim/release sequences
 // through the queue and the model and requires the same results.
 func FuzzQueueMatchesModel(f *testing.F) {
 	f.Add(uint8(3), []byte{1, 2, 4, 5, 7, 8, 1, 1, 0, 0, 3, 1, 2})
@@ -168,7 +168,7 @@ func FuzzQueueMatchesModel(f *testing.F) {
 }
 
 // The model check over many seeded random sequences, so that plain
-// `go test` covers holds, cancels and overflow together.
+// `go test` covers claims, cancels and overflow together.
 func TestQueueMatchesModel(t *testing.T) {
 	rng := rand.New(rand.NewPCG(14, 2))
 	for range 2000 {
@@ -350,7 +350,7 @@ func BenchmarkOfferCoalescing(b *testing.B) {
 	}
 }
 
-// A held group's items wait, the others are taken past them; released,
+// A claimed group's items wait, the others are taken past them; released,
 // they come next, in order.
 func TestHeldGroupWaits(t *testing.T) {
 	q := New[string](100, nil)
@@ -359,20 +359,20 @@ func TestHeldGroupWaits(t *testing.T) {
 	q.OfferIn("b", "b", "b1")
 	q.OfferIn("a", "a", "a3")
 	ctx := context.Background()
-	first, err := q.TakeHeld(ctx, 2, nil)
+	first, err := q.TakeClaimed(ctx, 2, nil)
 	if err != nil || fmt.Sprint(items2(first)) != "[a1/true a2/false]" {
-		t.Fatalf("TakeHeld = %v, %v: want a's first two items, a held once", items2(first), err)
+		t.Fatalf("TakeClaimed = %v, %v: want a's first two items, a claimed once", items2(first), err)
 	}
-	second, err := q.TakeHeld(ctx, 10, nil)
+	second, err := q.TakeClaimed(ctx, 10, nil)
 	if err != nil || fmt.Sprint(items2(second)) != "[b1/true]" {
-		t.Fatalf("TakeHeld = %v, %v: want b1 only (a is held)", items2(second), err)
+		t.Fatalf("TakeClaimed = %v, %v: want b1 only (a is claimed)", items2(second), err)
 	}
 	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 	defer cancel()
 	if got, err := q.TakeBatch(short, 10, nil); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("TakeBatch = %v, %v: a3 was taken while a is held", got, err)
+		t.Fatalf("TakeBatch = %v, %v: a3 was taken while a is claimed", got, err)
 	}
-	q.Release(second[0].Hold, first[0].Hold)
+	q.Release(second[0].Claim, first[0].Claim)
 	if got, err := q.TakeBatch(ctx, 10, nil); err != nil || fmt.Sprint(items2(got)) != "[a3/false]" {
 		t.Fatalf("after Release: %v, %v", items2(got), err)
 	}
@@ -384,12 +384,12 @@ func TestHeldGroupWaits(t *testing.T) {
 func items2(its []Item[string]) []string {
 	out := make([]string, len(its))
 	for i, it := range its {
-		out[i] = fmt.Sprintf("%s/%v", it.Value, it.Holds())
+		out[i] = fmt.Sprintf("%s/%v", it.Value, it.Claimed())
 	}
 	return out
 }
 
-// Closed with items of held groups left, a take waits for the release
+// Closed with items of claimed groups left, a take waits for the release
 // instead of reporting the queue drained.
 func TestCloseWaitsForHeldGroups(t *testing.T) {
 	q := New[int](10, nil)
@@ -397,31 +397,31 @@ func TestCloseWaitsForHeldGroups(t *testing.T) {
 	q.Offer("a", 2)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	held, _ := q.TakeHeld(ctx, 1, nil)
-	if len(held) != 1 || held[0].Value != 1 {
-		t.Fatalf("took %v", held)
+	claimed, _ := q.TakeClaimed(ctx, 1, nil)
+	if len(claimed) != 1 || claimed[0].Value != 1 {
+		t.Fatalf("took %v", claimed)
 	}
 	q.Close()
 	took := make(chan []Item[int])
 	go func() {
-		got, err := q.TakeHeld(ctx, 10, nil)
+		got, err := q.TakeClaimed(ctx, 10, nil)
 		if err != nil {
-			t.Errorf("TakeHeld: %v", err)
+			t.Errorf("TakeClaimed: %v", err)
 		}
 		took <- got
 	}()
 	select {
 	case got := <-took:
-		t.Fatalf("took %v while a is held", got)
+		t.Fatalf("took %v while a is claimed", got)
 	case <-time.After(20 * time.Millisecond):
 	}
-	q.Release(held[0].Hold)
+	q.Release(claimed[0].Claim)
 	got := <-took
 	if len(got) != 1 || got[0].Value != 2 {
 		t.Fatalf("took %v, want a's 2", got)
 	}
-	q.Release(got[0].Hold)
-	if _, err := q.TakeHeld(ctx, 10, nil); !errors.Is(err, ErrClosed) {
+	q.Release(got[0].Claim)
+	if _, err := q.TakeClaimed(ctx, 10, nil); !errors.Is(err, ErrClosed) {
 		t.Errorf("drained queue: %v, want ErrClosed", err)
 	}
 }
@@ -453,7 +453,7 @@ func TestCancelledPairsLeaveNothing(t *testing.T) {
 	}
 }
 
-// Several consumers taking held batches: no group is ever held by two at
+// Several consumers taking claimed batches: no group is ever claimed by two at
 // once, and each key's items arrive in order (run with -race). (Across the
 // keys of one group, a coalesced item keeps its older position.)
 func TestConcurrentHoldersNeverShareAGroup(t *testing.T) {
@@ -470,19 +470,19 @@ func TestConcurrentHoldersNeverShareAGroup(t *testing.T) {
 			var buf []Item[int]
 			for {
 				var err error
-				buf, err = q.TakeHeld(context.Background(), 8, buf)
+				buf, err = q.TakeClaimed(context.Background(), 8, buf)
 				if err != nil {
 					return
 				}
 				mu.Lock()
-				var mine []Hold[int]
+				var mine []Claim[int]
 				for _, it := range buf {
 					if h, ok := holder[it.Group]; ok && h != c {
-						t.Errorf("group %s held by %d and %d", it.Group, h, c)
+						t.Errorf("group %s claimed by %d and %d", it.Group, h, c)
 					}
-					if it.Holds() {
+					if it.Claimed() {
 						holder[it.Group] = c
-						mine = append(mine, it.Hold)
+						mine = append(mine, it.Claim)
 					}
 					if prev, ok := last[it.Key]; ok && it.Value <= prev {
 						t.Errorf("key %s: %d after %d", it.Key, it.Value, prev)
@@ -490,7 +490,7 @@ func TestConcurrentHoldersNeverShareAGroup(t *testing.T) {
 					last[it.Key] = it.Value
 				}
 				for _, it := range buf {
-					if it.Holds() {
+					if it.Claimed() {
 						delete(holder, it.Group)
 					}
 				}
@@ -517,7 +517,7 @@ func TestConcurrentHoldersNeverShareAGroup(t *testing.T) {
 	}
 }
 
-// Offers and held takes of 1,000 objects in turn, as a delivery does.
+// Offers and claimed takes of 1,000 objects in turn, as a delivery does.
 func BenchmarkOfferTakeHeldManyKeys(b *testing.B) {
 	q := New[int](10_000, nil)
 	keys := make([]string, 1000)
@@ -530,9 +530,9 @@ func BenchmarkOfferTakeHeldManyKeys(b *testing.B) {
 	for i := 0; b.Loop(); i++ {
 		q.Offer(keys[i%len(keys)], i)
 		if i%256 == 255 {
-			buf, _ = q.TakeHeld(ctx, 256, buf)
+			buf, _ = q.TakeClaimed(ctx, 256, buf)
 			for _, it := range buf {
-				q.Release(it.Hold)
+				q.Release(it.Claim)
 			}
 		}
 	}
