@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -65,23 +66,26 @@ func (s *nullSink) Close(context.Context) error { return nil }
 // per notification after client-go handed the object over. client-go
 // writes its cache before it calls the handler (Notification.Cache reads
 // it): the "+cache" variants time that write too; the others write each
-// pass's states while the timer is stopped, as they build them. Run it
-// with -cpu 1 for one core.
+// pass's states while the timer is stopped, as they build them. The "x3"
+// variants deliver the rule to three sinks of the kind (each its own
+// view, queue and worker): one op is still one notification. Run it with
+// -cpu 1 for one core.
 func BenchmarkPipeline(b *testing.B) {
 	for _, bc := range []struct {
 		name       string
 		cacheWrite bool                                    // timed
 		sink       func(b *testing.B) (sinks.Sink, string) // and its config block
+		fanOut     int                                     // sinks of the rule; 0: 1
 	}{
-		{"null", false, func(*testing.B) (sinks.Sink, string) { return &nullSink{}, "file: {path: unused}" }},
-		{"null+cache", true, func(*testing.B) (sinks.Sink, string) { return &nullSink{}, "file: {path: unused}" }},
-		{"null-encoded", false, func(*testing.B) (sinks.Sink, string) { return &nullSink{encode: true}, "file: {path: unused}" }},
+		{"null", false, func(*testing.B) (sinks.Sink, string) { return &nullSink{}, "file: {path: unused}" }, 0},
+		{"null+cache", true, func(*testing.B) (sinks.Sink, string) { return &nullSink{}, "file: {path: unused}" }, 0},
+		{"null-encoded", false, func(*testing.B) (sinks.Sink, string) { return &nullSink{encode: true}, "file: {path: unused}" }, 0},
 		{"file", false, func(b *testing.B) (sinks.Sink, string) {
 			return nil, "file: {path: " + filepath.Join(b.TempDir(), "out.jsonl") + ", maxSizeMB: 100000}"
-		}},
+		}, 0},
 		{"nats", false, func(b *testing.B) (sinks.Sink, string) {
 			return nil, "nats: {url: " + testenv.StartNATS(b).ClientURL() + "}"
-		}},
+		}, 0},
 		{"webhook-batch", false, func(b *testing.B) (sinks.Sink, string) {
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				_, _ = io.Copy(io.Discard, r.Body)
@@ -89,45 +93,63 @@ func BenchmarkPipeline(b *testing.B) {
 			}))
 			b.Cleanup(srv.Close)
 			return nil, "webhook: {url: " + srv.URL + ", batch: {maxEvents: 100}}"
-		}},
+		}, 0},
+		{"null-x3", false, func(*testing.B) (sinks.Sink, string) { return &nullSink{}, "file: {path: unused}" }, 3},
+		{"null-encoded-x3", false, func(*testing.B) (sinks.Sink, string) { return &nullSink{encode: true}, "file: {path: unused}" }, 3},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			sink, block := bc.sink(b)
+			fanOut := max(bc.fanOut, 1)
+			var blocks, names []string
+			made := make([]sinks.Sink, fanOut)
+			for i := range fanOut {
+				var block string
+				made[i], block = bc.sink(b)
+				name := fmt.Sprintf("out%d", i)
+				blocks = append(blocks, "  - name: "+name+"\n    "+block+"\n")
+				names = append(names, name)
+			}
 			cfg, _, err := config.Parse("bench.yaml", []byte(`apiVersion: kubebridge.io/v1alpha1
 kind: BridgeConfig
 cluster: bench
 sinks:
-  - name: out
-    `+block+`
-rules:
+`+strings.Join(blocks, "")+`rules:
   - name: cms
     resource: v1/configmaps
     namespaces: [bench]
     labelSelector: app=bench
-    sinks: [out]
+    sinks: [`+strings.Join(names, ", ")+`]
 `), components.SinkRegistry())
 			if err != nil {
 				b.Fatal(err)
 			}
 			ctx := context.Background()
-			if sink == nil {
-				f := map[string]sinks.Factory{"file": file.Factory, "nats": natssink.Factory, "webhook": webhook.Factory}[strings.SplitN(block, ":", 2)[0]]
-				if sink, err = f.Create(ctx, sinks.Settings{Config: cfg.Sinks[0], Logger: slog.New(slog.DiscardHandler)}); err != nil {
-					b.Fatal(err)
-				}
-			}
 			r, err := filters.Compile(cfg, 0, nil, nil)
 			if err != nil {
 				b.Fatal(err)
 			}
 			var acked atomic.Int64
-			d := delivery.New(delivery.Options{Config: cfg.Sinks[0], Sink: sink,
-				Hooks: delivery.Hooks{OnAck: func(evs []*event.Event) { acked.Add(int64(len(evs))) }}})
+			views := map[string]*view.Handed{}
+			var deliveries []*delivery.Delivery
+			var sinkList []sinks.Sink
 			runCtx, cancel := context.WithCancel(ctx)
-			done := make(chan struct{})
-			go func() { defer close(done); d.Run(runCtx) }()
-			views := map[string]*view.Handed{"out": view.NewHanded("out", d.Offer)}
-			views["out"].Start()
+			var running sync.WaitGroup
+			for i, sc := range cfg.Sinks {
+				sink := made[i]
+				if sink == nil {
+					f := map[string]sinks.Factory{"file": file.Factory, "nats": natssink.Factory, "webhook": webhook.Factory}[sc.Type]
+					if sink, err = f.Create(ctx, sinks.Settings{Config: sc, Logger: slog.New(slog.DiscardHandler)}); err != nil {
+						b.Fatal(err)
+					}
+				}
+				d := delivery.New(delivery.Options{Config: sc, Sink: sink,
+					Hooks: delivery.Hooks{OnAck: func(evs []*event.Event) { acked.Add(int64(len(evs))) }}})
+				running.Add(1)
+				go func() { defer running.Done(); d.Run(runCtx) }()
+				views[names[i]] = view.NewHanded(names[i], d.Offer)
+				views[names[i]].Start()
+				deliveries = append(deliveries, d)
+				sinkList = append(sinkList, sink)
+			}
 
 			// The receiver: the bridge's notify, checking that the
 			// notification carries the state the handler was notified of and
@@ -167,13 +189,21 @@ rules:
 			}
 			run := in.running[0]
 			store := run.inf().GetIndexer()
-			h := handler(in, store, []Target{{Rule: r, Sinks: []string{"out"}}}, false)
+			h := handler(in, store, []Target{{Rule: r, Sinks: names}}, false)
 
+			events := int64(fanOut)
 			revs := newBenchRevisions(b, store, !bc.cacheWrite, func(n int) {
-				for acked.Load() < int64(n) {
+				for acked.Load() < int64(n)*events {
 					time.Sleep(10 * time.Microsecond)
 				}
 			})
+			pending := func() int {
+				n := 0
+				for _, d := range deliveries {
+					n = max(n, d.Pending())
+				}
+				return n
+			}
 			b.ReportAllocs()
 			b.ResetTimer()
 			revs.startClock()
@@ -186,18 +216,20 @@ rules:
 					}
 				}
 				h.OnUpdate(old, want)
-				if i%256 == 0 { // let the sink keep up: coalescing would skip its work
-					for d.Pending() > 4096 {
+				if i%256 == 0 { // let the sinks keep up: coalescing would skip their work
+					for pending() > 4096 {
 						time.Sleep(10 * time.Microsecond)
 					}
 				}
 			}
-			if notified != b.N || sent != b.N { // (else the wait below would not end)
-				b.Fatalf("%d notifications, %d events to send; want %d of each", notified, sent, b.N)
+			if notified != b.N || sent != b.N*fanOut { // (else the wait below would not end)
+				b.Fatalf("%d notifications, %d events to send; want %d and %d", notified, sent, b.N, b.N*fanOut)
 			}
-			for acked.Load() < int64(b.N) {
-				if c := d.Stats().Queue.Coalesced; c > 0 {
-					b.Fatalf("%d events coalesced", c)
+			for acked.Load() < int64(b.N)*events {
+				for _, d := range deliveries {
+					if c := d.Stats().Queue.Coalesced; c > 0 {
+						b.Fatalf("%d events coalesced", c)
+					}
 				}
 				time.Sleep(10 * time.Microsecond)
 			}
@@ -209,8 +241,10 @@ rules:
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "notifications/s")
 			revs.reportCPU()
 			cancel()
-			<-done
-			_ = sink.Close(ctx)
+			running.Wait()
+			for _, sink := range sinkList {
+				_ = sink.Close(ctx)
+			}
 		})
 	}
 }
