@@ -18,6 +18,7 @@ import (
 	"github.com/kubebridge/kubebridge/internal/delivery"
 	"github.com/kubebridge/kubebridge/pkg/components"
 	"github.com/kubebridge/kubebridge/pkg/config"
+	"github.com/kubebridge/kubebridge/pkg/event"
 	"github.com/kubebridge/kubebridge/pkg/filters"
 	"github.com/kubebridge/kubebridge/pkg/informer"
 	"github.com/kubebridge/kubebridge/pkg/sinks"
@@ -291,8 +292,8 @@ func (b *Bridge) buildInformers(cfg *config.Config, info *ClusterInfo) error {
 		if k := info.Kinds[r.GVR]; k != "" && r.Event.Kind == "" {
 			r.Event.Kind = k
 		}
-		if r.Event.AllowSecretData && !b.opts.AllowSecretData {
-			r.Event.AllowSecretData = false
+		if allowed := event.AllowsSecretData(rc.AllowSecretData, b.opts.AllowSecretData); allowed != r.Event.AllowSecretData {
+			r.Event.AllowSecretData = allowed
 			b.logger.Warn("rule sets allowSecretData, but the bridge runs without --allow-secret-data: Secret data stays redacted", "rule", r.Name)
 		}
 		rules = append(rules, r)

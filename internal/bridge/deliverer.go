@@ -17,6 +17,7 @@ import (
 	"github.com/kubebridge/kubebridge/internal/backoff"
 	"github.com/kubebridge/kubebridge/internal/checkpoint"
 	"github.com/kubebridge/kubebridge/internal/delivery"
+	"github.com/kubebridge/kubebridge/internal/stage"
 	"github.com/kubebridge/kubebridge/internal/view"
 	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
@@ -511,13 +512,14 @@ func (d *deliverer) reconcile(s *sinkRun, ruleName, replay string) int {
 		if !slices.Contains(r.Sinks, s.cfg.Name) || (ruleName != "" && r.Name != ruleName) {
 			continue
 		}
-		t := view.Trigger{Replay: replay, Now: now}
+		t := stage.Trigger{Replay: replay, Now: now}
 		seen := map[string]bool{}
 		for _, obj := range in.View(r) {
 			key := checkpoint.ObjectKey(obj.GetNamespace(), obj.GetName())
 			seen[key] = true
 			if c := in.Cache(r, key); c != nil {
-				n += s.handed.Sync(r, key, c, t)
+				d := stage.Evaluate(r, key, c, t)
+				n += s.handed.Sync(&d)
 			}
 		}
 		for _, key := range s.handed.Keys(r.Name) {
@@ -528,7 +530,8 @@ func (d *deliverer) reconcile(s *sinkRun, ruleName, replay string) int {
 			if got := in.Cache(r, key); got != nil {
 				c = got
 			} // else no informer of the rule covers the key any more
-			n += s.handed.Sync(r, key, c, t)
+			d := stage.Evaluate(r, key, c, t)
+			n += s.handed.Sync(&d)
 		}
 	}
 	return n
@@ -555,14 +558,15 @@ func (d *deliverer) reconcileRules(rules []*filters.Rule) int {
 	return n
 }
 
-// notify syncs each target sink's view of a notified key; it runs on the
-// informer's goroutines and never blocks.
+// notify hands a notified key to the rules stage, once per target rule,
+// and what it found to each target sink's view; it runs on the informer's
+// goroutines and never blocks.
 func (d *deliverer) notify(n informer.Notification) {
 	set := d.active.Load()
 	if set == nil {
 		return // not delivering: the reconciliation when it starts covers this
 	}
-	t := view.Trigger{Object: n.Object, Meta: n.Meta, Gone: n.Gone, Now: time.Now(), Initial: n.Initial}
+	t := stage.Trigger{Object: n.Object, Meta: n.Meta, Gone: n.Gone, Now: time.Now(), Initial: n.Initial}
 	switch {
 	case n.Resync:
 		t.Replay = event.ReplayResync
@@ -570,10 +574,11 @@ func (d *deliverer) notify(n informer.Notification) {
 		t.Replay = event.ReplayCheckpoint // what a start finds, as its reconciliation marks it
 	}
 	for _, tg := range n.Targets {
+		desired := stage.Evaluate(tg.Rule, n.Key, n.Cache, t)
 		sent := 0
 		for _, name := range tg.Sinks {
 			if s := set.byName[name]; s != nil {
-				sent += s.handed.Sync(tg.Rule, n.Key, n.Cache, t)
+				sent += s.handed.Sync(&desired)
 			}
 		}
 		tg.Rule.Count(sent > 0)

@@ -9,7 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/kubebridge/kubebridge/internal/checkpoint"
-	"github.com/kubebridge/kubebridge/internal/view"
+	"github.com/kubebridge/kubebridge/internal/stage"
 	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
 	"github.com/kubebridge/kubebridge/pkg/filters"
@@ -81,9 +81,10 @@ func Replay(ctx context.Context, opts Options, sinkName, ruleName string, progre
 			snap[checkpoint.ObjectKey(o.GetNamespace(), o.GetName())] = o
 		}
 		run.handed.Load(r.Name, snap.held(now))
-		t := view.Trigger{Replay: event.ReplayResync, Now: now}
+		t := stage.Trigger{Replay: event.ReplayResync, Now: now}
 		for key := range snap {
-			st.Queued += run.handed.Sync(r, key, snap, t)
+			d := stage.Evaluate(r, key, snap, t)
+			st.Queued += run.handed.Sync(&d)
 		}
 	}
 
@@ -113,7 +114,7 @@ func Replay(ctx context.Context, opts Options, sinkName, ruleName string, progre
 }
 
 // snapshot is one reading of a rule's view, by object key: the sink is
-// taken to hold it (held) and it is the desired state (view.Lookup).
+// taken to hold it (held) and it is the desired state (stage.Lookup).
 type snapshot map[string]*unstructured.Unstructured
 
 func (s snapshot) GetByKey(key string) (any, bool, error) {

@@ -1,7 +1,9 @@
 // Package view owns, per sink and rule, the view the sink has been handed
 // (every object it was told is in the rule's view: uid, resourceVersion,
 // entry time, last state), and the one diff that turns (desired state,
-// handed view) into transitions. Every trigger calls it: live
+// handed view) into transitions. The rules stage (internal/stage) hands it
+// the desired state, evaluated once for every sink of the rule; the view
+// only diffs. Every trigger calls it: live
 // notifications, relists, restarts and leader take-over (after Load from the
 // checkpoint), hot reload, namespace label changes and replays. So a
 // consumer applying a rule's events ends up holding exactly the rule's view,
@@ -17,8 +19,8 @@
 //     deleted (kbreason "unmatched" while the object still exists);
 //   - same uid, another resourceVersion: updated (old = the state handed).
 //
-// A rule's events, changed and where decide which transitions are sent; the
-// others still pass through the sink's queue, marked Quiet, so that what is
+// A rule's events, changed and where decide which transitions are sent
+// (the stage judges them); the others still pass through the sink's queue, marked Quiet, so that what is
 // recorded as acknowledged is the whole view, in order.
 //
 // A live notification is synced with its own object, so that a sink that
@@ -40,18 +42,12 @@ import (
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 
 	"github.com/kubebridge/kubebridge/internal/checkpoint"
+	"github.com/kubebridge/kubebridge/internal/stage"
 	"github.com/kubebridge/kubebridge/pkg/event"
-	"github.com/kubebridge/kubebridge/pkg/filters"
 )
 
 // Offer hands an event to the sink's queue. It must not block.
 type Offer func(ev *event.Event)
-
-// Lookup reads the desired state of object keys: the informer's cache
-// (a cache.Indexer is one).
-type Lookup interface {
-	GetByKey(key string) (item any, exists bool, err error)
-}
 
 // held is one incarnation of an object the sink has been handed. Its uid
 // and resourceVersion are read from obj: the informer's cached object, shared
@@ -304,47 +300,22 @@ func (s *Handed) Len(rule string) int {
 	return n
 }
 
-// Trigger says why a key is synced.
-type Trigger struct {
-	// Replay marks the transitions found (kbreplay): "" for live changes,
-	// event.ReplayCheckpoint for a reconciliation, event.ReplayResync for
-	// a replay, which also re-sends an unchanged object as updated.
-	Replay string
-	// Object is the state a live add or update notification carries (nil
-	// for other triggers: they read the cache).
-	Object *unstructured.Unstructured
-	// Meta, when the notifier read it, is Object's (event.MetaOf): Sync and
-	// the events it builds take it rather than reading Object's maps again.
-	// Zero: unknown.
-	Meta event.Meta
-	// Gone is the last state of a deleted object, from its delete
-	// notification (nil otherwise): the data of its deleted event.
-	Gone *unstructured.Unstructured
-	// Now is when the change was observed; an object that enters the view
-	// is stamped with it (event.Entered).
-	Now time.Time
-	// Initial marks an add from an informer's first list, before every
-	// cache synced: it may add or update what the sink holds, never take
-	// anything away (an object may look out of the view only because other
-	// caches are not complete yet). The reconciliation after the sync
-	// decides the rest. It lets the initial view stream to the sinks while
-	// it is being listed.
-	Initial bool
-}
-
-// Sync brings what the sink was handed of key under rule r to the desired
-// state (the trigger's object, or else read from cache), offering the
+// Sync brings what the sink was handed of d's key under d's rule to the
+// desired state the rules stage evaluated (internal/stage), offering the
 // transitions. It returns how many events are to be sent (not quiet).
 //
-// It runs once per notification and sink: it reads the uid and
-// resourceVersion of each state once, writes the view's map only when
-// the slot changes, and hands key to the events as their subject.
-func (s *Handed) Sync(r *filters.Rule, key string, cache Lookup, t Trigger) int {
+// It runs once per notification and sink: it diffs, and nothing else (the
+// stage judged the state, and judges and builds the events, once for
+// every sink of the rule). It reads the uid and resourceVersion of each
+// state once, writes the view's map only when the slot changes, and hands
+// the key to the events as their subject.
+func (s *Handed) Sync(d *stage.Desired) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.ready {
 		return 0
 	}
+	r, key, t := d.Rule, d.Key, &d.Trigger
 	v := s.views[r.Name]
 	if v == nil {
 		v = map[string]slot{}
@@ -356,53 +327,32 @@ func (s *Handed) Sync(r *filters.Rule, key string, cache Lookup, t Trigger) int 
 	if sl.cur.obj != nil {
 		curUID, curRV = uidRV(sl.cur.obj)
 	}
-	var obj *unstructured.Unstructured
-	var exists bool
-	var objUID, objRV string
-	switch {
-	case t.Gone != nil: // a deletion: of the incarnation the sink holds, or news to it
+	if t.Gone != nil { // a deletion: of the incarnation the sink holds, or news to it
 		if sl.cur.obj == nil && len(sl.ghosts()) == 0 && sl.extra != nil {
 			delete(v, key) // at most a floor: the object is gone
 		}
 		if sl.cur.obj == nil || curUID != string(t.Gone.GetUID()) {
 			return 0
 		}
-	case t.Object != nil:
-		if t.Meta != (event.Meta{}) {
-			objUID, objRV = t.Meta.UID, t.Meta.ResourceVersion
-		} else {
-			objUID, objRV = uidRV(t.Object)
-		}
+	}
+	obj, objUID, objRV, in := d.State() // under the lock: see stage.Desired.State
+	exists := obj != nil
+	if t.Object != nil {
 		if sl.cur.obj != nil && older(objRV, curRV) {
 			return 0 // another trigger already handed a newer state
 		}
 		if floorUID == objUID && older(objRV, floor) {
 			return 0 // older than a deletion another trigger handed
 		}
-		obj, exists = t.Object, true
-	default:
-		if item, ok, err := cache.GetByKey(key); err == nil && ok {
-			obj, exists = item.(*unstructured.Unstructured)
-		}
-		if exists {
-			objUID, objRV = uidRV(obj)
-		}
-	}
-	// An object of the resource teaches the rule its kind, which the
-	// events of objects rebuilt from a checkpoint (metadata only) carry.
-	if exists {
-		r.Event.Learn(obj)
-	} else if t.Gone != nil {
-		r.Event.Learn(t.Gone)
 	}
 	var desired *unstructured.Unstructured // obj, when in the view
-	if exists && r.InView(obj) {
+	if in {
 		desired = obj
 	}
 	if t.Initial && desired == nil {
 		return 0
 	}
-	e := emitter{s: s, r: r, now: t.Now, replay: t.Replay, key: key, obj: t.Object, meta: t.Meta}
+	e := emitter{s: s, d: d, now: t.Now, replay: t.Replay, key: key, obj: t.Object, meta: t.Meta}
 	now := t.Now.UnixNano()
 	var reentered int64 // of a ghost of objUID that did not leave the view: when it entered
 	cur, has := sl.cur, sl.cur.obj != nil
@@ -499,7 +449,7 @@ func (s *Handed) Sync(r *filters.Rule, key string, cache Lookup, t Trigger) int 
 // emitter offers one Sync's transitions, counting those to be sent.
 type emitter struct {
 	s           *Handed
-	r           *filters.Rule
+	d           *stage.Desired
 	now         time.Time
 	replay, key string
 	obj         *unstructured.Unstructured // the trigger's object, whose Meta is meta (zero: unknown)
@@ -507,22 +457,19 @@ type emitter struct {
 	sent        int
 }
 
-// emit offers a transition; partial says its object is only the metadata a
-// checkpoint kept, which an event-filter where cannot judge: such a
-// deletion is sent rather than lost.
+// emit offers a transition, quiet when the rules stage says the rule does
+// not send it; partial says its object is only the metadata a checkpoint
+// kept (see stage.Desired.Quiet).
 func (e *emitter) emit(tr event.Transition, partial bool) {
-	r := e.r
 	tr.Time, tr.Replay, tr.Subject = e.now, e.replay, e.key
 	if tr.Object == e.obj {
 		tr.Meta = e.meta
 	}
-	tr.Quiet = !r.Delivers(tr.Change) ||
-		(tr.Change == event.Updated && tr.Old != nil && !r.Changed(tr.Old, tr.Object)) ||
-		(!partial && !r.PassesEventFilter(tr.Object, tr.Old, tr.Change))
+	tr.Quiet = e.d.Quiet(tr, partial)
 	if !tr.Quiet {
 		e.sent++
 	}
-	e.s.offer(event.Build(r.Event, tr))
+	e.s.offer(e.d.Event(tr))
 }
 
 // uidRV reads an object's uid and resourceVersion (as GetUID and

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kubebridge/kubebridge/internal/checkpoint"
+	"github.com/kubebridge/kubebridge/internal/stage"
 	"github.com/kubebridge/kubebridge/internal/testenv"
 	"github.com/kubebridge/kubebridge/pkg/components"
 	"github.com/kubebridge/kubebridge/pkg/event"
@@ -53,6 +54,13 @@ func newWorld(t *testing.T) *world {
 	return w
 }
 
+// syncKey evaluates key under r for trigger t, as the rules stage does, and
+// syncs s with it.
+func syncKey(s *Handed, r *filters.Rule, key string, c stage.Lookup, t stage.Trigger) int {
+	d := stage.Evaluate(r, key, c, t)
+	return s.Sync(&d)
+}
+
 // lookup is a one-key cache.
 type lookup func() *unstructured.Unstructured
 
@@ -67,12 +75,12 @@ func (w *world) current() *unstructured.Unstructured { return w.obj }
 
 // set changes the cache and syncs; it returns what was offered, as
 // "change[:reason][:quiet] uid rv".
-func (w *world) set(r *filters.Rule, obj *unstructured.Unstructured, tr Trigger) []string {
+func (w *world) set(r *filters.Rule, obj *unstructured.Unstructured, tr stage.Trigger) []string {
 	w.obj = obj
 	w.now = w.now.Add(time.Second)
 	tr.Now = w.now
 	w.got = nil
-	w.sink.Sync(r, "a/x", lookup(w.current), tr)
+	syncKey(w.sink, r, "a/x", lookup(w.current), tr)
 	return describe(w.got)
 }
 
@@ -110,20 +118,20 @@ func TestTransitions(t *testing.T) {
 	w := newWorld(t)
 	front := map[string]string{"tier": "front"}
 	back := map[string]string{"tier": "back"}
-	eq(t, "add outside", w.set(r, cm("u1", "1", back), Trigger{}))
-	eq(t, "enter", w.set(r, cm("u1", "2", front), Trigger{}), "added u1 2")
-	eq(t, "update inside", w.set(r, cm("u1", "3", front), Trigger{}), "updated u1 3")
+	eq(t, "add outside", w.set(r, cm("u1", "1", back), stage.Trigger{}))
+	eq(t, "enter", w.set(r, cm("u1", "2", front), stage.Trigger{}), "added u1 2")
+	eq(t, "update inside", w.set(r, cm("u1", "3", front), stage.Trigger{}), "updated u1 3")
 	if old := w.got[0].OldObject(); old == nil || old.GetResourceVersion() != "2" {
 		t.Errorf("update's old object = %v, want the state handed (rv 2)", old)
 	}
-	eq(t, "same state again (a resync)", w.set(r, cm("u1", "3", front), Trigger{}))
-	eq(t, "leave", w.set(r, cm("u1", "4", back), Trigger{}), "deleted:unmatched u1 4")
-	eq(t, "update outside", w.set(r, cm("u1", "5", back), Trigger{}))
-	eq(t, "enter again, unchanged object", w.set(r, cm("u1", "5", front), Trigger{}), "added u1 5")
-	eq(t, "replaced under the same name (relist)", w.set(r, cm("u2", "9", front), Trigger{}), "deleted u1 5", "added u2 9")
+	eq(t, "same state again (a resync)", w.set(r, cm("u1", "3", front), stage.Trigger{}))
+	eq(t, "leave", w.set(r, cm("u1", "4", back), stage.Trigger{}), "deleted:unmatched u1 4")
+	eq(t, "update outside", w.set(r, cm("u1", "5", back), stage.Trigger{}))
+	eq(t, "enter again, unchanged object", w.set(r, cm("u1", "5", front), stage.Trigger{}), "added u1 5")
+	eq(t, "replaced under the same name (relist)", w.set(r, cm("u2", "9", front), stage.Trigger{}), "deleted u1 5", "added u2 9")
 	gone := cm("u2", "10", front)
-	eq(t, "deleted (state from the delete notification)", w.set(r, nil, Trigger{Gone: gone}), "deleted u2 10")
-	eq(t, "delete of something not handed", w.set(r, nil, Trigger{}))
+	eq(t, "deleted (state from the delete notification)", w.set(r, nil, stage.Trigger{Gone: gone}), "deleted u2 10")
+	eq(t, "delete of something not handed", w.set(r, nil, stage.Trigger{}))
 	if n := w.sink.Len("r"); n != 0 {
 		t.Errorf("view holds %d objects after the delete", n)
 	}
@@ -139,8 +147,8 @@ func TestTriggerMetaGivesTheSameEvents(t *testing.T) {
 		return []string{e.ID, e.Type(), e.Subject, e.Kind(), e.Namespace(), e.Name(), e.UID(), e.Key(), e.QueueKey(), string(e.Change), e.Reason, strconv.FormatBool(e.Quiet)}
 	}
 	for i, s := range []*unstructured.Unstructured{cm("u1", "1", front), cm("u1", "2", front), cm("u1", "3", back), cm("u1", "4", front), cm("u2", "9", front)} {
-		with.set(r, s, Trigger{Object: s, Meta: event.MetaOf(s)})
-		without.set(r, s, Trigger{Object: s})
+		with.set(r, s, stage.Trigger{Object: s, Meta: event.MetaOf(s)})
+		without.set(r, s, stage.Trigger{Object: s})
 		if len(with.got) != len(without.got) || len(with.got) == 0 && i != 2 {
 			t.Fatalf("state %d: %d events with the trigger's Meta, %d without", i, len(with.got), len(without.got))
 		}
@@ -160,7 +168,7 @@ func TestIDsPerTransition(t *testing.T) {
 	// The object is unchanged (same rv) while it leaves and re-enters: a
 	// namespace relabelled twice, or a reload flipping the rule.
 	for i, lbls := range []map[string]string{front, back, front, back} {
-		w.set(r, cm("u1", "7", lbls), Trigger{})
+		w.set(r, cm("u1", "7", lbls), stage.Trigger{})
 		if len(w.got) != 1 {
 			t.Fatalf("step %d: %v", i, describe(w.got))
 		}
@@ -178,47 +186,47 @@ func TestIDsPerTransition(t *testing.T) {
 func TestEventsFilterDeliveryNotRecording(t *testing.T) {
 	r := compile(t, "    events: [deleted]\n", nil)
 	w := newWorld(t)
-	eq(t, "added is recorded, not sent", w.set(r, cm("u1", "1", nil), Trigger{}), "added:quiet u1 1")
-	eq(t, "updated likewise", w.set(r, cm("u1", "2", nil), Trigger{}), "updated:quiet u1 2")
-	eq(t, "deleted is sent", w.set(r, nil, Trigger{}), "deleted u1 2")
+	eq(t, "added is recorded, not sent", w.set(r, cm("u1", "1", nil), stage.Trigger{}), "added:quiet u1 1")
+	eq(t, "updated likewise", w.set(r, cm("u1", "2", nil), stage.Trigger{}), "updated:quiet u1 2")
+	eq(t, "deleted is sent", w.set(r, nil, stage.Trigger{}), "deleted u1 2")
 
 	r = compile(t, "    changed: [data]\n", nil)
 	w = newWorld(t)
-	w.set(r, cm("u1", "1", nil), Trigger{})
-	eq(t, "an update outside changed paths is quiet", w.set(r, cm("u1", "2", map[string]string{"l": "1"}), Trigger{}), "updated:quiet u1 2")
+	w.set(r, cm("u1", "1", nil), stage.Trigger{})
+	eq(t, "an update outside changed paths is quiet", w.set(r, cm("u1", "2", map[string]string{"l": "1"}), stage.Trigger{}), "updated:quiet u1 2")
 	o := cm("u1", "3", map[string]string{"l": "1"})
 	o.Object["data"] = map[string]any{"k": "v"}
-	eq(t, "inside them it is sent", w.set(r, o, Trigger{}), "updated u1 3")
+	eq(t, "inside them it is sent", w.set(r, o, stage.Trigger{}), "updated u1 3")
 }
 
 func TestResyncReplay(t *testing.T) {
 	r := compile(t, "", nil)
 	w := newWorld(t)
-	w.set(r, cm("u1", "1", nil), Trigger{})
-	eq(t, "replay of an unchanged object", w.set(r, cm("u1", "1", nil), Trigger{Replay: event.ReplayResync}), "updated u1 1")
+	w.set(r, cm("u1", "1", nil), stage.Trigger{})
+	eq(t, "replay of an unchanged object", w.set(r, cm("u1", "1", nil), stage.Trigger{Replay: event.ReplayResync}), "updated u1 1")
 	if w.got[0].Replay != event.ReplayResync {
 		t.Errorf("kbreplay = %q", w.got[0].Replay)
 	}
-	eq(t, "replay finds a change: sent once", w.set(r, cm("u1", "2", nil), Trigger{Replay: event.ReplayResync}), "updated u1 2")
+	eq(t, "replay finds a change: sent once", w.set(r, cm("u1", "2", nil), stage.Trigger{Replay: event.ReplayResync}), "updated u1 2")
 
 	// A rule that sends adds but no updates re-asserts its objects as added
 	// (an alert kept alive by re-sends), with the id of the added at that
 	// state; its updates stay quiet.
 	r = compile(t, "    events: [added, deleted]\n", nil)
 	w = newWorld(t)
-	w.set(r, cm("u1", "1", nil), Trigger{})
+	w.set(r, cm("u1", "1", nil), stage.Trigger{})
 	first := w.got[0]
-	eq(t, "a rule without updated replays as added", w.set(r, cm("u1", "1", nil), Trigger{Replay: event.ReplayResync}), "added u1 1")
+	eq(t, "a rule without updated replays as added", w.set(r, cm("u1", "1", nil), stage.Trigger{Replay: event.ReplayResync}), "added u1 1")
 	if e := w.got[0]; e.ID != first.ID || e.Entered != first.Entered || e.Replay != event.ReplayResync || e.Fresh {
 		t.Errorf("replayed added: id %s (first %s), entered %d (first %d), kbreplay %q, fresh %v", e.ID, first.ID, e.Entered, first.Entered, e.Replay, e.Fresh)
 	}
-	eq(t, "its updates stay quiet", w.set(r, cm("u1", "2", nil), Trigger{}), "updated:quiet u1 2")
-	eq(t, "replayed at the new state", w.set(r, cm("u1", "2", nil), Trigger{Replay: event.ReplayResync}), "added u1 2")
+	eq(t, "its updates stay quiet", w.set(r, cm("u1", "2", nil), stage.Trigger{}), "updated:quiet u1 2")
+	eq(t, "replayed at the new state", w.set(r, cm("u1", "2", nil), stage.Trigger{Replay: event.ReplayResync}), "added u1 2")
 
 	r = compile(t, "    events: [deleted]\n", nil)
 	w = newWorld(t)
-	w.set(r, cm("u1", "1", nil), Trigger{})
-	eq(t, "a rule that sends only deletions replays nothing", w.set(r, cm("u1", "1", nil), Trigger{Replay: event.ReplayResync}))
+	w.set(r, cm("u1", "1", nil), stage.Trigger{})
+	eq(t, "a rule that sends only deletions replays nothing", w.set(r, cm("u1", "1", nil), stage.Trigger{Replay: event.ReplayResync}))
 }
 
 func TestFromCheckpoint(t *testing.T) {
@@ -246,7 +254,7 @@ func TestFromCheckpoint(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newWorld(t)
 			w.sink.Load("r", map[string]*checkpoint.Slot{"a/x": &tc.stored})
-			got := w.set(r, tc.now, Trigger{Replay: event.ReplayCheckpoint})
+			got := w.set(r, tc.now, stage.Trigger{Replay: event.ReplayCheckpoint})
 			eq(t, tc.name, got, tc.want...)
 			for _, e := range w.got {
 				if e.Replay != event.ReplayCheckpoint {
@@ -323,8 +331,8 @@ func TestCheckpointDeletionsOfCustomResourcesCarryTheirKind(t *testing.T) {
 	kept := widget("kept", "u1", "5")
 	cache := lookupMap{"a/kept": kept}
 	now := time.Unix(1700000000, 0)
-	s.Sync(r, "a/kept", cache, Trigger{Object: kept, Initial: true, Now: now}) // unchanged: nothing sent
-	s.Sync(r, "a/gone", cache, Trigger{Replay: event.ReplayCheckpoint, Now: now})
+	syncKey(s, r, "a/kept", cache, stage.Trigger{Object: kept, Initial: true, Now: now}) // unchanged: nothing sent
+	syncKey(s, r, "a/gone", cache, stage.Trigger{Replay: event.ReplayCheckpoint, Now: now})
 	if len(got) != 1 || got[0].Change != event.Deleted || got[0].UID() != "u2" {
 		t.Fatalf("got %v, want the deletion of u2", describe(got))
 	}
@@ -348,20 +356,20 @@ func TestNamespaceSelector(t *testing.T) {
 	nsLabels.Store(&labels.Set{})
 	r := compile(t, "    namespaceSelector: env=prod\n", func(string) (labels.Set, bool) { return *nsLabels.Load(), true })
 	w := newWorld(t)
-	eq(t, "namespace not selected", w.set(r, cm("u1", "1", nil), Trigger{}))
+	eq(t, "namespace not selected", w.set(r, cm("u1", "1", nil), stage.Trigger{}))
 	nsLabels.Store(&labels.Set{"env": "prod"})
-	eq(t, "namespace selected", w.set(r, cm("u1", "1", nil), Trigger{}), "added u1 1")
+	eq(t, "namespace selected", w.set(r, cm("u1", "1", nil), stage.Trigger{}), "added u1 1")
 	nsLabels.Store(&labels.Set{})
-	eq(t, "namespace no longer selected", w.set(r, cm("u1", "1", nil), Trigger{}), "deleted:unmatched u1 1")
+	eq(t, "namespace no longer selected", w.set(r, cm("u1", "1", nil), stage.Trigger{}), "deleted:unmatched u1 1")
 }
 
 func TestNotReady(t *testing.T) {
 	r := compile(t, "", nil)
 	w := newWorld(t)
 	w.sink.Stop()
-	eq(t, "stopped", w.set(r, cm("u1", "1", nil), Trigger{}))
+	eq(t, "stopped", w.set(r, cm("u1", "1", nil), stage.Trigger{}))
 	w.sink.Start()
-	eq(t, "started: the same state is synced", w.set(r, cm("u1", "1", nil), Trigger{}), "added u1 1")
+	eq(t, "started: the same state is synced", w.set(r, cm("u1", "1", nil), stage.Trigger{}), "added u1 1")
 }
 
 // TestConcurrentTriggers syncs one key from several goroutines while its
@@ -385,12 +393,12 @@ func TestConcurrentTriggers(t *testing.T) {
 				if g == 0 {
 					state.Store(cm("u1", strconv.Itoa(i), nil))
 				}
-				s.Sync(r, "a/x", current, Trigger{Now: time.Unix(0, int64(i))})
+				syncKey(s, r, "a/x", current, stage.Trigger{Now: time.Unix(0, int64(i))})
 			}
 		}()
 	}
 	wg.Wait()
-	s.Sync(r, "a/x", current, Trigger{Now: time.Now()})
+	syncKey(s, r, "a/x", current, stage.Trigger{Now: time.Now()})
 	prev := 0
 	for i, e := range got {
 		rv, _ := strconv.Atoi(e.Object().GetResourceVersion())
@@ -415,24 +423,24 @@ func TestNotificationsCarryTheirState(t *testing.T) {
 	r := compile(t, "", nil)
 	w := newWorld(t)
 	w.obj = nil // the cache: already deleted
-	tr := func(tr Trigger) []string {
+	tr := func(tr stage.Trigger) []string {
 		w.got = nil
 		w.now = w.now.Add(time.Second)
 		tr.Now = w.now
-		w.sink.Sync(r, "a/x", lookup(w.current), tr)
+		syncKey(w.sink, r, "a/x", lookup(w.current), tr)
 		return describe(w.got)
 	}
-	eq(t, "add notification", tr(Trigger{Object: cm("u1", "11", nil)}), "added u1 11")
-	eq(t, "update notification", tr(Trigger{Object: cm("u1", "12", nil)}), "updated u1 12")
-	eq(t, "delete notification", tr(Trigger{Gone: cm("u1", "13", nil)}), "deleted u1 13")
-	eq(t, "delete of an incarnation not held", tr(Trigger{Gone: cm("u0", "9", nil)}))
+	eq(t, "add notification", tr(stage.Trigger{Object: cm("u1", "11", nil)}), "added u1 11")
+	eq(t, "update notification", tr(stage.Trigger{Object: cm("u1", "12", nil)}), "updated u1 12")
+	eq(t, "delete notification", tr(stage.Trigger{Gone: cm("u1", "13", nil)}), "deleted u1 13")
+	eq(t, "delete of an incarnation not held", tr(stage.Trigger{Gone: cm("u0", "9", nil)}))
 
 	w.obj = cm("u2", "20", nil)
-	eq(t, "a reconcile reads the cache", tr(Trigger{Replay: event.ReplayCheckpoint}), "added u2 20")
-	eq(t, "an older notification after it", tr(Trigger{Object: cm("u2", "15", nil)}))
-	eq(t, "an older notification of a previous uid", tr(Trigger{Object: cm("u1", "14", nil)}))
-	eq(t, "the notification of the state handed", tr(Trigger{Object: cm("u2", "20", nil)}))
-	eq(t, "a newer one", tr(Trigger{Object: cm("u2", "21", nil)}), "updated u2 21")
+	eq(t, "a reconcile reads the cache", tr(stage.Trigger{Replay: event.ReplayCheckpoint}), "added u2 20")
+	eq(t, "an older notification after it", tr(stage.Trigger{Object: cm("u2", "15", nil)}))
+	eq(t, "an older notification of a previous uid", tr(stage.Trigger{Object: cm("u1", "14", nil)}))
+	eq(t, "the notification of the state handed", tr(stage.Trigger{Object: cm("u2", "20", nil)}))
+	eq(t, "a newer one", tr(stage.Trigger{Object: cm("u2", "21", nil)}), "updated u2 21")
 }
 
 // A deletion found on restart carries only the metadata the checkpoint
@@ -442,13 +450,13 @@ func TestCheckpointDeletionPassesEventFilter(t *testing.T) {
 	r := compile(t, "    where: \"type == 'deleted' && object.data.keep == 'yes'\"\n", nil)
 	w := newWorld(t)
 	w.sink.Load("r", map[string]*checkpoint.Slot{"a/x": {Acked: &checkpoint.Entry{UID: "u1", ResourceVersion: "5", Namespace: "a", Name: "x"}}})
-	eq(t, "deleted while down", w.set(r, nil, Trigger{Replay: event.ReplayCheckpoint}), "deleted u1 5")
+	eq(t, "deleted while down", w.set(r, nil, stage.Trigger{Replay: event.ReplayCheckpoint}), "deleted u1 5")
 
 	w = newWorld(t)
 	o := cm("u1", "1", nil)
 	o.Object["data"] = map[string]any{"keep": "no"}
-	eq(t, "live: the filter applies", w.set(r, o, Trigger{}), "added:quiet u1 1")
-	eq(t, "live deletion outside the filter", w.set(r, nil, Trigger{Gone: o}), "deleted:quiet u1 1")
+	eq(t, "live: the filter applies", w.set(r, o, stage.Trigger{}), "added:quiet u1 1")
+	eq(t, "live deletion outside the filter", w.set(r, nil, stage.Trigger{Gone: o}), "deleted:quiet u1 1")
 }
 
 // A checkpoint that says the deletion of the incarnation it holds (or its
@@ -475,7 +483,7 @@ func TestMayBeGoneFromCheckpoint(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newWorld(t)
 			w.sink.Load("r", map[string]*checkpoint.Slot{"a/x": {Acked: acked, Pending: tc.pending}})
-			eq(t, tc.name, w.set(r, tc.now, Trigger{Replay: event.ReplayCheckpoint}), tc.want)
+			eq(t, tc.name, w.set(r, tc.now, stage.Trigger{Replay: event.ReplayCheckpoint}), tc.want)
 			e := w.got[0]
 			switch {
 			case tc.stamp != 0 && e.Stamp != tc.stamp:
@@ -486,7 +494,7 @@ func TestMayBeGoneFromCheckpoint(t *testing.T) {
 			if want := cmp.Or(tc.entered, w.now.UnixNano()); e.Entered != want {
 				t.Errorf("%s entered at %d, want %d", e.ID, e.Entered, want)
 			}
-			eq(t, "then nothing more", w.set(r, tc.now, Trigger{}))
+			eq(t, "then nothing more", w.set(r, tc.now, stage.Trigger{}))
 		})
 	}
 }
@@ -498,11 +506,11 @@ func TestMayBeGoneFromCheckpoint(t *testing.T) {
 func TestEntryTimeSurvivesTheCheckpoint(t *testing.T) {
 	r := compile(t, "", nil)
 	w := newWorld(t)
-	w.set(r, cm("u1", "1", nil), Trigger{})
+	w.set(r, cm("u1", "1", nil), stage.Trigger{})
 	entered := w.got[0].Entered
 	var before []string
 	for i, rv := range []string{"2", "2"} {
-		tr := Trigger{}
+		tr := stage.Trigger{}
 		if i == 1 {
 			tr.Replay = event.ReplayResync
 		}
@@ -514,11 +522,11 @@ func TestEntryTimeSurvivesTheCheckpoint(t *testing.T) {
 	for _, step := range []struct {
 		name string
 		rv   string
-		tr   Trigger
+		tr   stage.Trigger
 	}{
-		{"the first replay after the load", "2", Trigger{Replay: event.ReplayResync}},
-		{"an update after the load", "3", Trigger{}},
-		{"a replay after it", "3", Trigger{Replay: event.ReplayResync}},
+		{"the first replay after the load", "2", stage.Trigger{Replay: event.ReplayResync}},
+		{"an update after the load", "3", stage.Trigger{}},
+		{"a replay after it", "3", stage.Trigger{Replay: event.ReplayResync}},
 	} {
 		if step.rv == "2" {
 			clock := w.now
@@ -545,11 +553,11 @@ func TestEntryTimeSurvivesTheCheckpoint(t *testing.T) {
 func TestFloorAfterUnmatchedDeletion(t *testing.T) {
 	r := compile(t, "    labelSelector: '!out'\n", nil)
 	w := newWorld(t)
-	eq(t, "in", w.set(r, cm("u1", "5", nil), Trigger{Object: cm("u1", "5", nil)}), "added u1 5")
-	eq(t, "reconcile: out at rv 7", w.set(r, cm("u1", "7", map[string]string{"out": "y"}), Trigger{Replay: event.ReplayCheckpoint}), "deleted:unmatched u1 7")
-	eq(t, "lagging notification of rv 6", w.set(r, w.obj, Trigger{Object: cm("u1", "6", nil)}))
-	eq(t, "rv 8 back in", w.set(r, w.obj, Trigger{Object: cm("u1", "8", nil)}), "added u1 8")
-	eq(t, "deleted", w.set(r, nil, Trigger{Gone: cm("u1", "9", nil)}), "deleted u1 9")
+	eq(t, "in", w.set(r, cm("u1", "5", nil), stage.Trigger{Object: cm("u1", "5", nil)}), "added u1 5")
+	eq(t, "reconcile: out at rv 7", w.set(r, cm("u1", "7", map[string]string{"out": "y"}), stage.Trigger{Replay: event.ReplayCheckpoint}), "deleted:unmatched u1 7")
+	eq(t, "lagging notification of rv 6", w.set(r, w.obj, stage.Trigger{Object: cm("u1", "6", nil)}))
+	eq(t, "rv 8 back in", w.set(r, w.obj, stage.Trigger{Object: cm("u1", "8", nil)}), "added u1 8")
+	eq(t, "deleted", w.set(r, nil, stage.Trigger{Gone: cm("u1", "9", nil)}), "deleted u1 9")
 	if n := len(w.sink.Keys("r")); n != 0 {
 		t.Errorf("%d keys left after the deletion", n)
 	}
@@ -569,30 +577,30 @@ func TestFreshAdds(t *testing.T) {
 	}
 	r := compile(t, "    labelSelector: '!out'\n", nil)
 	w := newWorld(t)
-	w.set(r, cm("u1", "1", nil), Trigger{})
+	w.set(r, cm("u1", "1", nil), stage.Trigger{})
 	if got := fresh(w); len(got) != 1 || !got[0] {
 		t.Errorf("first added of u1: fresh = %v, want [true]", got)
 	}
-	w.set(r, cm("u1", "2", map[string]string{"out": "y"}), Trigger{})
-	w.set(r, cm("u1", "3", nil), Trigger{})
+	w.set(r, cm("u1", "2", map[string]string{"out": "y"}), stage.Trigger{})
+	w.set(r, cm("u1", "3", nil), stage.Trigger{})
 	if got := fresh(w); len(got) != 1 || got[0] {
 		t.Errorf("re-entry of u1 after an unmatched deletion: fresh = %v, want [false]", got)
 	}
-	w.set(r, cm("u2", "4", nil), Trigger{})
+	w.set(r, cm("u2", "4", nil), stage.Trigger{})
 	if got := fresh(w); len(got) != 2 || got[0] || got[1] {
 		t.Errorf("u2 replacing u1 under the same key: fresh = %v, want [false false]", got)
 	}
 
 	w = newWorld(t)
 	w.sink.Load("r", map[string]*checkpoint.Slot{"a/x": {Pending: []checkpoint.Entry{{UID: "u1", Namespace: "a", Name: "x", Entered: 1}}}})
-	w.set(r, cm("u1", "5", nil), Trigger{Replay: event.ReplayCheckpoint})
+	w.set(r, cm("u1", "5", nil), stage.Trigger{Replay: event.ReplayCheckpoint})
 	if got := fresh(w); len(got) != 1 || got[0] {
 		t.Errorf("added of an object with an intent in the checkpoint: fresh = %v, want [false]", got)
 	}
 
 	deletionsOnly := compile(t, "    events: [deleted]\n", nil)
 	w = newWorld(t)
-	w.set(deletionsOnly, cm("u1", "1", nil), Trigger{})
+	w.set(deletionsOnly, cm("u1", "1", nil), stage.Trigger{})
 	if got := fresh(w); len(got) != 1 || !got[0] || !w.got[0].Quiet {
 		// Fresh though quiet: created and deleted while it waited, it was in
 		// neither the acknowledged view nor the desired one (memory stays
@@ -610,15 +618,15 @@ func TestInitialListAddsNeverRemove(t *testing.T) {
 	acked := func(uid, rv string) map[string]*checkpoint.Slot {
 		return map[string]*checkpoint.Slot{"a/x": {Acked: &checkpoint.Entry{UID: uid, ResourceVersion: rv, Namespace: "a", Name: "x", Entered: 1}}}
 	}
-	initial := func(o *unstructured.Unstructured) Trigger {
-		return Trigger{Object: o, Initial: true, Replay: event.ReplayCheckpoint}
+	initial := func(o *unstructured.Unstructured) stage.Trigger {
+		return stage.Trigger{Object: o, Initial: true, Replay: event.ReplayCheckpoint}
 	}
 	out := map[string]string{"out": "y"}
 
 	w := newWorld(t)
 	w.sink.Load("r", acked("u1", "5"))
 	eq(t, "warm restart, unchanged", w.set(r, cm("u1", "5", nil), initial(cm("u1", "5", nil))))
-	eq(t, "then the reconciliation", w.set(r, cm("u1", "5", nil), Trigger{Replay: event.ReplayCheckpoint}))
+	eq(t, "then the reconciliation", w.set(r, cm("u1", "5", nil), stage.Trigger{Replay: event.ReplayCheckpoint}))
 
 	w = newWorld(t)
 	w.sink.Load("r", acked("u1", "5"))
@@ -631,11 +639,11 @@ func TestInitialListAddsNeverRemove(t *testing.T) {
 	w = newWorld(t)
 	w.sink.Load("r", acked("u1", "5"))
 	eq(t, "out of the view in the first list", w.set(r, cm("u1", "6", out), initial(cm("u1", "6", out))))
-	eq(t, "the reconciliation after the sync", w.set(r, cm("u1", "6", out), Trigger{Replay: event.ReplayCheckpoint}), "deleted:unmatched u1 6")
+	eq(t, "the reconciliation after the sync", w.set(r, cm("u1", "6", out), stage.Trigger{Replay: event.ReplayCheckpoint}), "deleted:unmatched u1 6")
 
 	w = newWorld(t)
 	eq(t, "cold start", w.set(r, cm("u1", "1", nil), initial(cm("u1", "1", nil))), "added u1 1")
-	eq(t, "then the reconciliation", w.set(r, cm("u1", "1", nil), Trigger{Replay: event.ReplayCheckpoint}))
+	eq(t, "then the reconciliation", w.set(r, cm("u1", "1", nil), stage.Trigger{Replay: event.ReplayCheckpoint}))
 }
 
 // What a destination is found to hold after the start is merged into what
@@ -648,13 +656,13 @@ func TestMergeWhatTheDestinationHolds(t *testing.T) {
 		return map[string]*checkpoint.Slot{"a/x": {Acked: &checkpoint.Entry{UID: uid, ResourceVersion: rv, Namespace: "a", Name: "x"}}}
 	}
 	w := newWorld(t)
-	eq(t, "enters", w.set(r, cm("u1", "5", nil), Trigger{}), "added u1 5")
+	eq(t, "enters", w.set(r, cm("u1", "5", nil), stage.Trigger{}), "added u1 5")
 	w.sink.Merge("r", found("u1", "3")) // read before the last send landed
-	eq(t, "the known incarnation stays", w.set(r, cm("u1", "5", nil), Trigger{Replay: event.ReplayCheckpoint}))
+	eq(t, "the known incarnation stays", w.set(r, cm("u1", "5", nil), stage.Trigger{Replay: event.ReplayCheckpoint}))
 	w.sink.Merge("r", found("u0", "2")) // an older object of the name, left behind
-	eq(t, "another incarnation is deleted", w.set(r, cm("u1", "5", nil), Trigger{Replay: event.ReplayCheckpoint}), "deleted u0 2")
+	eq(t, "another incarnation is deleted", w.set(r, cm("u1", "5", nil), stage.Trigger{Replay: event.ReplayCheckpoint}), "deleted u0 2")
 
 	w = newWorld(t)
 	w.sink.Merge("r", found("u9", "1")) // held, never known: the object is gone
-	eq(t, "an unknown key is diffed", w.set(r, nil, Trigger{Replay: event.ReplayCheckpoint}), "deleted u9 1")
+	eq(t, "an unknown key is diffed", w.set(r, nil, stage.Trigger{Replay: event.ReplayCheckpoint}), "deleted u9 1")
 }

@@ -52,13 +52,15 @@ const SpecVersion = "1.0"
 
 // Rule is what an event needs to know of the rule that produced it.
 type Rule struct {
-	Name            string
-	Cluster         string
-	GVR             schema.GroupVersionResource
-	IncludeObject   bool
-	IncludeOld      bool
-	IncludePatch    bool
-	IncludeMeta     bool // the object's apiVersion, kind and metadata only
+	Name          string
+	Cluster       string
+	GVR           schema.GroupVersionResource
+	IncludeObject bool
+	IncludeOld    bool
+	IncludePatch  bool
+	IncludeMeta   bool // the object's apiVersion, kind and metadata only
+	// AllowSecretData: the rule's events may carry Secret data; set only
+	// when both the rule and the operator allow it (AllowsSecretData).
 	AllowSecretData bool
 	// SecretAnnotations are the Secret annotations redacted with the data
 	// (event.AllAnnotations: every one).
@@ -75,6 +77,12 @@ type Rule struct {
 	// names holds the attributes every event of the rule repeats (source,
 	// types), built on first use rather than per event.
 	names atomic.Pointer[ruleNames]
+}
+
+// Secrets is the rule's SecretPolicy: what its filters see and its events
+// carry of Secret values.
+func (r *Rule) Secrets() SecretPolicy {
+	return SecretPolicy{redacts: IsSecret(r.GVR) && !r.AllowSecretData, annotations: r.SecretAnnotations}
 }
 
 // ruleNames are the attributes a rule's events share, and what they were
@@ -588,35 +596,23 @@ func (e *Event) Payload() (object, oldObject map[string]any, patch []any, err er
 
 func (e *Event) payload() (data, error) {
 	r := e.rule
-	redact := !r.AllowSecretData && IsSecret(r.GVR)
+	secrets := r.Secrets()
 	var d data
 	if r.IncludeMeta && e.object != nil {
-		d.Object = MetadataOnly(r.typed(e.object.Object))
-		if redact {
-			d.Object = RedactSecret(d.Object, r.SecretAnnotations)
-		}
+		d.Object = secrets.Redact(MetadataOnly(r.typed(e.object.Object)))
 	}
 	if r.IncludeObject && e.object != nil {
-		d.Object = r.typed(e.object.Object)
-		if redact {
-			d.Object = RedactSecret(d.Object, r.SecretAnnotations)
-		}
+		d.Object = secrets.Redact(r.typed(e.object.Object))
 	}
 	if r.IncludeOld && e.oldObject != nil {
-		d.OldObject = r.typed(e.oldObject.Object)
-		if redact {
-			d.OldObject = RedactSecret(d.OldObject, r.SecretAnnotations)
-		}
+		d.OldObject = secrets.Redact(r.typed(e.oldObject.Object))
 	}
 	if r.IncludePatch && e.Change == Updated && e.oldObject != nil && e.object != nil {
 		p, err := jsondiff.Compare(e.oldObject.Object, e.object.Object)
 		if err != nil {
 			return data{}, err
 		}
-		if redact {
-			p = redactPatch(p, r.SecretAnnotations)
-		}
-		d.Patch = p
+		d.Patch = secrets.RedactPatch(p)
 		if d.Patch == nil {
 			d.Patch = []jsondiff.Operation{}
 		}
@@ -720,12 +716,6 @@ func MetadataOnly(obj map[string]any) map[string]any {
 		out["metadata"] = md
 	}
 	return out
-}
-
-// IsSecret reports whether gvr is the core group's Secrets, whose values
-// are redacted unless a rule may deliver them.
-func IsSecret(gvr schema.GroupVersionResource) bool {
-	return gvr.Group == "" && gvr.Resource == "secrets"
 }
 
 // PercentEncode encodes an attribute value for a ce-* header (webhook

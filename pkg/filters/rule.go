@@ -72,13 +72,6 @@ type Rule struct {
 	evalErrors atomic.Uint64
 	lastErrLog atomic.Int64 // unix nanos of the last logged evaluation error
 	now        func() time.Time
-
-	// With several sinks, each notification is synced once per sink, and
-	// each sync asks InView of the same cached object: the last object
-	// found in the view and the last found out of it answer the next asks
-	// (see InView).
-	memo            bool
-	lastIn, lastOut atomic.Pointer[unstructured.Unstructured]
 }
 
 // changes is a set of event.Change, one bit each.
@@ -119,7 +112,6 @@ func Compile(cfg *config.Config, i int, nsLabels NamespaceLabels, logger *slog.L
 		GVR:      gvr,
 		Sinks:    rc.Sinks,
 		nsLabels: nsLabels,
-		memo:     len(rc.Sinks) > 1,
 		logger:   logger.With("rule", rc.Name, "resource", rc.Resource),
 		now:      time.Now,
 		Event: &event.Rule{
@@ -316,7 +308,23 @@ func (r *Rule) Changed(old, obj *unstructured.Unstructured) bool {
 // nil (added, deleted, and updates whose previous state is unknown, e.g.
 // found in a checkpoint).
 func (r *Rule) PassesEventFilter(obj, old *unstructured.Unstructured, t event.Change) bool {
-	return r.passesEventWhere(obj, old, t)
+	if !r.HasEventFilter() {
+		return true
+	}
+	return r.PassesSeen(r.Seen(obj), r.Seen(old), t)
+}
+
+// HasEventFilter reports whether the rule's where is an event filter
+// (PassesEventFilter can be false).
+func (r *Rule) HasEventFilter() bool { return r.where != nil && !r.whereIsView }
+
+// PassesSeen is PassesEventFilter for a caller that holds what the rule
+// sees of both states already (Seen).
+func (r *Rule) PassesSeen(seen, seenOld *unstructured.Unstructured, t event.Change) bool {
+	if !r.HasEventFilter() {
+		return true
+	}
+	return r.eval(seen, seenOld, t)
 }
 
 // AsUnstructured unwraps tombstones; it returns nil for anything else.
@@ -329,13 +337,12 @@ func AsUnstructured(obj any) *unstructured.Unstructured {
 }
 
 // InView reports whether obj is in the rule's view.
-//
-// What it decides from obj alone (all but the namespace selector, whose
-// namespace labels change) is a function of the object, and cached objects
-// are never modified: a rule with several sinks remembers the last object
-// found in its view and the last found out of it, so that syncing one
-// notification to each sink evaluates the rule once.
-func (r *Rule) InView(obj *unstructured.Unstructured) bool {
+func (r *Rule) InView(obj *unstructured.Unstructured) bool { return r.InViewSeen(obj, r.Seen(obj)) }
+
+// InViewSeen is InView for a caller that holds what the rule sees of obj
+// already (seen: Seen(obj)), to judge the same state's events with it too:
+// the rules stage evaluates each notified state once, for every sink.
+func (r *Rule) InViewSeen(obj, seen *unstructured.Unstructured) bool {
 	md, _ := obj.Object["metadata"].(map[string]any)
 	ns, _ := md["namespace"].(string)
 	if r.namespaces != nil && !r.namespaces[ns] {
@@ -347,43 +354,22 @@ func (r *Rule) InView(obj *unstructured.Unstructured) bool {
 			return false
 		}
 	}
-	if !r.memo {
-		return r.inView(obj, md)
-	}
-	switch obj {
-	case r.lastIn.Load():
-		return true
-	case r.lastOut.Load():
-		return false
-	}
-	in := r.inView(obj, md)
-	if in {
-		r.lastIn.Store(obj)
-	} else {
-		r.lastOut.Store(obj)
-	}
-	return in
-}
-
-// inView is InView after the namespace tests: md is obj's metadata.
-func (r *Rule) inView(obj *unstructured.Unstructured, md map[string]any) bool {
 	if r.labelSel != nil {
 		lbls, _ := md["labels"].(map[string]any)
 		if !r.labelSel.Matches(objLabels(lbls)) {
 			return false
 		}
 	}
-	obj = r.filtered(obj)
-	if r.fieldSel != nil && !r.fieldSel.Matches(r.fieldSet(obj)) {
+	if r.fieldSel != nil && !r.fieldSel.Matches(r.fieldSet(seen)) {
 		return false
 	}
 	for i := range r.index {
-		if !r.index[i].matches(obj) {
+		if !r.index[i].matches(seen) {
 			return false
 		}
 	}
 	if r.where != nil && r.whereIsView {
-		return r.eval(obj, nil, event.Added)
+		return r.eval(seen, nil, event.Added)
 	}
 	return true
 }
@@ -397,14 +383,7 @@ func (r *Rule) MatchesNamespace(set labels.Set) bool {
 // HasNamespaceSelector reports whether the rule selects namespaces by label.
 func (r *Rule) HasNamespaceSelector() bool { return r.nsSelector != nil }
 
-func (r *Rule) passesEventWhere(obj, old *unstructured.Unstructured, t event.Change) bool {
-	if r.where == nil || r.whereIsView {
-		return true
-	}
-	return r.eval(r.filtered(obj), r.filtered(old), t)
-}
-
-// eval runs the where expression; obj and old are what filtered gives.
+// eval runs the where expression; obj and old are what Seen gives.
 func (r *Rule) eval(obj, old *unstructured.Unstructured, t event.Change) bool {
 	vars := &activation{object: obj.Object, typ: t}
 	if old != nil {
@@ -426,16 +405,19 @@ func (r *Rule) eval(obj, old *unstructured.Unstructured, t event.Change) bool {
 	return false
 }
 
-// filtered is what the rule's filters see of obj: for Secrets whose data
-// stays redacted, the redacted object, as its events carry it. Otherwise a
-// where, a field selector or an index term could test guesses against the
-// values, and the rule's name (kbrule) or an error in the log would tell
-// which guess was right.
-func (r *Rule) filtered(obj *unstructured.Unstructured) *unstructured.Unstructured {
-	if obj == nil || r.Event.AllowSecretData || !event.IsSecret(r.GVR) {
+// Seen is what the rule's filters (field selector, index terms, where)
+// see of obj: the object as the rule's events show its values
+// (event.SecretPolicy): a Secret whose data stays redacted, redacted.
+// Otherwise a where, a field selector or an index term could test guesses
+// against the values, and the rule's name (kbrule) or an error in the log
+// would tell which guess was right. Labels, namespaces and uids are never
+// redacted. obj may be nil (Seen is then nil).
+func (r *Rule) Seen(obj *unstructured.Unstructured) *unstructured.Unstructured {
+	secrets := r.Event.Secrets()
+	if obj == nil || !secrets.Redacts() {
 		return obj
 	}
-	return &unstructured.Unstructured{Object: event.RedactSecret(obj.Object, r.Event.SecretAnnotations)}
+	return &unstructured.Unstructured{Object: secrets.Redact(obj.Object)}
 }
 
 func (r *Rule) fieldSet(obj *unstructured.Unstructured) fields.Set {

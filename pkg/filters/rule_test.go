@@ -1,7 +1,6 @@
 package filters
 
 import (
-	"fmt"
 	"strings"
 	"testing"
 
@@ -314,95 +313,5 @@ func TestMetadataOnly(t *testing.T) {
 		if got := r.MetadataOnly(); got != tc.want {
 			t.Errorf("%sMetadataOnly() = %v, want %v", tc.rule, got, tc.want)
 		}
-	}
-}
-
-// A rule with several sinks is asked InView of one object once per sink:
-// the object is evaluated once, and the answer is the same as without the
-// memo, for an object in the view, one out of it, and whatever namespace
-// labels say at the time of each ask.
-func TestInViewOncePerObject(t *testing.T) {
-	nsLabels := labels.Set{"env": "prod"}
-	doc := `apiVersion: kubebridge.io/v1alpha1
-kind: BridgeConfig
-cluster: c
-sinks: [{name: s, file: {path: x}}, {name: t, file: {path: y}}]
-rules:
-  - name: r
-    sinks: [s, t]
-    resource: v1/configmaps
-    namespaceSelector: env=prod
-    labelSelector: app=web
-    where: "object.data.size == 'big'"
-`
-	cfg, _, err := config.Parse("t.yaml", []byte(doc), components.SinkRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := Compile(cfg, 0, func(string) (labels.Set, bool) { return nsLabels, true }, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	in := cm("a", "x", "1", map[string]string{"app": "web"}, map[string]any{"size": "big"})
-	out := cm("a", "y", "1", map[string]string{"app": "web"}, map[string]any{"size": "small"})
-	failing := cm("a", "z", "1", map[string]string{"app": "web"}, nil) // no data: the where fails
-	for round := range 3 {
-		for _, o := range []struct {
-			obj  *unstructured.Unstructured
-			want bool
-		}{{in, true}, {out, false}, {failing, false}} {
-			for sink := range 2 { // as the bridge syncs a notification
-				if r.InView(o.obj) != o.want {
-					t.Fatalf("round %d, sink %d: %s in the view: %v", round, sink, o.obj.GetName(), !o.want)
-				}
-			}
-		}
-		if got := r.EvalErrors(); got != uint64(round+1) {
-			t.Errorf("round %d: %d evaluation errors; want one per object asked (the sinks share it)", round, got)
-		}
-		// The same object asked again after another one: evaluated anew.
-		failing = cm("a", "z", "1", map[string]string{"app": "web"}, nil)
-	}
-	nsLabels = labels.Set{"env": "dev"} // the namespace leaves the selection
-	if r.InView(in) {
-		t.Error("namespace no longer selected: still in the view")
-	}
-	nsLabels = labels.Set{"env": "prod"}
-	if !r.InView(in) {
-		t.Error("namespace selected again: out of the view")
-	}
-}
-
-// BenchmarkInViewPerNotification is a rule's view test for one
-// notification synced to each of its sinks (the bridge asks InView once
-// per sink): with several sinks the object is evaluated once.
-func BenchmarkInViewPerNotification(b *testing.B) {
-	for _, sinks := range []int{1, 3} {
-		b.Run(fmt.Sprintf("sinks=%d", sinks), func(b *testing.B) {
-			doc := "apiVersion: kubebridge.io/v1alpha1\nkind: BridgeConfig\ncluster: c\nsinks: [{name: s0, file: {path: x}}, {name: s1, file: {path: y}}, {name: s2, file: {path: z}}]\nrules:\n" +
-				"  - name: r\n    resource: v1/configmaps\n    sinks: [" + strings.Join([]string{"s0", "s1", "s2"}[:sinks], ", ") + "]\n" +
-				"    labelSelector: 'team in (pay, ops)'\n    where: \"object.?data.?size.orValue('') == 'big'\"\n"
-			cfg, _, err := config.Parse("t.yaml", []byte(doc), components.SinkRegistry())
-			if err != nil {
-				b.Fatal(err)
-			}
-			r, err := Compile(cfg, 0, nil, nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			objs := make([]*unstructured.Unstructured, 1000)
-			for i := range objs {
-				objs[i] = cm("a", fmt.Sprint("x", i), "1", map[string]string{"team": "pay"}, map[string]any{"size": "big"})
-			}
-			b.ReportAllocs()
-			for i := 0; b.Loop(); i++ {
-				obj := objs[i%len(objs)]
-				for range sinks {
-					if !r.InView(obj) {
-						b.Fatal("not in view")
-					}
-				}
-			}
-		})
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kubebridge/kubebridge/internal/delivery"
+	"github.com/kubebridge/kubebridge/internal/stage"
 	"github.com/kubebridge/kubebridge/internal/testenv"
 	"github.com/kubebridge/kubebridge/internal/view"
 	"github.com/kubebridge/kubebridge/pkg/components"
@@ -60,7 +61,7 @@ func (s *nullSink) Close(context.Context) error { return nil }
 // BenchmarkPipeline drives the informer handler with updates of 1,000
 // ~1 KiB ConfigMaps under a rule with a label selector and a namespace:
 // the handler notifies the key and the state, the receiver (as the
-// bridge's: a view.Handed per sink) diffs it with what the sink was handed,
+// bridge's: the rules stage once, then a view.Handed per sink) diffs it with what the sink was handed,
 // builds the event and offers it to the sink's queue; the benchmark waits
 // until the sink's worker has taken every event. It is the in-process cost
 // per notification after client-go handed the object over. client-go
@@ -167,15 +168,16 @@ sinks:
 					}
 				}
 				notified++
-				t := view.Trigger{Object: n.Object, Meta: n.Meta, Gone: n.Gone, Now: time.Now()}
+				t := stage.Trigger{Object: n.Object, Meta: n.Meta, Gone: n.Gone, Now: time.Now()}
 				if n.Resync {
 					t.Replay = event.ReplayResync
 				}
 				for _, tg := range n.Targets {
+					desired := stage.Evaluate(tg.Rule, n.Key, n.Cache, t)
 					s := 0
 					for _, name := range tg.Sinks {
 						if v := views[name]; v != nil {
-							s += v.Sync(tg.Rule, n.Key, n.Cache, t)
+							s += v.Sync(&desired)
 						}
 					}
 					tg.Rule.Count(s > 0)

@@ -2,14 +2,12 @@ package informer
 
 import (
 	"math"
-	"slices"
 	"unique"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kubebridge/kubebridge/pkg/event"
-	"github.com/kubebridge/kubebridge/pkg/filters"
 )
 
 // MetadataOnly reports whether no rule of the informer needs more of an
@@ -45,44 +43,20 @@ func (w Watch) transform() cache.TransformFunc {
 }
 
 // secretDigests reports whether w's informer caches Secrets whose values
-// none of its rules may deliver (no allowSecretData: the bridge has cleared
-// it on rules when it runs without --allow-secret-data), and which
-// annotations every one of its rules redacts. Then the cache holds a
-// Digest of each such value instead of the value (event.DigestSecret):
-// every rule sees and sends those values redacted, and compares digests
-// where it compares values (changed). An annotation some rule does not
-// redact keeps its value: that rule delivers it.
+// none of its rules may deliver, and which annotations every one of its
+// rules redacts: the rules' event.SecretPolicy decides (event.CacheDigests).
+// Then the cache holds a Digest of each such value instead of the value
+// (event.DigestSecret): every rule sees and sends those values redacted,
+// and compares digests where it compares values (changed).
 func (w Watch) secretDigests() (annotations []string, ok bool) {
-	if !event.IsSecret(w.Spec.GVR) || len(w.Rules) == 0 {
-		return nil, false
-	}
-	redacts := func(r *filters.Rule, key string) bool {
-		return slices.Contains(r.Event.SecretAnnotations, key) || slices.Contains(r.Event.SecretAnnotations, event.AllAnnotations)
-	}
-	for _, r := range w.Rules {
-		if r.Event == nil || r.Event.AllowSecretData {
+	policies := make([]event.SecretPolicy, len(w.Rules))
+	for i, r := range w.Rules {
+		if r.Event == nil {
 			return nil, false
 		}
+		policies[i] = r.Event.Secrets()
 	}
-	every := func(key string) bool {
-		for _, r := range w.Rules {
-			if !redacts(r, key) {
-				return false
-			}
-		}
-		return true
-	}
-	if every(event.AllAnnotations) {
-		return []string{event.AllAnnotations}, true
-	}
-	for _, r := range w.Rules {
-		for _, a := range r.Event.SecretAnnotations {
-			if a != event.AllAnnotations && !slices.Contains(annotations, a) && every(a) {
-				annotations = append(annotations, a)
-			}
-		}
-	}
-	return annotations, true
+	return event.CacheDigests(w.Spec.GVR, policies)
 }
 
 // keepMetadata reduces objects to apiVersion, kind and metadata (without

@@ -1,5 +1,15 @@
 package event
 
+// Secret values: the one policy. A rule's events, and what its filters
+// (where, field selectors, index terms) see, carry a Secret's data,
+// stringData and listed annotations as Redacted, unless the rule sets
+// allowSecretData and the operator allows it too (bridge run
+// --allow-secret-data: the config alone cannot switch redaction off). An
+// informer whose rules all redact caches a Digest of each such value
+// instead of the value. SecretPolicy says which for one rule; the informer's
+// transform (CacheDigests), the rules stage (what filters see) and the
+// event's data (Redact, RedactPatch) all ask it.
+
 import (
 	"crypto/hmac"
 	"crypto/rand"
@@ -7,11 +17,94 @@ import (
 	"encoding/base64"
 	"fmt"
 	"hash"
+	"slices"
 	"strings"
 	"sync"
 
 	"github.com/wI2L/jsondiff"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
+
+// SecretPolicy is how one rule treats Secret values (see above): its
+// Rule.Secrets. The zero SecretPolicy redacts nothing.
+type SecretPolicy struct {
+	redacts bool
+	// annotations are the annotations redacted with the data
+	// (AllAnnotations: every one).
+	annotations []string
+}
+
+// AllowsSecretData is whether a rule's events may carry Secret data: only
+// when both the rule (allowSecretData) and the operator (bridge run
+// --allow-secret-data) say so.
+func AllowsSecretData(ruleAllows, operatorAllows bool) bool { return ruleAllows && operatorAllows }
+
+// Redacts reports whether the policy hides any value: a rule of Secrets
+// whose data is not allowed.
+func (p SecretPolicy) Redacts() bool { return p.redacts }
+
+// Redact returns obj as the rule may show it: obj itself, or a redacted
+// shallow copy (RedactSecret). The input is not modified.
+func (p SecretPolicy) Redact(obj map[string]any) map[string]any {
+	if !p.redacts || obj == nil {
+		return obj
+	}
+	return RedactSecret(obj, p.annotations)
+}
+
+// RedactPatch returns the JSON patch between two states as the rule may show
+// it: values of operations on Secret values hidden.
+func (p SecretPolicy) RedactPatch(patch jsondiff.Patch) jsondiff.Patch {
+	if !p.redacts {
+		return patch
+	}
+	return redactPatch(patch, p.annotations)
+}
+
+// redactsAnnotation reports whether the policy hides annotation key.
+func (p SecretPolicy) redactsAnnotation(key string) bool {
+	return p.redacts && (slices.Contains(p.annotations, key) || slices.Contains(p.annotations, AllAnnotations))
+}
+
+// CacheDigests says whether an informer of resource gvr whose rules have
+// these policies may cache Secrets digested (DigestSecret): every rule
+// redacts (none may deliver a value), and which annotations every one of
+// them redacts (an annotation some rule shows keeps its value).
+func CacheDigests(gvr schema.GroupVersionResource, rules []SecretPolicy) (annotations []string, ok bool) {
+	if !IsSecret(gvr) || len(rules) == 0 {
+		return nil, false
+	}
+	for _, p := range rules {
+		if !p.redacts {
+			return nil, false
+		}
+	}
+	every := func(key string) bool {
+		for _, p := range rules {
+			if !p.redactsAnnotation(key) {
+				return false
+			}
+		}
+		return true
+	}
+	if every(AllAnnotations) {
+		return []string{AllAnnotations}, true
+	}
+	for _, p := range rules {
+		for _, a := range p.annotations {
+			if a != AllAnnotations && !slices.Contains(annotations, a) && every(a) {
+				annotations = append(annotations, a)
+			}
+		}
+	}
+	return annotations, true
+}
+
+// IsSecret reports whether gvr is the core group's Secrets, whose values
+// are redacted unless a rule may deliver them.
+func IsSecret(gvr schema.GroupVersionResource) bool {
+	return gvr.Group == "" && gvr.Resource == "secrets"
+}
 
 // Redacted replaces every Secret value in events.
 const Redacted = "<redacted>"

@@ -1,0 +1,157 @@
+package stage
+
+import (
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kubebridge/kubebridge/internal/testenv"
+	"github.com/kubebridge/kubebridge/pkg/components"
+	"github.com/kubebridge/kubebridge/pkg/event"
+	"github.com/kubebridge/kubebridge/pkg/filters"
+)
+
+func compile(t testing.TB, rule string, nsLabels filters.NamespaceLabels) *filters.Rule {
+	t.Helper()
+	doc := "apiVersion: kubebridge.io/v1alpha1\nkind: BridgeConfig\ncluster: c\nsinks: [{name: s, file: {path: x}}, {name: t, file: {path: y}}, {name: u, file: {path: z}}]\n" +
+		"rules:\n  - name: r\n    sinks: [s, t, u]\n" + rule
+	return testenv.CompileRules(t, doc, components.SinkRegistry(), nsLabels)[0]
+}
+
+func cm(name, rv string, lbls map[string]string, data map[string]any) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap"}}
+	if data != nil {
+		u.Object["data"] = data
+	}
+	u.SetNamespace("a")
+	u.SetName(name)
+	u.SetUID(types.UID("uid-" + name))
+	u.SetResourceVersion(rv)
+	u.SetLabels(lbls)
+	return u
+}
+
+// cacheOf is a cache of several keys.
+type cacheOf map[string]*unstructured.Unstructured
+
+func (c cacheOf) GetByKey(key string) (any, bool, error) {
+	if o, ok := c[key]; ok {
+		return o, true, nil
+	}
+	return nil, false, nil
+}
+
+// A notification is evaluated once, whatever the number of sinks asking
+// its state: an object in the view, one out of it and one whose where
+// fails (each failure is one evaluation: counted once) give every sink
+// the same answer; a trigger without a state reads the cache at each ask
+// and evaluates a state it has not evaluated yet.
+func TestOneEvaluationPerNotification(t *testing.T) {
+	ns := labels.Set{"env": "prod"}
+	r := compile(t, "    resource: v1/configmaps\n    namespaceSelector: env=prod\n    labelSelector: app=web\n    where: \"object.data.size == 'big'\"\n",
+		func(string) (labels.Set, bool) { return ns, true })
+	in := cm("x", "1", map[string]string{"app": "web"}, map[string]any{"size": "big"})
+	out := cm("y", "1", map[string]string{"app": "web"}, map[string]any{"size": "small"})
+	failing := cm("z", "1", map[string]string{"app": "web"}, nil) // no data: the where fails
+	for i, o := range []struct {
+		obj  *unstructured.Unstructured
+		want bool
+	}{{in, true}, {out, false}, {failing, false}} {
+		d := Evaluate(r, "a/"+o.obj.GetName(), nil, Trigger{Object: o.obj})
+		for sink := range 3 {
+			if got, uid, rv, inView := d.State(); got != o.obj || uid != "uid-"+o.obj.GetName() || rv != "1" || inView != o.want {
+				t.Errorf("%s, sink %d: state %v %s %s %v; want the object, in the view: %v", o.obj.GetName(), sink, got != nil, uid, rv, inView, o.want)
+			}
+		}
+		if i == 2 && r.EvalErrors() != 1 {
+			t.Errorf("%d evaluation errors; want 1: the sinks share one evaluation", r.EvalErrors())
+		}
+	}
+
+	cache := cacheOf{"a/x": in}
+	d := Evaluate(r, "a/x", cache, Trigger{Replay: event.ReplayCheckpoint})
+	if _, _, _, inView := d.State(); !inView {
+		t.Error("read from the cache: not in the view")
+	}
+	cache["a/x"] = failing // the cache moved on between two sinks' syncs
+	if got, _, _, inView := d.State(); got != failing || inView || r.EvalErrors() != 2 {
+		t.Errorf("after the cache changed: state %v in view %v, %d evaluation errors; want the new state, evaluated", got != nil, inView, r.EvalErrors())
+	}
+	d.State()
+	if r.EvalErrors() != 2 {
+		t.Errorf("the same state evaluated again: %d evaluation errors", r.EvalErrors())
+	}
+	delete(cache, "a/x")
+	if got, _, _, inView := d.State(); got != nil || inView {
+		t.Error("deleted from the cache: still a state")
+	}
+
+	ns = labels.Set{"env": "dev"} // the namespace leaves the selection: a new notification sees it
+	if d := Evaluate(r, "a/x", nil, Trigger{Object: in}); func() bool { _, _, _, v := d.State(); return v }() {
+		t.Error("namespace no longer selected: in the view")
+	}
+	if d := Evaluate(r, "a/x", nil, Trigger{Gone: in}); func() bool { o, _, _, v := d.State(); return o != nil || v }() {
+		t.Error("a deletion has a state")
+	}
+}
+
+// Sinks handed the same transition share its judgement and its event;
+// another transition (another old state: a sink that missed an update)
+// gets its own.
+func TestSinksShareEvents(t *testing.T) {
+	r := compile(t, "    resource: v1/configmaps\n    changed: [data]\n    where: \"type != 'updated' || oldObject.data.n != '0'\"\n", nil)
+	v0, v1 := cm("x", "1", nil, map[string]any{"n": "0"}), cm("x", "2", nil, map[string]any{"n": "1"})
+	v2 := cm("x", "3", nil, map[string]any{"n": "2"})
+	now := time.Unix(1700000000, 0)
+	d := Evaluate(r, "a/x", nil, Trigger{Object: v2, Now: now})
+	tr := func(old *unstructured.Unstructured) event.Transition {
+		return event.Transition{Change: event.Updated, Object: v2, Old: old, Time: now, Entered: 1, Subject: "a/x"}
+	}
+	a, b := tr(v1), tr(v1)
+	if d.Quiet(a, false) || d.Quiet(b, false) {
+		t.Error("an update of data from n=1 is quiet")
+	}
+	if ea, eb := d.Event(a), d.Event(b); ea != eb {
+		t.Error("two sinks handed the same transition got two events")
+	}
+	c := tr(v0) // a sink that was handed v0: the where drops it
+	if !d.Quiet(c, false) {
+		t.Error("an update from n=0 passes the event filter")
+	}
+	c.Quiet = true
+	if ec := d.Event(c); ec == d.Event(a) || !ec.Quiet || ec.OldObject() != v0 {
+		t.Error("another transition shares the event of the first")
+	}
+	same := tr(cm("x", "2", nil, map[string]any{"n": "2"}))
+	same.Object = cm("x", "3", nil, map[string]any{"n": "2"})
+	if !d.Quiet(same, false) {
+		t.Error("an update that changes no changed path is sent")
+	}
+}
+
+// What the filters see of a Secret is redacted (the rule's
+// event.SecretPolicy), once per notification; with allowSecretData the
+// values.
+func TestSecretsSeenRedacted(t *testing.T) {
+	secret := func() *unstructured.Unstructured {
+		u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Secret", "data": map[string]any{"password": "c2VjcmV0"}}}
+		u.SetNamespace("a")
+		u.SetName("s")
+		u.SetUID("uid-s")
+		u.SetResourceVersion("1")
+		return u
+	}
+	for _, tc := range []struct {
+		allow string
+		want  bool
+	}{{"", true}, {"    allowSecretData: true\n", false}} {
+		r := compile(t, "    resource: v1/secrets\n    where: \"object.data.password == '<redacted>'\"\n"+tc.allow, nil)
+		d := Evaluate(r, "a/s", nil, Trigger{Object: secret()})
+		if _, _, _, in := d.State(); in != tc.want {
+			t.Errorf("%qwhere sees <redacted>: %v, want %v", tc.allow, in, tc.want)
+		}
+	}
+}
