@@ -415,8 +415,10 @@ func TestOwnerLapseIsResumedOrLost(t *testing.T) {
 		if extra := calls(m)[callsBefore[k]:]; len(extra) > 0 {
 			t.Errorf("%s: handler calls across a lapse nobody took over: %v; want none (nothing dropped)", m.id, extra)
 		}
-		if st := m.owner.Stats(); st.Resumed != uint64(testShards/2) || st.Lost != 0 {
-			t.Errorf("%s: resumed %d, lost %d; want %d, 0", m.id, st.Resumed, st.Lost, testShards/2)
+		// At least each shard once: on a loaded machine a renewal can miss
+		// its deadline again after the outage, and that lapse resumes too.
+		if st := m.owner.Stats(); st.Resumed < uint64(testShards/2) || st.Lost != 0 {
+			t.Errorf("%s: resumed %d, lost %d; want at least %d, 0", m.id, st.Resumed, st.Lost, testShards/2)
 		}
 	}
 	if again, release := ms[0].owner.Hold(context.Background(), shard); again.Err() != nil {
@@ -442,8 +444,8 @@ func TestOwnerLapseIsResumedOrLost(t *testing.T) {
 		if extra := calls(m)[callsBefore[k]:]; len(extra) > 0 {
 			t.Errorf("%s: handler calls after renewals that landed: %v; want none", m.id, extra)
 		}
-		if st := m.owner.Stats(); st.Resumed-resumedBefore[k] != uint64(testShards/2) || st.Lost != 0 {
-			t.Errorf("%s: resumed %d, lost %d after renewals that landed; want %d, 0", m.id, st.Resumed-resumedBefore[k], st.Lost, testShards/2)
+		if st := m.owner.Stats(); st.Resumed-resumedBefore[k] < uint64(testShards/2) || st.Lost != 0 {
+			t.Errorf("%s: resumed %d, lost %d after renewals that landed; want at least %d, 0", m.id, st.Resumed-resumedBefore[k], st.Lost, testShards/2)
 		}
 	}
 
