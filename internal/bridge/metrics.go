@@ -80,6 +80,7 @@ var (
 	descShardFiltered  = prometheus.NewDesc("kubebridge_shards_apiserver_filtered", "1 when the apiserver lists and watches only this replica's shards (ShardedListAndWatch), 0 when the replica filters every object itself.", nil, nil)
 	descFenceRefusals  = prometheus.NewDesc("kubebridge_sink_fence_refusals_total", "Writes the sink's destination refused because another writer wrote the object meanwhile (JetStream publish expectations): the sink's own retries after adopting what it found, and late writes of a replica that had given the object up, which must not land.", []string{"sink"}, nil)
 	descTruncated      = prometheus.NewDesc("kubebridge_sink_truncated_total", "Events the sink's destination holds as a marker that names the object, because the event was larger than the destination takes (a mirror's bucket); the object's next state that fits replaces it.", []string{"sink"}, nil)
+	descWithheld       = withheldDescs()
 	descEvalErrors     = prometheus.NewDesc("kubebridge_rule_where_errors_total", "where evaluations that failed (the event was not delivered).", []string{"rule"}, nil)
 	descSynced         = prometheus.NewDesc("kubebridge_informers_synced", "1 once every informer's cache has synced.", nil, nil)
 	descBuild          = prometheus.NewDesc("kubebridge_build_info", "The build.", []string{"version", "commit"}, nil)
@@ -167,6 +168,15 @@ func (c *collector) collectFenceRefusals(ch chan<- prometheus.Metric, b *Bridge)
 		}
 		return fr.FenceRefusals(), true
 	})
+	for _, reason := range sinks.WithheldReasons {
+		c.collectSinkCounts(ch, b, descWithheld[reason], func(s sinks.Sink) (int64, bool) {
+			wr, ok := s.(sinks.WithholdReporter)
+			if !ok {
+				return 0, false
+			}
+			return wr.Withheld(reason), true
+		})
+	}
 	c.collectSinkCounts(ch, b, descTruncated, func(s sinks.Sink) (int64, bool) {
 		tr, ok := s.(sinks.TruncationReporter)
 		if !ok {
@@ -278,6 +288,18 @@ func sinkTotals(ds []*delivery.Delivery) []*sinkTotal {
 			}
 			t.DestinationErrors[reason] += n
 		}
+	}
+	return out
+}
+
+// withheldDescs is kubebridge_sink_withheld_total, one Desc per reason (a
+// constant label), so that collectSinkCounts reports each.
+func withheldDescs() map[string]*prometheus.Desc {
+	out := make(map[string]*prometheus.Desc, len(sinks.WithheldReasons))
+	for _, r := range sinks.WithheldReasons {
+		out[r] = prometheus.NewDesc("kubebridge_sink_withheld_total",
+			"Events the sink handled without a request (they count as delivered): reason when, the request's when was false; for, the object had not been in the view for the request's for yet.",
+			[]string{"sink"}, prometheus.Labels{"reason": r})
 	}
 	return out
 }

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -136,7 +137,7 @@ func TestAlertFiresOnlyAfterFor(t *testing.T) {
 		"resource: v1/pods":     "resource: v1/pods\n    namespaces: [" + ns + "]",
 		"      request:\n":      "      request:\n        for: 4s\n",
 	})
-	b := startBridge(t, cp, cfg)
+	b := startBridge(t, cp, cfg, withLogLevel("debug"))
 	_, err := cs.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "slow"},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}, metav1.CreateOptions{})
 	must(t, err)
@@ -161,6 +162,17 @@ func TestAlertFiresOnlyAfterFor(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	testenv.Eventually(t, 20*time.Second, "the alert once the pod stayed Failed 4 s", firing)
+	// What was held back is visible: counted apart from what was sent,
+	// and logged at debug (without the receiver's URL, its secret).
+	_, text := get(t, b.adminURL()+"/metrics")
+	if !regexp.MustCompile(`kubebridge_sink_withheld_total\{reason="for",sink="alertmanager"\} [1-9]`).MatchString(text) {
+		t.Errorf("the waits of for are not counted:\n%s", grepLines(text, "withheld"))
+	}
+	requests := grepLines(b.log(), "request ")
+	if !strings.Contains(requests, "request withheld") || !strings.Contains(requests, "reason=for") ||
+		!strings.Contains(requests, "request sent") || strings.Contains(requests, "127.0.0.1") {
+		t.Errorf("debug log lacks the withheld and sent requests, or names the receiver:\n%s", requests)
+	}
 	must(t, cs.CoreV1().Pods(ns).Delete(ctx, "slow", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}))
 	testenv.Eventually(t, 15*time.Second, "the alert resolved", func() bool { return !firing() })
 	b.stop()
@@ -375,4 +387,15 @@ func example(t *testing.T, name string, replace map[string]string) string {
 		cfg = strings.Replace(cfg, old, repl, 1)
 	}
 	return cfg
+}
+
+// grepLines is the lines of text that contain substr.
+func grepLines(text, substr string) string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if strings.Contains(l, substr) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

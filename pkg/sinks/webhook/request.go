@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -248,28 +249,28 @@ func vars(e *event.Event, creds map[string]string) (*celsandbox.TemplateVars, er
 	return &celsandbox.TemplateVars{Object: obj, OldObject: old, Type: string(e.Change), Event: ev, Patch: patch, Credentials: creds}, nil
 }
 
-// render builds e's request: target URL, headers and body; skip when the
-// request's when is false. An error is the event's alone (its data does
-// not fit the template).
-func (r *shapedRequest) render(e *event.Event, creds map[string]string) (target string, h http.Header, body []byte, skip bool, err error) {
+// render builds e's request: target URL, headers and body; withheld names
+// why there is none (sinks.WithheldFor, sinks.WithheldWhen). An error is
+// the event's alone (its data does not fit the template).
+func (r *shapedRequest) render(e *event.Event, creds map[string]string) (target string, h http.Header, body []byte, withheld string, err error) {
 	if r.wait > 0 && e.Change != event.Deleted && e.Time.Sub(time.Unix(0, e.Entered)) < r.wait {
-		return "", nil, nil, true, nil // not in the view for long enough yet: a replay asks again
+		return "", nil, nil, sinks.WithheldFor, nil // not in the view for long enough yet: a replay asks again
 	}
 	v, err := vars(e, creds)
 	if err != nil {
-		return "", nil, nil, false, err
+		return "", nil, nil, "", err
 	}
 	if r.when != nil {
 		ok, err := r.when.Bool(v)
 		if err != nil {
-			return "", nil, nil, false, fmt.Errorf("when: %w", err)
+			return "", nil, nil, "", fmt.Errorf("when: %w", err)
 		}
 		if !ok {
-			return "", nil, nil, true, nil
+			return "", nil, nil, sinks.WithheldWhen, nil
 		}
 	}
 	target, h, body, err = r.build(v)
-	return target, h, body, false, err
+	return target, h, body, "", err
 }
 
 func (r *shapedRequest) build(v *celsandbox.TemplateVars) (target string, h http.Header, body []byte, err error) {
@@ -351,15 +352,25 @@ func (s *Sink) sendRequest(ctx context.Context, e *event.Event) error {
 			creds[name] = string(v)
 		}
 	}
-	target, h, body, skip, err := s.request.render(e, creds)
+	target, h, body, withheld, err := s.request.render(e, creds)
 	if err != nil {
 		// A CEL error may quote a value it failed on: never a credential's.
 		return sinks.Permanent(scrubbed(fmt.Errorf("request template for event %s: %w", e.ID, err), creds))
 	}
-	if skip {
-		return nil // handled: when said no request
+	if withheld != "" {
+		s.withheld[withheld].Add(1)
+		s.logger.Debug("request withheld", "reason", withheld, "event", e.ID, "change", string(e.Change), "subject", e.Subject)
+		return nil // handled: no request is owed for it
 	}
 	err = s.do(ctx, s.request.method, target, h, body)
+	// Not the target: a receiver's URL (a Slack webhook's path) is its secret.
+	if s.logger.Enabled(ctx, slog.LevelDebug) {
+		attrs := []any{"event", e.ID, "change", string(e.Change), "subject", e.Subject, "method", s.request.method, "bytes", len(body)}
+		if err != nil {
+			attrs = append(attrs, "error", scrubbed(err, creds))
+		}
+		s.logger.Debug("request sent", attrs...)
+	}
 	if reason, ok := sinks.DestinationReason(err); ok && reason != sinks.ReasonConfig && reason != sinks.ReasonUnauthorized && s.request.perObject {
 		// The receiver answered about the resource this object's request
 		// names (a 404 for /items/<its name>): the object's outcome. A

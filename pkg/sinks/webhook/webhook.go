@@ -107,7 +107,8 @@ type Sink struct {
 	maxDelay      time.Duration // cap on Retry-After
 	timeout       time.Duration
 
-	fenceRefusals atomic.Int64 // 409s to requests that carried a fencing token
+	fenceRefusals atomic.Int64             // 409s to requests that carried a fencing token
+	withheld      map[string]*atomic.Int64 // events handled without a request, by sinks.WithheldReasons
 
 	mu     sync.Mutex
 	client *http.Client // replaced when the TLS files change
@@ -138,6 +139,10 @@ func New(c *Config, logger *slog.Logger) (*Sink, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	s.logger = logger
+	s.withheld = make(map[string]*atomic.Int64, len(sinks.WithheldReasons))
+	for _, r := range sinks.WithheldReasons {
+		s.withheld[r] = new(atomic.Int64)
+	}
 	var err error
 	s.configRefusal = presetConfigRefusals[c.Preset]
 	if r := c.request(); r != nil {
@@ -479,6 +484,15 @@ func (s *Sink) refreshCredentials() {
 // FenceRefusals counts the requests a receiver refused for a stale
 // fencing token (kubebridge_sink_fence_refusals_total).
 func (s *Sink) FenceRefusals() int64 { return s.fenceRefusals.Load() }
+
+// Withheld is how many events the sink handled without a request because
+// of reason (sinks.WithholdReporter).
+func (s *Sink) Withheld(reason string) int64 {
+	if c := s.withheld[reason]; c != nil {
+		return c.Load()
+	}
+	return 0
+}
 
 // closeHard closes the raw connection under c (its TLS layer's, which
 // would first try to send a close_notify behind whatever is queued).
