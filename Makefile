@@ -14,7 +14,8 @@ tools: ## etcd, kube-apiserver, kubectl, helm and alertmanager built from Go mod
 	bash hack/tools/build.sh
 
 # The longest packages first: go test starts packages in the order named
-# (./... dedups), and test/e2e, alone ~5 min, would otherwise start last.
+# (./... leaves out those named already), and test/e2e, the longest by far,
+# would otherwise start after all the others (docs/benchmarks.md, CI time).
 TEST_PKGS := ./test/e2e ./hack/bench ./...
 
 test: tools ## everything: lint, unit and integration tests (real apiserver, etcd, NATS) with -race

@@ -75,8 +75,10 @@ func TestAlertsResolveThemselves(t *testing.T) {
 	if _, ok := active()["db"]; ok {
 		t.Error("a running pod fired")
 	}
-	// Past its endsAt (4 s) it stays active: re-sent every second.
-	time.Sleep(7 * time.Second)
+	// Past its endsAt (4 s after the last send) it stays active: re-sent
+	// every second. Had the re-sends stopped, it would be gone a second
+	// past the endsAt it has now.
+	time.Sleep(time.Until(a.EndsAt) + time.Second)
 	if _, ok := active()["web"]; !ok {
 		t.Fatalf("web's alert expired while the pod is still Failed:\n%s", b.log())
 	}
