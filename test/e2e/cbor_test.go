@@ -306,10 +306,7 @@ func checkEncoding(t *testing.T, name string, rec *testenv.APIRecorder, offered 
 // checkpoint written by a JSON bridge is taken over by a CBOR one without
 // a spurious event; CBOR watches survive an apiserver restart.
 func TestKubeCBOR(t *testing.T) {
-	// The bridges inherit the environment: client-go's own switch must not
-	// decide for them here.
-	t.Setenv("KUBE_FEATURE_ClientsAllowCBOR", "")
-	must(t, os.Unsetenv("KUBE_FEATURE_ClientsAllowCBOR"))
+	t.Parallel() // client-go's own switch is out of the environment (TestMain)
 	on := testenv.StartControlPlaneWithOptions(t, testenv.ControlPlaneOptions{FeatureGates: []string{"CBORServingAndStorage=true"}})
 	off := testenv.SharedControlPlane(t)
 	for _, cp := range []*testenv.ControlPlane{on, off} {

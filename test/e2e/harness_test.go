@@ -27,8 +27,17 @@ import (
 var bridgeBin string
 
 // The bridge is built with the race detector: the e2e runs double as a race
-// test of the whole pipeline.
-func TestMain(m *testing.M) { testenv.MainWithBridge(m, true, &bridgeBin) }
+// test of the whole pipeline. The bridges inherit the environment, and
+// client-go's own CBOR switch must not decide for them (TestKubeCBOR says
+// --kube-cbor where it matters): it is unset for the whole package, before
+// any test runs, rather than by a test (t.Setenv keeps a test serial).
+func TestMain(m *testing.M) {
+	if err := os.Unsetenv("KUBE_FEATURE_ClientsAllowCBOR"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	testenv.MainWithBridge(m, true, &bridgeBin)
+}
 
 // ce is one delivered CloudEvent as a consumer sees it.
 type ce struct {

@@ -88,7 +88,8 @@ func withRestartFlags() bridgeOption {
 	}
 }
 
-// withEnv adds KEY=value pairs to the bridge's environment.
+// withEnv adds KEY=value pairs to the bridge's environment; they take
+// precedence over the test process's own (os/exec keeps the last of a key).
 func withEnv(kv ...string) bridgeOption {
 	return func(o *bridgeOptions) { o.env = append(o.env, kv...) }
 }

@@ -13,6 +13,7 @@ import (
 // --memory-limit-ratio, unless GOMEMLIMIT is set; the start log says which,
 // and the runtime really has it (go_gc_gomemlimit_bytes on /metrics).
 func TestBridgeMemoryLimit(t *testing.T) {
+	t.Parallel()
 	cp := testenv.SharedControlPlane(t)
 	for _, c := range []struct {
 		name, goMemLimit string
@@ -28,9 +29,8 @@ func TestBridgeMemoryLimit(t *testing.T) {
 			`memoryLimit=314572800 memoryLimitFrom=GOMEMLIMIT`, 314572800},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			t.Setenv("GOMEMLIMIT", c.goMemLimit)
-			t.Setenv("KUBEBRIDGE_MEMORY_LIMIT", "536870912") // 512Mi
-			b := startBridge(t, cp, fileConfig(filepath.Join(t.TempDir(), "events.jsonl"), rule("cms", "v1/configmaps", "default")), withFlags(c.flags...))
+			b := startBridge(t, cp, fileConfig(filepath.Join(t.TempDir(), "events.jsonl"), rule("cms", "v1/configmaps", "default")), withFlags(c.flags...),
+				withEnv("GOMEMLIMIT="+c.goMemLimit, "KUBEBRIDGE_MEMORY_LIMIT=536870912")) // 512Mi
 			if line := startLine(b.log()); !strings.Contains(line, c.wantLog) {
 				t.Errorf("start line lacks %q:\n%s", c.wantLog, line)
 			}
@@ -42,9 +42,8 @@ func TestBridgeMemoryLimit(t *testing.T) {
 	}
 	// Without the variable there is no limit (the runtime's "none" is MaxInt64).
 	t.Run("none", func(t *testing.T) {
-		t.Setenv("GOMEMLIMIT", "")
-		t.Setenv("KUBEBRIDGE_MEMORY_LIMIT", "") // empty counts as unset
-		b := startBridge(t, cp, fileConfig(filepath.Join(t.TempDir(), "events.jsonl"), rule("cms", "v1/configmaps", "default")))
+		b := startBridge(t, cp, fileConfig(filepath.Join(t.TempDir(), "events.jsonl"), rule("cms", "v1/configmaps", "default")),
+			withEnv("GOMEMLIMIT=", "KUBEBRIDGE_MEMORY_LIMIT=")) // empty counts as unset
 		if line := startLine(b.log()); !strings.Contains(line, "memoryLimit=0 memoryLimitFrom=none") {
 			t.Errorf("start line lacks memoryLimit=0 memoryLimitFrom=none:\n%s", line)
 		}
