@@ -77,7 +77,13 @@ type Rule struct {
 	// names holds the attributes every event of the rule repeats (source,
 	// types), built on first use rather than per event.
 	names atomic.Pointer[ruleNames]
+	// dataSize is the size of the last event data rendered: the next
+	// one's buffer starts that large (objects of a rule are alike).
+	dataSize atomic.Int64
 }
+
+// sizeHint is the buffer an event's data starts with.
+func (r *Rule) sizeHint() int { return int(min(max(r.dataSize.Load()+64, 256), 1<<20)) }
 
 // Secrets is the rule's SecretPolicy: what its filters see and its events
 // carry of Secret values.
@@ -559,12 +565,51 @@ type data struct {
 	Patch     []jsondiff.Operation `json:"patch,omitempty"`
 }
 
+// renderData encodes the payload (appendData).
 func (e *Event) renderData() (json.RawMessage, error) {
-	d, err := e.payload()
+	b, err := e.appendData(make([]byte, 0, e.rule.sizeHint()))
 	if err != nil {
 		return nil, err
 	}
-	return json.Marshal(d)
+	return b, nil
+}
+
+// appendData appends the payload as json.Marshal encodes data (the fields
+// in order, empty ones left out), without reflection (appendJSON).
+func (e *Event) appendData(b []byte) ([]byte, error) {
+	d, err := e.payload()
+	if err != nil {
+		return b, err
+	}
+	start := len(b)
+	b = append(b, '{')
+	if len(d.Object) > 0 {
+		b = append(b, `"object":`...)
+		if b, err = appendJSON(b, d.Object, 0); err != nil {
+			return b, err
+		}
+	}
+	if len(d.OldObject) > 0 {
+		if len(b) > start+1 {
+			b = append(b, ',')
+		}
+		b = append(b, `"oldObject":`...)
+		if b, err = appendJSON(b, d.OldObject, 0); err != nil {
+			return b, err
+		}
+	}
+	if len(d.Patch) > 0 {
+		if len(b) > start+1 {
+			b = append(b, ',')
+		}
+		b = append(b, `"patch":`...)
+		if b, err = appendMarshal(b, d.Patch); err != nil {
+			return b, err
+		}
+	}
+	b = append(b, '}')
+	e.rule.dataSize.Store(int64(len(b) - start))
+	return b, nil
 }
 
 // Payload is what the event's data carries, as values: the object (or its
@@ -651,16 +696,12 @@ func (e *Event) MarshalJSON() ([]byte, error) { return e.Structured() }
 
 // Structured returns the event in CloudEvents structured JSON mode. It is
 // encoded once, on first use, and shared by every sink the event goes to;
-// callers must not modify the bytes.
+// callers must not modify the bytes. Its data, when not rendered yet, is
+// rendered in place: Data then shares its bytes.
 func (e *Event) Structured() ([]byte, error) {
 	r := e.rendered()
 	r.encOnce.Do(func() {
-		d, err := e.Data()
-		if err != nil {
-			r.encErr = err
-			return
-		}
-		b := make([]byte, 0, len(d)+400)
+		b := make([]byte, 0, e.rule.sizeHint()+400)
 		b = append(b, '{')
 		e.Attributes(func(name, value string) {
 			b = appendString(b, name)
@@ -670,7 +711,21 @@ func (e *Event) Structured() ([]byte, error) {
 		})
 		b = append(b, `"datacontenttype":"application/json"`...)
 		b = append(b, `,"data":`...)
-		b = append(b, d...)
+		inPlace := false
+		r.dataOnce.Do(func() {
+			start := len(b)
+			if b, r.dataErr = e.appendData(b); r.dataErr == nil {
+				r.data = b[start:len(b):len(b)]
+			}
+			inPlace = true
+		})
+		if r.dataErr != nil {
+			r.encErr = r.dataErr
+			return
+		}
+		if !inPlace {
+			b = append(b, r.data...)
+		}
 		r.enc = append(b, '}')
 	})
 	return r.enc, r.encErr
