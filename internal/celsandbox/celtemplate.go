@@ -23,6 +23,9 @@ import (
 const (
 	CELEvent = "event" // id, type, subject, source, rule, cluster, change, reason, replay, time, entered
 	CELPatch = "patch" // list of {op, path, value}; empty unless the event is an update with a patch
+	// CELChanges is what an update changed, for people: {known, list:
+	// [{op, path, old, new}], more, text} (TemplateVars.Changes).
+	CELChanges = "changes"
 	// CELCredentials maps the names a sink declares (webhook
 	// credentialFiles) to their files' current contents: an API key that
 	// goes in a body or a header (PagerDuty's routing_key, Opsgenie's
@@ -50,6 +53,7 @@ func CELTemplateEnv() (*cel.Env, error) {
 		celTemplateEnv, celTemplateEnvErr = env.Extend(
 			cel.Variable(CELEvent, cel.MapType(cel.StringType, cel.StringType)),
 			cel.Variable(CELPatch, cel.ListType(cel.DynType)),
+			cel.Variable(CELChanges, cel.MapType(cel.StringType, cel.DynType)),
 			cel.Variable(CELCredentials, cel.MapType(cel.StringType, cel.StringType)),
 		)
 	})
@@ -162,6 +166,10 @@ type TemplateVars struct {
 	Event             map[string]string
 	Patch             []any
 	Credentials       map[string]string
+	// Changes computes changes, on first use: most templates never read it.
+	Changes func() map[string]any
+
+	changes map[string]any
 }
 
 // templateActivation resolves TemplateVars, with the evaluation's
@@ -192,6 +200,16 @@ func (a *templateActivation) ResolveName(name string) (any, bool) {
 			return []any{}, true
 		}
 		return a.v.Patch, true
+	case CELChanges:
+		if a.v.changes == nil {
+			if a.v.Changes != nil {
+				a.v.changes = a.v.Changes()
+			}
+			if a.v.changes == nil {
+				a.v.changes = map[string]any{"known": false, "list": []any{}, "more": int64(0), "text": ""}
+			}
+		}
+		return a.v.changes, true
 	case CELCredentials:
 		if a.v.Credentials == nil {
 			return map[string]string{}, true

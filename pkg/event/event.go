@@ -25,6 +25,8 @@ import (
 	"github.com/wI2L/jsondiff"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/kubebridge/kubebridge/pkg/fieldpath"
 )
 
 // Change is the kind of change (added, updated, deleted): what a consumer
@@ -65,6 +67,9 @@ type Rule struct {
 	// SecretAnnotations are the Secret annotations redacted with the data
 	// (event.AllAnnotations: every one).
 	SecretAnnotations []string
+	// Changed are the rule's changed paths: what Changes reports on (none:
+	// the whole object).
+	Changed []fieldpath.Path
 	// Kind is the kind of the rule's resource (discovery's), when the one
 	// who builds the rule knows it. Default "": the kind of an object of
 	// the resource seen (Learn), else Kubernetes' built-in kind of the

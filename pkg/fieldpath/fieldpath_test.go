@@ -208,3 +208,29 @@ func BenchmarkChangedList(b *testing.B) {
 		p.Changed(old, now)
 	}
 }
+
+func TestLeavesNameTheLeaf(t *testing.T) {
+	old := obj(t, deployV1)
+	now := obj(t, strings.Replace(strings.Replace(deployV1, "web:1", "web:2", 1), `"value":"1"`, `"value":"2"`, 1))
+	// The rule's path selects the images only: the env change is not one.
+	got, more := must(t, "spec.template.spec.containers[*].image").Changes(old, now, 10)
+	if more != 0 || len(got) != 1 || got[0].Path != "spec.template.spec.containers[name=web].image" || got[0].Old != "web:1" || got[0].New != "web:2" {
+		t.Fatalf("image changes %+v (+%d)", got, more)
+	}
+	// A path over a subtree names each leaf below it.
+	got, _ = must(t, "spec.template").Changes(old, now, 10)
+	if want := []string{"spec.template.spec.containers[name=web].env[name=A].value", "spec.template.spec.containers[name=web].image"}; !reflect.DeepEqual(pathsOf(got), want) {
+		t.Fatalf("template changes %v, want %v", pathsOf(got), want)
+	}
+	// Bounded: past max, counted.
+	got, more = must(t, "spec.template").Changes(old, now, 1)
+	if len(got) != 1 || more != 1 {
+		t.Fatalf("max 1: %v +%d", pathsOf(got), more)
+	}
+	// A field added and one removed.
+	got, _ = Leaves(obj(t, `{"a":1,"b":{"c":2}}`), obj(t, `{"b":{},"d":null}`), nil, nil, 10)
+	want := []Change{{Path: "a", Old: 1.0, HadOld: true}, {Path: "b.c", Old: 2.0, HadOld: true}, {Path: "d", HasNew: true}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("Leaves = %+v, want %+v", got, want)
+	}
+}

@@ -192,6 +192,7 @@ func Compile(cfg *config.Config, i int, nsLabels NamespaceLabels, logger *slog.L
 		}
 		r.changed = append(r.changed, fp)
 	}
+	r.Event.Changed = r.changed
 	return r, nil
 }
 

@@ -8,7 +8,8 @@ import (
 	"strings"
 )
 
-// Presets are named requests for the receivers teams already have: each
+// Presets are named requests for the receivers teams already have (the
+// chat ones and PagerDuty say what an update changed: changes.text); each
 // is a Request whose fields a sink's own request overrides one by one (a
 // field set in request wins; headers and query merge, request's winning
 // per name). Each keeps to its receiver's documented limits, truncating a
@@ -18,7 +19,7 @@ var Presets = map[string]Request{
 	// at most 40,000 characters (Slack truncates longer ones).
 	"slack": {
 		Method: "POST",
-		Body:   `{"text": ` + truncated(summary, 40000) + `}`,
+		Body:   `{"text": ` + truncated(summary+` + (changes.text != "" ? "\n" + changes.text : "")`, 40000) + `}`,
 	},
 	// Microsoft Teams workflow webhook ("Post to a channel when a webhook
 	// request is received"): a message with one Adaptive Card 1.4 attachment.
@@ -28,7 +29,8 @@ var Presets = map[string]Request{
 			"content": {"$schema": "http://adaptivecards.io/schemas/adaptive-card.json", "type": "AdaptiveCard", "version": "1.4",
 			"body": [{"type": "TextBlock", "text": ` + truncated(summary, 2000) + `, "wrap": true, "weight": "Bolder"},
 			         {"type": "FactSet", "facts": [{"title": "Rule", "value": event.rule}, {"title": "Cluster", "value": event.cluster},
-			                                      {"title": "Change", "value": event.change}]}]}}]}`,
+			                                      {"title": "Change", "value": event.change}]}] +
+			        (changes.text != "" ? [{"type": "TextBlock", "text": ` + truncated(`changes.text`, 10000) + `, "wrap": true, "fontType": "Monospace"}] : [])}}]}`,
 	},
 	// GitHub repository_dispatch (docs.github.com/rest/repos/repos#create-a-repository-dispatch-event):
 	// url https://api.github.com/repos/OWNER/REPO/dispatches, bearerTokenFile a token with
@@ -70,7 +72,8 @@ var Presets = map[string]Request{
 			   "payload": {"summary": ` + truncated(summary, 1024) + `, "source": ` + truncated(`event.cluster`, 255) + `, "severity": "error",
 			               "timestamp": event.time, "component": ` + truncated(`event.subject`, 255) + `, "class": event.rule,
 			               "group": object.metadata.?namespace.orValue(""),
-			               "custom_details": {"rule": event.rule, "cluster": event.cluster, "change": event.change, "subject": event.subject, "uid": object.metadata.uid}}}`,
+			               "custom_details": {"rule": event.rule, "cluster": event.cluster, "change": event.change, "subject": event.subject, "uid": object.metadata.uid,
+			                                      "changes": ` + truncated(`changes.text`, 10000) + `}}}`,
 	},
 	// Opsgenie Alert API (docs.opsgenie.com/docs/alert-api): url
 	// https://api.opsgenie.com/v2 (api.eu.opsgenie.com in the EU),
@@ -95,7 +98,8 @@ var Presets = map[string]Request{
 	"generic": {
 		Method: "POST",
 		Body: `{"id": event.id, "type": event.type, "change": event.change, "rule": event.rule, "cluster": event.cluster,
-			"subject": event.subject, "reason": event.reason, "object": dyn(object)}`,
+			"subject": event.subject, "reason": event.reason, "object": dyn(object),
+			"changes": changes.known ? changes.list : null}`,
 	},
 }
 

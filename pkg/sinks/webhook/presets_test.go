@@ -12,9 +12,11 @@ import (
 	"unicode/utf8"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
+	"github.com/kubebridge/kubebridge/pkg/fieldpath"
 )
 
 func presetSink(t *testing.T, url, preset string, r *Request, extra func(*Config)) *Sink {
@@ -181,5 +183,47 @@ func TestAlertmanagerPresetLabelsTheKind(t *testing.T) {
 	if len(labels) != 2 || labels[0]["pod"] != "web-1" || labels[0]["namespace"] != "prod" ||
 		labels[1]["object"] != "team-a" || labels[1]["namespace"] != "" || labels[1]["name"] != "team-a" {
 		t.Fatalf("labels %v", labels)
+	}
+}
+
+// The chat presets say what an update changed, in the rule's paths, with
+// keyed list elements named; an update found at a start, without its
+// previous state, says it cannot tell rather than guess.
+func TestSlackPresetSaysWhatChanged(t *testing.T) {
+	images, err := fieldpath.Parse("spec.template.spec.containers[*].image")
+	must(t, err)
+	rule := &event.Rule{Name: "images", Cluster: "prod", GVR: schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"},
+		IncludeObject: true, Changed: []fieldpath.Path{images}}
+	deploy := func(image, env string) *unstructured.Unstructured {
+		d := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "apps/v1", "kind": "Deployment",
+			"spec": map[string]any{"template": map[string]any{"spec": map[string]any{"containers": []any{
+				map[string]any{"name": "sidecar", "image": "envoy:1"},
+				map[string]any{"name": "web", "image": image, "env": []any{map[string]any{"name": "A", "value": env}}}}}}}}}
+		d.SetNamespace("team-a")
+		d.SetName("web")
+		d.SetUID("uid-web")
+		return d
+	}
+	srv, got := recordRequests(t)
+	s := presetSink(t, srv.URL, "slack", nil, nil)
+	now := time.Now()
+	if err := s.Send(context.Background(), []*event.Event{
+		event.Build(rule, event.Transition{Change: event.Updated, Object: deploy("web:2", "x"), Old: deploy("web:1", "y"), Time: now}),
+		event.Build(rule, event.Transition{Change: event.Updated, Object: deploy("web:3", "x"), Time: now}),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var texts []string
+	for _, r := range got() {
+		var b struct{ Text string }
+		mustJSON(t, r.body, &b)
+		texts = append(texts, b.Text)
+	}
+	want := []string{
+		"updated Deployment team-a/web (rule images, cluster prod)\nspec.template.spec.containers[name=web].image: web:1 → web:2",
+		"updated Deployment team-a/web (rule images, cluster prod)\n" + unknownChanges,
+	}
+	if len(texts) != 2 || texts[0] != want[0] || texts[1] != want[1] {
+		t.Fatalf("texts\n%q\nwant\n%q", texts, want)
 	}
 }

@@ -246,7 +246,8 @@ func vars(e *event.Event, creds map[string]string) (*celsandbox.TemplateVars, er
 		"change": string(e.Change), "reason": e.Reason, "replay": e.Replay, "time": e.Time.Format(time.RFC3339Nano),
 		"source": e.Source(), "entered": time.Unix(0, e.Entered).UTC().Format(time.RFC3339Nano),
 	}
-	return &celsandbox.TemplateVars{Object: obj, OldObject: old, Type: string(e.Change), Event: ev, Patch: patch, Credentials: creds}, nil
+	return &celsandbox.TemplateVars{Object: obj, OldObject: old, Type: string(e.Change), Event: ev, Patch: patch, Credentials: creds,
+		Changes: func() map[string]any { return changesVar(e) }}, nil
 }
 
 // render builds e's request: target URL, headers and body; withheld names
