@@ -113,8 +113,41 @@ var presetConfigRefusals = map[string]func(body []byte) bool{
 }
 
 // summary is one line about the change, e.g. "updated Pod prod/web-1 (rule
-// failed-pods, cluster prod-eu-1)".
-const summary = `event.change + " " + dyn(object).?kind.orValue("object") + " " + event.subject + " (rule " + event.rule + ", cluster " + event.cluster + ")"`
+// failed-pods, cluster prod-eu-1)"; for a Kubernetes Event, what it says
+// about the object it involves and how often: "Warning BackOff on Pod
+// prod/web-1: Back-off restarting failed container (5× in 10 min) (rule
+// ..., cluster ...)". A recurring Event is one object whose count (or
+// series) grows, so its updates are one incident told again, not new ones.
+var summary = `(dyn(object).?kind.orValue("") == "Event" ? ` + eventLine + ` : event.change + " " + dyn(object).?kind.orValue("object") + " " + event.subject)` +
+	` + " (rule " + event.rule + ", cluster " + event.cluster + ")"`
+
+// eventLine is a core/v1 or events.k8s.io/v1 Event in one line.
+var eventLine = `(` + str(`dyn(object).?type`) + ` + " " + ` + str(`dyn(object).?reason`) + ` + " on " + ` +
+	str(`dyn(object).?involvedObject.?kind.or(dyn(object).?regarding.?kind)`) + ` + " " + ` +
+	`(` + str(`dyn(object).?involvedObject.?namespace.or(dyn(object).?regarding.?namespace)`) + ` != "" ? ` +
+	str(`dyn(object).?involvedObject.?namespace.or(dyn(object).?regarding.?namespace)`) + ` + "/" : "") + ` +
+	str(`dyn(object).?involvedObject.?name.or(dyn(object).?regarding.?name)`) + ` + ": " + ` +
+	str(`dyn(object).?message.or(dyn(object).?note)`) + ` + ` + recurrence + `)`
+
+// recurrence is " (5× in 10 min)" for an Event seen more than once: its
+// count (series.count, count, deprecatedCount) and the time from its first
+// occurrence to its last.
+var recurrence = func() string {
+	count := `dyn(object).?series.?count.or(dyn(object).?count).or(dyn(object).?deprecatedCount)`
+	first := str(`dyn(object).?firstTimestamp.or(dyn(object).?deprecatedFirstTimestamp).or(dyn(object).?eventTime)`)
+	last := str(`dyn(object).?series.?lastObservedTime.or(dyn(object).?lastTimestamp).or(dyn(object).?deprecatedLastTimestamp)`)
+	n := `(type(` + count + `.orValue(1)) == int ? ` + count + `.orValue(1) : 1)`
+	span := `(timestamp(` + last + `) - timestamp(` + first + `))`
+	took := `(` + first + ` != "" && ` + last + ` != "" ? " in " + (` + span + `.getHours() >= 1 ? string(` + span + `.getHours()) + " h" : ` +
+		span + `.getMinutes() >= 1 ? string(` + span + `.getMinutes()) + " min" : string(` + span + `.getSeconds()) + " s") : "")`
+	return `(` + n + ` > 1 ? " (" + string(` + n + `) + "×" + ` + took + ` + ")" : "")`
+}()
+
+// str is an optional field's value when it is a string, else "" (a field
+// Kubernetes serializes as null, such as an Event's firstTimestamp).
+func str(opt string) string {
+	return `(type(` + opt + `.orValue("")) == string ? ` + opt + `.orValue("") : "")`
+}
 
 // kindLabel is the object's kind as a Prometheus label name (pod,
 // deployment); "object" for a kind that would collide with another label

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -224,6 +225,52 @@ func TestSlackPresetSaysWhatChanged(t *testing.T) {
 		"updated Deployment team-a/web (rule images, cluster prod)\n" + unknownChanges,
 	}
 	if len(texts) != 2 || texts[0] != want[0] || texts[1] != want[1] {
+		t.Fatalf("texts\n%q\nwant\n%q", texts, want)
+	}
+}
+
+// A Kubernetes Event says what happened to the object it involves and how
+// often: a recurring Event (its count or series grows) is told as one
+// incident, "5× in 10 min", for core/v1 and events.k8s.io/v1 alike.
+func TestPresetsTellAKubernetesEvent(t *testing.T) {
+	rule := &event.Rule{Name: "warnings", Cluster: "prod", GVR: schema.GroupVersionResource{Version: "v1", Resource: "events"}, IncludeObject: true}
+	core := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Event",
+		"type": "Warning", "reason": "BackOff", "message": "Back-off restarting failed container web",
+		"involvedObject": map[string]any{"kind": "Pod", "namespace": "team-a", "name": "web-1"},
+		"count":          int64(5), "firstTimestamp": "2026-11-27T03:00:00Z", "lastTimestamp": "2026-11-27T03:10:00Z"}}
+	core.SetNamespace("team-a")
+	core.SetName("web-1.1")
+	once := core.DeepCopy()
+	once.Object["count"] = int64(1)
+	once.Object["firstTimestamp"] = nil // as Kubernetes serializes an unset one
+	series := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "events.k8s.io/v1", "kind": "Event",
+		"type": "Normal", "reason": "ScalingReplicaSet", "note": "Scaled up replica set web-6d4 to 3",
+		"regarding": map[string]any{"kind": "Deployment", "namespace": "team-a", "name": "web"},
+		"eventTime": "2026-11-27T03:00:00.000000Z", "series": map[string]any{"count": int64(3), "lastObservedTime": "2026-11-27T03:00:40.000000Z"}}}
+	series.SetNamespace("team-a")
+	series.SetName("web.2")
+	srv, got := recordRequests(t)
+	s := presetSink(t, srv.URL, "slack", nil, nil)
+	now := time.Now()
+	var evs []*event.Event
+	for _, o := range []*unstructured.Unstructured{core, once, series} {
+		evs = append(evs, event.Build(rule, event.Transition{Change: event.Updated, Object: o, Time: now}))
+	}
+	if err := s.Send(context.Background(), evs); err != nil {
+		t.Fatal(err)
+	}
+	var texts []string
+	for _, r := range got() {
+		var b struct{ Text string }
+		mustJSON(t, r.body, &b)
+		texts = append(texts, strings.SplitN(b.Text, "\n", 2)[0])
+	}
+	want := []string{
+		"Warning BackOff on Pod team-a/web-1: Back-off restarting failed container web (5× in 10 min) (rule warnings, cluster prod)",
+		"Warning BackOff on Pod team-a/web-1: Back-off restarting failed container web (rule warnings, cluster prod)",
+		"Normal ScalingReplicaSet on Deployment team-a/web: Scaled up replica set web-6d4 to 3 (3× in 40 s) (rule warnings, cluster prod)",
+	}
+	if !slices.Equal(texts, want) {
 		t.Fatalf("texts\n%q\nwant\n%q", texts, want)
 	}
 }
