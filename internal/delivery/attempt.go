@@ -135,7 +135,7 @@ func (d *Delivery) reach(ctx context.Context, b *batch, events, send []*event.Ev
 	var logged time.Time
 	for tries := 1; ; tries++ {
 		var err error
-		start := time.Now()
+		start := d.clock.Now()
 		if !b.prepared {
 			if err = d.hooks.BeforeSend(ctx, events); err == nil {
 				b.prepared = true
@@ -154,8 +154,8 @@ func (d *Delivery) reach(ctx context.Context, b *batch, events, send []*event.Ev
 			return false, nil
 		}
 		// Not the destination's failure: the batch waits in its slot.
-		if tries == 1 || time.Since(logged) >= 30*time.Second {
-			logged = time.Now()
+		if tries == 1 || d.clock.Since(logged) >= 30*time.Second {
+			logged = d.clock.Now()
 			d.logger.Warn("not sending yet; waiting", "attempt", tries, "events", len(send), "error", err)
 		}
 		wait := backoff.Jitter(waits.Next())
@@ -164,13 +164,15 @@ func (d *Delivery) reach(ctx context.Context, b *batch, events, send []*event.Ev
 			// renewal, and the fence is a cheap check, so look often.
 			wait = min(wait, fenceRecheck)
 		}
+		t := d.clock.NewTimer(wait)
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return false, nil
-		case <-time.After(wait):
+		case <-t.C():
 		}
 		if !b.since.IsZero() {
-			b.since = b.since.Add(time.Since(start)) // maxElapsed counts the destination's failures only
+			b.since = b.since.Add(d.clock.Since(start)) // maxElapsed counts the destination's failures only
 		}
 	}
 }

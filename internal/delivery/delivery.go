@@ -19,6 +19,8 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"k8s.io/utils/clock"
+
 	"github.com/kubebridge/kubebridge/internal/backoff"
 	"github.com/kubebridge/kubebridge/internal/queue"
 	"github.com/kubebridge/kubebridge/pkg/config"
@@ -90,6 +92,7 @@ type Delivery struct {
 	closing atomic.Bool
 	done    chan struct{}
 	runOnce sync.Once
+	clock   clock.WithDelayedExecution
 }
 
 // batching is how batches are taken from the queue.
@@ -112,6 +115,10 @@ type Options struct {
 	DeadLetter sinks.DeadLetter
 	Logger     *slog.Logger // nil: discarded
 	Hooks      Hooks
+	// Clock is the engine's time: retry backoff, the update window,
+	// parked objects' due times, probes, the rate limit, a batch's wait
+	// to fill. nil: the real clock (tests step a fake one).
+	Clock clock.WithDelayedExecution
 }
 
 // Hooks connect a delivery to its host (the bridge's checkpoint and leader
@@ -148,9 +155,12 @@ type Hooks struct {
 
 // New prepares delivery of o.Config's queue into o.Sink; Run starts it.
 func New(o Options) *Delivery {
-	cfg, sink, logger := o.Config, o.Sink, o.Logger
+	cfg, sink, logger, clk := o.Config, o.Sink, o.Logger, o.Clock
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
+	}
+	if clk == nil {
+		clk = clock.RealClock{}
 	}
 	retry := retryPolicy{Retry: cfg.Retry, backoff: backoff.Backoff{Initial: cfg.Retry.InitialInterval.D(), Max: cfg.Retry.MaxInterval.D()}}
 	d := &Delivery{
@@ -160,13 +170,16 @@ func New(o Options) *Delivery {
 		batching: batching{max: sinks.MaxBatch},
 		logger:   logger.With("sink", cfg.Name),
 		hooks:    o.Hooks,
-		gate:     gate{backoff: retry.backoff},
+		gate:     gate{backoff: retry.backoff, clock: clk},
+		parking:  parking{clock: clk},
 		counts:   counters{destErrs: map[string]uint64{}},
 		kick:     make(chan struct{}, 1),
 		done:     make(chan struct{}),
+		clock:    clk,
 	}
 	d.sender = &sender{name: cfg.Name, sink: sink, deadLetter: o.DeadLetter, limiter: newLimiter(cfg.InFlight()),
-		fence: o.Hooks.Fence, hold: o.Hooks.Hold, logger: d.logger}
+		fence: o.Hooks.Fence, hold: o.Hooks.Hold, logger: d.logger, clock: clk}
+	d.sender.limiter.now = clk.Now
 	if o, ok := sink.(sinks.Ordered); ok {
 		d.batching.ordered = o.Ordered()
 	}
@@ -219,7 +232,7 @@ func (d *Delivery) Close() {
 // the destination failing as a whole (one object parked is not that), or
 // the sink's own check (see HealthChecker).
 func (d *Delivery) Healthy() error {
-	if err := d.gate.health(time.Now()); err != nil {
+	if err := d.gate.health(d.clock.Now()); err != nil {
 		return err
 	}
 	if hc, ok := d.sender.sink.(sinks.HealthChecker); ok {
@@ -301,14 +314,20 @@ const workerIdle = 30 * time.Second
 // stack growth; there are at most about as many as batches were in flight
 // at once.
 func (d *Delivery) worker(ctx context.Context, b *batch, work <-chan *batch, quit <-chan struct{}) {
-	idle := time.NewTimer(workerIdle)
+	idle := d.clock.NewTimer(workerIdle)
 	defer idle.Stop()
 	for {
 		d.run(ctx, b)
+		if !idle.Stop() {
+			select { // a fake clock's timer keeps what it sent
+			case <-idle.C():
+			default:
+			}
+		}
 		idle.Reset(workerIdle)
 		select {
 		case b = <-work:
-		case <-idle.C:
+		case <-idle.C():
 			return
 		case <-quit:
 			return
@@ -347,7 +366,7 @@ func (d *Delivery) next(ctx context.Context, buf *[]queue.Item[*event.Event]) (*
 				return b, nil
 			}
 		}
-		b := d.parking.due(time.Now())
+		b := d.parking.due(d.clock.Now())
 		if b == nil && failing {
 			b = d.parking.probe()
 		}
@@ -428,7 +447,8 @@ func (d *Delivery) take(ctx context.Context, buf *[]queue.Item[*event.Event], n 
 	}
 	add(items)
 	if d.batching.wait > 0 && b.size() < n {
-		wctx, cancel := context.WithTimeout(ctx, d.batching.wait)
+		wctx, cancel := context.WithCancel(ctx)
+		t := d.clock.AfterFunc(d.batching.wait, cancel)
 		for b.size() < n {
 			more, err := d.queue.TakeClaimed(wctx, n-b.size(), *buf)
 			*buf = more
@@ -437,6 +457,7 @@ func (d *Delivery) take(ctx context.Context, buf *[]queue.Item[*event.Event], n 
 			}
 			add(more)
 		}
+		t.Stop()
 		cancel()
 	}
 	return b, nil
@@ -519,7 +540,7 @@ func (d *Delivery) deliver(ctx context.Context, b *batch) {
 // the dead-letter, and parks each object from its first event still to
 // deliver on.
 func (d *Delivery) settle(ctx context.Context, b *batch, events []*event.Event, errs []error, whole error) {
-	now := time.Now()
+	now := d.clock.Now()
 	type outcome struct {
 		cut   int   // events[:cut] are settled (acknowledged or dead-lettered)
 		dl    int   // index of the first dead-lettered event, -1 if none

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
@@ -68,6 +69,9 @@ func ev(name, rv string, change event.Change) *event.Event {
 	u.SetResourceVersion(rv)
 	return event.New(&event.Rule{Name: "r", GVR: schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}}, change, u, nil, time.Now())
 }
+
+// fakeClock is an engine clock that moves only when a test steps it.
+func fakeClock() *clocktesting.FakeClock { return clocktesting.NewFakeClock(time.Unix(1_000_000, 0)) }
 
 func run(t *testing.T, d *Delivery) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())

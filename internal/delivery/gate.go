@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"github.com/kubebridge/kubebridge/internal/backoff"
 	"github.com/kubebridge/kubebridge/pkg/sinks"
 )
@@ -17,6 +19,7 @@ import (
 // refusal) opens the gate again.
 type gate struct {
 	backoff backoff.Backoff // between probes; set by New
+	clock   clock.Clock
 
 	mu      sync.Mutex
 	failing bool
@@ -42,17 +45,17 @@ func (g *gate) turn(ctx context.Context, kick <-chan struct{}) error {
 		}
 		wait := time.Hour // until a batch ends
 		if g.active == 0 {
-			wait = time.Until(g.probeAt)
+			wait = g.probeAt.Sub(g.clock.Now())
 			if wait <= 0 {
 				g.mu.Unlock()
 				return nil
 			}
 		}
 		g.mu.Unlock()
-		t := time.NewTimer(wait)
+		t := g.clock.NewTimer(wait)
 		select {
 		case <-kick:
-		case <-t.C:
+		case <-t.C():
 		case <-ctx.Done():
 			t.Stop()
 			return ctx.Err()

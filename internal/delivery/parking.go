@@ -4,6 +4,8 @@ import (
 	"container/heap"
 	"sync"
 	"time"
+
+	"k8s.io/utils/clock"
 )
 
 // parking holds the batches that failed until their retry is due. They
@@ -12,10 +14,11 @@ import (
 // makes the dispatcher look again (due, then the queue), so a kick taken by
 // another wait loses nothing.
 type parking struct {
+	clock   clock.WithDelayedExecution
 	mu      sync.Mutex
 	h       parkHeap
 	objects int
-	timer   *time.Timer // kicks the dispatcher when the earliest retry is due
+	timer   clock.Timer // kicks the dispatcher when the earliest retry is due
 	armed   time.Time
 	kick    func()
 	seq     uint64 // puts so far: orders the probes (probe)
@@ -105,8 +108,9 @@ func (p *parking) remove(i int) *batch {
 func (p *parking) expedite(b *batch) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if i := b.slot; i < len(p.h) && p.h[i].b == b && p.h[i].due.After(time.Now()) {
-		p.h[i].due = time.Now()
+	now := p.clock.Now()
+	if i := b.slot; i < len(p.h) && p.h[i].b == b && p.h[i].due.After(now) {
+		p.h[i].due = now
 		heap.Fix(&p.h, i)
 		p.arm()
 	}
@@ -117,7 +121,7 @@ func (p *parking) each(f func(*batch) bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	changed := false
-	now := time.Now()
+	now := p.clock.Now()
 	for i := range p.h {
 		if p.h[i].due.After(now) && f(p.h[i].b) {
 			p.h[i].due, changed = now, true
@@ -166,11 +170,19 @@ func (p *parking) arm() {
 	if p.timer != nil && at.Equal(p.armed) {
 		return
 	}
-	p.armed = at
-	d := time.Until(at)
-	if p.timer == nil {
-		p.timer = time.AfterFunc(d, p.kick)
+	d := at.Sub(p.clock.Now())
+	if d <= 0 {
+		p.kick() // due already (a fake clock's timer would wait for a step)
 		return
+	}
+	p.armed = at
+	if p.timer == nil {
+		p.timer = p.clock.AfterFunc(d, p.kick)
+		return
+	}
+	select { // a fake clock's timer keeps what it sent, and would block on it
+	case <-p.timer.C():
+	default:
 	}
 	p.timer.Reset(d)
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+	"k8s.io/utils/clock"
 
 	"github.com/kubebridge/kubebridge/pkg/event"
 	"github.com/kubebridge/kubebridge/pkg/sinks"
@@ -26,6 +27,7 @@ type sender struct {
 	fence      func() error
 	hold       func(ctx context.Context) (context.Context, context.CancelFunc)
 	logger     *slog.Logger
+	clock      clock.Clock
 }
 
 // deadLetterTimeout bounds one write to a dead-letter.
@@ -93,7 +95,7 @@ func (s *sender) send(ctx context.Context, events []*event.Event) (reached bool,
 	if s.rate != nil {
 		// Held, never dropped: the batch waits for its tokens (a refused
 		// batch split in parts takes a token per event again).
-		if err := s.rate.WaitN(ctx, min(len(events), s.rate.Burst())); err != nil {
+		if err := s.tokens(ctx, min(len(events), s.rate.Burst())); err != nil {
 			return false, err
 		}
 	}
@@ -117,6 +119,29 @@ func (s *sender) send(ctx context.Context, events []*event.Event) (reached bool,
 	}
 	outcome = outcomeOf(ctx, err)
 	return true, err
+}
+
+// tokens waits, on the engine's clock, for n tokens of the rate limit
+// (n at most its burst).
+func (s *sender) tokens(ctx context.Context, n int) error {
+	now := s.clock.Now()
+	r := s.rate.ReserveN(now, n)
+	if !r.OK() {
+		return fmt.Errorf("rate limit: %d events at once exceed its burst", n)
+	}
+	wait := r.DelayFrom(now)
+	if wait <= 0 {
+		return nil
+	}
+	t := s.clock.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C():
+		return nil
+	case <-ctx.Done():
+		r.CancelAt(s.clock.Now())
+		return ctx.Err()
+	}
 }
 
 // safeSend turns a panicking sink into an error, so one bad sink cannot

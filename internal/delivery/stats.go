@@ -55,7 +55,7 @@ func (c *counters) fold(events []*event.Event) []*event.Event {
 
 // Stats returns the delivery's counts.
 func (d *Delivery) Stats() Stats {
-	parked, oldest, throttled := d.parking.stats(time.Now())
+	parked, oldest, throttled := d.parking.stats(d.clock.Now())
 	c := &d.counts
 	c.mu.Lock()
 	dest := make(map[string]uint64, len(c.destErrs))

@@ -26,7 +26,9 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/kubebridge/kubebridge/internal/delivery"
 	"github.com/kubebridge/kubebridge/internal/testenv"
 	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
@@ -184,11 +186,13 @@ func TestContractBatch(t *testing.T) {
 
 // The receiver fails half the requests at random, then is down for 30 s,
 // then comes back: every object's final state arrives, in order per
-// object, nothing is lost; duplicates are only of events in flight.
+// object, nothing is lost; duplicates are only of events in flight. The
+// engine runs on a fake clock, 20 times the test's pace: its retries,
+// probes and the outage are in its time (the receiver is a real one).
 func TestFlakyThenDownThenBack(t *testing.T) {
 	outage := 30 * time.Second
 	if d, err := time.ParseDuration(os.Getenv("KUBEBRIDGE_TEST_OUTAGE")); err == nil {
-		outage = d // shorter while iterating
+		outage = d
 	}
 	h := harness("binary", &Batch{MaxEvents: 50, MaxWait: config.Duration(10 * time.Millisecond)})
 	cfg := h.Config
@@ -196,7 +200,27 @@ func TestFlakyThenDownThenBack(t *testing.T) {
 	cfg.Retry = config.Retry{InitialInterval: config.Duration(10 * time.Millisecond), MaxInterval: config.Duration(2 * time.Second)}
 	sink, remote := h.New(t, cfg)
 	r := remote.(*receiver)
-	d := sinkstest.Start(t, cfg, sink, nil)
+	clk := clocktesting.NewFakeClock(time.Now())
+	d := delivery.New(delivery.Options{Config: cfg, Sink: sink, Clock: clk})
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { d.Run(ctx) })
+	wg.Go(func() { // the engine's time
+		for ctx.Err() == nil {
+			time.Sleep(time.Millisecond)
+			clk.Step(20 * time.Millisecond)
+		}
+	})
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+		_ = sink.Close(context.Background())
+	})
+	wait := func(d time.Duration) { // in the engine's time
+		for start := clk.Now(); clk.Since(start) < d; {
+			time.Sleep(time.Millisecond)
+		}
+	}
 	src := sinkstest.NewSource(200)
 	r.mu.Lock()
 	r.flaky = 0.5
@@ -204,15 +228,15 @@ func TestFlakyThenDownThenBack(t *testing.T) {
 	for i := range 2000 {
 		d.Offer(src.Next(i % 200))
 		if i%100 == 0 {
-			time.Sleep(5 * time.Millisecond)
+			wait(5 * time.Millisecond)
 		}
 	}
-	time.Sleep(500 * time.Millisecond)
+	wait(500 * time.Millisecond)
 	r.Down(t)
 	for i := range 2000 {
 		d.Offer(src.Next(i % 200))
 	}
-	time.Sleep(outage)
+	wait(outage)
 	r.mu.Lock()
 	r.flaky = 0
 	r.mu.Unlock()
