@@ -140,7 +140,7 @@ Without --kubeconfig it uses the in-cluster service account.`,
 			}
 			watchCtx, stopWatch := context.WithCancel(ctx)
 			watching := make(chan struct{})
-			if reload && !sharding {
+			if reload {
 				go func() {
 					defer close(watching)
 					watchConfig(watchCtx, file, sinkTypes, b, logger)

@@ -139,6 +139,11 @@ type Bridge struct {
 	mu        sync.Mutex
 	rules     []*filters.Rule
 	informers *informer.Informers
+	// caches is held for reading while views are reconciled against the
+	// informers' caches, and for writing while a reload or a Reselect
+	// (sharded) replaces them: no reconciliation reads a cache being
+	// listed again.
+	caches sync.RWMutex
 
 	host    *host       // what sinks share (connections, embedded servers): closed last
 	deliver *deliverer  // the sinks, their views and deliveries, the checkpoint
@@ -185,6 +190,7 @@ func New(opts Options) *Bridge {
 		CheckpointInterval: opts.CheckpointInterval,
 		Fence:              b.fence,
 		Hold:               b.hold,
+		Reading:            b.readingCaches,
 		Latency:            latency,
 	})
 	b.metrics = newMetrics(b, latency)
@@ -446,12 +452,10 @@ func (b *Bridge) Deliveries() []*delivery.Delivery {
 }
 
 // readingCaches runs fn, which reconciles views against the caches, while
-// no Reselect replaces them (sharded); alone, it just runs fn.
+// no reload or Reselect replaces them.
 func (b *Bridge) readingCaches(fn func()) {
-	if b.sharded != nil {
-		b.sharded.reading(fn)
-		return
-	}
+	b.caches.RLock()
+	defer b.caches.RUnlock()
 	fn()
 }
 

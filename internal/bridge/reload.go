@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"sync"
 	"time"
 
 	"github.com/kubebridge/kubebridge/pkg/config"
@@ -32,19 +33,27 @@ var ErrReloadAborted = errors.New("reload failed while being applied; the bridge
 // current view, and objects that a changed rule no longer selects are
 // deleted (kbreason "unmatched").
 //
-// The cluster name and the checkpoint cannot change without a restart.
+// It applies to every deliverer this replica runs: alone the one, under
+// leader election the leader's (a replica waiting for the Lease takes the
+// new rules and informers, and starts on the new config when it leads),
+// sharded one per shard held. A shard is not taken or given back while a
+// reload applies (sharded.lock): a shard taken meanwhile starts on the
+// new config once it is done.
+//
+// The cluster name, the checkpoint and the sharding cannot change without
+// a restart.
 func (b *Bridge) Reload(ctx context.Context, cfg *config.Config) error {
 	b.reloadMu.Lock()
 	defer b.reloadMu.Unlock()
 	if !b.started.Load() {
 		return errors.New("the bridge is not running")
 	}
-	if b.sharded != nil {
-		return errors.New("live reload with sharding is not supported; roll the pods instead")
-	}
 	old := b.opts.Config
 	if cfg.Cluster != old.Cluster || !reflect.DeepEqual(cfg.Checkpoint, old.Checkpoint) {
 		return errors.New("cluster and checkpoint cannot change without a restart")
+	}
+	if !reflect.DeepEqual(cfg.Sharding, old.Sharding) {
+		return errors.New("sharding cannot change without a restart (the checkpoint's views are laid out by it)")
 	}
 	if problems := b.gated(cfg); len(problems) > 0 {
 		return &ConfigError{Problems: problems}
@@ -58,65 +67,120 @@ func (b *Bridge) Reload(ctx context.Context, cfg *config.Config) error {
 	}
 	b.warn(problems)
 
-	// A replica waiting for the leader Lease delivers nothing: it takes
-	// the new rules and informers (warm caches for a take-over), and starts
-	// its sinks on the new config when it leads.
-	prev := b.deliver.currentSet()
-	if prev == nil {
-		return b.reloadStandby(ctx, cfg, info)
+	if b.sharded != nil {
+		done, err := b.sharded.reloading(ctx)
+		if err != nil {
+			return err
+		}
+		defer done()
 	}
-	if !b.deliver.delivering() {
-		return errors.New("the bridge is stopping")
+	// The deliverers that deliver now. None: a replica waiting for the
+	// leader Lease (or holding no shard) takes the new rules and
+	// informers (warm caches for a take-over).
+	var swaps []*swapping
+	for _, d := range b.deliverers() {
+		prev := d.currentSet()
+		if prev == nil {
+			continue // waiting for the Lease: never started
+		}
+		if !d.delivering() {
+			if b.sharded != nil {
+				continue // a shard being lost: Lost stops it once the reload is done
+			}
+			return errors.New("the bridge is stopping")
+		}
+		swaps = append(swaps, &swapping{d: d, prev: prev})
 	}
 
 	// Build the new sinks before anything changes: a sink that cannot be
 	// built leaves the running config as it is.
-	cfgs := cfg.Sinks
-	next, retired, err := buildSinkSet(ctx, b.opts.Sinks, cfgs, prev, b.logger)
-	if err != nil {
-		return err
+	for k, sw := range swaps {
+		sw.next, sw.retired, err = buildSinkSet(ctx, sw.d.opts.Sinks, cfg.Sinks, sw.prev, b.logger)
+		if err != nil {
+			for _, built := range swaps[:k] {
+				built.discard(ctx)
+			}
+			return err
+		}
 	}
 
-	// Swap. No notification arrives while the informers are stopped.
+	// Swap. No notification arrives while the informers are stopped, and
+	// no view is reconciled against the caches until the new ones synced
+	// and every deliverer adopted its new set.
 	_, oldInformers := b.snapshot()
 	oldInformers.Stop()
+	b.caches.Lock()
+	defer b.caches.Unlock()
 	b.opts.Config = cfg
-	if err := b.deliver.swap(ctx, cfg, next, retired, b.opts.ReloadDrain); err != nil {
+	if err := eachSwap(swaps, func(sw *swapping) error {
+		return sw.d.swap(ctx, cfg, sw.next, sw.retired, b.opts.ReloadDrain)
+	}); err != nil {
 		return b.abortReload(err)
 	}
 	if err := b.buildInformers(cfg, info); err != nil {
 		return b.abortReload(err)
 	}
+	_, in := b.snapshot()
+	if b.sharded != nil {
+		b.sharded.reloaded(cfg, in)
+	}
 	syncCtx, cancel := context.WithTimeout(ctx, b.opts.SyncTimeout)
 	defer cancel()
-	if err := b.informers.Start(syncCtx); err != nil {
+	if err := in.Start(syncCtx); err != nil {
 		return b.abortReload(err)
 	}
-	started, replayed, err := b.deliver.adopt(ctx, prev, next)
-	if err != nil {
+	if err := eachSwap(swaps, func(sw *swapping) (err error) {
+		sw.started, sw.replayed, err = sw.d.adopt(ctx, sw.prev, sw.next)
+		return err
+	}); err != nil {
 		return b.abortReload(err)
 	}
-	b.logger.Info("config reloaded", "sinksKept", len(next.order)-started, "sinksStarted", started, "sinksStopped", len(retired),
-		"rules", len(cfg.Rules), "replayedFromCheckpoint", replayed)
+	if len(swaps) == 0 {
+		b.logger.Info("config reloaded", "standby", true, "rules", len(cfg.Rules), "sinks", len(cfg.Sinks))
+		return nil
+	}
+	var started, retired, replayed int
+	for _, sw := range swaps {
+		started, retired, replayed = started+sw.started, retired+len(sw.retired), replayed+sw.replayed
+	}
+	b.logger.Info("config reloaded", "sinksKept", len(swaps)*len(cfg.Sinks)-started, "sinksStarted", started, "sinksStopped", retired,
+		"rules", len(cfg.Rules), "deliverers", len(swaps), "replayedFromCheckpoint", replayed)
 	return nil
 }
 
-// reloadStandby applies cfg on a replica that does not deliver (it waits
-// for the leader Lease): the informers are rebuilt for the new rules.
-func (b *Bridge) reloadStandby(ctx context.Context, cfg *config.Config, info *ClusterInfo) error {
-	_, oldInformers := b.snapshot()
-	oldInformers.Stop()
-	b.opts.Config = cfg
-	if err := b.buildInformers(cfg, info); err != nil {
-		return b.abortReload(err)
+// swapping is one deliverer's part of a reload: its sink set before and
+// after, what the new set retires, and what adopting it did.
+type swapping struct {
+	d                 *deliverer
+	prev, next        *sinkSet
+	retired           []*sinkRun
+	started, replayed int
+}
+
+// discard closes the sinks built for next that prev does not run: the
+// reload was refused before the swap.
+func (sw *swapping) discard(ctx context.Context) {
+	for _, run := range sw.next.runs() {
+		if sw.prev.run(run.cfg.Name) != run {
+			_ = run.close(ctx)
+		}
 	}
-	syncCtx, cancel := context.WithTimeout(ctx, b.opts.SyncTimeout)
-	defer cancel()
-	if err := b.informers.Start(syncCtx); err != nil {
-		return b.abortReload(err)
+}
+
+// eachSwap runs fn for every deliverer's part at once (a retired sink's
+// drain bounds each, not their sum) and joins their errors.
+func eachSwap(swaps []*swapping, fn func(*swapping) error) error {
+	errs := make([]error, len(swaps))
+	var wg sync.WaitGroup
+	for k, sw := range swaps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[k] = fn(sw)
+		}()
 	}
-	b.logger.Info("config reloaded", "standby", true, "rules", len(cfg.Rules), "sinks", len(cfg.Sinks))
-	return nil
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // abortReload stops the bridge after a reload failed midway.

@@ -50,10 +50,10 @@ type sharded struct {
 	deliverers map[int]*shardRun
 	table      atomic.Pointer[[]*deliverer] // by shard: those delivering, for the informers' goroutines
 
-	// caches is held for reading while views are reconciled against the
-	// informers' caches, and for writing while Reselect replaces them:
-	// no reconciliation reads a cache being listed again.
-	caches   sync.RWMutex
+	// turn is held by one reload, or one shard's start or stop, at a
+	// time (lock): a reload applies to every shard registered, and a
+	// shard starts on the config in force.
+	turn     chan struct{}
 	selectMu sync.Mutex
 	selected []bool // the shards the informers' selector asks for (filter)
 
@@ -64,6 +64,9 @@ type sharded struct {
 	// that replicas starting together see each other before the lists).
 	listed chan struct{}
 
+	// fenced: every sink of the config in force fences where its writes
+	// land (fencedAtDestinations), set at the start and by a reload.
+	fenced        atomic.Bool
 	startFailures atomic.Uint64
 	starting      map[int]bool // shards held whose Acquired has not returned (s.mu)
 }
@@ -78,7 +81,7 @@ type shardRun struct {
 
 func newSharded(b *Bridge, sc *config.Sharding) *sharded {
 	s := &sharded{b: b, space: shards.Space{N: sc.Shards, Key: sc.Key}, logger: b.logger, deliverers: map[int]*shardRun{},
-		selected: make([]bool, sc.Shards), starting: map[int]bool{}}
+		selected: make([]bool, sc.Shards), starting: map[int]bool{}, turn: make(chan struct{}, 1)}
 	s.sinks = newSharedSinks(b.opts.Sinks, b.host, b.logger)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.listed = make(chan struct{})
@@ -124,13 +127,14 @@ func (s *sharded) start(ctx, syncCtx context.Context) error {
 	if err != nil {
 		return err
 	}
+	s.fenced.Store(fencedAtDestinations(b.opts.Sinks, b.opts.Config.Sinks))
 	var members *shards.MemberPods
 	if le.MemberSelector != nil {
 		members = &shards.MemberPods{Pods: lcs.CoreV1().Pods(le.Namespace), Selector: le.MemberSelector, UID: le.PodUID}
 	}
 	s.owner, err = shards.New(shards.Options{Leases: lcs.CoordinationV1().Leases(le.Namespace), Group: le.Name, Identity: le.Identity, Shards: s.space.N,
 		LeaseDuration: le.LeaseDuration, RenewDeadline: le.RenewDeadline, RetryPeriod: le.RetryPeriod, Logger: b.logger, Pods: members,
-		WaitOutCutSends: !fencedAtDestinations(b.opts.Sinks, b.opts.Config.Sinks)}, s)
+		WaitOutCutSends: s.waitOutCutSends}, s)
 	if err != nil {
 		return err
 	}
@@ -146,6 +150,10 @@ func (s *sharded) start(ctx, syncCtx context.Context) error {
 		"informers", in.Specs(), "rules", len(b.rules))
 	return nil
 }
+
+// waitOutCutSends is shards.Options.WaitOutCutSends: whether a sink of
+// the config in force does not fence at its destination.
+func (s *sharded) waitOutCutSends() bool { return !s.fenced.Load() }
 
 // fencedAtDestinations says whether every sink is fenced where its writes
 // land (sinks.Factory.Fences): then a shard handed over starts delivering
@@ -179,7 +187,6 @@ func apiserverFiltersShards(ctx context.Context, cs kubernetes.Interface, ns str
 // replica, not ready, rather than bounce between replicas.
 func (s *sharded) Acquired(ctx context.Context, i int) error {
 	b := s.b
-	cfg := b.opts.Config
 	s.mu.Lock()
 	s.starting[i] = true // not ready until it returns, retries included
 	s.mu.Unlock()
@@ -192,6 +199,10 @@ func (s *sharded) Acquired(ctx context.Context, i int) error {
 	var run *shardRun
 	fence := func() error { return s.owner.Fence(i) }
 	for {
+		if err := s.lock(ctx); err != nil {
+			return err
+		}
+		cfg := b.opts.Config
 		d := newDeliverer(delivererOptions{
 			Registry:           b.opts.Sinks,
 			Host:               b.host,
@@ -207,7 +218,7 @@ func (s *sharded) Acquired(ctx context.Context, i int) error {
 				epoch, _ := shards.HoldEpoch(ctx)
 				return sinks.WithFence(ctx, sinks.Fence{Shard: i, Shards: s.space.N, Epoch: epoch, Valid: fence}), release
 			},
-			Reading: s.reading,
+			Reading: b.readingCaches,
 			Owns: func(h sinks.HeldObject) bool {
 				v := h.UID
 				if s.space.Key == shards.KeyNamespace {
@@ -224,10 +235,13 @@ func (s *sharded) Acquired(ctx context.Context, i int) error {
 		s.mu.Unlock()
 		err := d.start(ctx, cfg, cfg.Sinks)
 		if err == nil {
+			run.started.Store(true)
+			s.unlock()
 			break
 		}
 		s.startFailures.Add(1)
 		s.stop(cancelled(), i, true)
+		s.unlock()
 		wait := retry.Next()
 		s.logger.Error("could not start delivering a shard; trying again", "shard", i, "retryIn", wait, "error", err)
 		select {
@@ -236,7 +250,6 @@ func (s *sharded) Acquired(ctx context.Context, i int) error {
 		case <-time.After(wait):
 		}
 	}
-	run.started.Store(true)
 	select {
 	case <-s.listed:
 	case <-ctx.Done():
@@ -247,8 +260,8 @@ func (s *sharded) Acquired(ctx context.Context, i int) error {
 	if err := s.selectHeld(); err != nil {
 		return err
 	}
-	s.caches.RLock()
-	defer s.caches.RUnlock()
+	b.caches.RLock()
+	defer b.caches.RUnlock()
 	_, in := b.snapshot()
 	if err := in.WaitSynced(ctx); err != nil {
 		return err
@@ -263,6 +276,8 @@ func (s *sharded) Acquired(ctx context.Context, i int) error {
 // (cut short by a shutdown, which drains on its own clock) and writing
 // what was acknowledged (shards.Handler).
 func (s *sharded) Release(i int) {
+	_ = s.lock(context.Background())
+	defer s.unlock()
 	ctx, cancel := context.WithTimeout(s.ctx, s.b.opts.ReloadDrain)
 	defer cancel()
 	s.stop(ctx, i, false)
@@ -280,8 +295,50 @@ func (s *sharded) Fenced(i int) {
 }
 
 // Lost stops delivering shard i at once, writing nothing
-// (shards.Handler): its next owner reconciles from the checkpoint.
-func (s *sharded) Lost(i int) { s.stop(cancelled(), i, true) }
+// (shards.Handler): its next owner reconciles from the checkpoint. A
+// reload in progress finishes first; Fenced has cut the shard's sends
+// already, and its fence refuses any other.
+func (s *sharded) Lost(i int) {
+	_ = s.lock(context.Background())
+	defer s.unlock()
+	s.stop(cancelled(), i, true)
+}
+
+// lock takes the turn (see sharded.turn), or fails when ctx ends first.
+func (s *sharded) lock(ctx context.Context) error {
+	select {
+	case s.turn <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s *sharded) unlock() { <-s.turn }
+
+// reloading holds the shards still for a reload: no shard starts or stops
+// (the turn), and no Reselect lists the informers the reload stops and
+// replaces. done lets them go on.
+func (s *sharded) reloading(ctx context.Context) (done func(), err error) {
+	if err := s.lock(ctx); err != nil {
+		return nil, err
+	}
+	s.selectMu.Lock()
+	return func() {
+		s.selectMu.Unlock()
+		s.unlock()
+	}, nil
+}
+
+// reloaded takes cfg, which a reload put in force, and asks in, the
+// informers it built, for the shards the informers it replaces asked for
+// (where the apiserver filters); the caches are held for writing.
+func (s *sharded) reloaded(cfg *config.Config, in *informer.Informers) {
+	s.fenced.Store(fencedAtDestinations(s.b.opts.Sinks, cfg.Sinks))
+	if s.filter {
+		in.SetShardSelector(s.space.Selector(s.selected))
+	}
+}
 
 func (s *sharded) stop(ctx context.Context, i int, abandon bool) {
 	s.mu.Lock()
@@ -366,8 +423,8 @@ func (s *sharded) selectHeld() error {
 	if covered {
 		return nil
 	}
-	s.caches.Lock()
-	defer s.caches.Unlock()
+	s.b.caches.Lock()
+	defer s.b.caches.Unlock()
 	_, in := s.b.snapshot()
 	// The bridge's lifetime, not the shard's: once the informers are
 	// replaced, the other shards need the new lists whatever becomes of
@@ -397,13 +454,6 @@ func (s *sharded) selectHeld() error {
 		run.d.resync()
 	}
 	return nil
-}
-
-// reading holds the caches for reading while fn reconciles against them.
-func (s *sharded) reading(fn func()) {
-	s.caches.RLock()
-	defer s.caches.RUnlock()
-	fn()
 }
 
 // notify routes a notification to the deliverer of the object's shard

@@ -3,6 +3,8 @@ package bridge
 import (
 	"context"
 	"log/slog"
+	"reflect"
+	"slices"
 	"sync"
 
 	"github.com/kubebridge/kubebridge/pkg/config"
@@ -12,39 +14,47 @@ import (
 // sharedSinks builds each sink, and each dead-letter, once for all the
 // shards a replica delivers: their deliverers share it (a file appended
 // by one writer, one exec plugin process, one connection pool), and the
-// last to close it closes it.
+// last to close it closes it. One is shared by name and settings: a
+// reload that changes a sink's settings builds the new one beside the old
+// one, which its last shard closes when it retires it.
 type sharedSinks struct {
 	reg    *sinks.Registry
 	host   *host
 	logger *slog.Logger // the sinks log for every shard, not the first one's
 
 	mu   sync.Mutex
-	refs map[string]*sharedRef
+	refs map[string][]*sharedRef // by key: one per settings in use
 }
 
 type sharedRef struct {
-	value any
-	close func(context.Context) error
-	n     int
+	settings any // what it was opened with
+	value    any
+	close    func(context.Context) error
+	n        int
 }
 
 func newSharedSinks(reg *sinks.Registry, h *host, logger *slog.Logger) *sharedSinks {
-	return &sharedSinks{reg: reg, host: h, logger: logger, refs: map[string]*sharedRef{}}
+	return &sharedSinks{reg: reg, host: h, logger: logger, refs: map[string][]*sharedRef{}}
 }
 
-// acquire returns key's value, opened at its first use, and what releases
-// this use of it.
-func (s *sharedSinks) acquire(key string, open func() (any, func(context.Context) error, error)) (any, func(context.Context) error, error) {
+// acquire returns the value of key with settings, opened at its first
+// use, and what releases this use of it.
+func (s *sharedSinks) acquire(key string, settings any, open func() (any, func(context.Context) error, error)) (any, func(context.Context) error, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r := s.refs[key]
+	var r *sharedRef
+	for _, o := range s.refs[key] {
+		if reflect.DeepEqual(o.settings, settings) {
+			r = o
+		}
+	}
 	if r == nil {
 		v, c, err := open()
 		if err != nil {
 			return nil, nil, err
 		}
-		r = &sharedRef{value: v, close: c}
-		s.refs[key] = r
+		r = &sharedRef{settings: settings, value: v, close: c}
+		s.refs[key] = append(s.refs[key], r)
 	}
 	r.n++
 	var once sync.Once
@@ -54,7 +64,10 @@ func (s *sharedSinks) acquire(key string, open func() (any, func(context.Context
 			r.n--
 			last := r.n == 0
 			if last {
-				delete(s.refs, key)
+				s.refs[key] = slices.DeleteFunc(s.refs[key], func(o *sharedRef) bool { return o == r })
+				if len(s.refs[key]) == 0 {
+					delete(s.refs, key)
+				}
 			}
 			s.mu.Unlock()
 			if last && r.close != nil {
@@ -68,7 +81,7 @@ func (s *sharedSinks) acquire(key string, open func() (any, func(context.Context
 
 // Create implements sinkCreator.
 func (s *sharedSinks) Create(ctx context.Context, st sinks.Settings) (sinks.Sink, error) {
-	v, release, err := s.acquire("sink/"+st.Config.Name, func() (any, func(context.Context) error, error) {
+	v, release, err := s.acquire("sink/"+st.Config.Name, st.Config, func() (any, func(context.Context) error, error) {
 		st.Logger = s.logger.With("sink", st.Config.Name)
 		sink, err := s.reg.Create(ctx, st)
 		if err != nil {
@@ -87,7 +100,7 @@ func (s *sharedSinks) deadLetter(ctx context.Context, cfg *config.Config, sc con
 	if sc.DeadLetter == nil {
 		return nil, nil, nil
 	}
-	v, release, err := s.acquire("deadLetter/"+sc.Name, func() (any, func(context.Context) error, error) {
+	v, release, err := s.acquire("deadLetter/"+sc.Name, sc.DeadLetter, func() (any, func(context.Context) error, error) {
 		dl, c, err := s.host.deadLetter(ctx, cfg, sc.DeadLetter)
 		return dl, c, err
 	})

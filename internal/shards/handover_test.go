@@ -45,7 +45,7 @@ func TestReleasedShardWaitsOutCutSends(t *testing.T) {
 	for _, wait := range []bool{false, true} {
 		t.Run(fmt.Sprintf("wait=%v", wait), func(t *testing.T) {
 			group := fmt.Sprintf("h%d", time.Now().UnixNano()%1e6)
-			opts := shards.Options{Leases: leases, Group: group, Shards: 1, WaitOutCutSends: wait,
+			opts := shards.Options{Leases: leases, Group: group, Shards: 1, WaitOutCutSends: func() bool { return wait },
 				LeaseDuration: 3 * time.Second, RenewDeadline: 1500 * time.Millisecond, RetryPeriod: 100 * time.Millisecond}
 			start := func(id string) (*shards.Owner, *timedHandler) {
 				h := &timedHandler{acquired: map[int]time.Time{}, epoch: map[int]uint64{}}

@@ -62,8 +62,9 @@ type Options struct {
 	// land, at destinations that cannot refuse it (they do not fence). A
 	// shard taken from an expired Lease has that gap already: its holder
 	// stopped sending RenewDeadline after its last renewal, and the Lease
-	// expires LeaseDuration after it.
-	WaitOutCutSends bool
+	// expires LeaseDuration after it. Asked at each take (a reload may
+	// change the sinks); nil: never wait.
+	WaitOutCutSends func() bool
 	// Pods, when set, counts a member only when it is verifiably a
 	// replica (MemberPods). Nil: every member Lease of the group counts
 	// (replicas that are not Pods: tests, a bridge run by hand).
@@ -857,7 +858,7 @@ func (o *Owner) take(ctx context.Context, i int, current *coordinationv1.Lease, 
 	o.mu.Unlock()
 	o.acquired.Add(1)
 	var wait time.Duration
-	if o.opts.WaitOutCutSends && current != nil && (current.Spec.HolderIdentity == nil || *current.Spec.HolderIdentity == "") {
+	if o.opts.WaitOutCutSends != nil && o.opts.WaitOutCutSends() && current != nil && (current.Spec.HolderIdentity == nil || *current.Spec.HolderIdentity == "") {
 		wait = o.opts.LeaseDuration - o.opts.RenewDeadline
 	}
 	o.logger.Info("took a shard; delivering it", "shard", i, "members", members, "after", wait)

@@ -11,9 +11,8 @@ import (
 	"github.com/kubebridge/kubebridge/internal/testenv"
 )
 
-// Sharding needs a checkpoint every replica reads and no in-place
-// reloads: the chart refuses the file checkpoint, an embedded
-// nats-server's KV and hotReload, naming what to set.
+// Sharding needs a checkpoint every replica reads: the chart refuses the
+// file checkpoint and an embedded nats-server's KV, naming what to set.
 func TestChartShardingRefusesWhatCannotShare(t *testing.T) {
 	embedded := strings.Replace(chartNATSConfig, `{url: "nats://nats.nats.svc:4222", jetstream: true}`, "{embedded: true, jetstream: true}", 1)
 	cases := []struct{ name, values, want string }{
@@ -21,8 +20,6 @@ func TestChartShardingRefusesWhatCannotShare(t *testing.T) {
 			"sharding (4 shards) needs config.checkpoint.natsKV on a NATS server every replica reaches (a nats sink with a url, not embedded)"},
 		{"embedded nats-server", "sharding: {shards: 4}\nleaderElection: {enabled: false}\n" + embedded + "  checkpoint: {natsKV: {sink: bus}}\n",
 			"the checkpoint is natsKV-embedded"},
-		{"hotReload", "sharding: {shards: 4}\nhotReload: true\nleaderElection: {enabled: false}\n" + chartNATSConfig + "  checkpoint: {natsKV: {sink: bus}}\n",
-			"set hotReload=false"},
 		{"sharding set twice", "sharding: {shards: 4}\n" + chartNATSConfig + "  checkpoint: {natsKV: {sink: bus}}\n  sharding: {shards: 2}\n",
 			"sharding is set twice"},
 		{"config.sharding with the file checkpoint", "leaderElection: {enabled: false}\n" + chartNATSConfig + "  sharding: {shards: 2}\n",
@@ -35,6 +32,20 @@ func TestChartShardingRefusesWhatCannotShare(t *testing.T) {
 				t.Errorf("want a failure naming %q; got %v:\n%s", c.want, err, out)
 			}
 		})
+	}
+}
+
+// Sharded replicas apply a config change in place (hotReload): the chart
+// passes --reload=true and leaves out the checksum that would roll the
+// pods.
+func TestChartShardingWithHotReload(t *testing.T) {
+	values := "replicas: 2\nsharding: {shards: 4}\nhotReload: true\n" + chartNATSConfig + "  checkpoint: {natsKV: {sink: bus}}\n"
+	out, err := helm(t, "template", "kb", chartDir, "--namespace", "kb-system", "-f", chartValues(t, values))
+	if err != nil {
+		t.Fatalf("helm template: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "--reload=true") || strings.Contains(out, "checksum/config") {
+		t.Errorf("want --reload=true and no checksum/config annotation:\n%s", out)
 	}
 }
 

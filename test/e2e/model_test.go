@@ -89,8 +89,9 @@ import (
 //
 // TestModelSharded runs the same model with sharding (4 shards, NATS KV
 // checkpoint) and two to three replicas: a kill or term hits one replica,
-// the others keep delivering; a reload is a rolling restart onto the new
-// config; scale adds a replica or takes one away (SIGTERM). The apiserver
+// the others keep delivering; a reload applies in place on every replica,
+// with a replica joining meanwhile while there are fewer than three;
+// scale adds a replica or takes one away (SIGTERM). The apiserver
 // fault is an outage past the shard Leases' renew deadline: every
 // replica's holds lapse, and resume with their queues once it is back.
 //
@@ -1009,60 +1010,64 @@ func (m *modelRun) writeConfig() {
 	m.writeLinkConfigs()
 }
 
-// reload switches the config variant and waits until the bridge applied
-// it. A refused config (the model's configs are valid) is reported, and
-// the previous variant is written back so that file and bridge agree.
+// reload switches the config variant and waits until every bridge applied
+// it. Sharded, a replica joins meanwhile while there are fewer than three
+// (shards move while the others reload: a shard given back or taken waits
+// for the reload, and one taken starts on the new config). A refused
+// config (the model's configs are valid) is reported, and the previous
+// variant is written back so that file and bridges agree.
 func (m *modelRun) reload() {
 	m.variant = 1 - m.variant
-	if m.shards > 0 {
-		// Sharded replicas do not reload in place: the pods roll, one at a
-		// time, onto the new config.
-		m.writeConfig()
-		m.logOp("config rewritten: variant %d; rolling the replicas", m.variant)
-		for _, b := range m.bridges {
-			m.terminate(b)
-			b.start()
-		}
-		return
-	}
-	refusal := m.applyConfig()
+	refusal := m.applyConfig(m.shards > 0 && len(m.bridges) < 3)
 	if refusal == "" {
 		return
 	}
-	m.t.Errorf("%s: the bridge refused a valid config (variant %d): %s", m.seedLine(), m.variant, refusal)
+	m.t.Errorf("%s: a bridge refused a valid config (variant %d): %s", m.seedLine(), m.variant, refusal)
 	m.variant = 1 - m.variant
-	if again := m.applyConfig(); again != "" {
-		m.t.Fatalf("%s: the bridge refused the running config too: %s", m.seedLine(), again)
+	if again := m.applyConfig(false); again != "" {
+		m.t.Fatalf("%s: a bridge refused the running config too: %s", m.seedLine(), again)
 	}
 }
 
-// applyConfig writes the config of the current variant and waits until the
-// bridge reloaded it; it returns the refusal logged, if any.
-func (m *modelRun) applyConfig() string {
-	log := m.bridges[0].log()
-	before, refusedBefore := strings.Count(log, "config reloaded"), strings.Count(log, "config change refused")
+// applyConfig writes the config of the current variant (then, with join,
+// starts one more replica) and waits until every bridge running before
+// reloaded it; it returns a refusal logged, if any.
+func (m *modelRun) applyConfig(join bool) string {
+	type count struct{ reloaded, refused int }
+	before := map[*bridgeProc]count{}
+	for _, b := range m.bridges {
+		log := b.log()
+		before[b] = count{strings.Count(log, "config reloaded"), strings.Count(log, "config change refused")}
+	}
+	waiting := slices.Clone(m.bridges)
 	m.writeConfig()
 	m.logOp("config rewritten: variant %d", m.variant)
+	if join {
+		m.addReplica()
+	}
 	refusal := ""
 	applied := poll(30*time.Second, func() bool {
-		log := m.bridges[0].log()
-		if strings.Count(log, "config reloaded") > before {
-			m.logOp("config reloaded")
-			return true
-		}
-		if strings.Count(log, "config change refused") > refusedBefore {
-			refusal = log[strings.LastIndex(log, "config change refused"):]
-			if j := strings.IndexByte(refusal, '\n'); j >= 0 {
-				refusal = refusal[:j]
+		waiting = slices.DeleteFunc(waiting, func(b *bridgeProc) bool {
+			log := b.log()
+			if strings.Count(log, "config reloaded") > before[b].reloaded {
+				m.logOp("config reloaded (pid %d)", b.cmd.Process.Pid)
+				return true
 			}
-			m.logOp("config refused: %s", refusal)
-			return true
-		}
-		return false
+			if strings.Count(log, "config change refused") > before[b].refused {
+				refusal = log[strings.LastIndex(log, "config change refused"):]
+				if j := strings.IndexByte(refusal, '\n'); j >= 0 {
+					refusal = refusal[:j]
+				}
+				m.logOp("config refused (pid %d): %s", b.cmd.Process.Pid, refusal)
+				return true
+			}
+			return false
+		})
+		return len(waiting) == 0
 	})
 	if !applied {
-		m.logOp("config not reloaded within 30s")
-		m.t.Errorf("%s: the bridge did not apply the rewritten config within 30s", m.seedLine())
+		m.logOp("config not reloaded within 30s by %d bridges", len(waiting))
+		m.t.Errorf("%s: %d bridges did not apply the rewritten config within 30s", m.seedLine(), len(waiting))
 	}
 	return refusal
 }

@@ -37,17 +37,13 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{/*
 kubebridge.checkSharding fails the render when sharding cannot keep its
 promise: each shard's views must be readable by whichever replica owns it
-next (a NATS KV every replica reaches), and the bridge does not apply a
-config change in place while it shares shards (hotReload).
+next (a NATS KV every replica reaches).
 */}}
 {{- define "kubebridge.checkSharding" -}}
 {{- if include "kubebridge.sharded" . -}}
 {{- $kind := include "kubebridge.checkpointKind" . -}}
 {{- if ne $kind "natsKV" -}}
 {{- fail (printf "sharding (%d shards) needs config.checkpoint.natsKV on a NATS server every replica reaches (a nats sink with a url, not embedded): each shard's acknowledged views must be readable by whichever replica owns the shard next; the checkpoint is %s" (int (dig "sharding" "shards" (.Values.sharding.shards | default 0) (.Values.config | default dict))) $kind) -}}
-{{- end -}}
-{{- if .Values.hotReload -}}
-{{- fail "sharding shares the objects among replicas, which do not apply a config change in place: set hotReload=false (config changes roll the pods)" -}}
 {{- end -}}
 {{- if and (.Values.config | default dict).sharding (gt (int ((.Values.sharding | default dict).shards | default 0)) 0) -}}
 {{- fail "sharding is set twice: in the chart's sharding values and in config.sharding; keep one" -}}
