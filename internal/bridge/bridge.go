@@ -16,6 +16,7 @@ import (
 
 	"github.com/kubebridge/kubebridge/internal/admin"
 	"github.com/kubebridge/kubebridge/internal/delivery"
+	"github.com/kubebridge/kubebridge/internal/shards"
 	"github.com/kubebridge/kubebridge/pkg/components"
 	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
@@ -145,10 +146,11 @@ type Bridge struct {
 	// listed again.
 	caches sync.RWMutex
 
-	host    *host       // what sinks share (connections, embedded servers): closed last
-	deliver *deliverer  // the sinks, their views and deliveries, the checkpoint
-	owner   *leaseOwner // nil: this replica delivers from the start
-	sharded *sharded    // set with config sharding: owner and deliver stay unused
+	host    *host           // what sinks share (connections, embedded servers): closed last
+	deliver *deliverer      // the sinks, their views and deliveries, the checkpoint
+	owner   *leaseOwner     // nil: this replica delivers from the start
+	renewal *shards.Renewal // the leader Lease's, with leader election
+	sharded *sharded        // set with config sharding: owner and deliver stay unused
 
 	fatal        chan error
 	reloadMu     sync.Mutex  // one reload at a time, not during shutdown
@@ -180,6 +182,13 @@ func New(opts Options) *Bridge {
 	h := newHost(opts.Logger, opts.Sinks)
 	opts.Sinks = h.sinks // the sinks get the host (sinks.Settings.Host)
 	b := &Bridge{opts: opts, logger: opts.Logger, fatal: make(chan error, 1), host: h}
+	// Alone, the one shard is held forever; under leader election, behind
+	// the Lease, whose renewals the leaseOwner records.
+	scope := shards.Forever()
+	if le := opts.LeaderElection; le != nil && opts.Config.Sharding == nil {
+		b.renewal = shards.NewRenewal(le.withDefaults().RenewDeadline)
+		scope = leaderScope(b.renewal)
+	}
 	latency := newLatency()
 	b.deliver = newDeliverer(delivererOptions{
 		Registry:           opts.Sinks,
@@ -188,8 +197,7 @@ func New(opts Options) *Bridge {
 		Source:             b.source,
 		OpenStore:          b.openCheckpoint,
 		CheckpointInterval: opts.CheckpointInterval,
-		Fence:              b.fence,
-		Hold:               b.hold,
+		Scope:              scope,
 		Reading:            b.readingCaches,
 		Latency:            latency,
 	})
@@ -232,7 +240,7 @@ func (b *Bridge) Start(ctx context.Context) (err error) {
 		if err != nil {
 			return err
 		}
-		b.owner = newLeaseOwner(*le, cs, b.logger)
+		b.owner = newLeaseOwner(*le, cs, b.renewal, b.logger)
 		// Campaign while the caches fill: a replica elected at once streams
 		// its initial list too; the others keep warm caches.
 		if err := b.owner.run(b.lead, b.lost); err != nil {
@@ -354,7 +362,7 @@ func (b *Bridge) lead(ctx context.Context) {
 	// container) may leave its holder's cut sends still landing: with a
 	// sink that cannot refuse them at its destination, wait out their
 	// bound first (docs/sharding.md, "Fencing where writes land").
-	if b.owner.lock.epoch.Load() > 0 && !fencedAtDestinations(b.opts.Sinks, cfg.Sinks) {
+	if b.renewal.Epoch() > 0 && !fencedAtDestinations(b.opts.Sinks, cfg.Sinks) {
 		t := time.NewTimer(b.owner.le.LeaseDuration - b.owner.le.RenewDeadline)
 		select {
 		case <-t.C:
@@ -385,25 +393,6 @@ func (b *Bridge) lost() {
 		b.logger.Warn("stopped delivering after the lease was lost", "error", err)
 	}
 	b.fail(ErrLostLeadership)
-}
-
-// fence fails while this replica may not deliver: past its Lease. Alone,
-// it never fails.
-func (b *Bridge) fence() error {
-	if b.owner == nil {
-		return nil
-	}
-	return b.owner.fence()
-}
-
-// hold tags a send with the leader's fencing token (sinks.Fence: one
-// shard, the leader Lease's transitions as epoch), for destinations that
-// check it. Alone, none: no other replica can have sent.
-func (b *Bridge) hold(ctx context.Context) (context.Context, context.CancelFunc) {
-	if b.owner == nil {
-		return ctx, func() {}
-	}
-	return sinks.WithFence(ctx, sinks.Fence{Shards: 1, Epoch: b.owner.lock.epoch.Load(), Valid: b.owner.fence}), func() {}
 }
 
 // reconciled reconciles the views once the caches synced and logs the

@@ -17,6 +17,7 @@ import (
 	"github.com/kubebridge/kubebridge/internal/backoff"
 	"github.com/kubebridge/kubebridge/internal/checkpoint"
 	"github.com/kubebridge/kubebridge/internal/delivery"
+	"github.com/kubebridge/kubebridge/internal/shards"
 	"github.com/kubebridge/kubebridge/internal/stage"
 	"github.com/kubebridge/kubebridge/internal/view"
 	"github.com/kubebridge/kubebridge/pkg/config"
@@ -71,12 +72,10 @@ type delivererOptions struct {
 	// running bridge owns the checkpoint).
 	OpenStore          func(ctx context.Context) (checkpoint.Store, func() error, error)
 	CheckpointInterval time.Duration
-	// Fence, when set, is checked before every send and checkpoint write:
-	// it fails once this replica may no longer own what it delivers.
-	Fence func() error
-	// Hold, when set, bounds each send by the hold the fence was passed
-	// under (delivery.Hooks.Hold).
-	Hold func(ctx context.Context) (context.Context, context.CancelFunc)
+	// Scope is the shard of the objects this deliverer delivers, as this
+	// replica holds it: every send and checkpoint write is fenced by it
+	// and bounded by its holding (delivery.Hooks.Fence and Hold).
+	Scope shards.Scope
 	// Reading, when set, runs fn while the informers' caches may be read
 	// (not relisted meanwhile: sharding's Reselect).
 	Reading func(fn func())
@@ -135,8 +134,7 @@ func (d *deliverer) start(ctx context.Context, cfg *config.Config, cfgs []config
 			return err
 		}
 		d.store, d.closeStore = store, closeStore
-		recorder = checkpoint.NewRecorder(store, d.opts.CheckpointInterval, d.opts.Logger)
-		recorder.Fence, recorder.Hold = d.opts.Fence, d.opts.Hold // past its lease a replica writes no checkpoint either
+		recorder = checkpoint.NewRecorder(store, d.opts.CheckpointInterval, d.opts.Logger, d.opts.Scope) // past its lease a replica writes no checkpoint either
 		d.recorder.Store(recorder)
 		d.wg.Add(1)
 		go func() {
@@ -175,7 +173,7 @@ func (d *deliverer) startRun(ctx context.Context, cfg *config.Config, s *sinkRun
 	if d.opts.Latency != nil {
 		latency = d.opts.Latency.WithLabelValues(name)
 	}
-	hooks := delivery.Hooks{Fence: d.opts.Fence, Hold: d.opts.Hold, OnAck: func(evs []*event.Event) {
+	hooks := delivery.Hooks{Fence: d.opts.Scope.Fence, Hold: d.opts.Scope.Hold, OnAck: func(evs []*event.Event) {
 		if recorder != nil {
 			recorder.Acked(name, evs)
 		}

@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"os"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,6 +14,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+
+	"github.com/kubebridge/kubebridge/internal/shards"
 )
 
 // LeaderElection makes several replicas share one Lease: the holder
@@ -38,17 +38,12 @@ type LeaderElection struct {
 // ErrLostLeadership is reported on Fatal when this replica stopped leading.
 var ErrLostLeadership = errors.New("lost the leader lease; stopped delivering")
 
-// fencedLock is a resource lock that remembers when this replica last
-// wrote the Lease successfully. Deliveries check it before every send: a
-// leader sends only within RenewDeadline of its last renewal, and another
-// replica can take the Lease only LeaseDuration after it, so two leaders
-// never deliver at once, even when this process was frozen and resumes
-// before its elector notices.
+// fencedLock is a resource lock that records each successful write of
+// the Lease by this replica in its renewal (shards.Renewal, the fence of
+// every kind of ownership): deliveries check it before every send.
 type fencedLock struct {
 	resourcelock.Interface
-	base    time.Time     // monotonic origin: the fence must not move with the wall clock
-	renewed atomic.Int64  // when the last successful Create/Update started, in nanos since base, +1; 0: never
-	epoch   atomic.Uint64 // the Lease's transitions as this replica last wrote it: the fencing token's epoch
+	renewal *shards.Renewal
 }
 
 // Create and Update record when a successful write started: the Lease
@@ -58,8 +53,7 @@ func (l *fencedLock) Create(ctx context.Context, r resourcelock.LeaderElectionRe
 	start := time.Now()
 	err := l.Interface.Create(ctx, r)
 	if err == nil && r.HolderIdentity == l.Identity() {
-		l.epoch.Store(uint64(max(r.LeaderTransitions, 0)))
-		l.renewed.Store(int64(start.Sub(l.base)) + 1)
+		l.renewal.Renewed(start, uint64(max(r.LeaderTransitions, 0)))
 	}
 	return err
 }
@@ -68,20 +62,9 @@ func (l *fencedLock) Update(ctx context.Context, r resourcelock.LeaderElectionRe
 	start := time.Now()
 	err := l.Interface.Update(ctx, r)
 	if err == nil && r.HolderIdentity == l.Identity() {
-		l.epoch.Store(uint64(max(r.LeaderTransitions, 0)))
-		l.renewed.Store(int64(start.Sub(l.base)) + 1)
+		l.renewal.Renewed(start, uint64(max(r.LeaderTransitions, 0)))
 	}
 	return err
-}
-
-// sinceRenewal is how long ago the last successful write started; never
-// renewed, longer than any deadline.
-func (l *fencedLock) sinceRenewal() time.Duration {
-	at := l.renewed.Load()
-	if at == 0 {
-		return time.Duration(math.MaxInt64)
-	}
-	return time.Since(l.base) - time.Duration(at-1)
 }
 
 // leaseOwner is ownership by one Lease: the replica holding it owns every
@@ -129,9 +112,11 @@ func (b *Bridge) leaseSettings() LeaderElection {
 	return le.withDefaults()
 }
 
-func newLeaseOwner(le LeaderElection, cs kubernetes.Interface, logger *slog.Logger) *leaseOwner {
+// newLeaseOwner campaigns for le's Lease through cs, recording its
+// renewals in r.
+func newLeaseOwner(le LeaderElection, cs kubernetes.Interface, r *shards.Renewal, logger *slog.Logger) *leaseOwner {
 	le = le.withDefaults()
-	lock := &fencedLock{base: time.Now(), Interface: &resourcelock.LeaseLock{
+	lock := &fencedLock{renewal: r, Interface: &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: le.Namespace, Name: le.Name},
 		Client:     cs.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: le.Identity},
@@ -141,13 +126,17 @@ func newLeaseOwner(le LeaderElection, cs kubernetes.Interface, logger *slog.Logg
 	return o
 }
 
-// fence fails once this replica may no longer hold the Lease: more than
-// RenewDeadline after its last renewal (see fencedLock).
-func (o *leaseOwner) fence() error {
-	if since := o.lock.sinceRenewal(); since > o.le.RenewDeadline {
-		return fmt.Errorf("not the leader: lease last renewed %s ago", since.Round(time.Millisecond))
-	}
-	return nil
+// leaderScope is the one shard a replica under leader election holds
+// behind the Lease whose renewal is r: fenced once this replica may no
+// longer hold the Lease, more than RenewDeadline after its last renewal
+// (see fencedLock).
+func leaderScope(r *shards.Renewal) shards.Scope {
+	return shards.LeaseScope(r, func() error {
+		if err := r.Check(); err != nil {
+			return fmt.Errorf("not the leader: %w", err)
+		}
+		return nil
+	})
 }
 
 // run campaigns until release. acquired runs when this replica comes to

@@ -197,7 +197,6 @@ func (s *sharded) Acquired(ctx context.Context, i int) error {
 	}()
 	retry := backoff.Backoff{Initial: 200 * time.Millisecond, Max: 10 * time.Second}
 	var run *shardRun
-	fence := func() error { return s.owner.Fence(i) }
 	for {
 		if err := s.lock(ctx); err != nil {
 			return err
@@ -212,13 +211,8 @@ func (s *sharded) Acquired(ctx context.Context, i int) error {
 			Source:             s.source(i),
 			OpenStore:          s.openStore(i),
 			CheckpointInterval: b.opts.CheckpointInterval,
-			Fence:              fence,
-			Hold: func(ctx context.Context) (context.Context, context.CancelFunc) {
-				ctx, release := s.owner.Hold(ctx, i)
-				epoch, _ := shards.HoldEpoch(ctx)
-				return sinks.WithFence(ctx, sinks.Fence{Shard: i, Shards: s.space.N, Epoch: epoch, Valid: fence}), release
-			},
-			Reading: b.readingCaches,
+			Scope:              s.owner.Scope(i),
+			Reading:            b.readingCaches,
 			Owns: func(h sinks.HeldObject) bool {
 				v := h.UID
 				if s.space.Key == shards.KeyNamespace {

@@ -125,7 +125,7 @@ func TestRecorder(t *testing.T) {
 	s, err := OpenBolt(filepath.Join(t.TempDir(), "state.db"), false)
 	must(t, err)
 	defer s.Close()
-	r := NewRecorder(s, time.Hour, slog.New(slog.DiscardHandler))
+	r := NewRecorder(s, time.Hour, slog.New(slog.DiscardHandler), nil)
 	go r.Run()
 	stopped := false
 	defer func() {
@@ -172,7 +172,7 @@ func (f *failing) Apply(ctx context.Context, changes []Change) error {
 func TestIntentDurableBeforeItCounts(t *testing.T) {
 	bolt := openBolt(t)
 	s := &failing{Store: bolt}
-	r := NewRecorder(s, time.Hour, slog.New(slog.DiscardHandler))
+	r := NewRecorder(s, time.Hour, slog.New(slog.DiscardHandler), nil)
 	ctx := context.Background()
 	batch := []*event.Event{ev("a", "1", event.Added)}
 	s.down.Store(true)
@@ -190,7 +190,7 @@ func TestIntentDurableBeforeItCounts(t *testing.T) {
 // replacement was in flight) knows the sink may hold either.
 func TestIntentBesideAcknowledged(t *testing.T) {
 	bolt := openBolt(t)
-	r := NewRecorder(bolt, time.Hour, slog.New(slog.DiscardHandler))
+	r := NewRecorder(bolt, time.Hour, slog.New(slog.DiscardHandler), nil)
 	ctx := context.Background()
 	first := ev("a", "1", event.Added)
 	must(t, r.Intend(ctx, "bus", []*event.Event{first}))
@@ -207,7 +207,7 @@ func TestIntentBesideAcknowledged(t *testing.T) {
 		t.Fatalf("crash point: %+v, want u-a acknowledged and u-a2 pending", sl)
 	}
 	// A fresh recorder (the restart) learns it and settles it on the ack.
-	r2 := NewRecorder(bolt, time.Hour, slog.New(slog.DiscardHandler))
+	r2 := NewRecorder(bolt, time.Hour, slog.New(slog.DiscardHandler), nil)
 	r2.Known("bus", "r", view)
 	must(t, r2.Intend(ctx, "bus", []*event.Event{repl}))
 	r2.Acked("bus", []*event.Event{ev("a", "1", event.Deleted), repl})
@@ -235,7 +235,7 @@ func (s *slowStore) Apply(ctx context.Context, changes []Change) error {
 func TestRecorderIntentsGroupCommit(t *testing.T) {
 	bolt := openBolt(t)
 	s := &slowStore{Store: bolt}
-	r := NewRecorder(s, time.Hour, slog.New(slog.DiscardHandler))
+	r := NewRecorder(s, time.Hour, slog.New(slog.DiscardHandler), nil)
 	ctx := context.Background()
 	const sinks = 16
 	var wg sync.WaitGroup
@@ -269,7 +269,7 @@ func must(t testing.TB, err error) {
 // the entry of the incarnation the key holds.
 func TestLeavingIntentsAndConditionalDeletes(t *testing.T) {
 	bolt := openBolt(t)
-	r := NewRecorder(bolt, time.Hour, slog.New(slog.DiscardHandler))
+	r := NewRecorder(bolt, time.Hour, slog.New(slog.DiscardHandler), nil)
 	ctx := context.Background()
 	in := ev("a", "1", event.Added)
 	must(t, r.Intend(ctx, "bus", []*event.Event{in}))
@@ -296,7 +296,7 @@ func TestLeavingIntentsAndConditionalDeletes(t *testing.T) {
 func TestNoSecondIntentForAnAcknowledgedIncarnation(t *testing.T) {
 	bolt := openBolt(t)
 	s := &slowStore{Store: bolt}
-	r := NewRecorder(s, time.Hour, slog.New(slog.DiscardHandler))
+	r := NewRecorder(s, time.Hour, slog.New(slog.DiscardHandler), nil)
 	ctx := context.Background()
 	added := ev("a", "1", event.Added)
 	must(t, r.Intend(ctx, "bus", []*event.Event{added}))
@@ -345,13 +345,8 @@ func (h *hangingStore) Apply(ctx context.Context, changes []Change) error {
 func TestRecorderWriteBoundedByItsHold(t *testing.T) {
 	bolt := openBolt(t)
 	s := &hangingStore{Store: bolt, entered: make(chan struct{}, 1)}
-	r := NewRecorder(s, time.Hour, slog.New(slog.DiscardHandler))
 	hold, lapse := context.WithCancel(context.Background())
-	r.Hold = func(ctx context.Context) (context.Context, context.CancelFunc) {
-		ctx, cancel := context.WithCancel(ctx)
-		stop := context.AfterFunc(hold, cancel)
-		return ctx, func() { stop(); cancel() }
-	}
+	r := NewRecorder(s, time.Hour, slog.New(slog.DiscardHandler), heldBy{hold})
 	ctx := context.Background()
 	e := ev("a", "1", event.Added)
 	r.Acked("bus", []*event.Event{e})
@@ -382,7 +377,7 @@ func TestRecorderWriteBoundedByItsHold(t *testing.T) {
 // both: the entry time (a request's for) and the stamp (its ids).
 func TestRestampedIncarnationKeepsItsEntryTime(t *testing.T) {
 	bolt := openBolt(t)
-	r := NewRecorder(bolt, time.Hour, slog.New(slog.DiscardHandler))
+	r := NewRecorder(bolt, time.Hour, slog.New(slog.DiscardHandler), nil)
 	ctx := context.Background()
 	added := ev("a", "1", event.Added)
 	must(t, r.Intend(ctx, "bus", []*event.Event{added}))
@@ -393,7 +388,7 @@ func TestRestampedIncarnationKeepsItsEntryTime(t *testing.T) {
 		t.Fatalf("acknowledged: %+v, want entered %d and no stamp of its own", a, added.Entered)
 	}
 
-	r = NewRecorder(bolt, time.Hour, slog.New(slog.DiscardHandler)) // a restart
+	r = NewRecorder(bolt, time.Hour, slog.New(slog.DiscardHandler), nil) // a restart
 	r.Known("bus", "r", view)
 	stamp := added.Entered + 1000
 	again := event.Build(added.RuleInfo(), event.Transition{Change: event.Updated, Object: ev("a", "2", event.Updated).Object(), Entered: added.Entered, Stamp: stamp})
@@ -408,4 +403,15 @@ func TestRestampedIncarnationKeepsItsEntryTime(t *testing.T) {
 	if sl := view["ns/a"]; sl.Acked == nil || sl.Acked.Entered != added.Entered || sl.Acked.IDStamp() != stamp || len(sl.Pending) != 0 {
 		t.Errorf("after its acknowledgement: %+v", sl)
 	}
+}
+
+// heldBy is a Fencing whose holding lasts as long as its context.
+type heldBy struct{ ctx context.Context }
+
+func (heldBy) Fence() error { return nil }
+
+func (h heldBy) Hold(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(h.ctx, cancel)
+	return ctx, func() { stop(); cancel() }
 }

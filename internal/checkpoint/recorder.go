@@ -25,13 +25,8 @@ type Recorder struct {
 	store    Store
 	interval time.Duration
 	logger   *slog.Logger
-	// Fence: see the comment on change. Set before Run.
-	Fence func() error
-	// Hold, when set, bounds each write by the hold its fence check
-	// passed under (a shard's Lease): a write is cut short when that hold
-	// lapses, so it cannot land after another replica took over. Set
-	// before Run.
-	Hold func(ctx context.Context) (context.Context, context.CancelFunc)
+	// fencing is what every write runs under (Fencing); nil: unfenced.
+	fencing Fencing
 
 	flushMu sync.Mutex // one flush at a time, so that newer changes land last
 	mu      sync.Mutex
@@ -53,10 +48,17 @@ type change struct {
 	ifUID string
 }
 
-// Fence, when set, is checked before every write: while it fails (this
-// replica may no longer be the leader) nothing is written, so a replica
-// that was paused past its lease never overwrites its successor's
-// checkpoint.
+// Fencing is the ownership a recorder writes under (shards.Scope). Fence
+// is checked before every write: while it fails (this replica may no
+// longer own what it records) nothing is written, so a replica that was
+// paused past its lease never overwrites its successor's checkpoint. Hold
+// bounds each write by the holding its fence check passed under: a write
+// is cut short when that holding lapses, so it cannot land after another
+// replica took over.
+type Fencing interface {
+	Fence() error
+	Hold(ctx context.Context) (context.Context, context.CancelFunc)
+}
 
 var incSeed = maphash.MakeSeed()
 
@@ -74,9 +76,10 @@ func incarnation(uid string, stamp int64) uint64 {
 	return h.Sum64() | 1 // never 0: 0 means none
 }
 
-// NewRecorder returns a recorder flushing into store every interval; Run starts it.
-func NewRecorder(store Store, interval time.Duration, logger *slog.Logger) *Recorder {
-	return &Recorder{store: store, interval: interval, logger: logger,
+// NewRecorder returns a recorder flushing into store every interval, under
+// fencing (nil: unfenced, a replica running alone); Run starts it.
+func NewRecorder(store Store, interval time.Duration, logger *slog.Logger, fencing Fencing) *Recorder {
+	return &Recorder{store: store, interval: interval, logger: logger, fencing: fencing,
 		changes: map[changeKey]change{}, durable: map[changeKey]uint64{}, maybe: map[changeKey][]Entry{},
 		stop: make(chan struct{}), done: make(chan struct{})}
 }
@@ -292,13 +295,11 @@ func (r *Recorder) Flush(ctx context.Context) error {
 	r.changes, r.order = map[changeKey]change{}, nil
 	r.mu.Unlock()
 	err := error(nil)
-	if r.Hold != nil {
+	if r.fencing != nil {
 		var release context.CancelFunc
-		ctx, release = r.Hold(ctx)
+		ctx, release = r.fencing.Hold(ctx)
 		defer release()
-	}
-	if r.Fence != nil {
-		err = r.Fence()
+		err = r.fencing.Fence()
 	}
 	if err == nil {
 		err = r.store.Apply(ctx, changes)

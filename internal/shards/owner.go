@@ -153,11 +153,8 @@ type Owner struct {
 	// instance is unique to this process: written into every Lease it
 	// writes (annotationInstance).
 	instance string
-	// base is the monotonic origin of renewed: the fence must not move
-	// with the wall clock.
-	base    time.Time
-	renewed []atomic.Int64   // per shard: when a successful write of its Lease started (nanos since base, +1); 0: not held
-	seen    map[string]*seen // by Lease name: its last version and when it changed (the loop's)
+	renewals []*Renewal      // per shard: its fence
+	seen     map[string]*seen // by Lease name: its last version and when it changed (the loop's)
 	// holds, per shard, is cancelled when the hold lapses or ends: sends
 	// under it stop then (Hold). Replaced when a hold starts or resumes.
 	holds  []hold
@@ -230,8 +227,7 @@ func New(opts Options, h Handler) (*Owner, error) {
 		opts: opts, h: h, logger: opts.Logger.With("identity", opts.Identity),
 		member:   fmt.Sprintf("%s-member-%016x", opts.Group, Hash(opts.Identity)), // memberLease
 		instance: newInstance(),
-		base:     time.Now(),
-		renewed:  make([]atomic.Int64, opts.Shards),
+		renewals: make([]*Renewal, opts.Shards),
 		seen:     map[string]*seen{},
 		claims:   map[int]*claim{},
 		busy:     make([]chan struct{}, opts.Shards),
@@ -239,6 +235,7 @@ func New(opts Options, h Handler) (*Owner, error) {
 		stop:     func() {},
 	}
 	for i := range o.busy {
+		o.renewals[i] = NewRenewal(opts.RenewDeadline)
 		o.busy[i] = closed
 		o.holds[i] = endedHold
 	}
@@ -315,18 +312,16 @@ func (o *Owner) Hold(ctx context.Context, shard int) (context.Context, context.C
 	return ctx, func() { stop(); cancel(context.Canceled) }
 }
 
-// mark records that a write of shard i's Lease that started at start
+// mark records that a write of shard i's Lease l that started at start
 // succeeded.
-func (o *Owner) mark(i int, start time.Time) { o.renewed[i].Store(int64(start.Sub(o.base)) + 1) }
+func (o *Owner) mark(i int, l *coordinationv1.Lease, start time.Time) {
+	o.renewals[i].Renewed(start, Epoch(l))
+}
 
 // sinceRenewal is how long ago shard i's last successful write started,
 // and whether it is held.
 func (o *Owner) sinceRenewal(i int, now time.Time) (time.Duration, bool) {
-	at := o.renewed[i].Load()
-	if at == 0 {
-		return 0, false
-	}
-	return now.Sub(o.base) - time.Duration(at-1), true
+	return o.renewals[i].Since(now)
 }
 
 // ShardLease is the name of shard i's Lease in group.
@@ -335,14 +330,14 @@ func ShardLease(group string, i int) string { return group + "-shard-" + strconv
 // Fence fails while this replica may not deliver shard: it does not hold
 // its Lease, or its last renewal started more than RenewDeadline ago.
 func (o *Owner) Fence(shard int) error {
-	since, held := o.sinceRenewal(shard, time.Now())
-	if !held {
+	err := o.renewals[shard].Check()
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, errNotHeld):
 		return fmt.Errorf("shard %d is not held by this replica", shard)
 	}
-	if since > o.opts.RenewDeadline {
-		return fmt.Errorf("shard %d: lease last renewed %s ago", shard, since.Round(time.Millisecond))
-	}
-	return nil
+	return fmt.Errorf("shard %d: %w", shard, err)
 }
 
 // Run starts the loop; it runs until Release. A watchdog beside it stops
@@ -411,7 +406,7 @@ func (o *Owner) Release() {
 	o.claims = map[int]*claim{}
 	o.mu.Unlock()
 	for i, c := range claims {
-		o.renewed[i].Store(0)
+		o.renewals[i].End()
 		o.mu.Lock()
 		o.endHold(i, errors.New("this replica released the shard"))
 		o.mu.Unlock()
@@ -677,7 +672,7 @@ func (o *Owner) renewShards(ctx context.Context, leases map[string]*coordination
 			resumed := false
 			if o.claims[i] == c {
 				c.lease = l
-				o.mark(i, start)
+				o.mark(i, l, start)
 				if since, _ := o.sinceRenewal(i, time.Now()); c.lapsed && since <= o.opts.RenewDeadline {
 					c.lapsed, resumed = false, true
 					o.openHold(i, l)
@@ -732,7 +727,7 @@ func (o *Owner) lose(i int, c *claim, why string) {
 		return
 	}
 	delete(o.claims, i)
-	o.renewed[i].Store(0)
+	o.renewals[i].End()
 	o.endHold(i, errors.New("another replica took the shard"))
 	c.cancel()
 	prev := o.busy[i]
@@ -853,7 +848,7 @@ func (o *Owner) take(ctx context.Context, i int, current *coordinationv1.Lease, 
 	}
 	o.claims[i] = c
 	o.busy[i] = done
-	o.mark(i, start)
+	o.mark(i, l, start)
 	o.openHold(i, l)
 	o.mu.Unlock()
 	o.acquired.Add(1)
@@ -916,7 +911,7 @@ func (o *Owner) giveBack(i int, why string, members int) {
 			return
 		}
 		delete(o.claims, i)
-		o.renewed[i].Store(0)
+		o.renewals[i].End()
 		o.endHold(i, errors.New("this replica gave the shard back"))
 		lease := c.lease
 		o.mu.Unlock()
