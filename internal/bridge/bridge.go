@@ -9,14 +9,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/kubebridge/kubebridge/internal/admin"
 	"github.com/kubebridge/kubebridge/internal/delivery"
-	"github.com/kubebridge/kubebridge/internal/shards"
 	"github.com/kubebridge/kubebridge/pkg/components"
 	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
@@ -146,11 +145,8 @@ type Bridge struct {
 	// listed again.
 	caches sync.RWMutex
 
-	host    *host           // what sinks share (connections, embedded servers): closed last
-	deliver *deliverer      // the sinks, their views and deliveries, the checkpoint
-	owner   *leaseOwner     // nil: this replica delivers from the start
-	renewal *shards.Renewal // the leader Lease's, with leader election
-	sharded *sharded        // set with config sharding: owner and deliver stay unused
+	host *host     // what sinks share (connections, embedded servers): closed last
+	own  ownership // which objects this replica delivers, when, through which deliverers
 
 	fatal        chan error
 	reloadMu     sync.Mutex  // one reload at a time, not during shutdown
@@ -160,7 +156,10 @@ type Bridge struct {
 }
 
 // New returns a bridge for opts; Start runs it.
-func New(opts Options) *Bridge {
+func New(opts Options) *Bridge { return build(opts, (*Bridge).newOwnership) }
+
+// build returns a bridge for opts whose ownership own makes.
+func build(opts Options, own func(b *Bridge, latency *prometheus.HistogramVec) ownership) *Bridge {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -182,29 +181,9 @@ func New(opts Options) *Bridge {
 	h := newHost(opts.Logger, opts.Sinks)
 	opts.Sinks = h.sinks // the sinks get the host (sinks.Settings.Host)
 	b := &Bridge{opts: opts, logger: opts.Logger, fatal: make(chan error, 1), host: h}
-	// Alone, the one shard is held forever; under leader election, behind
-	// the Lease, whose renewals the leaseOwner records.
-	scope := shards.Forever()
-	if le := opts.LeaderElection; le != nil && opts.Config.Sharding == nil {
-		b.renewal = shards.NewRenewal(le.withDefaults().RenewDeadline)
-		scope = leaderScope(b.renewal)
-	}
 	latency := newLatency()
-	b.deliver = newDeliverer(delivererOptions{
-		Registry:           opts.Sinks,
-		Host:               b.host,
-		Logger:             opts.Logger,
-		Source:             b.source,
-		OpenStore:          b.openCheckpoint,
-		CheckpointInterval: opts.CheckpointInterval,
-		Scope:              scope,
-		Reading:            b.readingCaches,
-		Latency:            latency,
-	})
+	b.own = own(b, latency)
 	b.metrics = newMetrics(b, latency)
-	if sc := opts.Config.Sharding; sc != nil {
-		b.sharded = newSharded(b, sc)
-	}
 	b.admin = admin.New(admin.Options{Target: (*target)(b), Metrics: b.metrics.handler(), REST: opts.REST, Namespace: opts.Namespace, Logger: opts.Logger})
 	return b
 }
@@ -228,38 +207,9 @@ func (b *Bridge) Start(ctx context.Context) (err error) {
 	// warm one compares each listed object with the checkpoint as it comes.
 	syncCtx, cancelSync := context.WithTimeout(ctx, b.opts.SyncTimeout)
 	defer cancelSync()
-	if b.sharded != nil {
-		if err := b.sharded.start(ctx, syncCtx); err != nil {
-			return err
-		}
-		b.started.Store(true)
-		return nil
-	}
-	if le := b.opts.LeaderElection; le != nil {
-		cs, err := kubernetes.NewForConfig(b.opts.REST)
-		if err != nil {
-			return err
-		}
-		b.owner = newLeaseOwner(*le, cs, b.renewal, b.logger)
-		// Campaign while the caches fill: a replica elected at once streams
-		// its initial list too; the others keep warm caches.
-		if err := b.owner.run(b.lead, b.lost); err != nil {
-			return err
-		}
-		if err := b.informers.Start(syncCtx); err != nil {
-			return err
-		}
-		b.started.Store(true)
-		b.logger.Info("bridge started; campaigning for the leader lease", "informers", b.informers.Specs(), "rules", len(b.rules))
-		return nil
-	}
-	if err := b.deliver.start(ctx, b.opts.Config, b.opts.Config.Sinks); err != nil {
+	if err := b.own.start(ctx, syncCtx); err != nil {
 		return err
 	}
-	if err := b.informers.Start(syncCtx); err != nil {
-		return err
-	}
-	b.reconciled()
 	b.started.Store(true)
 	return nil
 }
@@ -324,10 +274,7 @@ func (b *Bridge) buildInformers(cfg *config.Config, info *ClusterInfo) error {
 	for _, sc := range cfg.Sinks {
 		replayEvery[sc.Name] = sc.ReplayEvery.D()
 	}
-	notify := b.deliver.notify
-	if b.sharded != nil {
-		notify = b.sharded.notify
-	}
+	notify := b.own.notify
 	informers, err := informer.New(dyn, plan, notify, replayEvery, b.logger)
 	if err != nil {
 		return err
@@ -340,66 +287,6 @@ func (b *Bridge) buildInformers(cfg *config.Config, info *ClusterInfo) error {
 	b.rules, b.informers = rules, informers
 	b.mu.Unlock()
 	return nil
-}
-
-// lead starts delivering once this replica holds the Lease (leaseOwner's
-// acquired, which ctx's end cuts short), reconciling once the caches
-// synced.
-func (b *Bridge) lead(ctx context.Context) {
-	// Not while a reload swaps the config and the informers: the leader
-	// starts on the config in force, whole. (Shutdown halts the Lease's
-	// owner, which ends ctx, before it waits for reloads.)
-	for !b.reloadMu.TryLock() {
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-	defer b.reloadMu.Unlock()
-	cfg := b.opts.Config
-	// A Lease held before (a failover, a release, this pod's previous
-	// container) may leave its holder's cut sends still landing: with a
-	// sink that cannot refuse them at its destination, wait out their
-	// bound first (docs/sharding.md, "Fencing where writes land").
-	if b.renewal.Epoch() > 0 && !fencedAtDestinations(b.opts.Sinks, cfg.Sinks) {
-		t := time.NewTimer(b.owner.le.LeaseDuration - b.owner.le.RenewDeadline)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return // no longer leading: lost says so
-		}
-	}
-	err := b.deliver.start(ctx, cfg, cfg.Sinks)
-	if err == nil {
-		err = b.informers.WaitSynced(ctx)
-	}
-	if err != nil {
-		if ctx.Err() != nil {
-			return // no longer leading (or halted): lost says so
-		}
-		b.fail(fmt.Errorf("starting to deliver as the leader: %w", err))
-		return
-	}
-	b.reconciled()
-}
-
-// lost stops delivering at once (the Lease is lost; leaseOwner's lost):
-// queued events are dropped and the checkpoint is not written again, since
-// the next leader owns it now. The process then ends (Fatal).
-func (b *Bridge) lost() {
-	if _, err := b.deliver.stop(cancelled(), true); err != nil {
-		b.logger.Warn("stopped delivering after the lease was lost", "error", err)
-	}
-	b.fail(ErrLostLeadership)
-}
-
-// reconciled reconciles the views once the caches synced and logs the
-// start.
-func (b *Bridge) reconciled() {
-	replayed := b.deliver.reconcileAll()
-	b.logger.Info("bridge started", "informers", b.informers.Specs(), "rules", len(b.rules), "sinks", len(b.deliver.runs()), "replayedFromCheckpoint", replayed)
 }
 
 // source is what the deliverer reconciles against: the current rules and
@@ -426,7 +313,7 @@ func (b *Bridge) Ready() bool {
 	if in == nil || !in.Synced() {
 		return false
 	}
-	return b.sharded == nil || b.sharded.ready()
+	return b.own.ready()
 }
 
 // Deliveries returns the per-sink deliveries, in config order (none while
@@ -448,13 +335,8 @@ func (b *Bridge) readingCaches(fn func()) {
 	fn()
 }
 
-// deliverers are the deliverers in use: the one, or one per shard held.
-func (b *Bridge) deliverers() []*deliverer {
-	if b.sharded != nil {
-		return b.sharded.runs()
-	}
-	return []*deliverer{b.deliver}
-}
+// deliverers are the deliverers in use: one per shard held.
+func (b *Bridge) deliverers() []*deliverer { return b.own.deliverers() }
 
 // Shutdown stops the informers, drains every queue into its sink until ctx
 // ends, then stops the workers and closes the sinks. Events still queued
@@ -462,9 +344,7 @@ func (b *Bridge) deliverers() []*deliverer {
 // checkpoint). It is idempotent.
 func (b *Bridge) Shutdown(ctx context.Context) error {
 	b.shutdownOnce.Do(func() {
-		if b.owner != nil {
-			b.owner.halt() // a leader starting ends (it holds reloadMu)
-		}
+		b.own.halt()      // a leader starting ends (it holds reloadMu)
 		b.reloadMu.Lock() // no reload from now on
 		defer b.reloadMu.Unlock()
 		b.started.Store(false) // nor after: Reload refuses a bridge not running
@@ -483,31 +363,12 @@ func (b *Bridge) Shutdown(ctx context.Context) error {
 // checkpoint; the Lease is released; what the sinks shared closes. It
 // returns how many events were left undelivered.
 func (b *Bridge) teardown(ctx context.Context) (left int, err error) {
-	if b.owner != nil {
-		b.owner.halt()
-	}
-	sh := b.sharded
-	if sh != nil {
-		sh.halting()
-		if sh.owner != nil {
-			sh.owner.Halt() // no shard taken from now on; the held ones stay renewed
-		}
-	}
+	b.own.halt()
 	if _, in := b.snapshot(); in != nil {
 		in.Stop()
 	}
-	left, err = b.deliver.stop(ctx, false)
-	if b.owner != nil {
-		b.owner.release() // after the last checkpoint write
-	}
-	if sh != nil {
-		l, e := sh.stopAll(ctx)
-		left += l
-		if sh.owner != nil {
-			sh.owner.Release() // after the shards' last checkpoint writes
-		}
-		err = errors.Join(err, e, sh.closeShared())
-	}
+	left, err = b.own.stop(ctx)
+	err = errors.Join(err, b.own.release()) // after the last checkpoint writes
 	closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
 	defer cancel()
 	return left, errors.Join(err, b.host.close(closeCtx))

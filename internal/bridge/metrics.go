@@ -141,7 +141,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descLag, prometheus.GaugeValue, float64(lag))
 	ch <- prometheus.MustNewConstMetric(descLeader, prometheus.GaugeValue, leader)
-	if sh := b.sharded; sh != nil {
+	if sh, ok := b.own.(*sharded); ok {
 		c.collectShards(ch, sh)
 	}
 	if in != nil {

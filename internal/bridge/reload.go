@@ -67,13 +67,11 @@ func (b *Bridge) Reload(ctx context.Context, cfg *config.Config) error {
 	}
 	b.warn(problems)
 
-	if b.sharded != nil {
-		done, err := b.sharded.reloading(ctx)
-		if err != nil {
-			return err
-		}
-		defer done()
+	done, err := b.own.still(ctx)
+	if err != nil {
+		return err
 	}
+	defer done()
 	// The deliverers that deliver now. None: a replica waiting for the
 	// leader Lease (or holding no shard) takes the new rules and
 	// informers (warm caches for a take-over).
@@ -84,10 +82,7 @@ func (b *Bridge) Reload(ctx context.Context, cfg *config.Config) error {
 			continue // waiting for the Lease: never started
 		}
 		if !d.delivering() {
-			if b.sharded != nil {
-				continue // a shard being lost: Lost stops it once the reload is done
-			}
-			return errors.New("the bridge is stopping")
+			continue // stopping (a shard or the Lease lost): its stop follows
 		}
 		swaps = append(swaps, &swapping{d: d, prev: prev})
 	}
@@ -121,9 +116,7 @@ func (b *Bridge) Reload(ctx context.Context, cfg *config.Config) error {
 		return b.abortReload(err)
 	}
 	_, in := b.snapshot()
-	if b.sharded != nil {
-		b.sharded.reloaded(cfg, in)
-	}
+	b.own.reloaded(cfg, in)
 	syncCtx, cancel := context.WithTimeout(ctx, b.opts.SyncTimeout)
 	defer cancel()
 	if err := in.Start(syncCtx); err != nil {

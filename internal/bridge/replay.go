@@ -6,9 +6,11 @@ import (
 	"slices"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/kubebridge/kubebridge/internal/checkpoint"
+	"github.com/kubebridge/kubebridge/internal/shards"
 	"github.com/kubebridge/kubebridge/internal/stage"
 	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
@@ -32,7 +34,6 @@ type ReplayStatus struct {
 // running bridge's (the time each object entered the view is not known).
 // progress is called about twice a second and at the end.
 func Replay(ctx context.Context, opts Options, sinkName, ruleName string, progress func(ReplayStatus)) (ReplayStatus, error) {
-	b := New(opts)
 	var sc *config.Sink
 	for i := range opts.Config.Sinks {
 		if opts.Config.Sinks[i].Name == sinkName {
@@ -42,20 +43,18 @@ func Replay(ctx context.Context, opts Options, sinkName, ruleName string, progre
 	if sc == nil {
 		return ReplayStatus{}, fmt.Errorf("no sink %q in the config", sinkName)
 	}
-	// The bridge's own deliverer never starts (nothing reaches the sinks
-	// from its notifications); this one delivers to the one sink, without
-	// a checkpoint.
-	d := newDeliverer(delivererOptions{Registry: b.opts.Sinks, Host: b.host, Logger: b.logger, Source: b.source})
-	defer func() {
-		_, _ = d.stop(cancelled(), true)
-		_, _ = b.teardown(cancelled())
-	}()
+	var d *deliverer // the replay's: the one sink, without a checkpoint
+	b := build(opts, func(b *Bridge, _ *prometheus.HistogramVec) ownership {
+		d = newDeliverer(delivererOptions{Registry: b.opts.Sinks, Host: b.host, Logger: b.logger, Source: b.source, Scope: shards.Forever()})
+		return &replaying{alone{d: d, config: func() *config.Config { return b.opts.Config }, watched: b.snapshot, logger: b.logger}}
+	})
+	defer func() { _, _ = b.teardown(cancelled()) }()
 	if err := b.prepare(ctx); err != nil {
 		return ReplayStatus{}, err
 	}
 	syncCtx, cancelSync := context.WithTimeout(ctx, b.opts.SyncTimeout)
 	defer cancelSync()
-	if err := b.informers.Start(syncCtx); err != nil {
+	if err := b.own.start(ctx, syncCtx); err != nil {
 		return ReplayStatus{}, err
 	}
 	var rules []*filters.Rule

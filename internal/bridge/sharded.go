@@ -16,6 +16,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/kubebridge/kubebridge/internal/backoff"
 	"github.com/kubebridge/kubebridge/internal/checkpoint"
 	"github.com/kubebridge/kubebridge/internal/shards"
@@ -33,7 +35,7 @@ import (
 // routed by the object's shard, and where the apiserver filters by shard
 // (KEP-5866) the informers list only the shards held (Reselect).
 type sharded struct {
-	b      *Bridge
+	opts   shardedOptions
 	space  shards.Space
 	owner  *shards.Owner
 	logger *slog.Logger
@@ -46,9 +48,9 @@ type sharded struct {
 	closeStore func() error
 	sinks      *sharedSinks
 
-	mu         sync.Mutex
-	deliverers map[int]*shardRun
-	table      atomic.Pointer[[]*deliverer] // by shard: those delivering, for the informers' goroutines
+	mu      sync.Mutex
+	byShard map[int]*shardRun
+	table   atomic.Pointer[[]*deliverer] // by shard: those delivering, for the informers' goroutines
 
 	// turn is held by one reload, or one shard's start or stop, at a
 	// time (lock): a reload applies to every shard registered, and a
@@ -57,8 +59,8 @@ type sharded struct {
 	selectMu sync.Mutex
 	selected []bool // the shards the informers' selector asks for (filter)
 
-	ctx    context.Context // ends at teardown: what a Reselect waits for at most
-	cancel context.CancelFunc
+	halted     chan struct{} // closed at teardown: what a Reselect or a give-back waits for at most
+	haltedOnce sync.Once
 	// listed closes once the informers started and synced: a shard taken
 	// before waits for it (the owner runs from the process's start, so
 	// that replicas starting together see each other before the lists).
@@ -79,11 +81,36 @@ type shardRun struct {
 	ready   atomic.Bool
 }
 
-func newSharded(b *Bridge, sc *config.Sharding) *sharded {
-	s := &sharded{b: b, space: shards.Space{N: sc.Shards, Key: sc.Key}, logger: b.logger, deliverers: map[int]*shardRun{},
-		selected: make([]bool, sc.Shards), starting: map[int]bool{}, turn: make(chan struct{}, 1)}
-	s.sinks = newSharedSinks(b.opts.Sinks, b.host, b.logger)
-	s.ctx, s.cancel = context.WithCancel(context.Background())
+// shardedOptions are what sharding is built with: the bridge's settings
+// and the parts of the bridge it shares.
+type shardedOptions struct {
+	Sharding config.Sharding
+	Lease    LeaderElection // the shard Leases' settings, defaults applied
+	REST     *rest.Config
+	Registry *sinks.Registry
+	Host     *host
+	Logger   *slog.Logger
+	Latency  *prometheus.HistogramVec
+	// CheckpointInterval is the shards' deliverers'; ReloadDrain bounds a
+	// shard's drain when it is given back; SyncTimeout a relist (Reselect).
+	CheckpointInterval, ReloadDrain, SyncTimeout time.Duration
+	// Config returns the config in force (a reload replaces it while it
+	// holds the turn).
+	Config func() *config.Config
+	// Watched returns the rules and informers in force. Caches is held for
+	// reading while views are reconciled against them, and for writing
+	// while they are replaced (a reload, a Reselect).
+	Watched func() ([]*filters.Rule, *informer.Informers)
+	Caches  *sync.RWMutex
+	// Fail ends the bridge (Bridge.Fatal).
+	Fail func(error)
+}
+
+func newSharded(opts shardedOptions) *sharded {
+	sc := opts.Sharding
+	s := &sharded{opts: opts, space: shards.Space{N: sc.Shards, Key: sc.Key}, logger: opts.Logger, byShard: map[int]*shardRun{},
+		selected: make([]bool, sc.Shards), starting: map[int]bool{}, turn: make(chan struct{}, 1), halted: make(chan struct{})}
+	s.sinks = newSharedSinks(opts.Registry, opts.Host, opts.Logger)
 	s.listed = make(chan struct{})
 	empty := make([]*deliverer, sc.Shards)
 	s.table.Store(&empty)
@@ -93,13 +120,12 @@ func newSharded(b *Bridge, sc *config.Sharding) *sharded {
 // start opens the checkpoint bucket, checks its layout, finds whether the
 // apiserver filters by shard, starts the informers and then the owner.
 func (s *sharded) start(ctx, syncCtx context.Context) error {
-	b := s.b
-	le := b.leaseSettings()
-	cs, err := kubernetes.NewForConfig(b.opts.REST)
+	le, cfg := s.opts.Lease, s.opts.Config()
+	cs, err := kubernetes.NewForConfig(s.opts.REST)
 	if err != nil {
 		return err
 	}
-	store, ok, err := b.host.checkpointStore(ctx, b.opts.Config)
+	store, ok, err := s.opts.Host.checkpointStore(ctx, cfg)
 	if !ok {
 		err = errors.New("sharding needs the NATS KV checkpoint (checkpoint.natsKV)")
 	}
@@ -107,11 +133,11 @@ func (s *sharded) start(ctx, syncCtx context.Context) error {
 		return err
 	}
 	s.store, s.closeStore = store, store.Close
-	if err := checkShardLayout(ctx, store, b.opts.Config); err != nil {
+	if err := checkShardLayout(ctx, store, cfg); err != nil {
 		return err
 	}
 	s.filter = apiserverFiltersShards(ctx, cs, le.Namespace, s.space)
-	_, in := b.snapshot()
+	rules, in := s.opts.Watched()
 	if s.filter {
 		in.SetShardSelector(s.space.Selector(s.selected))
 		s.logger.Info("the apiserver filters by shard (ShardedListAndWatch): this replica lists and watches only the shards it holds")
@@ -120,20 +146,20 @@ func (s *sharded) start(ctx, syncCtx context.Context) error {
 	}
 	// One list and a write per shard held every retry period: client-go's
 	// default 5 requests/s would starve the renewals of many shards.
-	lrc := rest.CopyConfig(b.opts.REST)
+	lrc := rest.CopyConfig(s.opts.REST)
 	lrc.QPS = float32(2*(s.space.N+2)) / float32(max(le.RetryPeriod.Seconds(), 0.1))
 	lrc.Burst = 2 * (s.space.N + 2)
 	lcs, err := kubernetes.NewForConfig(lrc)
 	if err != nil {
 		return err
 	}
-	s.fenced.Store(fencedAtDestinations(b.opts.Sinks, b.opts.Config.Sinks))
+	s.fenced.Store(fencedAtDestinations(s.opts.Registry, cfg.Sinks))
 	var members *shards.MemberPods
 	if le.MemberSelector != nil {
 		members = &shards.MemberPods{Pods: lcs.CoreV1().Pods(le.Namespace), Selector: le.MemberSelector, UID: le.PodUID}
 	}
 	s.owner, err = shards.New(shards.Options{Leases: lcs.CoordinationV1().Leases(le.Namespace), Group: le.Name, Identity: le.Identity, Shards: s.space.N,
-		LeaseDuration: le.LeaseDuration, RenewDeadline: le.RenewDeadline, RetryPeriod: le.RetryPeriod, Logger: b.logger, Pods: members,
+		LeaseDuration: le.LeaseDuration, RenewDeadline: le.RenewDeadline, RetryPeriod: le.RetryPeriod, Logger: s.logger, Pods: members,
 		WaitOutCutSends: s.waitOutCutSends}, s)
 	if err != nil {
 		return err
@@ -146,8 +172,8 @@ func (s *sharded) start(ctx, syncCtx context.Context) error {
 		return err
 	}
 	close(s.listed)
-	b.logger.Info("bridge started; sharing the shards", "shards", s.space.N, "key", s.space.Key, "identity", le.Identity,
-		"informers", in.Specs(), "rules", len(b.rules))
+	s.logger.Info("bridge started; sharing the shards", "shards", s.space.N, "key", s.space.Key, "identity", le.Identity,
+		"informers", in.Specs(), "rules", len(rules))
 	return nil
 }
 
@@ -186,7 +212,6 @@ func apiserverFiltersShards(ctx context.Context, cs kubernetes.Interface, ns str
 // succeeds or the shard is no longer held: the shard stays with this
 // replica, not ready, rather than bounce between replicas.
 func (s *sharded) Acquired(ctx context.Context, i int) error {
-	b := s.b
 	s.mu.Lock()
 	s.starting[i] = true // not ready until it returns, retries included
 	s.mu.Unlock()
@@ -201,18 +226,18 @@ func (s *sharded) Acquired(ctx context.Context, i int) error {
 		if err := s.lock(ctx); err != nil {
 			return err
 		}
-		cfg := b.opts.Config
+		cfg := s.opts.Config()
 		d := newDeliverer(delivererOptions{
-			Registry:           b.opts.Sinks,
-			Host:               b.host,
+			Registry:           s.opts.Registry,
+			Host:               s.opts.Host,
 			Logger:             s.logger.With("shard", i),
 			Sinks:              s.sinks,
 			DeadLetter:         s.sinks.deadLetter,
 			Source:             s.source(i),
 			OpenStore:          s.openStore(i),
-			CheckpointInterval: b.opts.CheckpointInterval,
+			CheckpointInterval: s.opts.CheckpointInterval,
 			Scope:              s.owner.Scope(i),
-			Reading:            b.readingCaches,
+			Reading:            s.reading,
 			Owns: func(h sinks.HeldObject) bool {
 				v := h.UID
 				if s.space.Key == shards.KeyNamespace {
@@ -220,11 +245,11 @@ func (s *sharded) Acquired(ctx context.Context, i int) error {
 				}
 				return s.space.OfHash(shards.Hash(v)) == i
 			},
-			Latency: b.metrics.latency,
+			Latency: s.opts.Latency,
 		})
 		run = &shardRun{d: d}
 		s.mu.Lock()
-		s.deliverers[i] = run
+		s.byShard[i] = run
 		s.publish()
 		s.mu.Unlock()
 		err := d.start(ctx, cfg, cfg.Sinks)
@@ -234,7 +259,7 @@ func (s *sharded) Acquired(ctx context.Context, i int) error {
 			break
 		}
 		s.startFailures.Add(1)
-		s.stop(cancelled(), i, true)
+		s.stopShard(cancelled(), i, true)
 		s.unlock()
 		wait := retry.Next()
 		s.logger.Error("could not start delivering a shard; trying again", "shard", i, "retryIn", wait, "error", err)
@@ -254,9 +279,9 @@ func (s *sharded) Acquired(ctx context.Context, i int) error {
 	if err := s.selectHeld(); err != nil {
 		return err
 	}
-	b.caches.RLock()
-	defer b.caches.RUnlock()
-	_, in := b.snapshot()
+	s.opts.Caches.RLock()
+	defer s.opts.Caches.RUnlock()
+	_, in := s.opts.Watched()
 	if err := in.WaitSynced(ctx); err != nil {
 		return err
 	}
@@ -272,16 +297,16 @@ func (s *sharded) Acquired(ctx context.Context, i int) error {
 func (s *sharded) Release(i int) {
 	_ = s.lock(context.Background())
 	defer s.unlock()
-	ctx, cancel := context.WithTimeout(s.ctx, s.b.opts.ReloadDrain)
+	ctx, cancel := s.untilHalted(s.opts.ReloadDrain)
 	defer cancel()
-	s.stop(ctx, i, false)
+	s.stopShard(ctx, i, false)
 }
 
 // Fenced cuts shard i's sends in flight at once: its Lease is lost
 // (shards.Fencer). Lost follows and stops the rest.
 func (s *sharded) Fenced(i int) {
 	s.mu.Lock()
-	run := s.deliverers[i]
+	run := s.byShard[i]
 	s.mu.Unlock()
 	if run != nil {
 		run.d.abort()
@@ -295,7 +320,7 @@ func (s *sharded) Fenced(i int) {
 func (s *sharded) Lost(i int) {
 	_ = s.lock(context.Background())
 	defer s.unlock()
-	s.stop(cancelled(), i, true)
+	s.stopShard(cancelled(), i, true)
 }
 
 // lock takes the turn (see sharded.turn), or fails when ctx ends first.
@@ -328,16 +353,16 @@ func (s *sharded) reloading(ctx context.Context) (done func(), err error) {
 // informers it built, for the shards the informers it replaces asked for
 // (where the apiserver filters); the caches are held for writing.
 func (s *sharded) reloaded(cfg *config.Config, in *informer.Informers) {
-	s.fenced.Store(fencedAtDestinations(s.b.opts.Sinks, cfg.Sinks))
+	s.fenced.Store(fencedAtDestinations(s.opts.Registry, cfg.Sinks))
 	if s.filter {
 		in.SetShardSelector(s.space.Selector(s.selected))
 	}
 }
 
-func (s *sharded) stop(ctx context.Context, i int, abandon bool) {
+func (s *sharded) stopShard(ctx context.Context, i int, abandon bool) {
 	s.mu.Lock()
-	run := s.deliverers[i]
-	delete(s.deliverers, i)
+	run := s.byShard[i]
+	delete(s.byShard, i)
 	s.publish()
 	s.mu.Unlock()
 	if run == nil {
@@ -353,8 +378,8 @@ func (s *sharded) stop(ctx context.Context, i int, abandon bool) {
 // ends; it returns how many events were left.
 func (s *sharded) stopAll(ctx context.Context) (left int, err error) {
 	s.mu.Lock()
-	runs := s.deliverers
-	s.deliverers = map[int]*shardRun{}
+	runs := s.byShard
+	s.byShard = map[int]*shardRun{}
 	s.publish()
 	s.mu.Unlock()
 	var mu sync.Mutex
@@ -378,7 +403,7 @@ func (s *sharded) stopAll(ctx context.Context) (left int, err error) {
 // publish makes the deliverers the informers' goroutines see; s.mu held.
 func (s *sharded) publish() {
 	t := make([]*deliverer, s.space.N)
-	for i, run := range s.deliverers {
+	for i, run := range s.byShard {
 		t[i] = run.d
 	}
 	s.table.Store(&t)
@@ -398,7 +423,7 @@ func (s *sharded) selectHeld() error {
 	defer s.selectMu.Unlock()
 	want := make([]bool, s.space.N)
 	s.mu.Lock()
-	for i := range s.deliverers {
+	for i := range s.byShard {
 		want[i] = true
 	}
 	s.mu.Unlock()
@@ -417,19 +442,19 @@ func (s *sharded) selectHeld() error {
 	if covered {
 		return nil
 	}
-	s.b.caches.Lock()
-	defer s.b.caches.Unlock()
-	_, in := s.b.snapshot()
+	s.opts.Caches.Lock()
+	defer s.opts.Caches.Unlock()
+	_, in := s.opts.Watched()
 	// The bridge's lifetime, not the shard's: once the informers are
 	// replaced, the other shards need the new lists whatever becomes of
 	// the shard that asked. Lists that do not come in time leave every
 	// shard held without its objects: the bridge stops (its Leases
 	// released, the shards go to the others).
-	ctx, cancel := context.WithTimeout(s.ctx, s.b.opts.SyncTimeout)
+	ctx, cancel := s.untilHalted(s.opts.SyncTimeout)
 	defer cancel()
 	if err := in.Reselect(ctx, s.space.Selector(want)); err != nil {
-		if s.ctx.Err() == nil {
-			s.b.fail(fmt.Errorf("listing the shards held again: %w", err))
+		if !s.isHalted() {
+			s.opts.Fail(fmt.Errorf("listing the shards held again: %w", err))
 		}
 		return fmt.Errorf("listing the shards held: %w", err)
 	}
@@ -438,7 +463,7 @@ func (s *sharded) selectHeld() error {
 	// want was taken waits for its own selectHeld.
 	s.mu.Lock()
 	var loaded []*shardRun
-	for i, run := range s.deliverers {
+	for i, run := range s.byShard {
 		if want[i] && run.started.Load() {
 			loaded = append(loaded, run)
 		}
@@ -530,7 +555,7 @@ func (s shardSource) Cache(r *filters.Rule, key string) cache.KeyGetter {
 
 func (s *sharded) source(i int) func() ([]*filters.Rule, source) {
 	return func() ([]*filters.Rule, source) {
-		rules, in := s.b.source()
+		rules, in := s.opts.Watched()
 		if in == nil {
 			return rules, nil
 		}
@@ -575,7 +600,7 @@ func (s *sharded) ready() bool {
 	if len(s.starting) > 0 {
 		return false
 	}
-	for _, run := range s.deliverers {
+	for _, run := range s.byShard {
 		if !run.ready.Load() {
 			return false
 		}
@@ -593,8 +618,8 @@ type heldShard struct {
 func (s *sharded) held() []heldShard {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]heldShard, 0, len(s.deliverers))
-	for i, run := range s.deliverers {
+	out := make([]heldShard, 0, len(s.byShard))
+	for i, run := range s.byShard {
 		out = append(out, heldShard{shard: i, d: run.d})
 	}
 	slices.SortFunc(out, func(a, b heldShard) int { return a.shard - b.shard })
@@ -668,9 +693,62 @@ func (s *sharded) stats() shards.Stats {
 	return s.owner.Stats()
 }
 
-// halting ends what a Reselect waits for: teardown's first step, so that
-// an Acquired in progress returns for Halt.
-func (s *sharded) halting() { s.cancel() }
+// halt ends what a Reselect or a give-back waits for, so that an Acquired
+// in progress returns, and takes no shard from now on; the held ones stay
+// renewed until release.
+func (s *sharded) halt() {
+	s.haltedOnce.Do(func() { close(s.halted) })
+	if s.owner != nil {
+		s.owner.Halt()
+	}
+}
+
+// deliverers are the deliverers of the shards held, by shard.
+func (s *sharded) deliverers() []*deliverer { return s.runs() }
+
+// still holds the shards still for a reload (reloading).
+func (s *sharded) still(ctx context.Context) (func(), error) { return s.reloading(ctx) }
+
+// stop stops every shard's deliverer (stopAll).
+func (s *sharded) stop(ctx context.Context) (int, error) { return s.stopAll(ctx) }
+
+// release releases the shard Leases, after the shards' last checkpoint
+// writes, and closes the shared store.
+func (s *sharded) release() error {
+	if s.owner != nil {
+		s.owner.Release()
+	}
+	return s.closeShared()
+}
+
+func (s *sharded) isHalted() bool {
+	select {
+	case <-s.halted:
+		return true
+	default:
+		return false
+	}
+}
+
+// untilHalted returns a context that ends after d, or at halting.
+func (s *sharded) untilHalted(d time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	go func() { // ends with ctx, which the caller cancels
+		select {
+		case <-s.halted:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}
+
+// reading runs fn while the caches are not replaced.
+func (s *sharded) reading(fn func()) {
+	s.opts.Caches.RLock()
+	defer s.opts.Caches.RUnlock()
+	fn()
+}
 
 // closeShared closes the shared store once every shard stopped.
 func (s *sharded) closeShared() error {

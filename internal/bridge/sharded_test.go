@@ -44,11 +44,11 @@ func TestShardRoutingAcrossAReplacedUID(t *testing.T) {
 	old := putUID(src, "x", uidIn(space, 0, "old"), "1")
 	cfg := &config.Config{Sinks: []config.Sink{sinkCfg("a", "1")}}
 
-	s := &sharded{space: space, logger: discard, deliverers: map[int]*shardRun{}}
+	s := &sharded{space: space, logger: discard, byShard: map[int]*shardRun{}}
 	for i := range 2 {
 		d := testDeliverer(reg, discard, nil, filepath.Join(t.TempDir(), "state.db"))
 		d.opts.Source = func() ([]*filters.Rule, source) { return src.rules, shardSource{in: src, space: space, shard: i} }
-		s.deliverers[i] = &shardRun{d: d}
+		s.byShard[i] = &shardRun{d: d}
 		if err := d.start(ctx, cfg, cfg.Sinks); err != nil {
 			t.Fatal(err)
 		}
@@ -64,7 +64,7 @@ func TestShardRoutingAcrossAReplacedUID(t *testing.T) {
 	waitChanges(t, ts, "added "+old.uid(), "deleted "+old.uid(), "added "+fresh.uid())
 
 	// Shard 0's view no longer holds the key; shard 1's holds the new uid.
-	if n := s.deliverers[0].d.reconcileAll() + s.deliverers[1].d.reconcileAll(); n != 0 {
+	if n := s.byShard[0].d.reconcileAll() + s.byShard[1].d.reconcileAll(); n != 0 {
 		t.Errorf("a reconciliation after the routing sent %d events: a shard's view was wrong", n)
 	}
 }
