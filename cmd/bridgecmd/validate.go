@@ -8,8 +8,10 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/kubebridge/kubebridge/internal/bridge"
+	"github.com/kubebridge/kubebridge/internal/preflight"
 	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/sinks"
 )
@@ -70,7 +72,11 @@ Exit status: 0 valid, 2 invalid, 1 when the cluster could not be asked.`,
 				rc.Timeout = timeout
 				ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 				defer cancel()
-				_, problems, err := bridge.Preflight(ctx, cfg, rc)
+				cs, err := kubernetes.NewForConfig(rc)
+				if err != nil {
+					return &exitError{exitFailure, err}
+				}
+				_, problems, err := preflight.Check(ctx, cfg, cs)
 				if err != nil {
 					return &exitError{exitFailure, fmt.Errorf("cannot check against the cluster: %w", err)}
 				}
@@ -79,7 +85,7 @@ Exit status: 0 valid, 2 invalid, 1 when the cluster could not be asked.`,
 				}
 				// Warnings (a resource the cluster does not serve: its rule
 				// waits for it) do not refuse the config.
-				if errs := bridge.Errors(problems); len(errs) > 0 {
+				if errs := preflight.Errors(problems); len(errs) > 0 {
 					return &exitError{exitInvalid, fmt.Errorf("%s does not fit the cluster at %s (%s)", file, rc.Host, count(len(errs), "error"))}
 				}
 				where = "and checked against " + rc.Host

@@ -12,10 +12,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/kubebridge/kubebridge/internal/admin"
 	"github.com/kubebridge/kubebridge/internal/delivery"
+	"github.com/kubebridge/kubebridge/internal/preflight"
 	"github.com/kubebridge/kubebridge/pkg/components"
 	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
@@ -214,6 +216,15 @@ func (b *Bridge) Start(ctx context.Context) (err error) {
 	return nil
 }
 
+// preflight checks cfg against the cluster (package preflight).
+func (b *Bridge) preflight(ctx context.Context, cfg *config.Config) (*preflight.ClusterInfo, []config.Problem, error) {
+	cs, err := kubernetes.NewForConfig(b.opts.REST)
+	if err != nil {
+		return nil, nil, err
+	}
+	return preflight.Check(ctx, cfg, cs)
+}
+
 // prepare checks the config against the cluster, compiles the rules and
 // builds their informers, not yet started.
 func (b *Bridge) prepare(ctx context.Context) error {
@@ -221,11 +232,11 @@ func (b *Bridge) prepare(ctx context.Context) error {
 	if problems := b.gated(cfg); len(problems) > 0 {
 		return &ConfigError{Problems: problems}
 	}
-	info, problems, err := Preflight(ctx, cfg, b.opts.REST)
+	info, problems, err := b.preflight(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("checking the config against the cluster: %w", err)
 	}
-	if errs := Errors(problems); len(errs) > 0 {
+	if errs := preflight.Errors(problems); len(errs) > 0 {
 		return &ConfigError{Problems: errs}
 	}
 	b.warn(problems)
@@ -234,7 +245,7 @@ func (b *Bridge) prepare(ctx context.Context) error {
 
 // buildInformers compiles cfg's rules and prepares their informers (not
 // started), replacing b.rules and b.informers.
-func (b *Bridge) buildInformers(cfg *config.Config, info *ClusterInfo) error {
+func (b *Bridge) buildInformers(cfg *config.Config, info *preflight.ClusterInfo) error {
 	dyn, err := dynamic.NewForConfig(b.opts.REST)
 	if err != nil {
 		return err

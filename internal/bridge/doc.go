@@ -1,5 +1,5 @@
 // Package bridge wires a config into a running kubebridge and owns its
-// lifetime. It checks the config against the cluster (preflight.go),
+// lifetime. It checks the config against the cluster (internal/preflight),
 // compiles the rules and builds their informers (bridge.go), and joins
 // three parts:
 //
@@ -7,14 +7,21 @@
 //     view (internal/view) and delivery (internal/delivery), the checkpoint
 //     store and recorder; start, reconcile, swap (a reload) and stop, the
 //     one teardown;
-//   - ownership (leader.go): alone, or a leaseOwner that starts the
-//     deliverer while this replica holds the Lease and fences every send;
+//   - ownership (ownership.go): which objects this replica delivers, one
+//     shape in three sizes: alone, one shard held forever; under leader
+//     election, one behind the Lease (leader.go); sharded, N, each behind
+//     its own Lease (sharded.go, internal/shards). Each shard held is one
+//     deliverer built with the shard's scope (shards.Scope: its fence and
+//     its holding), which its deliveries and checkpoint recorder write
+//     through;
 //   - the host (host.go): what sink types share across reloads
 //     (sinks.Host), and the dead-letters and checkpoint bucket the config
 //     asks of a sink's type.
 //
 // The admin API (internal/admin) sees the bridge through admin.Target
-// (admin.go). Shutdown goes one way (teardown): informers, then the
-// deliverer draining and writing its last checkpoint, then the Lease,
-// then the host.
+// (admin.go). Shutdown goes one way (teardown): ownership halts (no shard
+// starts), informers stop, the deliverers drain and write their last
+// checkpoint, the Leases are released, then the host closes. A reload
+// (reload.go) swaps every deliverer's sinks while the shards are held
+// still.
 package bridge

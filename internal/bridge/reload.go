@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kubebridge/kubebridge/internal/preflight"
 	"github.com/kubebridge/kubebridge/pkg/config"
 )
 
@@ -58,11 +59,11 @@ func (b *Bridge) Reload(ctx context.Context, cfg *config.Config) error {
 	if problems := b.gated(cfg); len(problems) > 0 {
 		return &ConfigError{Problems: problems}
 	}
-	info, problems, err := Preflight(ctx, cfg, b.opts.REST)
+	info, problems, err := b.preflight(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("checking the new config against the cluster: %w", err)
 	}
-	if errs := Errors(problems); len(errs) > 0 {
+	if errs := preflight.Errors(problems); len(errs) > 0 {
 		return &ConfigError{Problems: errs}
 	}
 	b.warn(problems)

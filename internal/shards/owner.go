@@ -153,7 +153,7 @@ type Owner struct {
 	// instance is unique to this process: written into every Lease it
 	// writes (annotationInstance).
 	instance string
-	renewals []*Renewal      // per shard: its fence
+	renewals []*Renewal       // per shard: its fence
 	seen     map[string]*seen // by Lease name: its last version and when it changed (the loop's)
 	// holds, per shard, is cancelled when the hold lapses or ends: sends
 	// under it stop then (Hold). Replaced when a hold starts or resumes.

@@ -1,4 +1,10 @@
-package bridge
+// Package preflight checks a config against a live cluster before a
+// bridge runs it (at the start, at every reload, and in bridge validate
+// --cluster): whether each rule's resource is served, fits the rule's
+// namespace settings, and may be listed and watched by the identity the
+// bridge runs as. Its problems name the config's keys and lines; a
+// missing permission is reported as the RBAC rule that would grant it.
+package preflight
 
 import (
 	"context"
@@ -13,61 +19,36 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/openapi3"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/kube-openapi/pkg/spec3"
 
 	"github.com/kubebridge/kubebridge/pkg/config"
 )
 
-// RESTConfig loads a client config: from the kubeconfig file when one is
-// given (with an optional context), else the in-cluster service account.
-func RESTConfig(kubeconfig, context string) (*rest.Config, error) {
-	if kubeconfig == "" {
-		rc, err := rest.InClusterConfig()
-		if err != nil {
-			return nil, fmt.Errorf("no --kubeconfig given and not running in a cluster: %w", err)
-		}
-		return rc, nil
-	}
-	rules := &clientcmd.ClientConfigLoadingRules{ExplicitPath: kubeconfig}
-	overrides := &clientcmd.ConfigOverrides{CurrentContext: context}
-	rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides).ClientConfig()
-	if err != nil {
-		return nil, fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
-	}
-	return rc, nil
-}
-
 // watchVerbs are what a shared informer needs: an initial list, then a watch.
 var watchVerbs = []string{"list", "watch"}
 
-// Preflight checks cfg against a live cluster: whether each rule's resource
+// Check checks cfg against a live cluster through cs: whether each rule's resource
 // exists (discovery, so CRDs count once installed; one that does not is a
 // warning: the rule waits for it), that it can be listed and
 // watched, that namespace settings fit its scope, and that the current
 // identity may list and watch it wherever the rule looks. A missing permission
 // is reported as the RBAC rule that would grant it. Problems carry the
 // config's lines. The error is for a cluster that cannot be asked at all.
-func Preflight(ctx context.Context, cfg *config.Config, rc *rest.Config) (*ClusterInfo, []config.Problem, error) {
-	cs, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return nil, nil, err
-	}
-	p := &preflight{ctx: ctx, cs: cs, cfg: cfg, groups: map[string]*metav1.APIResourceList{}, access: map[authzv1.ResourceAttributes]bool{}, schemas: map[schema.GroupVersion]*spec3.OpenAPI{},
+func Check(ctx context.Context, cfg *config.Config, cs kubernetes.Interface) (*ClusterInfo, []config.Problem, error) {
+	p := &preflight{cs: cs, cfg: cfg, groups: map[string]*metav1.APIResourceList{}, access: map[authzv1.ResourceAttributes]bool{}, schemas: map[schema.GroupVersion]*spec3.OpenAPI{},
 		info: &ClusterInfo{Namespaced: map[schema.GroupVersionResource]bool{}, Kinds: map[schema.GroupVersionResource]string{}, Absent: map[schema.GroupVersionResource]bool{}}}
-	if err := p.whoAmI(); err != nil {
+	if err := p.whoAmI(ctx); err != nil {
 		return nil, nil, err
 	}
 	for i := range cfg.Rules {
-		if err := p.checkRule(i); err != nil {
+		if err := p.checkRule(ctx, i); err != nil {
 			return nil, nil, err
 		}
 	}
 	return p.info, p.problems, nil
 }
 
-// ClusterInfo is what Preflight learnt about the rules' resources.
+// ClusterInfo is what Check learnt about the rules' resources.
 type ClusterInfo struct {
 	Namespaced map[schema.GroupVersionResource]bool
 	// Kinds are the kinds discovery names for the resources: events rebuilt
@@ -90,7 +71,6 @@ func Errors(problems []config.Problem) []config.Problem {
 }
 
 type preflight struct {
-	ctx      context.Context
 	cs       kubernetes.Interface
 	cfg      *config.Config
 	identity string
@@ -111,9 +91,9 @@ func (p *preflight) addf(path, format string, args ...any) {
 }
 
 // whoAmI names the identity in messages; clusters without SelfSubjectReview get "the current identity".
-func (p *preflight) whoAmI() error {
+func (p *preflight) whoAmI(ctx context.Context) error {
 	p.identity = "the current identity"
-	r, err := p.cs.AuthenticationV1().SelfSubjectReviews().Create(p.ctx, &authnv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	r, err := p.cs.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authnv1.SelfSubjectReview{}, metav1.CreateOptions{})
 	switch {
 	case err == nil && r.Status.UserInfo.Username != "":
 		p.identity = fmt.Sprintf("%q", r.Status.UserInfo.Username)
@@ -138,7 +118,7 @@ func (p *preflight) resources(gv string) (*metav1.APIResourceList, error) {
 	return l, nil
 }
 
-func (p *preflight) checkRule(i int) error {
+func (p *preflight) checkRule(ctx context.Context, i int) error {
 	r := p.cfg.Rules[i]
 	path := fmt.Sprintf("rules[%d]", i)
 	gvr, err := config.ParseResource(r.Resource)
@@ -151,7 +131,7 @@ func (p *preflight) checkRule(i int) error {
 		return err
 	}
 	if list == nil {
-		return p.absent(i, gvr, fmt.Sprintf("the cluster does not serve %s (is the CRD installed?)", gv))
+		return p.absent(ctx, i, gvr, fmt.Sprintf("the cluster does not serve %s (is the CRD installed?)", gv))
 	}
 	var res *metav1.APIResource
 	var names []string
@@ -167,7 +147,7 @@ func (p *preflight) checkRule(i int) error {
 	}
 	if res == nil {
 		slices.Sort(names)
-		return p.absent(i, gvr, fmt.Sprintf("the cluster has no resource %q in %s (have: %s)", gvr.Resource, gv, strings.Join(names, ", ")))
+		return p.absent(ctx, i, gvr, fmt.Sprintf("the cluster has no resource %q in %s (have: %s)", gvr.Resource, gv, strings.Join(names, ", ")))
 	}
 	for _, v := range watchVerbs {
 		if !slices.Contains(res.Verbs, v) {
@@ -188,12 +168,12 @@ func (p *preflight) checkRule(i int) error {
 			return nil
 		}
 	}
-	return p.checkRuleAccess(i, gvr)
+	return p.checkRuleAccess(ctx, i, gvr)
 }
 
 // checkRuleAccess checks that the identity may list and watch rule i's
 // resource wherever the rule looks, and namespaces for a namespaceSelector.
-func (p *preflight) checkRuleAccess(i int, gvr schema.GroupVersionResource) error {
+func (p *preflight) checkRuleAccess(ctx context.Context, i int, gvr schema.GroupVersionResource) error {
 	r := p.cfg.Rules[i]
 	path := fmt.Sprintf("rules[%d]", i)
 	namespaces := r.Namespaces
@@ -201,12 +181,12 @@ func (p *preflight) checkRuleAccess(i int, gvr schema.GroupVersionResource) erro
 		namespaces = []string{""}
 	}
 	for _, ns := range namespaces {
-		if err := p.checkAccess(path, gvr, ns); err != nil {
+		if err := p.checkAccess(ctx, path, gvr, ns); err != nil {
 			return err
 		}
 	}
 	if r.NamespaceSelector != "" {
-		return p.checkAccess(path+".namespaceSelector", schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}, "")
+		return p.checkAccess(ctx, path+".namespaceSelector", schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}, "")
 	}
 	return nil
 }
@@ -220,7 +200,7 @@ func (p *preflight) checkRuleAccess(i int, gvr schema.GroupVersionResource) erro
 // A group without a dot (the core group, apps, batch...) is built in:
 // no CRD can add to it (a CRD's group is a domain), so a resource missing
 // there is a typo, refused as one.
-func (p *preflight) absent(i int, gvr schema.GroupVersionResource, msg string) error {
+func (p *preflight) absent(ctx context.Context, i int, gvr schema.GroupVersionResource, msg string) error {
 	path := fmt.Sprintf("rules[%d]", i)
 	if !strings.Contains(gvr.Group, ".") {
 		p.addf(path+".resource", "%s", msg)
@@ -228,18 +208,18 @@ func (p *preflight) absent(i int, gvr schema.GroupVersionResource, msg string) e
 	}
 	p.warnf(path+".resource", "%s; the rule waits for it (the other rules run)", msg)
 	p.info.Absent[gvr] = true
-	return p.checkRuleAccess(i, gvr)
+	return p.checkRuleAccess(ctx, i, gvr)
 }
 
 // checkAccess asks the apiserver whether the identity may list and watch gvr
 // in ns ("" = all namespaces), and reports what is missing as an RBAC rule.
-func (p *preflight) checkAccess(path string, gvr schema.GroupVersionResource, ns string) error {
+func (p *preflight) checkAccess(ctx context.Context, path string, gvr schema.GroupVersionResource, ns string) error {
 	var denied []string
 	for _, verb := range watchVerbs {
 		attrs := authzv1.ResourceAttributes{Namespace: ns, Verb: verb, Group: gvr.Group, Resource: gvr.Resource}
 		allowed, ok := p.access[attrs]
 		if !ok {
-			review, err := p.cs.AuthorizationV1().SelfSubjectAccessReviews().Create(p.ctx,
+			review, err := p.cs.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx,
 				&authzv1.SelfSubjectAccessReview{Spec: authzv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &attrs}}, metav1.CreateOptions{})
 			if err != nil {
 				return fmt.Errorf("access review for %s %s: %w", verb, gvr.GroupResource(), err)
