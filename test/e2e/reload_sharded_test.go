@@ -20,6 +20,7 @@ import (
 // In the end each stream, read by uid, holds exactly its rule's view:
 // nothing the narrowed rule excludes stays, nothing is lost.
 func TestHotReloadSharded(t *testing.T) {
+	t.Parallel()
 	cp := testenv.SharedControlPlane(t)
 	nsA, nsB := "reload-shard-a", "reload-shard-b"
 	testenv.EnsureNamespace(t, cp, nsA)
