@@ -38,7 +38,7 @@ var ErrReloadAborted = errors.New("reload failed while being applied; the bridge
 // leader election the leader's (a replica waiting for the Lease takes the
 // new rules and informers, and starts on the new config when it leads),
 // sharded one per shard held. A shard is not taken or given back while a
-// reload applies (sharded.lock): a shard taken meanwhile starts on the
+// reload applies (sharded.turn): a shard taken meanwhile starts on the
 // new config once it is done.
 //
 // The cluster name, the checkpoint and the sharding cannot change without

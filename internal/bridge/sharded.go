@@ -52,10 +52,11 @@ type sharded struct {
 	byShard map[int]*shardRun
 	table   atomic.Pointer[[]*deliverer] // by shard: those delivering, for the informers' goroutines
 
-	// turn is held by one reload, or one shard's start or stop, at a
-	// time (lock): a reload applies to every shard registered, and a
-	// shard starts on the config in force.
-	turn     chan struct{}
+	// turn keeps reloads and shard changes apart: a shard's start (until
+	// its views are loaded) and stop hold it for reading, side by side; a
+	// reload holds it for writing, so it applies to every shard registered,
+	// and a shard starts on the config in force.
+	turn     sync.RWMutex
 	selectMu sync.Mutex
 	selected []bool // the shards the informers' selector asks for (filter)
 
@@ -95,7 +96,7 @@ type shardedOptions struct {
 	// shard's drain when it is given back; SyncTimeout a relist (Reselect).
 	CheckpointInterval, ReloadDrain, SyncTimeout time.Duration
 	// Config returns the config in force (a reload replaces it while it
-	// holds the turn).
+	// holds the turn for writing).
 	Config func() *config.Config
 	// Watched returns the rules and informers in force. Caches is held for
 	// reading while views are reconciled against them, and for writing
@@ -109,7 +110,7 @@ type shardedOptions struct {
 func newSharded(opts shardedOptions) *sharded {
 	sc := opts.Sharding
 	s := &sharded{opts: opts, space: shards.Space{N: sc.Shards, Key: sc.Key}, logger: opts.Logger, byShard: map[int]*shardRun{},
-		selected: make([]bool, sc.Shards), starting: map[int]bool{}, turn: make(chan struct{}, 1), halted: make(chan struct{})}
+		selected: make([]bool, sc.Shards), starting: map[int]bool{}, halted: make(chan struct{})}
 	s.sinks = newSharedSinks(opts.Registry, opts.Host, opts.Logger)
 	s.listed = make(chan struct{})
 	empty := make([]*deliverer, sc.Shards)
@@ -223,7 +224,7 @@ func (s *sharded) Acquired(ctx context.Context, i int) error {
 	retry := backoff.Backoff{Initial: 200 * time.Millisecond, Max: 10 * time.Second}
 	var run *shardRun
 	for {
-		if err := s.lock(ctx); err != nil {
+		if err := lockCtx(ctx, s.turn.TryRLock); err != nil {
 			return err
 		}
 		cfg := s.opts.Config()
@@ -255,12 +256,12 @@ func (s *sharded) Acquired(ctx context.Context, i int) error {
 		err := d.start(ctx, cfg, cfg.Sinks)
 		if err == nil {
 			run.started.Store(true)
-			s.unlock()
+			s.turn.RUnlock()
 			break
 		}
 		s.startFailures.Add(1)
 		s.stopShard(cancelled(), i, true)
-		s.unlock()
+		s.turn.RUnlock()
 		wait := retry.Next()
 		s.logger.Error("could not start delivering a shard; trying again", "shard", i, "retryIn", wait, "error", err)
 		select {
@@ -295,8 +296,8 @@ func (s *sharded) Acquired(ctx context.Context, i int) error {
 // (cut short by a shutdown, which drains on its own clock) and writing
 // what was acknowledged (shards.Handler).
 func (s *sharded) Release(i int) {
-	_ = s.lock(context.Background())
-	defer s.unlock()
+	s.turn.RLock()
+	defer s.turn.RUnlock()
 	ctx, cancel := s.untilHalted(s.opts.ReloadDrain)
 	defer cancel()
 	s.stopShard(ctx, i, false)
@@ -318,34 +319,34 @@ func (s *sharded) Fenced(i int) {
 // reload in progress finishes first; Fenced has cut the shard's sends
 // already, and its fence refuses any other.
 func (s *sharded) Lost(i int) {
-	_ = s.lock(context.Background())
-	defer s.unlock()
+	s.turn.RLock()
+	defer s.turn.RUnlock()
 	s.stopShard(cancelled(), i, true)
 }
 
-// lock takes the turn (see sharded.turn), or fails when ctx ends first.
-func (s *sharded) lock(ctx context.Context) error {
-	select {
-	case s.turn <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+// lockCtx takes a lock by tryLock, or fails once ctx ends first.
+func lockCtx(ctx context.Context, tryLock func() bool) error {
+	for !tryLock() {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
 	}
+	return nil
 }
-
-func (s *sharded) unlock() { <-s.turn }
 
 // reloading holds the shards still for a reload: no shard starts or stops
 // (the turn), and no Reselect lists the informers the reload stops and
 // replaces. done lets them go on.
 func (s *sharded) reloading(ctx context.Context) (done func(), err error) {
-	if err := s.lock(ctx); err != nil {
+	if err := lockCtx(ctx, s.turn.TryLock); err != nil {
 		return nil, err
 	}
 	s.selectMu.Lock()
 	return func() {
 		s.selectMu.Unlock()
-		s.unlock()
+		s.turn.Unlock()
 	}, nil
 }
 
