@@ -352,7 +352,7 @@ func (s *Handed) Sync(d *stage.Desired) int {
 	if t.Initial && desired == nil {
 		return 0
 	}
-	e := emitter{s: s, d: d, now: t.Now, replay: t.Replay, key: key, obj: t.Object, meta: t.Meta}
+	e := emitter{s: s, now: t.Now, replay: t.Replay, key: key, obj: t.Object, meta: t.Meta}
 	now := t.Now.UnixNano()
 	var reentered int64 // of a ghost of objUID that did not leave the view: when it entered
 	cur, has := sl.cur, sl.cur.obj != nil
@@ -367,7 +367,7 @@ func (s *Handed) Sync(d *stage.Desired) int {
 		if exists && objUID == g.uid() { // still there, out of the view
 			tr.Object, tr.Reason, partial = obj, event.ReasonUnmatched, false
 		}
-		e.emit(tr, partial)
+		e.emit(d, tr, partial)
 	}
 	if has && (desired == nil || curUID != objUID) {
 		tr := event.Transition{Change: event.Deleted, Object: cur.obj, Entered: cur.entered, Stamp: cur.stamp}
@@ -382,7 +382,7 @@ func (s *Handed) Sync(d *stage.Desired) int {
 		case t.Gone != nil && string(t.Gone.GetUID()) == curUID:
 			tr.Object, partial = t.Gone, false
 		}
-		e.emit(tr, partial)
+		e.emit(d, tr, partial)
 		has = false
 	}
 	switch {
@@ -395,7 +395,7 @@ func (s *Handed) Sync(d *stage.Desired) int {
 		if reentered != 0 { // sent before the checkpoint's load, never left: still in the view since then
 			cur.entered = reentered
 		}
-		e.emit(event.Transition{Change: event.Added, Object: desired, Entered: cur.entered, Stamp: cur.stamp, Fresh: fresh}, false)
+		e.emit(d, event.Transition{Change: event.Added, Object: desired, Entered: cur.entered, Stamp: cur.stamp, Fresh: fresh}, false)
 	case cur.mayBeGone:
 		// Its deletion may have reached the sink: send it again as added,
 		// under a new stamp; it entered anew only if it had left.
@@ -403,7 +403,7 @@ func (s *Handed) Sync(d *stage.Desired) int {
 			cur.entered = now
 		}
 		cur.stamp = now
-		e.emit(event.Transition{Change: event.Added, Object: desired, Entered: cur.entered, Stamp: cur.stamp}, false)
+		e.emit(d, event.Transition{Change: event.Added, Object: desired, Entered: cur.entered, Stamp: cur.stamp}, false)
 	case curRV != objRV || t.Replay == event.ReplayResync:
 		change := event.Updated
 		if t.Replay == event.ReplayResync && !r.Delivers(event.Updated) && r.Delivers(event.Added) {
@@ -428,7 +428,7 @@ func (s *Handed) Sync(d *stage.Desired) int {
 		if change == event.Updated && !cur.partial && curRV != objRV {
 			tr.Old = cur.obj
 		}
-		e.emit(tr, false)
+		e.emit(d, tr, false)
 	}
 	if !has {
 		switch {
@@ -449,7 +449,6 @@ func (s *Handed) Sync(d *stage.Desired) int {
 // emitter offers one Sync's transitions, counting those to be sent.
 type emitter struct {
 	s           *Handed
-	d           *stage.Desired
 	now         time.Time
 	replay, key string
 	obj         *unstructured.Unstructured // the trigger's object, whose Meta is meta (zero: unknown)
@@ -457,19 +456,20 @@ type emitter struct {
 	sent        int
 }
 
-// emit offers a transition, quiet when the rules stage says the rule does
-// not send it; partial says its object is only the metadata a checkpoint
-// kept (see stage.Desired.Quiet).
-func (e *emitter) emit(tr event.Transition, partial bool) {
+// emit offers a transition, quiet when the rules stage (d) says the rule
+// does not send it; partial says its object is only the metadata a
+// checkpoint kept (see stage.Desired.Quiet). d is a parameter, not a field
+// of the emitter, so that it stays on its caller's stack.
+func (e *emitter) emit(d *stage.Desired, tr event.Transition, partial bool) {
 	tr.Time, tr.Replay, tr.Subject = e.now, e.replay, e.key
 	if tr.Object == e.obj {
 		tr.Meta = e.meta
 	}
-	tr.Quiet = e.d.Quiet(tr, partial)
+	tr.Quiet = d.Quiet(tr, partial)
 	if !tr.Quiet {
 		e.sent++
 	}
-	e.s.offer(e.d.Event(tr))
+	e.s.offer(d.Event(tr))
 }
 
 // uidRV reads an object's uid and resourceVersion (as GetUID and
