@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -44,6 +45,7 @@ func metric(t *testing.T, text, name string) float64 {
 // /healthz, /readyz and /metrics during a run: the counters agree with what
 // the sink received; `bridge replay` re-sends the view through /replay.
 func TestAdminMetricsAndReplay(t *testing.T) {
+	t.Parallel()
 	cp := testenv.SharedControlPlane(t)
 	testenv.EnsureNamespace(t, cp, "admin")
 	out := filepath.Join(t.TempDir(), "events.jsonl")
@@ -62,12 +64,10 @@ func TestAdminMetricsAndReplay(t *testing.T) {
 	}
 	evs := waitEvents(t, out, "three events", func(evs []ce) bool { return len(evs) == 3 })
 	var text string
-	for i := 0; i < 50; i++ { // the acknowledgement is counted right after the write
+	poll(10*time.Second, func() bool { // the acknowledgement is counted right after the write
 		_, text = get(t, admin+"/metrics")
-		if metric(t, text, `kubebridge_sink_delivered_total{sink="out"}`) == float64(len(evs)) {
-			break
-		}
-	}
+		return metric(t, text, `kubebridge_sink_delivered_total{sink="out"}`) == float64(len(evs))
+	})
 	for name, want := range map[string]float64{
 		`kubebridge_sink_delivered_total{sink="out"}`:           3,
 		`kubebridge_sink_enqueued_total{sink="out"}`:            3,
@@ -153,6 +153,7 @@ func saToken(t *testing.T, cp *testenv.ControlPlane, name string, mayReplay bool
 // Standalone `bridge replay --config` delivers the view to one sink and
 // exits with the count, without a running bridge.
 func TestStandaloneReplay(t *testing.T) {
+	t.Parallel()
 	cp := testenv.SharedControlPlane(t)
 	testenv.EnsureNamespace(t, cp, "standalone")
 	cs := cp.Clientset(t)

@@ -15,6 +15,7 @@ import (
 // A rule that needs only metadata gets a metadata-only cache and events
 // without the object's data; changes of the data alone are not its business.
 func TestMetadataOnlyRule(t *testing.T) {
+	t.Parallel()
 	cp := testenv.SharedControlPlane(t)
 	testenv.EnsureNamespace(t, cp, "e2e-meta")
 	out := filepath.Join(t.TempDir(), "events.jsonl")

@@ -15,6 +15,7 @@ import (
 // and so does run when the path checked offline became a link to the
 // checkpoint afterwards; the checkpoint file is never touched.
 func TestOutputFilesNeverReplaceTheCheckpoint(t *testing.T) {
+	t.Parallel()
 	cp := testenv.SharedControlPlane(t)
 	dir := t.TempDir()
 	kc, err := cp.Kubeconfig(dir)

@@ -28,6 +28,7 @@ import (
 // nothing after it arrived) nor split a NATS subject: it is carried
 // percent-encoded, and the events after it arrive too.
 func TestHostileNamesDoNotStallSinks(t *testing.T) {
+	t.Parallel()
 	cp := testenv.SharedControlPlane(t)
 	testenv.EnsureNamespace(t, cp, "hostile")
 	srv := testenv.StartNATS(t)
@@ -114,6 +115,7 @@ rules:
 // cluster only when bridge run also has --allow-secret-data (set by the
 // chart value), so whoever may edit the config cannot switch redaction off.
 func TestAllowSecretDataNeedsTheRunFlag(t *testing.T) {
+	t.Parallel()
 	cp := testenv.SharedControlPlane(t)
 	testenv.EnsureNamespace(t, cp, "secrets-gate")
 	cs := cp.Clientset(t)

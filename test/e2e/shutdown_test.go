@@ -21,6 +21,7 @@ import (
 // queued. On SIGTERM the bridge drains for --drain-timeout and then exits 1
 // saying how many were left; a second signal ends it at once.
 func TestShutdownDrainDeadlineAndSecondSignal(t *testing.T) {
+	t.Parallel()
 	down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusServiceUnavailable) }))
 	defer down.Close()
 	cp := testenv.SharedControlPlane(t)

@@ -33,6 +33,7 @@ import (
 // durable consumer selects one namespace by wildcard, and ConfigMaps to a
 // signed webhook; what the webhook refuses lands in the dead-letter file.
 func TestBridgeToNATSAndWebhook(t *testing.T) {
+	t.Parallel()
 	cp := testenv.SharedControlPlane(t)
 	for _, ns := range []string{"sinks-prod", "sinks-staging"} {
 		testenv.EnsureNamespace(t, cp, ns)

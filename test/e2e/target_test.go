@@ -24,6 +24,7 @@ import (
 // probe, re-sent forever); now it is parked alone and the 10 others
 // arrive at once. Once the receiver takes it, hostile is delivered too.
 func TestObjectNamedToBeRefusedDoesNotStopTheSink(t *testing.T) {
+	t.Parallel()
 	cp := testenv.SharedControlPlane(t)
 	cs := cp.Clientset(t)
 	const ns = "targets"

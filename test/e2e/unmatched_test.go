@@ -25,6 +25,7 @@ import (
 // reason so that it keeps holding if deletions are ever confirmed against
 // the apiserver.
 func TestLeavingServerSideLabelSelectorIsADeletion(t *testing.T) {
+	t.Parallel()
 	cp := testenv.SharedControlPlane(t)
 	cs := cp.Clientset(t)
 	ctx := context.Background()

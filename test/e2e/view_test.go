@@ -518,6 +518,7 @@ rules:
 // Two rules matching the same object, both publishing to one JetStream
 // stream: each rule's transitions are stored, under distinct ids.
 func TestViewTwoRulesOneStream(t *testing.T) {
+	t.Parallel()
 	cp := testenv.SharedControlPlane(t)
 	cs := cp.Clientset(t)
 	ctx := context.Background()
@@ -576,6 +577,7 @@ rules:
 // bridge must neither count it delivered nor acknowledge it, and once the
 // receiver accepts POSTs the event arrives as a POST with its body.
 func TestViewWebhookRedirectIsNotDelivery(t *testing.T) {
+	t.Parallel()
 	cp := testenv.SharedControlPlane(t)
 	cs := cp.Clientset(t)
 	const ns = "vw-redirect"
