@@ -286,6 +286,7 @@ func TestWatchList(t *testing.T) {
 // compaction took is not missed. With client-go's default gates the
 // relist is a watch-list.
 func TestCompactionForcesRelist(t *testing.T) {
+	t.Parallel()
 	testCompactionForcesRelist(t, "watch-list ")
 }
 
@@ -391,6 +392,7 @@ func TestWatchTooOldOrTooNew(t *testing.T) {
 // A bucket recreated under its informer (its revisions start again) makes
 // the informer list again: its revision is too large for the new bucket.
 func TestRecreatedBucket(t *testing.T) {
+	t.Parallel()
 	b := newBucket(t)
 	for i := range 5 {
 		b.put("ns", fmt.Sprint("o", i), "u", "1")
@@ -499,6 +501,7 @@ func TestHashedKey(t *testing.T) {
 
 // Two hundred informers on one bucket all end with the view.
 func TestManyInformers(t *testing.T) {
+	t.Parallel()
 	b := newBucket(t)
 	for i := range 20 {
 		b.put("ns", fmt.Sprint("o", i), "u", "1")
@@ -527,6 +530,7 @@ func TestManyInformers(t *testing.T) {
 // A NATS restart under a running informer: its watch resumes, and it ends
 // with the view, changes made while NATS was down or after included.
 func TestNATSRestart(t *testing.T) {
+	t.Parallel() // the parallel ones here have a NATS server of their own, and neither call next (lastDeleted) nor change client-go's feature gates
 	b := newBucket(t)
 	b.put("ns", "a", "ua", "1")
 	_, _, kv := connect(t, b.srv.ClientURL(), b.kv.Bucket(), false)
@@ -564,6 +568,7 @@ func consumersGone(t testing.TB, b *bucket) {
 // from the last revision it got: it misses nothing and sends nothing
 // twice, and nothing is listed again.
 func TestWatchResumes(t *testing.T) {
+	t.Parallel()
 	b := newBucket(t)
 	b.put("ns", "a", "ua", "1")
 	c := &counting{ListerWatcher: NewListerWatcher(b.kv, Options{})}

@@ -337,6 +337,7 @@ func stopAfter(t *testing.T, url string, n int, stop func()) *sync.WaitGroup {
 // retryably (an object's later events with it), and once sent again every
 // event is in the stream, each object's in order.
 func TestJetStreamServerStopMidBatch(t *testing.T) {
+	t.Parallel() // a NATS server of its own
 	srv := testenv.StartNATS(t)
 	s, err := Connect(context.Background(), "bus", sinkConfig(srv.ClientURL(), true), nil)
 	must(t, err)
@@ -372,6 +373,7 @@ func TestJetStreamServerStopMidBatch(t *testing.T) {
 // events with them; once the stream is back, sending them again stores
 // each object's rest in order.
 func TestJetStreamStreamDeletedMidBatch(t *testing.T) {
+	t.Parallel() // a NATS server of its own
 	old := ackTimeout
 	ackTimeout = time.Second // what the stream took as it went away is never answered
 	t.Cleanup(func() { ackTimeout = old })

@@ -220,6 +220,7 @@ func TestFenceForgetsDeletedObjects(t *testing.T) {
 // sink's stream and the checkpoint's bucket are made once it is up,
 // instead of the start failing with "outbound buffer limit exceeded".
 func TestStartWaitsForNATS(t *testing.T) {
+	t.Parallel() // a NATS server of its own
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	must(t, err)
 	port := l.Addr().(*net.TCPAddr).Port

@@ -84,6 +84,7 @@ func (r *jsRemote) Restart(t testing.TB) { r.srv.Restart(t) }
 func (r *jsRemote) Refuse(t testing.TB)  { t.Fatal("NATS cannot refuse") }
 
 func TestContractJetStream(t *testing.T) {
+	t.Parallel() // a NATS server of its own
 	sinkstest.Run(t, sinkstest.Harness{
 		Config:   config.Sink{Name: "bus"},
 		Outages:  true,
@@ -151,6 +152,7 @@ func (r *coreRemote) Refuse(t testing.TB)  { t.Fatal("not supported") }
 // stream holds every event id exactly once (replays deduped by
 // Nats-Msg-Id), each object's in order, and the final state of every object.
 func TestJetStreamRestartMidStreamExactlyOnceInStream(t *testing.T) {
+	t.Parallel() // a NATS server of its own
 	srv := testenv.StartNATS(t)
 	s, err := Connect(context.Background(), "bus", sinkConfig(srv.ClientURL(), true), nil)
 	if err != nil {
