@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/kubebridge/kubebridge/internal/delivery"
 	"github.com/kubebridge/kubebridge/pkg/config"
@@ -100,6 +101,31 @@ func start(t *testing.T, d *delivery.Delivery) {
 	done := make(chan struct{})
 	go func() { defer close(done); d.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
+}
+
+// accelerated is an engine clock that runs 20 times the test's pace, until
+// the test ends; wait waits for d of its time.
+func accelerated(t *testing.T) (clk *clocktesting.FakeClock, wait func(d time.Duration)) {
+	clk = clocktesting.NewFakeClock(time.Now())
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+				clk.Step(20 * time.Millisecond)
+			}
+		}
+	}()
+	t.Cleanup(func() { close(stop); <-done })
+	return clk, func(d time.Duration) {
+		for start := clk.Now(); clk.Since(start) < d; {
+			time.Sleep(time.Millisecond)
+		}
+	}
 }
 
 func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
@@ -422,7 +448,8 @@ func TestObjectChosenTargetRefusalIsTheObjects(t *testing.T) {
 	}{{404, "not_found"}, {403, "forbidden"}, {410, "gone"}, {301, "redirect"}} {
 		t.Run(fmt.Sprint(c.code), func(t *testing.T) {
 			srv, seen := items(t, "hostile", c.code)
-			d := delivery.New(delivery.Options{Config: defaults(t, "hook"), Sink: putItems(t, srv.URL)})
+			clk := clocktesting.NewFakeClock(time.Now())
+			d := delivery.New(delivery.Options{Config: defaults(t, "hook"), Sink: putItems(t, srv.URL), Clock: clk})
 			start(t, d)
 			d.Offer(cm("hostile", 10))
 			eventually(t, 5*time.Second, "hostile sent", func() bool { return seen("hostile") == 1 })
@@ -430,7 +457,8 @@ func TestObjectChosenTargetRefusalIsTheObjects(t *testing.T) {
 				d.Offer(cm(fmt.Sprint("item-", i), 10))
 			}
 			eventually(t, 3*time.Second, "the 10 others delivered", func() bool { return d.Stats().Delivered == 10 })
-			eventually(t, 5*time.Second, "hostile retried on its own", func() bool { return seen("hostile") >= 2 })
+			clk.Step(time.Minute) // past hostile's backoff
+			eventually(t, 5*time.Second, "hostile retried on its own, parked again", func() bool { return seen("hostile") >= 2 && d.Stats().Parked == 1 })
 			st := d.Stats()
 			if st.Parked != 1 || st.Failing || st.DestinationErrors[c.reason] == 0 || d.Healthy() != nil {
 				t.Errorf("stats %+v, healthy %v: want hostile parked alone, the destination healthy, the reason counted", st, d.Healthy())
@@ -477,7 +505,8 @@ func TestObjectChosenTargetIsDeadLetteredAlone(t *testing.T) {
 	cfg := defaults(t, "hook")
 	cfg.Retry.MaxElapsed = config.Duration(time.Second)
 	dl := &recordingDL{}
-	d := delivery.New(delivery.Options{Config: cfg, Sink: putItems(t, srv.URL), DeadLetter: dl})
+	clk, wait := accelerated(t)
+	d := delivery.New(delivery.Options{Config: cfg, Sink: putItems(t, srv.URL), DeadLetter: dl, Clock: clk})
 	start(t, d)
 	d.Offer(cm("hostile", 10))
 	d.Offer(cm("item-1", 10))
@@ -494,11 +523,11 @@ func TestObjectChosenTargetIsDeadLetteredAlone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wide := delivery.New(delivery.Options{Config: cfg, Sink: fixed, DeadLetter: dl})
+	wide := delivery.New(delivery.Options{Config: cfg, Sink: fixed, DeadLetter: dl, Clock: clk})
 	start(t, wide)
 	wide.Offer(cm("item-2", 10))
 	eventually(t, 5*time.Second, "the destination failing", func() bool { return wide.Healthy() != nil })
-	time.Sleep(1500 * time.Millisecond)
+	wait(1500 * time.Millisecond) // past maxElapsed
 	if st := wide.Stats(); st.DeadLettered != 0 || st.Pending != 1 || !strings.Contains(fmt.Sprint(wide.Healthy()), "not_found") {
 		t.Errorf("a fixed target's 404: stats %+v, healthy %v", st, wide.Healthy())
 	}
