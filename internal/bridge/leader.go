@@ -83,8 +83,8 @@ type leaseOwner struct {
 
 	mu        sync.Mutex // held while acquired runs: halt waits for it
 	halted    bool
-	haltCtx   context.Context // ends at halt: cuts an acquired in progress short
-	haltNow   context.CancelFunc
+	halting   chan struct{} // closed at halt: cuts an acquired in progress short
+	haltOnce  sync.Once
 	campaign  context.CancelFunc // ends the campaign: releases the Lease
 	campaigns sync.WaitGroup     // the elector's goroutine
 }
@@ -121,9 +121,7 @@ func newLeaseOwner(le LeaderElection, cs kubernetes.Interface, r *shards.Renewal
 		Client:     cs.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: le.Identity},
 	}}
-	o := &leaseOwner{le: le, lock: lock, logger: logger, campaign: func() {}}
-	o.haltCtx, o.haltNow = context.WithCancel(context.Background())
-	return o
+	return &leaseOwner{le: le, lock: lock, logger: logger, campaign: func() {}, halting: make(chan struct{})}
 }
 
 // leaderScope is the one shard a replica under leader election holds
@@ -156,7 +154,7 @@ func (o *leaseOwner) run(acquired func(context.Context), lost func()) error {
 			OnStartedLeading: func(leadCtx context.Context) {
 				leadCtx, cancel := context.WithCancel(leadCtx)
 				defer cancel()
-				defer context.AfterFunc(o.haltCtx, cancel)()
+				defer afterClose(o.halting, cancel)()
 				o.mu.Lock()
 				defer o.mu.Unlock()
 				if o.halted {
@@ -194,7 +192,7 @@ func (o *leaseOwner) run(acquired func(context.Context), lost func()) error {
 // halt makes acquired start nothing from now on, cutting one in progress
 // short and waiting for it.
 func (o *leaseOwner) halt() {
-	o.haltNow()
+	o.haltOnce.Do(func() { close(o.halting) })
 	o.mu.Lock()
 	o.halted = true
 	o.mu.Unlock()

@@ -248,6 +248,26 @@ func (o *replaying) notify(informer.Notification) {}
 
 func (o *replaying) stop(ctx context.Context) (int, error) { return o.d.stop(ctx, true) }
 
+// afterClose calls f once ch is closed, unless the returned stop is called
+// first; stop waits for f if it runs.
+func afterClose(ch <-chan struct{}, f func()) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		select {
+		case <-ch:
+			f()
+		case <-done:
+		}
+	}()
+	return func() {
+		close(done)
+		wg.Wait()
+	}
+}
+
 var (
 	_ ownership = (*alone)(nil)
 	_ ownership = (*leading)(nil)

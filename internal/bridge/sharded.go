@@ -734,14 +734,8 @@ func (s *sharded) isHalted() bool {
 // untilHalted returns a context that ends after d, or at halting.
 func (s *sharded) untilHalted(d time.Duration) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
-	go func() { // ends with ctx, which the caller cancels
-		select {
-		case <-s.halted:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	return ctx, cancel
+	stop := afterClose(s.halted, cancel)
+	return ctx, func() { stop(); cancel() }
 }
 
 // reading runs fn while the caches are not replaced.
