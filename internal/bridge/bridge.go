@@ -11,8 +11,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/kubebridge/kubebridge/internal/admin"
@@ -30,6 +28,10 @@ import (
 type Options struct {
 	Config *config.Config
 	REST   *rest.Config
+	// Clients, when set, are the Kubernetes clients the bridge uses
+	// instead of ones built from REST (unit tests: client-go's fakes).
+	// Default nil.
+	Clients *Clients
 	// Logger receives structured logs; nil discards them.
 	Logger *slog.Logger
 	// Sinks builds the sinks; nil means components.SinkRegistry(). It must
@@ -150,6 +152,10 @@ type Bridge struct {
 	host *host     // what sinks share (connections, embedded servers): closed last
 	own  ownership // which objects this replica delivers, when, through which deliverers
 
+	clientsOnce sync.Once // clients
+	clientsVal  *Clients
+	clientsErr  error
+
 	fatal        chan error
 	reloadMu     sync.Mutex  // one reload at a time, not during shutdown
 	started      atomic.Bool // Start finished: reconciled and live
@@ -218,11 +224,11 @@ func (b *Bridge) Start(ctx context.Context) (err error) {
 
 // preflight checks cfg against the cluster (package preflight).
 func (b *Bridge) preflight(ctx context.Context, cfg *config.Config) (*preflight.ClusterInfo, []config.Problem, error) {
-	cs, err := kubernetes.NewForConfig(b.opts.REST)
+	c, err := b.clients()
 	if err != nil {
 		return nil, nil, err
 	}
-	return preflight.Check(ctx, cfg, cs)
+	return preflight.Check(ctx, cfg, c.Kube)
 }
 
 // prepare checks the config against the cluster, compiles the rules and
@@ -246,10 +252,11 @@ func (b *Bridge) prepare(ctx context.Context) error {
 // buildInformers compiles cfg's rules and prepares their informers (not
 // started), replacing b.rules and b.informers.
 func (b *Bridge) buildInformers(cfg *config.Config, info *preflight.ClusterInfo) error {
-	dyn, err := dynamic.NewForConfig(b.opts.REST)
+	c, err := b.clients()
 	if err != nil {
 		return err
 	}
+	dyn := c.Dynamic
 
 	// The informers are built before the rules that read namespace labels
 	// through them; the rules are attached before anything runs.

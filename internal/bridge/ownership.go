@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/kubebridge/kubebridge/internal/shards"
 	"github.com/kubebridge/kubebridge/pkg/config"
@@ -199,7 +198,7 @@ func (o *leading) release() error {
 func (b *Bridge) newOwnership(latency *prometheus.HistogramVec) ownership {
 	config := func() *config.Config { return b.opts.Config }
 	if sc := b.opts.Config.Sharding; sc != nil {
-		return newSharded(shardedOptions{Sharding: *sc, Lease: b.leaseSettings(), REST: b.opts.REST, Registry: b.opts.Sinks, Host: b.host,
+		return newSharded(shardedOptions{Sharding: *sc, Lease: b.leaseSettings(), Clients: b.clients, Registry: b.opts.Sinks, Host: b.host,
 			Logger: b.logger, Latency: latency, CheckpointInterval: b.opts.CheckpointInterval, ReloadDrain: b.opts.ReloadDrain,
 			SyncTimeout: b.opts.SyncTimeout, Config: config, Watched: b.snapshot, Caches: &b.caches, Fail: b.fail})
 	}
@@ -223,14 +222,14 @@ func (b *Bridge) newOwnership(latency *prometheus.HistogramVec) ownership {
 	if le == nil {
 		return &one
 	}
-	rest, logger := b.opts.REST, b.logger
+	logger := b.logger
 	return &leading{alone: one, le: le.withDefaults(), renewal: renewal, registry: b.opts.Sinks, reload: &b.reloadMu, fail: b.fail,
 		newOwner: func() (*leaseOwner, error) {
-			cs, err := kubernetes.NewForConfig(rest)
+			c, err := b.clients()
 			if err != nil {
 				return nil, err
 			}
-			return newLeaseOwner(*le, cs, renewal, logger), nil
+			return newLeaseOwner(*le, c.Kube, renewal, logger), nil
 		}}
 }
 

@@ -25,10 +25,11 @@ import (
 // followResources has informers ask discovery whether their resources are
 // served and report changes to resourcesChanged.
 func (b *Bridge) followResources(in *informer.Informers) error {
-	dc, err := discovery.NewDiscoveryClientForConfig(b.opts.REST)
+	c, err := b.clients()
 	if err != nil {
 		return err
 	}
+	dc := c.Kube.Discovery()
 	in.PollEvery = b.opts.ResourcePoll
 	in.Discover = func(ctx context.Context, gvr schema.GroupVersionResource) (bool, error) {
 		return served(ctx, dc, gvr)

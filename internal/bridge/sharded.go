@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -87,7 +86,7 @@ type shardRun struct {
 type shardedOptions struct {
 	Sharding config.Sharding
 	Lease    LeaderElection // the shard Leases' settings, defaults applied
-	REST     *rest.Config
+	Clients  func() (*Clients, error)
 	Registry *sinks.Registry
 	Host     *host
 	Logger   *slog.Logger
@@ -122,10 +121,11 @@ func newSharded(opts shardedOptions) *sharded {
 // apiserver filters by shard, starts the informers and then the owner.
 func (s *sharded) start(ctx, syncCtx context.Context) error {
 	le, cfg := s.opts.Lease, s.opts.Config()
-	cs, err := kubernetes.NewForConfig(s.opts.REST)
+	clients, err := s.opts.Clients()
 	if err != nil {
 		return err
 	}
+	cs := clients.Kube
 	store, ok, err := s.opts.Host.checkpointStore(ctx, cfg)
 	if !ok {
 		err = errors.New("sharding needs the NATS KV checkpoint (checkpoint.natsKV)")
@@ -147,10 +147,7 @@ func (s *sharded) start(ctx, syncCtx context.Context) error {
 	}
 	// One list and a write per shard held every retry period: client-go's
 	// default 5 requests/s would starve the renewals of many shards.
-	lrc := rest.CopyConfig(s.opts.REST)
-	lrc.QPS = float32(2*(s.space.N+2)) / float32(max(le.RetryPeriod.Seconds(), 0.1))
-	lrc.Burst = 2 * (s.space.N + 2)
-	lcs, err := kubernetes.NewForConfig(lrc)
+	lcs, err := clients.leases(float32(2*(s.space.N+2))/float32(max(le.RetryPeriod.Seconds(), 0.1)), 2*(s.space.N+2))
 	if err != nil {
 		return err
 	}

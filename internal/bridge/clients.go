@@ -1,0 +1,59 @@
+package bridge
+
+import (
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// Clients are the Kubernetes clients a bridge works with (Options.Clients):
+// built from Options.REST by default, client-go's fakes in unit tests of
+// the runtime's lifecycle.
+type Clients struct {
+	// Kube asks discovery, checks access (preflight) and holds the Leases.
+	Kube kubernetes.Interface
+	// Dynamic lists and watches the rules' resources.
+	Dynamic dynamic.Interface
+	// Leases returns the client of the shard Leases and member Pods,
+	// limited to qps and burst (sharding renews a Lease per shard every
+	// retry period); nil: Kube.
+	Leases func(qps float32, burst int) (kubernetes.Interface, error)
+}
+
+// clientsFor builds the clients of rc.
+func clientsFor(rc *rest.Config) (*Clients, error) {
+	kube, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, err
+	}
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return nil, err
+	}
+	return &Clients{Kube: kube, Dynamic: dyn, Leases: func(qps float32, burst int) (kubernetes.Interface, error) {
+		lrc := rest.CopyConfig(rc)
+		lrc.QPS, lrc.Burst = qps, burst
+		return kubernetes.NewForConfig(lrc)
+	}}, nil
+}
+
+// leases is the client of the shard Leases for qps and burst.
+func (c *Clients) leases(qps float32, burst int) (kubernetes.Interface, error) {
+	if c.Leases == nil {
+		return c.Kube, nil
+	}
+	return c.Leases(qps, burst)
+}
+
+// clients returns the bridge's clients: Options.Clients, or built from
+// Options.REST at first use.
+func (b *Bridge) clients() (*Clients, error) {
+	b.clientsOnce.Do(func() {
+		if b.opts.Clients != nil {
+			b.clientsVal = b.opts.Clients
+			return
+		}
+		b.clientsVal, b.clientsErr = clientsFor(b.opts.REST)
+	})
+	return b.clientsVal, b.clientsErr
+}
