@@ -14,31 +14,35 @@ var bookkeeping = []string{"resourceVersion", "managedFields", "generation"}
 // Changes is what an update changed, leaf by leaf (a keyed list's elements
 // named by their merge key: spec.template.spec.containers[name=web].image),
 // in what the rule's changed paths select, else in the whole object but
-// its bookkeeping metadata; values as the rule may show them (a Secret's
-// redacted). At most MaxChanges, and how many more. known is false when
-// there is nothing to tell (not an update) or it cannot be told: an update
-// found at a start has no previous state (the checkpoint keeps none), and
-// a message must not guess.
+// its bookkeeping metadata; of the object as the rule's events carry it
+// (metadata only for include: [metadata]) and its values as the rule may
+// show them (a Secret's redacted). At most MaxChanges, and how many more.
+// known is false when there is nothing to tell (not an update, a rule
+// whose events carry no object) or it cannot be told (Untold).
 func (e *Event) Changes() (changes []fieldpath.Change, more int, known bool) {
-	if e.rule == nil || e.Change != Updated || e.object == nil || e.oldObject == nil {
+	if e.rule == nil || e.Change != Updated || e.object == nil || e.oldObject == nil || !(e.rule.IncludeObject || e.rule.IncludeMeta) {
 		return nil, 0, false
 	}
 	old, obj := e.oldObject.Object, e.object.Object
+	if !e.rule.IncludeObject {
+		old, obj = MetadataOnly(old), MetadataOnly(obj)
+	}
 	if len(e.rule.Changed) == 0 {
 		changes, more = fieldpath.Leaves(withoutBookkeeping(old), withoutBookkeeping(obj), nil, nil, MaxChanges)
 	} else {
 		for _, p := range e.rule.Changed {
-			var m int
-			changes, m = p.Changes(old, obj, MaxChanges-min(len(changes), MaxChanges))
-			more += m
+			cs, m := p.Changes(old, obj, MaxChanges-len(changes))
+			changes, more = append(changes, cs...), more+m
 		}
 	}
 	if secrets := e.rule.Secrets(); secrets.Redacts() {
-		// Decided on what the cache holds, shown as the rule may show it.
+		// Decided on what the cache holds, shown as the rule may show it;
+		// a path that cannot be looked up again shows nothing.
 		ro, rn := secrets.Redact(old), secrets.Redact(obj)
 		for i := range changes {
 			p, err := fieldpath.Parse(changes[i].Path)
 			if err != nil {
+				changes[i].Old, changes[i].New = Redacted, Redacted
 				continue
 			}
 			changes[i].Old, _ = p.Get(ro)
@@ -46,6 +50,13 @@ func (e *Event) Changes() (changes []fieldpath.Change, more int, known bool) {
 		}
 	}
 	return changes, more, true
+}
+
+// Untold reports whether e is an update whose changes cannot be told: found
+// at a start, without the previous state (the checkpoint keeps none), for a
+// rule whose events carry the object. A message says so rather than guess.
+func (e *Event) Untold() bool {
+	return e.rule != nil && e.Change == Updated && e.object != nil && e.oldObject == nil && (e.rule.IncludeObject || e.rule.IncludeMeta)
 }
 
 // withoutBookkeeping is obj without the metadata every write changes.

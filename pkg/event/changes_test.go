@@ -26,8 +26,8 @@ func TestChangesFollowTheRulesPaths(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	images := &Rule{Name: "r", GVR: schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}, Changed: []fieldpath.Path{p}}
-	whole := &Rule{Name: "r", GVR: images.GVR}
+	images := &Rule{Name: "r", GVR: schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}, IncludeObject: true, Changed: []fieldpath.Path{p}}
+	whole := &Rule{Name: "r", GVR: images.GVR, IncludeObject: true}
 	now := time.Now()
 	old, obj := deploy("web:1", "x", "1"), deploy("web:2", "y", "2")
 
@@ -63,12 +63,36 @@ func TestChangesOfASecretAreRedacted(t *testing.T) {
 	}
 	gvr := schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
 	now := time.Now()
-	cs, _, _ := Build(&Rule{Name: "r", GVR: gvr}, Transition{Change: Updated, Object: secret("bmV3"), Old: secret("b2xk"), Time: now}).Changes()
+	cs, _, _ := Build(&Rule{Name: "r", GVR: gvr, IncludeObject: true}, Transition{Change: Updated, Object: secret("bmV3"), Old: secret("b2xk"), Time: now}).Changes()
 	if len(cs) != 1 || cs[0].Path != "data.password" || cs[0].Old != Redacted || cs[0].New != Redacted {
 		t.Fatalf("redacted: %+v", cs)
 	}
-	cs, _, _ = Build(&Rule{Name: "r", GVR: gvr, AllowSecretData: true}, Transition{Change: Updated, Object: secret("bmV3"), Old: secret("b2xk"), Time: now}).Changes()
+	cs, _, _ = Build(&Rule{Name: "r", GVR: gvr, IncludeObject: true, AllowSecretData: true}, Transition{Change: Updated, Object: secret("bmV3"), Old: secret("b2xk"), Time: now}).Changes()
 	if len(cs) != 1 || cs[0].Old != "b2xk" || cs[0].New != "bmV3" {
 		t.Fatalf("allowed: %+v", cs)
+	}
+}
+
+// Several changed paths: what each selects that changed, together; a rule
+// whose events carry metadata only tells changes of its metadata only.
+func TestChangesOfSeveralPathsAndOfMetadataOnly(t *testing.T) {
+	images, _ := fieldpath.Parse("spec.template.spec.containers[*].image")
+	labels, _ := fieldpath.Parse("metadata.labels")
+	gvr := schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
+	old, obj := deploy("web:1", "x", "1"), deploy("web:2", "y", "2")
+	obj.SetLabels(map[string]string{"team": "a"})
+	now := time.Now()
+	cs, _, _ := Build(&Rule{Name: "r", GVR: gvr, IncludeObject: true, Changed: []fieldpath.Path{images, labels}},
+		Transition{Change: Updated, Object: obj, Old: old, Time: now}).Changes()
+	if len(cs) != 2 || cs[0].Path != "spec.template.spec.containers[name=app].image" || cs[1].Path != "metadata.labels.team" {
+		t.Fatalf("two paths: %+v", cs)
+	}
+	cs, _, known := Build(&Rule{Name: "r", GVR: gvr, IncludeMeta: true},
+		Transition{Change: Updated, Object: obj, Old: old, Time: now}).Changes()
+	if !known || len(cs) != 1 || cs[0].Path != "metadata.labels.team" {
+		t.Fatalf("metadata only: %+v", cs)
+	}
+	if _, _, known := Build(&Rule{Name: "r", GVR: gvr}, Transition{Change: Updated, Object: obj, Old: old, Time: now}).Changes(); known {
+		t.Error("a rule whose events carry no object told changes")
 	}
 }

@@ -234,3 +234,20 @@ func TestLeavesNameTheLeaf(t *testing.T) {
 		t.Fatalf("Leaves = %+v, want %+v", got, want)
 	}
 }
+
+// A hostile object nested thousands deep: below MaxDiffDepth a differing
+// subtree is one change (and the walk compares as it goes, linear in the
+// object's size).
+func TestLeavesOfADeepObjectAreBounded(t *testing.T) {
+	deep := func(depth int, leaf string) map[string]any {
+		var v any = leaf
+		for range depth {
+			v = map[string]any{"a": v}
+		}
+		return v.(map[string]any)
+	}
+	got, _ := Leaves(deep(5000, "x"), deep(5000, "y"), nil, nil, 10)
+	if len(got) != 1 || strings.Count(got[0].Path, "a") != MaxDiffDepth {
+		t.Fatalf("%d changes, at depth %d", len(got), strings.Count(got[0].Path, "a"))
+	}
+}

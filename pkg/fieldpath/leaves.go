@@ -5,52 +5,71 @@ import (
 	"sort"
 )
 
+// MaxDiffDepth bounds how deep Leaves names a change: below it a subtree
+// that differs is one change (an object with preserve-unknown-fields can
+// nest as deep as its writer likes).
+const MaxDiffDepth = 32
+
+// pruneDepth is how deep an equal subtree is skipped with one DeepEqual:
+// below it the walk compares as it goes, so the cost stays linear in the
+// object's size whatever its depth.
+const pruneDepth = 8
+
 // Leaves appends to out what differs between old and obj below at, leaf
 // by leaf: maps by key, lists by merge key (name, else type, else
 // position), and values that are not both maps or both lists as a whole.
-// It stops at max changes and returns how many more it found; a subtree
-// equal in both costs one DeepEqual.
+// It stops at max changes and returns how many more it found.
 func Leaves(old, obj any, at []Segment, out []Change, max int) ([]Change, int) {
 	return leaves(old, obj, old != nil, obj != nil, at, out, max)
 }
 
 func leaves(old, obj any, hadOld, hasNew bool, at []Segment, out []Change, max int) ([]Change, int) {
 	more := 0
-	var walk func(a, b any, hadA, hasB bool, at []Segment)
-	walk = func(a, b any, hadA, hasB bool, at []Segment) {
-		if hadA == hasB && reflect.DeepEqual(a, b) {
+	var walk func(a, b any, hadA, hasB bool, at []Segment, depth int)
+	walk = func(a, b any, hadA, hasB bool, at []Segment, depth int) {
+		if depth < pruneDepth && hadA == hasB && reflect.DeepEqual(a, b) {
 			return
 		}
-		ma, aMap := a.(map[string]any)
-		mb, bMap := b.(map[string]any)
-		if aMap && bMap {
-			for _, k := range unionKeys(ma, mb) {
-				va, okA := ma[k]
-				vb, okB := mb[k]
-				walk(va, vb, okA, okB, append(at, Segment{Kind: Field, Key: k}))
+		if depth < MaxDiffDepth {
+			ma, aMap := a.(map[string]any)
+			mb, bMap := b.(map[string]any)
+			// A map added or removed whole is told key by key.
+			if !hadA && bMap && len(mb) > 0 {
+				ma, aMap = map[string]any{}, true
 			}
-			return
-		}
-		la, aList := a.([]any)
-		lb, bList := b.([]any)
-		if aList && bList {
-			ea, eb := elements(la), elements(lb)
-			if ea.keyed != eb.keyed && len(la) > 0 && len(lb) > 0 {
-				// Keyed differently (a name became duplicate): labels
-				// mean nothing across, the list changed as a whole.
-				leaf(a, b, hadA, hasB, at, &out, max, &more)
+			if !hasB && aMap && len(ma) > 0 {
+				mb, bMap = map[string]any{}, true
+			}
+			if aMap && bMap {
+				for _, k := range unionKeys(ma, mb) {
+					va, okA := ma[k]
+					vb, okB := mb[k]
+					walk(va, vb, okA, okB, append(at, Segment{Kind: Field, Key: k}), depth+1)
+				}
 				return
 			}
-			for _, k := range unionLabels(ea, eb) {
-				va, okA := ea.by[k]
-				vb, okB := eb.by[k]
-				walk(va, vb, okA, okB, append(at, ea.seg(k, eb)))
+			la, aList := a.([]any)
+			lb, bList := b.([]any)
+			if aList && bList {
+				ea, eb := elements(la), elements(lb)
+				if ea.keyed == eb.keyed || len(la) == 0 || len(lb) == 0 {
+					for _, k := range unionLabels(ea, eb) {
+						va, okA := ea.by[k]
+						vb, okB := eb.by[k]
+						walk(va, vb, okA, okB, append(at, ea.seg(k, eb)), depth+1)
+					}
+					return
+				}
+				// Keyed differently (a name became duplicate): labels mean
+				// nothing across, the list changed as a whole.
 			}
+		}
+		if hadA == hasB && reflect.DeepEqual(a, b) {
 			return
 		}
 		leaf(a, b, hadA, hasB, at, &out, max, &more)
 	}
-	walk(old, obj, hadOld, hasNew, at)
+	walk(old, obj, hadOld, hasNew, at, len(at))
 	return out, more
 }
 

@@ -23,7 +23,7 @@ func changesVar(e *event.Event) map[string]any {
 	cs, more, known := e.Changes()
 	if !known {
 		text := ""
-		if e.Change == event.Updated {
+		if e.Untold() {
 			text = unknownChanges
 		}
 		return map[string]any{"known": false, "list": []any{}, "more": int64(0), "text": text}

@@ -118,7 +118,7 @@ var presetConfigRefusals = map[string]func(body []byte) bool{
 // prod/web-1: Back-off restarting failed container (5× in 10 min) (rule
 // ..., cluster ...)". A recurring Event is one object whose count (or
 // series) grows, so its updates are one incident told again, not new ones.
-var summary = `(dyn(object).?kind.orValue("") == "Event" ? ` + eventLine + ` : event.change + " " + dyn(object).?kind.orValue("object") + " " + event.subject)` +
+var summary = `(dyn(object).?kind.orValue("") == "Event" && dyn(object).?apiVersion.orValue("") in ["v1", "events.k8s.io/v1"] ? ` + eventLine + ` : event.change + " " + dyn(object).?kind.orValue("object") + " " + event.subject)` +
 	` + " (rule " + event.rule + ", cluster " + event.cluster + ")"`
 
 // eventLine is a core/v1 or events.k8s.io/v1 Event in one line.

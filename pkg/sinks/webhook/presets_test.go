@@ -274,3 +274,23 @@ func TestPresetsTellAKubernetesEvent(t *testing.T) {
 		t.Fatalf("texts\n%q\nwant\n%q", texts, want)
 	}
 }
+
+// A CRD of kind Event is not told as a Kubernetes Event (its fields may
+// be anything): it gets the plain summary, never a template error.
+func TestPresetsTellOnlyKubernetesEventsAsEvents(t *testing.T) {
+	rule := &event.Rule{Name: "crd", Cluster: "prod", GVR: schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "events"}, IncludeObject: true}
+	crd := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "example.com/v1", "kind": "Event",
+		"firstTimestamp": "yesterday", "lastTimestamp": "today", "count": int64(3), "involvedObject": "not a map"}}
+	crd.SetNamespace("a")
+	crd.SetName("e")
+	srv, got := recordRequests(t)
+	s := presetSink(t, srv.URL, "slack", nil, nil)
+	if err := s.Send(context.Background(), []*event.Event{event.Build(rule, event.Transition{Change: event.Added, Object: crd, Time: time.Now()})}); err != nil {
+		t.Fatal(err)
+	}
+	var b struct{ Text string }
+	mustJSON(t, got()[0].body, &b)
+	if b.Text != "added Event a/e (rule crd, cluster prod)" {
+		t.Fatalf("text %q", b.Text)
+	}
+}
