@@ -63,7 +63,7 @@ var specialDirs = []string{"/dev", "/proc", "/sys"}
 // directory, /dev, /proc and /sys, and no two may share a file. With resolve (bridge run), symbolic links in the
 // directories are followed, and a file that exists must be a regular file
 // with no other link to it: the bridge never writes through a link, a
-// device or a FIFO (internal/rotatefile checks again whenever it opens one).
+// device or a FIFO (pkg/internal/rotatefile checks again whenever it opens one).
 func ConfineOutputFiles(cfg *Config, p Protected, resolve bool) []Problem {
 	taken := map[string]string{} // a file's forms -> what writes it, or what it is
 	protect := func(file, what string) {

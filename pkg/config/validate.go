@@ -13,8 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"github.com/kubebridge/kubebridge/internal/celsandbox"
 	"github.com/kubebridge/kubebridge/pkg/fieldpath"
+	"github.com/kubebridge/kubebridge/pkg/internal/celsandbox"
 )
 
 // Limits that keep a config from asking for something absurd.

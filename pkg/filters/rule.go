@@ -36,10 +36,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/kubebridge/kubebridge/internal/celsandbox"
 	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
 	"github.com/kubebridge/kubebridge/pkg/fieldpath"
+	"github.com/kubebridge/kubebridge/pkg/internal/celsandbox"
 )
 
 // NamespaceLabels looks up a namespace's current labels; ok is false for a

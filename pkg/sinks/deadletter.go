@@ -8,8 +8,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kubebridge/kubebridge/internal/rotatefile"
 	"github.com/kubebridge/kubebridge/pkg/event"
+	"github.com/kubebridge/kubebridge/pkg/internal/rotatefile"
 )
 
 // DeadLetter receives events a sink refused permanently, with the error.

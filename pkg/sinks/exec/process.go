@@ -9,13 +9,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	osexec "os/exec"
 	"path/filepath"
 	"sync"
 	"time"
 
-	"github.com/kubebridge/kubebridge/internal/backoff"
+	"k8s.io/apimachinery/pkg/util/wait"
+
 	"github.com/kubebridge/kubebridge/pkg/sinks"
 )
 
@@ -416,8 +418,12 @@ func (s *Sink) stop(p *proc, reason error) {
 // unanswered events, and starts the next after a backoff, until Close.
 func (s *Sink) supervise(p *proc) {
 	defer close(s.stopped)
-	restarts := backoff.Backoff{Initial: s.timing.minBackoff, Max: s.timing.maxBackoff}
-	wait := restarts.Next()
+	// Restarts back off from minBackoff, doubling up to maxBackoff.
+	fresh := func() wait.Backoff {
+		return wait.Backoff{Duration: s.timing.minBackoff, Factor: 2, Cap: s.timing.maxBackoff, Steps: math.MaxInt}
+	}
+	restarts := fresh()
+	delay := restarts.Step()
 	for {
 		if p != nil {
 			select {
@@ -429,31 +435,31 @@ func (s *Sink) supervise(p *proc) {
 			unanswered := s.reap(p)
 			ran := time.Since(p.started)
 			if ran >= s.timing.healthyAfter {
-				restarts.Reset()
-				wait = restarts.Next()
+				restarts = fresh()
+				delay = restarts.Step()
 			}
 			s.mu.Lock()
 			reason := p.reason
 			s.mu.Unlock()
-			attrs := []any{"pid", p.pid, "exit", p.exitErr, "ran", ran.Round(time.Millisecond), "unanswered", unanswered, "restartIn", wait}
+			attrs := []any{"pid", p.pid, "exit", p.exitErr, "ran", ran.Round(time.Millisecond), "unanswered", unanswered, "restartIn", delay}
 			if reason != nil {
 				attrs = append(attrs, "reason", reason)
 			}
 			s.logger.Warn("plugin stopped; restarting it", attrs...)
 		}
-		t := time.NewTimer(wait)
+		t := time.NewTimer(delay)
 		select {
 		case <-t.C:
 		case <-s.closeReq:
 			t.Stop()
 			return
 		}
-		wait = restarts.Next()
+		delay = restarts.Step()
 		np, err := s.start()
 		s.mu.Lock()
 		if err != nil {
 			s.downErr = fmt.Errorf("starting %s: %w", s.argv[0], err)
-			s.logger.Warn("plugin failed to start", "error", err, "retryIn", wait)
+			s.logger.Warn("plugin failed to start", "error", err, "retryIn", delay)
 		} else {
 			s.proc, s.downErr = np, nil
 		}

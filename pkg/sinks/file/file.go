@@ -7,7 +7,7 @@
 // written batch may then appear twice, never zero times). A full disk is
 // reported as such.
 //
-// Rotation is by size (internal/rotatefile): when a batch would take the
+// Rotation is by size (pkg/internal/rotatefile): when a batch would take the
 // file past maxSizeMB, the file is renamed to <path>.1 (older backups shift
 // up to <path>.<maxBackups>, the oldest is removed) and a new file is
 // started.
@@ -21,8 +21,8 @@ import (
 	"os"
 	"sync"
 
-	"github.com/kubebridge/kubebridge/internal/rotatefile"
 	"github.com/kubebridge/kubebridge/pkg/event"
+	"github.com/kubebridge/kubebridge/pkg/internal/rotatefile"
 	"github.com/kubebridge/kubebridge/pkg/sinks"
 )
 

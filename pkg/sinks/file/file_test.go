@@ -107,7 +107,7 @@ func TestWritesJSONLinesAndRotates(t *testing.T) {
 }
 
 // A device is refused when the sink opens, whatever the config said: a
-// full disk is reported as such (internal/rotatefile tests it), but the sink
+// full disk is reported as such (pkg/internal/rotatefile tests it), but the sink
 // writes (and rotates) only regular files.
 func TestDevicesAreRefused(t *testing.T) {
 	if _, err := os.Stat("/dev/full"); err != nil {

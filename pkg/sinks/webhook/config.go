@@ -9,8 +9,8 @@ import (
 
 	"golang.org/x/net/http/httpguts"
 
-	"github.com/kubebridge/kubebridge/internal/celsandbox"
 	"github.com/kubebridge/kubebridge/pkg/config"
+	"github.com/kubebridge/kubebridge/pkg/internal/celsandbox"
 )
 
 // Defaults, named so that docs and code agree.

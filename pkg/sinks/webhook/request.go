@@ -16,9 +16,9 @@ import (
 	celast "github.com/google/cel-go/common/ast"
 	"golang.org/x/net/http/httpguts"
 
-	"github.com/kubebridge/kubebridge/internal/celsandbox"
 	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
+	"github.com/kubebridge/kubebridge/pkg/internal/celsandbox"
 	"github.com/kubebridge/kubebridge/pkg/sinks"
 )
 
