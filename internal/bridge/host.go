@@ -31,15 +31,15 @@ func newHost(logger *slog.Logger, reg *sinks.Registry) *host {
 	return &host{logger: logger, pool: pool, sinks: reg.WithHost(pool)}
 }
 
-// settings returns what the factory of the sink named name gets to
-// provide what its type provides: the sink's config, the host's logger.
-func (h *host) settings(cfg *config.Config, name string) (sinks.Settings, error) {
+// sinkConfig returns the config of the sink named name, whose factory provides
+// what its type provides.
+func sinkConfig(cfg *config.Config, name string) (config.Sink, error) {
 	for _, sc := range cfg.Sinks {
 		if sc.Name == name {
-			return sinks.Settings{Config: sc, Logger: h.logger}, nil
+			return sc, nil
 		}
 	}
-	return sinks.Settings{}, fmt.Errorf("unknown sink %q", name)
+	return config.Sink{}, fmt.Errorf("unknown sink %q", name)
 }
 
 // checkpointStore opens the checkpoint store in the key-value bucket of the
@@ -51,11 +51,11 @@ func (h *host) checkpointStore(ctx context.Context, cfg *config.Config) (store c
 	if !ok {
 		return nil, false, nil
 	}
-	s, err := h.settings(cfg, ref.Sink)
+	sc, err := sinkConfig(cfg, ref.Sink)
 	if err != nil {
 		return nil, true, fmt.Errorf("%s: %w", ref.Path, err)
 	}
-	bucket, err := h.sinks.KV(ctx, s, ref.Target)
+	bucket, err := h.sinks.KV(ctx, sc, h.logger, ref.Target)
 	if err != nil {
 		return nil, true, fmt.Errorf("%s: %w", ref.Path, err)
 	}
@@ -78,11 +78,11 @@ func (h *host) deadLetter(ctx context.Context, cfg *config.Config, dl *config.De
 		}
 		return f, func(context.Context) error { return f.Close() }, nil
 	}
-	s, err := h.settings(cfg, ref.Sink)
+	sc, err := sinkConfig(cfg, ref.Sink)
 	if err != nil {
 		return nil, nil, err
 	}
-	d, err := h.sinks.DeadLetter(ctx, s, ref.Target)
+	d, err := h.sinks.DeadLetter(ctx, sc, h.logger, ref.Target)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -317,7 +317,7 @@ func (memSink) Close(context.Context) error                { return nil }
 // dead-letters and the checkpoint's bucket.
 func memFactory(opened *int) sinks.Factory {
 	store := func(ctx context.Context, s sinks.Settings) (*memStore, error) {
-		v, err := s.Host.Shared(ctx, "mem."+s.Config.Name, func(context.Context) (any, func(context.Context) error, error) {
+		v, err := s.Host.Shared(ctx, "mem."+s.Name, func(context.Context) (any, func(context.Context) error, error) {
 			*opened++
 			m := &memStore{kv: map[string][]byte{}, revs: map[string]uint64{}}
 			return m, func(context.Context) error { m.mu.Lock(); m.closed = true; m.mu.Unlock(); return nil }, nil

@@ -80,10 +80,9 @@ func (s *sharedSinks) acquire(key string, settings any, open func() (any, func(c
 }
 
 // Create implements sinkCreator.
-func (s *sharedSinks) Create(ctx context.Context, st sinks.Settings) (sinks.Sink, error) {
-	v, release, err := s.acquire("sink/"+st.Config.Name, st.Config, func() (any, func(context.Context) error, error) {
-		st.Logger = s.logger.With("sink", st.Config.Name)
-		sink, err := s.reg.Create(ctx, st)
+func (s *sharedSinks) Create(ctx context.Context, sc config.Sink, _ *slog.Logger) (sinks.Sink, error) {
+	v, release, err := s.acquire("sink/"+sc.Name, sc, func() (any, func(context.Context) error, error) {
+		sink, err := s.reg.Create(ctx, sc, s.logger.With("sink", sc.Name))
 		if err != nil {
 			return nil, nil, err
 		}

@@ -19,7 +19,7 @@ func TestSharedSinksAreSharedBySettings(t *testing.T) {
 	shared := newSharedSinks(reg, newHost(discard, reg), discard)
 	create := func(tag string) sinks.Sink {
 		t.Helper()
-		s, err := shared.Create(ctx, sinks.Settings{Config: sinkCfg("a", tag), Logger: discard})
+		s, err := shared.Create(ctx, sinkCfg("a", tag), discard)
 		if err != nil {
 			t.Fatal(err)
 		}

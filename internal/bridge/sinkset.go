@@ -36,7 +36,7 @@ type sinkRun struct {
 // sinkCreator builds sinks: a *sinks.Registry, or what shares one sink
 // among the deliverers of several shards (sharedSinks).
 type sinkCreator interface {
-	Create(ctx context.Context, s sinks.Settings) (sinks.Sink, error)
+	Create(ctx context.Context, sc config.Sink, logger *slog.Logger) (sinks.Sink, error)
 }
 
 // buildSinkSet builds the set for cfgs. A sink whose config equals its run
@@ -50,7 +50,7 @@ func buildSinkSet(ctx context.Context, reg sinkCreator, cfgs []config.Sink, prev
 	for _, sc := range cfgs {
 		run := prev.kept(sc)
 		if run == nil {
-			sink, err := reg.Create(ctx, sinks.Settings{Config: sc, Logger: logger.With("sink", sc.Name)})
+			sink, err := reg.Create(ctx, sc, logger.With("sink", sc.Name))
 			if err != nil {
 				for _, b := range built {
 					_ = b.close(ctx)

@@ -43,11 +43,11 @@ func (ts *testSinks) registry(t *testing.T) *sinks.Registry {
 		Create: func(_ context.Context, s sinks.Settings) (sinks.Sink, error) {
 			ts.mu.Lock()
 			defer ts.mu.Unlock()
-			if s.Config.Name == ts.failFor {
+			if s.Name == ts.failFor {
 				return nil, errors.New("refused")
 			}
-			ts.log = append(ts.log, "create "+s.Config.Name)
-			return &testSink{ts: ts, name: s.Config.Name}, nil
+			ts.log = append(ts.log, "create "+s.Name)
+			return &testSink{ts: ts, name: s.Name}, nil
 		},
 	})
 	if err != nil {

@@ -138,7 +138,7 @@ sinks:
 				sink := made[i]
 				if sink == nil {
 					f := map[string]sinks.Factory{"file": file.Factory, "nats": natssink.Factory, "webhook": webhook.Factory}[sc.Type]
-					if sink, err = f.Create(ctx, sinks.Settings{Config: sc, Logger: slog.New(slog.DiscardHandler)}); err != nil {
+					if sink, err = f.Create(ctx, sinks.SettingsFor(sc, nil)); err != nil {
 						b.Fatal(err)
 					}
 				}

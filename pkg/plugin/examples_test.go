@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubebridge/kubebridge/internal/delivery/deliverytest"
 	"github.com/kubebridge/kubebridge/internal/testenv"
 	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
@@ -51,13 +52,13 @@ func TestExamplePlugins(t *testing.T) {
 			cfg := config.Sink{Name: "audit", Type: "exec", Spec: c, Workers: 2, Queue: config.Queue{Capacity: 100},
 				Retry: config.Retry{InitialInterval: config.Duration(5 * time.Millisecond), MaxInterval: config.Duration(50 * time.Millisecond)}}
 			logs := &syncWriter{w: &strings.Builder{}}
-			sink, err := execsink.Factory.Create(context.Background(), sinks.Settings{Config: cfg,
-				Logger: slog.New(slog.NewTextHandler(logs, nil)).With("sink", "audit")})
+			sink, err := execsink.Factory.Create(context.Background(), sinks.SettingsFor(cfg,
+				slog.New(slog.NewTextHandler(logs, nil)).With("sink", "audit")))
 			if err != nil {
 				t.Fatal(err)
 			}
 			dl := &sinkstest.RecordingDeadLetter{}
-			d := sinkstest.Start(t, cfg, sink, dl)
+			d := deliverytest.Start(t, cfg, sink, dl) // the bridge's engine: drained below
 
 			plain := structured(t, "plain", nil)
 			retry := structured(t, "retry", map[string]string{"audit.kubebridge.io/fail": "retry-once"})

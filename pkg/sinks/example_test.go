@@ -56,7 +56,7 @@ var printFactory = sinks.Factory{
 	Type:      "print",
 	NewConfig: func() any { c := &printConfig{}; c.SetDefaults(); return c },
 	Create: func(_ context.Context, s sinks.Settings) (sinks.Sink, error) {
-		return printSink{prefix: s.Config.Spec.(*printConfig).Prefix}, nil
+		return printSink{prefix: s.Config.(*printConfig).Prefix}, nil
 	},
 }
 
@@ -82,7 +82,7 @@ rules:
 	if err != nil {
 		panic(err)
 	}
-	sink, err := registry.Create(context.Background(), sinks.Settings{Config: cfg.Sinks[0]})
+	sink, err := registry.Create(context.Background(), cfg.Sinks[0], nil)
 	if err != nil {
 		panic(err)
 	}

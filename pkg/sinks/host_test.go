@@ -95,28 +95,24 @@ func TestRegistryCapabilitiesAndHost(t *testing.T) {
 		t.Error("Provides does not follow the factories")
 	}
 	ctx := context.Background()
-	_, err = r.DeadLetter(ctx, Settings{Config: config.Sink{Name: "p", Type: "plain"}}, "x")
+	_, err = r.DeadLetter(ctx, config.Sink{Name: "p", Type: "plain"}, nil, "x")
 	if err == nil || err.Error() != `sink "p" is not a bus or queue sink` {
 		t.Errorf("a type without the capability: err = %v", err)
 	}
-	_, err = r.KV(ctx, Settings{Config: config.Sink{Name: "b", Type: "bus"}}, "views")
+	_, err = r.KV(ctx, config.Sink{Name: "b", Type: "bus"}, nil, "views")
 	if err == nil || err.Error() != `sink "b" cannot provide the checkpoint's key-value bucket: no sink type of this build does` {
 		t.Errorf("a capability no type provides: err = %v", err)
 	}
 
 	pool := NewPool()
 	hosted := r.WithHost(pool)
-	if _, err := hosted.Create(ctx, Settings{Config: config.Sink{Name: "p", Type: "plain"}}); err != nil || got != pool {
+	if _, err := hosted.Create(ctx, config.Sink{Name: "p", Type: "plain"}, nil); err != nil || got != pool {
 		t.Errorf("Create got host %v (err %v), want the pool", got, err)
 	}
-	if _, err := hosted.DeadLetter(ctx, Settings{Config: config.Sink{Name: "b", Type: "bus"}}, "dead"); err == nil || err.Error() != "dead letters to dead" || got != pool {
+	if _, err := hosted.DeadLetter(ctx, config.Sink{Name: "b", Type: "bus"}, nil, "dead"); err == nil || err.Error() != "dead letters to dead" || got != pool {
 		t.Errorf("DeadLetter got host %v, err %v", got, err)
 	}
-	other := NewPool()
-	if _, err := hosted.Create(ctx, Settings{Config: config.Sink{Name: "p", Type: "plain"}, Host: other}); err != nil || got != other {
-		t.Error("a host in the Settings was replaced")
-	}
-	if _, err := r.Create(ctx, Settings{Config: config.Sink{Name: "p", Type: "plain"}}); err != nil || got != nil {
+	if _, err := r.Create(ctx, config.Sink{Name: "p", Type: "plain"}, nil); err != nil || got != nil {
 		t.Error("the registry without a host handed one")
 	}
 }

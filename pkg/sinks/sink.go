@@ -74,15 +74,33 @@ type HealthChecker interface {
 	Healthy() error
 }
 
-// Settings is what a factory gets to build a sink, or to provide what a
-// sink of its type provides (Factory.DeadLetter, Factory.KV).
+// Settings is what a factory gets to build a sink of its type, or what a
+// sink of its type provides (Factory.DeadLetter, Factory.KV): the sink's
+// own part of the config and what the process running it lends it, never
+// the rest of the bridge's config.
 type Settings struct {
-	Config config.Sink
+	// Name is the sink's name (sinks[].name), unique in the config: rules,
+	// metrics and logs name the sink by it.
+	Name string
+	// Config is the sink's type block, decoded strictly into a fresh
+	// NewConfig value and validated: a pointer to the factory's own
+	// config type.
+	Config any
+	// Logger logs as the sink (it carries the sink's name). Never nil.
 	Logger *slog.Logger
 	// Host keeps what outlives the sink and what the type shares among
 	// its sinks and capabilities (a connection, an embedded server); nil
 	// when the sink is built on its own: it then owns all it opens.
 	Host Host
+	// InFlight is the most Sends the delivery has in flight at once for
+	// the sink (its fixed workers, or its adaptive concurrency's
+	// maximum): a sink that keeps connections needs no more than this.
+	// 0 when unknown.
+	InFlight int
+	// MaxRetryInterval is the longest the delivery waits between two
+	// attempts (retry.maxInterval): a pause the destination asks for
+	// (Retry-After) is worth honouring up to it. 0 when unknown.
+	MaxRetryInterval time.Duration
 }
 
 // KV is a key-value bucket in a sink's destination, which the host keeps
@@ -144,7 +162,7 @@ type Factory struct {
 	// NewConfig returns a pointer to a fresh config struct with its
 	// defaults set; the loader decodes the type block into it strictly.
 	NewConfig func() any
-	// Create builds a sink; s.Config.Spec is the decoded NewConfig value.
+	// Create builds a sink; s.Config is the decoded NewConfig value.
 	Create func(ctx context.Context, s Settings) (Sink, error)
 	// OptIn, when set, is what the operator must allow outside the config
 	// before a sink of this type may run (a type that runs programs the
@@ -237,8 +255,7 @@ func (r *Registry) SinkTypeNames() []string { return r.Types() }
 func (r *Registry) OptIn(typ string) *OptIn { return r.factories[typ].OptIn }
 
 // WithHost returns a registry of r's factories that hands h to them
-// (Settings.Host) whenever the Settings it gets name no host: the one a
-// process that runs sinks builds them with.
+// (Settings.Host): the one a process that runs sinks builds them with.
 func (r *Registry) WithHost(h Host) *Registry {
 	return &Registry{factories: r.factories, host: h}
 }
@@ -262,54 +279,68 @@ func (r *Registry) Fences(sc config.Sink) bool {
 	return f.Fences != nil && f.Fences(sc.Spec)
 }
 
-// Create builds the sink s.Config configures.
-func (r *Registry) Create(ctx context.Context, s Settings) (Sink, error) {
-	f, err := r.factory(s)
+// Create builds the sink sc configures (sc as the config loader decoded
+// it, with this registry); logger logs as the sink.
+func (r *Registry) Create(ctx context.Context, sc config.Sink, logger *slog.Logger) (Sink, error) {
+	f, err := r.factory(sc)
 	if err != nil {
 		return nil, err
 	}
-	return f.Create(ctx, r.hosted(s))
+	return f.Create(ctx, r.settings(sc, logger))
 }
 
-// DeadLetter returns the dead-letter into the destination of the sink s
+// DeadLetter returns the dead-letter into the destination of the sink sc
 // configures, at target (Factory.DeadLetter).
-func (r *Registry) DeadLetter(ctx context.Context, s Settings, target string) (DeadLetter, error) {
-	f, err := r.factory(s)
+func (r *Registry) DeadLetter(ctx context.Context, sc config.Sink, logger *slog.Logger, target string) (DeadLetter, error) {
+	f, err := r.factory(sc)
 	if err != nil {
 		return nil, err
 	}
 	if f.DeadLetter == nil {
-		return nil, errors.New(config.NotProvided(r, s.Config.Name, config.DeadLetterSink))
+		return nil, errors.New(config.NotProvided(r, sc.Name, config.DeadLetterSink))
 	}
-	return f.DeadLetter(ctx, r.hosted(s), target)
+	return f.DeadLetter(ctx, r.settings(sc, logger), target)
 }
 
-// KV opens the bucket in the destination of the sink s configures
+// KV opens the bucket in the destination of the sink sc configures
 // (Factory.KV).
-func (r *Registry) KV(ctx context.Context, s Settings, bucket string) (KV, error) {
-	f, err := r.factory(s)
+func (r *Registry) KV(ctx context.Context, sc config.Sink, logger *slog.Logger, bucket string) (KV, error) {
+	f, err := r.factory(sc)
 	if err != nil {
 		return nil, err
 	}
 	if f.KV == nil {
-		return nil, errors.New(config.NotProvided(r, s.Config.Name, config.CheckpointKV))
+		return nil, errors.New(config.NotProvided(r, sc.Name, config.CheckpointKV))
 	}
-	return f.KV(ctx, r.hosted(s), bucket)
+	return f.KV(ctx, r.settings(sc, logger), bucket)
 }
 
-func (r *Registry) factory(s Settings) (Factory, error) {
-	f, ok := r.factories[s.Config.Type]
+func (r *Registry) factory(sc config.Sink) (Factory, error) {
+	f, ok := r.factories[sc.Type]
 	if !ok {
-		return Factory{}, fmt.Errorf("sink %q: type %q is not available in this build (have: %v)", s.Config.Name, s.Config.Type, r.Types())
+		return Factory{}, fmt.Errorf("sink %q: type %q is not available in this build (have: %v)", sc.Name, sc.Type, r.Types())
 	}
 	return f, nil
 }
 
-func (r *Registry) hosted(s Settings) Settings {
-	if s.Host == nil {
-		s.Host = r.host
-	}
+// settings is what the factory of sc gets from r: SettingsFor, with the
+// registry's host.
+func (r *Registry) settings(sc config.Sink, logger *slog.Logger) Settings {
+	s := SettingsFor(sc, logger)
+	s.Host = r.host
 	return s
+}
+
+// SettingsFor returns the Settings of the sink sc configures (sc as the
+// config loader decoded it), without a host: what a test or a tool that
+// builds one sink on its own hands its factory. A nil logger discards.
+func SettingsFor(sc config.Sink, logger *slog.Logger) Settings {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	inFlight, _ := sc.InFlight()
+	return Settings{Name: sc.Name, Config: sc.Spec, Logger: logger,
+		InFlight: inFlight, MaxRetryInterval: sc.Retry.MaxInterval.D()}
 }
 
 // permanentError marks an error retrying cannot fix.

@@ -75,11 +75,11 @@ var Factory = sinks.Factory{
 const OptInName = "exec-plugins"
 
 func create(_ context.Context, s sinks.Settings) (sinks.Sink, error) {
-	c, ok := s.Config.Spec.(*Config)
+	c, ok := s.Config.(*Config)
 	if !ok || c == nil {
-		return nil, fmt.Errorf("exec sink %q: no exec config (spec is %T)", s.Config.Name, s.Config.Spec)
+		return nil, fmt.Errorf("exec sink %q: no exec config (config is %T)", s.Name, s.Config)
 	}
-	return New(s.Config.Name, *c, s.Logger)
+	return New(s.Name, *c, s.Logger)
 }
 
 // timing holds the sink's clocks; tests shorten them.

@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubebridge/kubebridge/internal/delivery"
 	"github.com/kubebridge/kubebridge/internal/testenv"
 	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
@@ -207,7 +206,7 @@ func TestContract(t *testing.T) {
 		New: func(t testing.TB, cfg config.Sink) (sinks.Sink, sinkstest.Remote) {
 			c, p := pluginConfig(t, nil)
 			cfg.Type, cfg.Spec = "exec", &c
-			s, err := Factory.Create(context.Background(), sinks.Settings{Config: cfg, Logger: slog.New(slog.DiscardHandler)})
+			s, err := Factory.Create(context.Background(), sinks.SettingsFor(cfg, nil))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -398,8 +397,8 @@ func TestFailureHoldsBackTheObject(t *testing.T) {
 	}
 }
 
-// testDelivery runs the sink behind the real delivery loop.
-func testDelivery(t *testing.T, s *Sink, workers int) *delivery.Delivery {
+// testDelivery runs the sink behind the contract kit's delivery loop.
+func testDelivery(t *testing.T, s *Sink, workers int) *sinkstest.Delivery {
 	cfg := config.Sink{Name: "plugged", Workers: workers, Queue: config.Queue{Capacity: 1000},
 		Retry: config.Retry{InitialInterval: config.Duration(5 * time.Millisecond), MaxInterval: config.Duration(50 * time.Millisecond)}}
 	return sinkstest.Start(t, cfg, s, nil)
@@ -652,11 +651,11 @@ func TestDeadPluginFailsFast(t *testing.T) {
 
 func TestCreateFailsWhenTheCommandCannotStart(t *testing.T) {
 	c := Config{Command: []string{"/nonexistent/plugin"}, Inflight: 1, Timeout: config.Duration(time.Minute)}
-	_, err := Factory.Create(context.Background(), sinks.Settings{Config: config.Sink{Name: "audit", Type: "exec", Spec: &c}})
+	_, err := Factory.Create(context.Background(), sinks.SettingsFor(config.Sink{Name: "audit", Type: "exec", Spec: &c}, nil))
 	if err == nil || !strings.Contains(err.Error(), `exec sink "audit": starting /nonexistent/plugin`) {
 		t.Errorf("Create = %v", err)
 	}
-	_, err = Factory.Create(context.Background(), sinks.Settings{Config: config.Sink{Name: "audit"}})
+	_, err = Factory.Create(context.Background(), sinks.SettingsFor(config.Sink{Name: "audit"}, nil))
 	if err == nil || !strings.Contains(err.Error(), "no exec config") {
 		t.Errorf("Create without a spec = %v", err)
 	}

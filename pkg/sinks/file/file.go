@@ -34,7 +34,7 @@ var Factory = sinks.Factory{
 }
 
 func create(_ context.Context, s sinks.Settings) (sinks.Sink, error) {
-	c := s.Config.Spec.(*Config)
+	c := s.Config.(*Config)
 	if c.Path == "-" {
 		return &Sink{out: os.Stdout}, nil
 	}

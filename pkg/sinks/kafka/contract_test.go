@@ -34,7 +34,7 @@ func TestContract(t *testing.T) {
 			c.CreateTopics = true
 			c.Timeout = config.Duration(time.Second)
 			cfg.Spec = c
-			s, err := Factory.Create(context.Background(), sinks.Settings{Config: cfg})
+			s, err := Factory.Create(context.Background(), sinks.SettingsFor(cfg, nil))
 			if err != nil {
 				t.Fatal(err)
 			}

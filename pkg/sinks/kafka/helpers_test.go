@@ -100,7 +100,7 @@ func newSink(t testing.TB, b *broker, edit func(c *Config)) sinks.Sink {
 	if edit != nil {
 		edit(c)
 	}
-	s, err := Factory.Create(context.Background(), sinks.Settings{Config: config.Sink{Name: "kafka", Type: "kafka", Spec: c}})
+	s, err := Factory.Create(context.Background(), sinks.SettingsFor(config.Sink{Name: "kafka", Type: "kafka", Spec: c}, nil))
 	if err != nil {
 		t.Fatal(err)
 	}

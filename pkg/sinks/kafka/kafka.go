@@ -113,7 +113,7 @@ type topicNames struct {
 // create makes the sink; with a state topic it is a HoldingSink, whose
 // destination holds the views (sinks.Holder).
 func create(ctx context.Context, s sinks.Settings) (sinks.Sink, error) {
-	sink, err := New(ctx, s.Config.Name, s.Config.Spec.(*Config), s.Logger)
+	sink, err := New(ctx, s.Name, s.Config.(*Config), s.Logger)
 	if err != nil {
 		return nil, err
 	}

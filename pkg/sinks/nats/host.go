@@ -54,8 +54,8 @@ func sharedEmbedded(ctx context.Context, h sinks.Host, name string, c *Config, l
 // server, it connects to the host's (sharedEmbedded): a reload of the sink
 // closes neither.
 func sharedConn(ctx context.Context, s sinks.Settings) (*natsgo.Conn, error) {
-	name := s.Config.Name
-	c, ok := s.Config.Spec.(*Config)
+	name := s.Name
+	c, ok := s.Config.(*Config)
 	if !ok {
 		return nil, fmt.Errorf("sink %q is not a nats sink", name)
 	}

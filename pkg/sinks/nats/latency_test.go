@@ -11,6 +11,7 @@ import (
 
 	natsgo "github.com/nats-io/nats.go"
 
+	"github.com/kubebridge/kubebridge/internal/delivery/deliverytest"
 	"github.com/kubebridge/kubebridge/internal/testenv"
 	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
@@ -154,7 +155,7 @@ func BenchmarkCorePacedDelivery(b *testing.B) {
 	}
 	cfg := config.Sink{Name: "bench"}
 	cfg.SetDefaults()
-	d := sinkstest.Start(b, cfg, s, nil)
+	d := deliverytest.Start(b, cfg, s, nil)
 	evs := pacedEvents(b.N)
 	r := newPacedReceiver(b, srv.ClientURL(), evs)
 	b.ResetTimer()

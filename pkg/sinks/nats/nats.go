@@ -91,7 +91,7 @@ type link struct {
 // server (sharedEmbedded), which outlives it; without a host it runs its
 // own, which closes with it.
 func create(ctx context.Context, s sinks.Settings) (sinks.Sink, error) {
-	c := s.Config.Spec.(*Config)
+	c := s.Config.(*Config)
 	sink, err := connectFor(ctx, s, c)
 	switch {
 	case err != nil:
@@ -106,22 +106,22 @@ func create(ctx context.Context, s sinks.Settings) (sinks.Sink, error) {
 // embedded server it asks for.
 func connectFor(ctx context.Context, s sinks.Settings, c *Config) (*Sink, error) {
 	if !c.Embedded {
-		return Connect(ctx, s.Config.Name, c, s.Logger)
+		return Connect(ctx, s.Name, c, s.Logger)
 	}
 	if s.Host != nil {
-		srv, err := sharedEmbedded(ctx, s.Host, s.Config.Name, c, s.Logger)
+		srv, err := sharedEmbedded(ctx, s.Host, s.Name, c, s.Logger)
 		if err != nil {
 			return nil, err
 		}
-		return Connect(ctx, s.Config.Name, c.WithServer(srv.URL), s.Logger)
+		return Connect(ctx, s.Name, c.WithServer(srv.URL), s.Logger)
 	}
-	srv, url, err := startEmbedded(s.Config.Name, c)
+	srv, url, err := startEmbedded(s.Name, c)
 	if err != nil {
 		return nil, err
 	}
 	cc := *c
 	cc.URL = url
-	sink, err := Connect(ctx, s.Config.Name, &cc, s.Logger)
+	sink, err := Connect(ctx, s.Name, &cc, s.Logger)
 	if err != nil {
 		srv.Shutdown()
 		return nil, err

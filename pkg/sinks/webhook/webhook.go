@@ -117,15 +117,16 @@ type Sink struct {
 }
 
 func create(_ context.Context, s sinks.Settings) (sinks.Sink, error) {
-	sink, err := New(s.Config.Spec.(*Config), s.Logger)
+	sink, err := New(s.Config.(*Config), s.Logger)
 	if err != nil {
 		return nil, err
 	}
-	if d := s.Config.Retry.MaxInterval.D(); d > 0 {
-		sink.maxDelay = d
+	if s.MaxRetryInterval > 0 {
+		sink.maxDelay = s.MaxRetryInterval
 	}
-	inFlight, _ := s.Config.InFlight()
-	sink.keepConns(inFlight)
+	if s.InFlight > 0 {
+		sink.keepConns(s.InFlight)
+	}
 	return sink, nil
 }
 

@@ -29,6 +29,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/kubebridge/kubebridge/internal/delivery"
+	"github.com/kubebridge/kubebridge/internal/delivery/deliverytest"
 	"github.com/kubebridge/kubebridge/internal/testenv"
 	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
@@ -286,11 +287,11 @@ func TestAdaptiveConcurrencyInto20msReceiver(t *testing.T) {
 	spec := Factory.NewConfig().(*Config)
 	spec.URL = srv.URL
 	cfg.Spec = spec
-	sink, err := Factory.Create(context.Background(), sinks.Settings{Config: cfg, Logger: slog.New(slog.DiscardHandler)})
+	sink, err := Factory.Create(context.Background(), sinks.SettingsFor(cfg, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := sinkstest.Start(t, cfg, sink, nil)
+	d := deliverytest.Start(t, cfg, sink, nil) // what is tested is the engine's adaptive concurrency
 	src := sinkstest.NewSource(100)
 	start := time.Now()
 	for i := range 500 {
@@ -609,7 +610,7 @@ func TestRetryAfterCappedAtMaxInterval(t *testing.T) {
 		cfg := config.Sink{Name: "hook", Queue: config.Queue{Capacity: 10}, Workers: 1,
 			Type: "webhook", Spec: &Config{URL: r.URL(), Mode: "binary", Timeout: config.Duration(5 * time.Second)},
 			Retry: config.Retry{InitialInterval: config.Duration(10 * time.Millisecond), MaxInterval: config.Duration(300 * time.Millisecond)}}
-		sink, err := Factory.Create(context.Background(), sinks.Settings{Config: cfg, Logger: slog.New(slog.DiscardHandler)})
+		sink, err := Factory.Create(context.Background(), sinks.SettingsFor(cfg, nil))
 		if err != nil {
 			t.Fatal(err)
 		}
