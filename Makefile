@@ -3,7 +3,7 @@ SHELL := bash
 GO    ?= go
 BIN   := bin
 
-.PHONY: all build test test-unit test-example-consumer tools lint fuzz validate-examples docs demo chaos bench bench-micro clean
+.PHONY: all build test test-unit test-example-consumer test-example-custom-bridge tools lint fuzz validate-examples docs demo chaos bench bench-micro clean
 
 all: build
 
@@ -23,9 +23,13 @@ test: tools ## everything: lint, unit and integration tests (real apiserver, etc
 	$(MAKE) validate-examples
 	$(GO) test -race -count=1 -timeout 30m -v $(TEST_PKGS)
 	$(MAKE) test-example-consumer
+	$(MAKE) test-example-custom-bridge
 
 test-example-consumer: ## the consumer example, a module of its own (examples/consumer): vet, build and test it
 	cd examples/consumer && $(GO) vet ./... && $(GO) build -o /dev/null . && $(GO) test -race -count=1 -v ./...
+
+test-example-custom-bridge: ## a bridge of one's own with its own sink type (examples/custom-bridge, a module of its own): vet, build and test it; test/e2e's TestCustomBridge runs it against the apiserver
+	cd examples/custom-bridge && $(GO) vet ./... && $(GO) build -o /dev/null . && $(GO) test -race -count=1 -v ./...
 
 test-unit: ## only what needs no built tools (integration tests skip unless CI=true)
 	$(GO) test -race -count=1 -timeout 30m -v ./...

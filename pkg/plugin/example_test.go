@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/kubebridge/kubebridge/pkg/plugin"
+	"github.com/kubebridge/kubebridge/pkg/sinks"
 )
 
 // Serve on two event lines, as the exec sink writes them: the handler's
@@ -18,7 +19,7 @@ func ExampleServe() {
 `
 	handler := func(ctx context.Context, e plugin.Event) error {
 		if e.Labels()["team"] == "" {
-			return plugin.Permanent(errors.New(e.Subject + " has no team label"))
+			return sinks.Permanent(errors.New(e.Subject + " has no team label"))
 		}
 		return nil // acknowledged
 	}

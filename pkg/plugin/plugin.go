@@ -15,18 +15,18 @@
 //		}
 //	}
 //
-// The handler's error decides the answer: nil acknowledges the event;
-// Permanent(err) refuses it for good (it goes to the sink's dead-letter);
-// RetryAfter(err, d) asks for a retry no sooner than d; any other error is
-// retried with the sink's backoff. Handlers run concurrently (see
+// The handler's error decides the answer, classed as a Go sink classes
+// its own (the outcome classes of pkg/sinks): nil acknowledges the event;
+// sinks.Permanent(err) refuses it for good (it goes to the sink's
+// dead-letter); sinks.Throttle(err, d) asks for a retry no sooner than d
+// (the sink's backoff still caps the wait at its maxInterval); any other
+// error is retried with the sink's backoff. Handlers run concurrently (see
 // Concurrency) and are answered in any order: kubebridge never has two
 // events of one object unanswered, so an object's events still reach the
 // handler one at a time, in order. A handler must return within the exec
 // sink's timeout (default 30s): a plugin that leaves its oldest event
 // unanswered that long is taken for hung, killed and restarted, and its
 // unanswered events are resent.
-//
-// The package depends on the standard library only.
 package plugin
 
 import (
@@ -42,6 +42,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/kubebridge/kubebridge/pkg/sinks"
 )
 
 // Event is one CloudEvent as kubebridge writes it (structured mode).
@@ -88,37 +90,6 @@ func (e Event) Labels() map[string]string {
 // Handler handles one event. Its error is the answer (see the package doc);
 // ctx ends when the plugin is asked to stop (SIGTERM or SIGINT under Run).
 type Handler func(ctx context.Context, e Event) error
-
-type permanentError struct{ err error }
-
-func (e permanentError) Error() string { return e.err.Error() }
-func (e permanentError) Unwrap() error { return e.err }
-
-// Permanent marks err as one a retry cannot fix: the event goes to the
-// sink's dead-letter.
-func Permanent(err error) error {
-	if err == nil {
-		return nil
-	}
-	return permanentError{err}
-}
-
-type retryAfterError struct {
-	err   error
-	delay time.Duration
-}
-
-func (e retryAfterError) Error() string { return e.err.Error() }
-func (e retryAfterError) Unwrap() error { return e.err }
-
-// RetryAfter marks err as retryable no sooner than after d (the sink's
-// backoff still caps the wait at its maxInterval).
-func RetryAfter(err error, d time.Duration) error {
-	if err == nil {
-		return nil
-	}
-	return retryAfterError{err, d}
-}
 
 // Option configures Run and Serve.
 type Option func(*options)
@@ -266,13 +237,11 @@ func handle(ctx context.Context, h Handler, e Event) (a answer) {
 		return a
 	}
 	a.Error = err.Error()
-	var p permanentError
-	var ra retryAfterError
 	switch {
-	case errors.As(err, &p):
+	case sinks.IsPermanent(err):
 		a.Permanent = true
-	case errors.As(err, &ra):
-		a.RetryAfter = ra.delay.String()
+	case sinks.IsThrottle(err):
+		a.RetryAfter = sinks.ThrottleDelay(err).String()
 	}
 	return a
 }

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kubebridge/kubebridge/pkg/event"
+	"github.com/kubebridge/kubebridge/pkg/sinks"
 )
 
 // structured is a real event as the bridge writes it, for object name.
@@ -98,9 +99,9 @@ func TestAnswers(t *testing.T) {
 	err := Serve(context.Background(), strings.NewReader(in.String()), &out, func(_ context.Context, e Event) error {
 		switch e.Subject {
 		case "prod/refuse":
-			return Permanent(errors.New("schema mismatch"))
+			return sinks.Permanent(errors.New("schema mismatch"))
 		case "prod/later":
-			return RetryAfter(errors.New("rate limited"), 1500*time.Millisecond)
+			return sinks.Throttle(errors.New("rate limited"), 1500*time.Millisecond)
 		case "prod/fail":
 			return errors.New("database down")
 		case "prod/panic":

@@ -37,6 +37,7 @@ type bridgeProc struct {
 type bridgeOption func(*bridgeOptions)
 
 type bridgeOptions struct {
+	binary           string
 	configFile       string
 	kubeconfig       string
 	checkpointFile   string
@@ -48,6 +49,10 @@ type bridgeOptions struct {
 	startTimeout     time.Duration
 	killAtEnd        bool
 }
+
+// withBinary runs another bridge binary than the one built for the tests
+// (a distribution of one's own, examples/custom-bridge).
+func withBinary(path string) bridgeOption { return func(o *bridgeOptions) { o.binary = path } }
 
 // withConfigFile runs the bridge on a config file the test writes itself
 // (startBridge's config is then ""). By default startBridge writes the
@@ -199,7 +204,11 @@ func (b *bridgeProc) run() error {
 		return err
 	}
 	fmt.Fprintf(logFile, "\n===== start %s\n", time.Now().Format(time.RFC3339Nano))
-	b.cmd = exec.Command(bridgeBin, b.args...)
+	bin := bridgeBin
+	if b.o.binary != "" {
+		bin = b.o.binary
+	}
+	b.cmd = exec.Command(bin, b.args...)
 	b.cmd.Dir = b.t.TempDir()
 	b.cmd.Env = append(os.Environ(), b.o.env...)
 	b.cmd.Stdout, b.cmd.Stderr = logFile, logFile

@@ -330,8 +330,15 @@ func (d *Delivery) settle(batch []*event.Event, errs []error) {
 		}
 		p.until = now.Add(wait)
 		d.parked[k] = p
-		d.pending[k] = append(evs, d.pending[k]...)
-		d.queued += len(evs)
+		queued := len(d.pending[k])
+		evs = append(evs, d.pending[k]...)
+		if d.queued+len(evs)-queued > d.capacity { // past capacity the retried events fold with the newer ones
+			var coalesced, cancelled uint64
+			evs, coalesced, cancelled = event.Fold(evs)
+			d.stats.Coalesced += int(coalesced + cancelled)
+		}
+		d.pending[k] = evs
+		d.queued += len(evs) - queued
 		d.list(k)
 	}
 	d.mu.Unlock()
