@@ -8,7 +8,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	"github.com/kubebridge/kubebridge/internal/delivery"
 	"github.com/kubebridge/kubebridge/pkg/components"
 	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
@@ -51,7 +50,8 @@ func (p printSink) Send(_ context.Context, events []*event.Event) error {
 func (printSink) Close(context.Context) error { return nil }
 
 // printFactory is the whole component: in a real build it is exported by
-// its own package and listed in pkg/components (one line).
+// its own package and listed in pkg/components (one line), or in the main
+// of a bridge of one's own (cmd/bridgecmd, docs/sdk.md).
 var printFactory = sinks.Factory{
 	Type:      "print",
 	NewConfig: func() any { c := &printConfig{}; c.SetDefaults(); return c },
@@ -60,8 +60,10 @@ var printFactory = sinks.Factory{
 	},
 }
 
-// Example_writeASink adds a sink type, loads a config that uses it, and runs
-// it behind the delivery loop every sink shares (queue, batching, retry).
+// Example_writeASink adds a sink type, loads a config that uses it, builds
+// the sink as the bridge does and sends it an event, as the delivery loop
+// every sink shares does (queue, batching, retry: the bridge's;
+// sinkstest.Start runs one in tests).
 func Example_writeASink() {
 	registry, err := sinks.NewRegistry(append(components.Sinks(), printFactory)...)
 	if err != nil {
@@ -82,11 +84,11 @@ rules:
 	if err != nil {
 		panic(err)
 	}
-	sink, err := registry.Create(context.Background(), cfg.Sinks[0], nil)
+	ctx := context.Background()
+	sink, err := registry.Create(ctx, cfg.Sinks[0], nil)
 	if err != nil {
 		panic(err)
 	}
-	d := delivery.New(delivery.Options{Config: cfg.Sinks[0], Sink: sink})
 
 	obj := &unstructured.Unstructured{}
 	obj.SetNamespace("prod")
@@ -94,9 +96,11 @@ rules:
 	obj.SetUID("1234")
 	obj.SetResourceVersion("7")
 	rule := &event.Rule{Name: "r", Cluster: "dev", GVR: schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}}
-	d.Offer(event.New(rule, event.Added, obj, nil, time.Now()))
-
-	d.Close() // no more events: Run drains the queue and returns
-	d.Run(context.Background())
+	if err := sink.Send(ctx, []*event.Event{event.New(rule, event.Added, obj, nil, time.Now())}); err != nil {
+		panic(err)
+	}
+	if err := sink.Close(ctx); err != nil {
+		panic(err)
+	}
 	// Output: event: io.kubebridge.deployments.apps.added prod/web 1234 7
 }

@@ -1,6 +1,10 @@
-// Package sinks defines what a sink is and how sinks are registered: the
-// Sink contract, the errors that tell the delivery how to retry, the
-// dead-letter, and the credential and TLS files sinks read. The delivery
+// Package sinks is the SDK of sink types (docs/sdk.md): what a sink is
+// and how sinks are registered (Sink, Factory, Settings, Registry), the
+// outcome classes that tell the delivery how to retry (shared with exec
+// plugins, pkg/plugin), what the process lends sinks (Host, KV), the
+// dead-letter, and the credential and TLS files sinks read. A sink type
+// written in another module is a first-class sink: cmd/bridgecmd builds a
+// bridge with it, sinkstest checks it against the contract. The delivery
 // loop every sink shares (queue -> batch -> Send, retried with backoff until
 // acknowledged) wraps the sink from outside, in internal/delivery, in the
 // style of the OpenTelemetry collector's exporterhelper: a sink only sends
@@ -155,7 +159,8 @@ func (e *RevisionError) Unwrap() []error { return []error{ErrFenced, e.Err} }
 // its config (defaults in NewConfig, checks in the config's Validate
 // methods, which the loader calls with paths and lines) and its constructor.
 // A new sink type is one package exporting a Factory plus one line in the
-// list of components (pkg/components).
+// list of components (pkg/components), or in the main of a bridge of one's
+// own (cmd/bridgecmd).
 type Factory struct {
 	// Type is the key of the sink's type block in the config (nats:, exec:).
 	Type string
@@ -206,7 +211,8 @@ type OptIn struct {
 }
 
 // Registry maps sink types to factories. Build one with NewRegistry; the
-// sink types of a build are listed in one place, pkg/components. It is the
+// sink types of kubebridge's build are listed in pkg/components, a
+// distribution's in its main (cmd/bridgecmd.Settings). It is the
 // config loader's config.SinkTypes, and says which types provide what
 // (Provides).
 type Registry struct {
@@ -379,7 +385,8 @@ type throttleError struct {
 func (e throttleError) Error() string { return e.err.Error() }
 func (e throttleError) Unwrap() error { return e.err }
 
-// Throttle marks err as retryable no sooner than after d.
+// Throttle marks err as retryable no sooner than after d: the destination
+// asked for a pause (an HTTP Retry-After, an exec plugin's retryAfter).
 func Throttle(err error, d time.Duration) error {
 	if err == nil {
 		return nil
