@@ -16,8 +16,9 @@ import (
 // Delivery is the kit's own delivery loop around a sink: what the
 // bridge's engine promises a sink (the Sink contract), in few lines, so
 // that a sink is tested against the contract without the bridge's runtime.
-// It keeps order per object and never has two events of one object in
-// flight; it runs as many Sends at once as the sink's config allows
+// It keeps order per object: a batch holds one event of each object (an
+// Ordered sink's, an object's pending events together), and an object is
+// never in two batches in flight; it runs as many Sends at once as the sink's config allows
 // (config.Sink.InFlight); it retries failed events with exponential
 // backoff from the config's retry settings, waiting at least what a
 // Throttle asks; it sends the events of a batch refused permanently as a
@@ -35,6 +36,7 @@ type Delivery struct {
 	name     string
 	capacity int
 	maxBatch int
+	ordered  bool // the sink is sinks.Ordered: an object's events go together
 	retry    config.Retry
 	wake     chan struct{} // work may be ready; one token wakes one worker
 
@@ -77,6 +79,9 @@ func Start(t testing.TB, cfg config.Sink, sink sinks.Sink, dl sinks.DeadLetter) 
 		if n, _ := b.Batching(); n > 0 {
 			d.maxBatch = n
 		}
+	}
+	if o, ok := sink.(sinks.Ordered); ok {
+		d.ordered = o.Ordered()
 	}
 	workers, _ := cfg.InFlight()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -180,9 +185,10 @@ func (d *Delivery) work(ctx context.Context) {
 	}
 }
 
-// take returns the next batch: the pending events of objects neither in
-// flight nor parked, up to maxBatch; next is when the first parked object
-// is due when none is ready.
+// take returns the next batch: the first pending event of each object
+// neither in flight nor parked (all its pending events for an Ordered
+// sink), up to maxBatch; next is when the first parked object is due when
+// none is ready.
 func (d *Delivery) take(now time.Time) (batch []*event.Event, next time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -204,7 +210,10 @@ func (d *Delivery) take(now time.Time) (batch []*event.Event, next time.Time) {
 			}
 			continue
 		}
-		n := min(len(evs), d.maxBatch-len(batch))
+		n := 1
+		if d.ordered {
+			n = min(len(evs), d.maxBatch-len(batch))
+		}
 		batch = append(batch, evs[:n]...)
 		d.pending[k] = evs[n:]
 		d.busy[k] = true
