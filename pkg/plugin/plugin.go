@@ -240,6 +240,9 @@ func handle(ctx context.Context, h Handler, e Event) (a answer) {
 	switch {
 	case sinks.IsPermanent(err):
 		a.Permanent = true
+		if inner := errors.Unwrap(err); inner != nil && !sinks.IsPermanent(inner) {
+			a.Error = inner.Error() // the class has its own field: the error is the handler's message
+		}
 	case sinks.IsThrottle(err):
 		a.RetryAfter = sinks.ThrottleDelay(err).String()
 	}
