@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -24,8 +25,11 @@ import (
 // Throttle asks; it sends the events of a batch refused permanently as a
 // whole one by one until the culprit is alone; it hands Permanent events
 // to the dead-letter (without one it keeps them, retried at the retry
-// maxInterval); and past the queue's capacity it coalesces each object's
-// pending events (event.Coalesce), so memory is bounded by objects.
+// maxInterval); while the destination as a whole fails (Unavailable,
+// Throttle, a network error, a Destination refusal) it sends one batch at
+// a time, backing off, until one gets through; and past the queue's
+// capacity it coalesces each object's pending events (event.Coalesce), so
+// memory is bounded by objects.
 //
 // It is not the bridge's engine (no adaptive concurrency, rate limit,
 // update window, checkpoint or batching wait): what it measures is the
@@ -48,6 +52,9 @@ type Delivery struct {
 	parked   map[string]parking        // objects waiting out a backoff
 	queued   int                       // events in pending
 	inFlight int                       // events in batches in flight
+	down     int                       // the destination's failures in a row (0: up)
+	probeAt  time.Time                 // while down, when the next batch may go
+	probing  bool                      // while down, a batch is in flight
 	stats    Stats
 }
 
@@ -163,7 +170,7 @@ func (d *Delivery) signal() {
 // work sends batches until ctx ends.
 func (d *Delivery) work(ctx context.Context) {
 	for {
-		batch, next := d.take(time.Now())
+		batch, next, probe := d.take(time.Now())
 		if batch == nil {
 			wait := time.Hour // until an Offer or a settled batch wakes it
 			if !next.IsZero() {
@@ -181,17 +188,26 @@ func (d *Delivery) work(ctx context.Context) {
 			continue
 		}
 		d.signal() // there may be more for another worker
-		d.send(ctx, batch)
+		d.send(ctx, batch, probe)
 	}
 }
 
 // take returns the next batch: the first pending event of each object
 // neither in flight nor parked (all its pending events for an Ordered
 // sink), up to maxBatch; next is when the first parked object is due when
-// none is ready.
-func (d *Delivery) take(now time.Time) (batch []*event.Event, next time.Time) {
+// none is ready. While the destination is down it is one batch at a
+// time, the probe.
+func (d *Delivery) take(now time.Time) (batch []*event.Event, next time.Time, probe bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.down > 0 {
+		if d.probing {
+			return nil, time.Time{}, false // the probe's outcome wakes the workers
+		}
+		if now.Before(d.probeAt) {
+			return nil, d.probeAt, false
+		}
+	}
 	kept := d.keys[:0]
 	for _, k := range d.keys {
 		evs := d.pending[k]
@@ -221,14 +237,17 @@ func (d *Delivery) take(now time.Time) (batch []*event.Event, next time.Time) {
 	d.keys = kept
 	d.queued -= len(batch)
 	d.inFlight += len(batch)
-	return batch, next
+	if d.down > 0 && len(batch) > 0 {
+		d.probing, probe = true, true
+	}
+	return batch, next, probe
 }
 
 // send sends batch and settles each event's outcome.
-func (d *Delivery) send(ctx context.Context, batch []*event.Event) {
+func (d *Delivery) send(ctx context.Context, batch []*event.Event, probe bool) {
 	err := d.sink.Send(ctx, batch)
 	if ctx.Err() != nil {
-		d.settle(batch, outcomes(ctx.Err(), len(batch)))
+		d.settle(batch, outcomes(ctx.Err(), len(batch)), probe)
 		return
 	}
 	if sinks.IsPermanent(err) && len(batch) > 1 && !isPerEvent(err, len(batch)) {
@@ -246,10 +265,10 @@ func (d *Delivery) send(ctx context.Context, batch []*event.Event) {
 				failed[e.Key()] = true
 			}
 		}
-		d.settle(batch, errs)
+		d.settle(batch, errs, probe)
 		return
 	}
-	d.settle(batch, outcomes(err, len(batch)))
+	d.settle(batch, outcomes(err, len(batch)), probe)
 }
 
 // errBehind is the outcome of an event not sent because an earlier event
@@ -282,9 +301,10 @@ func isPerEvent(err error, n int) bool {
 // Permanent ones go to the dead-letter, the others (and the later events
 // of their objects) go back in front of their objects' pending events,
 // which wait out a backoff.
-func (d *Delivery) settle(batch []*event.Event, errs []error) {
+func (d *Delivery) settle(batch []*event.Event, errs []error, probe bool) {
 	var delivered, retried, failed, deadLettered int
 	var throttle time.Duration
+	down := false                       // the destination as a whole failed
 	back := map[string][]*event.Event{} // per failed object, in order
 	kept := map[string]bool{}           // failed objects with an event refused for good and no dead-letter taking it
 	for i, e := range batch {
@@ -309,6 +329,7 @@ func (d *Delivery) settle(batch []*event.Event, errs []error) {
 		default:
 			retried++
 			throttle = max(throttle, sinks.ThrottleDelay(err))
+			down = down || destinationWide(err)
 		}
 		if e.Fresh { // it may have landed: never cancel it out with a deletion
 			e = e.WithFresh(false)
@@ -318,6 +339,16 @@ func (d *Delivery) settle(batch []*event.Event, errs []error) {
 
 	d.mu.Lock()
 	now := time.Now()
+	if probe {
+		d.probing = false
+	}
+	switch {
+	case delivered > 0:
+		d.down = 0
+	case down:
+		d.down++
+		d.probeAt = now.Add(max(d.backoff(d.down), throttle))
+	}
 	d.inFlight -= len(batch)
 	d.stats.Delivered += delivered
 	d.stats.Retried += retried
@@ -352,6 +383,14 @@ func (d *Delivery) settle(batch []*event.Event, errs []error) {
 	}
 	d.mu.Unlock()
 	d.signal()
+}
+
+// destinationWide says whether err is a failure of the destination as a
+// whole rather than of the events sent.
+func destinationWide(err error) bool {
+	var ne net.Error
+	_, dest := sinks.DestinationReason(err)
+	return sinks.IsUnavailable(err) || sinks.IsThrottle(err) || errors.As(err, &ne) || (dest && !sinks.IsObjectTarget(err))
 }
 
 // backoff is the wait after an object's n-th failure in a row: the retry's

@@ -160,3 +160,53 @@ func poll(cond func() bool) bool {
 	}
 	return true
 }
+
+// While the destination as a whole fails, one batch at a time probes it,
+// backing off; once one gets through, the workers all send again.
+func TestDeliveryProbesADownDestination(t *testing.T) {
+	var mu sync.Mutex
+	sending, most, downCalls := 0, 0, 0
+	f := newFake(t, func(int, []*event.Event) error { return nil })
+	upAt := time.Now().Add(200 * time.Millisecond)
+	d := Start(t, loopConfig(8), smallBatches(func(ctx context.Context, events []*event.Event) error {
+		if time.Now().Before(upAt) {
+			mu.Lock()
+			downCalls++
+			mu.Unlock()
+			time.Sleep(2 * time.Millisecond)
+			return sinks.Unavailable(errors.New("down"))
+		}
+		mu.Lock()
+		sending++
+		most = max(most, sending)
+		mu.Unlock()
+		defer func() {
+			mu.Lock()
+			sending--
+			mu.Unlock()
+		}()
+		return f.Send(ctx, events)
+	}), nil)
+	src := NewSource(10)
+	for i := range 400 {
+		d.Offer(src.Next(i % 100))
+	}
+	Check(t, src, WaitFor(t, src, f, 10*time.Second))
+	mu.Lock()
+	defer mu.Unlock()
+	// Unchecked, 8 workers sending 2 ms each would try some 800 times in
+	// 200 ms; one probe at a time, backing off to 20 ms, about 20.
+	if downCalls > 40 {
+		t.Errorf("%d sends while the destination was down", downCalls)
+	}
+	if most < 2 {
+		t.Errorf("at most %d sends at once once it was back", most)
+	}
+}
+
+// smallBatches is a sink of batches of 5 events.
+type smallBatches func(ctx context.Context, events []*event.Event) error
+
+func (f smallBatches) Send(ctx context.Context, events []*event.Event) error { return f(ctx, events) }
+func (smallBatches) Close(context.Context) error                             { return nil }
+func (smallBatches) Batching() (int, time.Duration)                          { return 5, 0 }
