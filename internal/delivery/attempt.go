@@ -67,8 +67,10 @@ func oneEach(b *batch) bool {
 // in turns, each with at most one event of each object, as Send's contract
 // says: an object's next event goes in the turn after the destination took
 // the one before it or refused it for good; after any other failure its
-// later events are not sent. A first turn failed as a whole fails the
-// batch as a whole, as one send would.
+// later events are not sent. A first turn of several events failed as a
+// whole fails the batch as a whole, as one send would (a permanent
+// refusal is then split to find its cause); a turn of one event refused
+// for good is that event's refusal.
 func (d *Delivery) inTurns(ctx context.Context, b *batch, events []*event.Event) (errs []error, whole error, ok bool) {
 	errs = make([]error, len(events))
 	next := make([]int, len(b.objects)) // index in events of each object's next event; its end once done
@@ -98,8 +100,19 @@ func (d *Delivery) inTurns(ctx context.Context, b *batch, events []*event.Event)
 		if !ok {
 			return nil, nil, false
 		}
-		if first && wholeError(err, len(turn)) != nil {
+		whole := wholeError(err, len(turn))
+		switch {
+		case whole == nil:
+		case len(turn) == 1 && sinks.IsPermanent(err):
+			// One event refused for good: its own refusal, however the
+			// sink said it; the object's next events go on.
+		case first:
 			return spread(events, loud(events), err), err, true
+		case sinks.IsPermanent(err):
+			// A later turn refused as a whole for good: one of its events
+			// is the cause, which the next attempt (a first turn, split
+			// when refused as a whole) finds; none is refused for it now.
+			err = fmt.Errorf("not sent: the events were refused together, retried apart: %v", err)
 		}
 		each := spread(turn, turn, err)
 		for j, k := range of {
