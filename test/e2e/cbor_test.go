@@ -463,6 +463,7 @@ func TestKubeCBOR(t *testing.T) {
 // The chart passes kubeCBOR to `bridge run` as --kube-cbor, on by default;
 // its schema refuses anything but a bool.
 func TestChartKubeCBOR(t *testing.T) {
+	t.Parallel()
 	for set, want := range map[string]string{"": "--kube-cbor=true", "kubeCBOR=false": "--kube-cbor=false", "kubeCBOR=true": "--kube-cbor=true"} {
 		args := []string{"template", "kb", chartDir, "--namespace", "kb-system"}
 		if set != "" {

@@ -249,6 +249,7 @@ func renderedDocs(t *testing.T, manifests, kind string) map[string]map[string]an
 // the cluster-wide rules' resources, namespaces (namespaceSelector) and the
 // reviews of the admin API; the Lease Role names the Lease.
 func TestChartRBACRenderedScopes(t *testing.T) {
+	t.Parallel()
 	out, err := helm(t, "template", "kbr", chartDir, "--namespace", rbacNS, "-f", chartValues(t, mixedRules+"leaderElection: {leaseName: kbr-leader}\n"))
 	if err != nil {
 		t.Fatalf("helm template: %v\n%s", err, out)
@@ -301,6 +302,7 @@ func TestChartRBACRenderedScopes(t *testing.T) {
 // namespaceSelector (which RBAC cannot narrow), saying why and how to opt
 // in; rbac.allowClusterWideSecrets=true is that opt-in.
 func TestChartRBACRefusesClusterWideSecrets(t *testing.T) {
+	t.Parallel()
 	const base = `
 config:
   cluster: e2e
@@ -407,6 +409,7 @@ func watchesSecretsClusterWide(t *testing.T, configYAML []byte) bool {
 // The example that watches Secrets by namespaceSelector is refused without
 // the opt-in (TestChartRendersEveryExample renders it with it).
 func TestChartRBACExampleSecretsNeedTheOptIn(t *testing.T) {
+	t.Parallel()
 	data, err := os.ReadFile("../../config/secrets-redacted.yaml")
 	must(t, err)
 	if !watchesSecretsClusterWide(t, data) {
@@ -425,6 +428,7 @@ func TestChartRBACExampleSecretsNeedTheOptIn(t *testing.T) {
 // Prometheus and probes reach it; from metricsFrom when set), egress open (the
 // apiserver, DNS and sinks stay reachable) unless egress lists rules.
 func TestChartSecurityContextAndNetworkPolicy(t *testing.T) {
+	t.Parallel()
 	out, err := helm(t, "template", "kb", chartDir, "--namespace", "kb-system", "--set", "podSecurityContext=null")
 	if err != nil {
 		t.Fatalf("helm template: %v\n%s", err, out)

@@ -14,6 +14,7 @@ import (
 // Sharding needs a checkpoint every replica reads: the chart refuses the
 // file checkpoint and an embedded nats-server's KV, naming what to set.
 func TestChartShardingRefusesWhatCannotShare(t *testing.T) {
+	t.Parallel()
 	embedded := strings.Replace(chartNATSConfig, `{url: "nats://nats.nats.svc:4222", jetstream: true}`, "{embedded: true, jetstream: true}", 1)
 	cases := []struct{ name, values, want string }{
 		{"file checkpoint", "replicas: 2\nsharding: {shards: 4}\n" + chartNATSConfig,
@@ -39,6 +40,7 @@ func TestChartShardingRefusesWhatCannotShare(t *testing.T) {
 // passes --reload=true and leaves out the checksum that would roll the
 // pods.
 func TestChartShardingWithHotReload(t *testing.T) {
+	t.Parallel()
 	values := "replicas: 2\nsharding: {shards: 4}\nhotReload: true\n" + chartNATSConfig + "  checkpoint: {natsKV: {sink: bus}}\n"
 	out, err := helm(t, "template", "kb", chartDir, "--namespace", "kb-system", "-f", chartValues(t, values))
 	if err != nil {

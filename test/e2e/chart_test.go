@@ -47,6 +47,7 @@ func helm(t *testing.T, args ...string) (string, error) {
 // The chart lints and renders for its defaults and for every example
 // config, and the config it renders is one the bridge accepts.
 func TestChartRendersEveryExample(t *testing.T) {
+	t.Parallel()
 	if out, err := helm(t, "lint", "--strict", chartDir); err != nil {
 		t.Fatalf("helm lint: %v\n%s", err, out)
 	}
@@ -200,6 +201,7 @@ config:
 // never deliver what was deleted during the handover), and the KV of an
 // embedded nats-server (one per pod), naming the values to set.
 func TestChartLeaderElectionRefusesAPerPodCheckpoint(t *testing.T) {
+	t.Parallel()
 	const advice = "Set config.checkpoint.natsKV (sink: <a nats sink>, bucket: kubebridge), or persistence.enabled=true with persistence.accessMode=ReadWriteMany (a volume every node mounts), or replicas=1"
 	cases := []struct {
 		name, values string
@@ -267,6 +269,7 @@ func storage(t *testing.T, dep map[string]any) (strategy, data string) {
 // when asked. The natsKV checkpoint (on a NATS server outside the pod) needs
 // no claim; that of an embedded nats-server lives in the data directory.
 func TestChartLeaderElectionWithASharedCheckpointRenders(t *testing.T) {
+	t.Parallel()
 	embedded := strings.Replace(chartNATSConfig, `{url: "nats://nats.nats.svc:4222", jetstream: true}`, "{embedded: true, jetstream: true}", 1)
 	cases := []struct {
 		name, values string
@@ -358,6 +361,7 @@ new ids, and the objects deleted while the pod was replaced are never delivered 
 // Recreate. The notes say there is no failover and warn only when the
 // checkpoint is on an emptyDir (persistence.enabled=false).
 func TestChartDefaultValuesRender(t *testing.T) {
+	t.Parallel()
 	out, err := helm(t, "template", "kb", chartDir, "--namespace", "kb-system")
 	if err != nil {
 		t.Fatalf("helm template with the default values: %v\n%s", err, out)
@@ -567,6 +571,7 @@ func TestChartDefaultInstallKeepsItsCheckpoint(t *testing.T) {
 // directory is refused, as the bridge would; so are relative paths and
 // commas, which the flag cannot carry.
 func TestChartCredentialDirs(t *testing.T) {
+	t.Parallel()
 	args := func(t *testing.T, values string) ([]string, string, error) {
 		t.Helper()
 		out, err := helm(t, "template", "kb", chartDir, "--namespace", "kb-system", "-f", chartValues(t, values))

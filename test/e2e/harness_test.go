@@ -7,7 +7,8 @@
 // or that starts a control plane of its own, calls t.Parallel. One that
 // sets the environment (t.Setenv), measures the shared control plane
 // (its watch counts) or changes what is cluster-wide there (CRDs, the
-// chart's RBAC) does not: go test runs those first, one at a time.
+// chart's RBAC when installed) does not: go test runs those first, one
+// at a time. The chart tests that only render (helm template) are parallel.
 package e2e
 
 import (
