@@ -49,9 +49,11 @@ type deliverer struct {
 	// reload's swap until then. A late read of a destination
 	// (readHeldLater) reconciles only then.
 	settled atomic.Bool
-	ctx     context.Context // the deliveries' and returnStartMemory's lifetime
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup // deliveries, the recorder, returnStartMemory
+	// over closes at stop or abort: it ends the deliveries, the late
+	// reads of destinations and returnStartMemory (lifetime).
+	over     chan struct{}
+	overOnce sync.Once
+	wg       sync.WaitGroup // deliveries, the recorder, returnStartMemory
 }
 
 // delivererOptions are what a deliverer is built with: its seams.
@@ -106,8 +108,19 @@ func newDeliverer(opts delivererOptions) *deliverer {
 			return h.deadLetter(ctx, cfg, s.DeadLetter)
 		}
 	}
-	return &deliverer{opts: opts}
+	return &deliverer{opts: opts, over: make(chan struct{})}
 }
+
+// lifetime returns a context that ends when the deliverer's life is over
+// (stop, abort); cancel releases it.
+func (d *deliverer) lifetime() (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	stop := afterClose(d.over, cancel)
+	return ctx, func() { stop(); cancel() }
+}
+
+// end closes the deliverer's lifetime (idempotent).
+func (d *deliverer) end() { d.overOnce.Do(func() { close(d.over) }) }
 
 // start builds the sinks cfgs configure (cfg is the whole config: what
 // dead-letters and the checkpoint name), opens the checkpoint, starts each
@@ -117,9 +130,6 @@ func newDeliverer(opts delivererOptions) *deliverer {
 func (d *deliverer) start(ctx context.Context, cfg *config.Config, cfgs []config.Sink) error {
 	d.life.Lock()
 	defer d.life.Unlock()
-	d.mu.Lock() // abort reads cancel from another goroutine
-	d.ctx, d.cancel = context.WithCancel(context.Background())
-	d.mu.Unlock()
 	set, _, err := buildSinkSet(ctx, d.opts.Sinks, cfgs, nil, d.opts.Logger)
 	if err != nil {
 		return err
@@ -191,13 +201,14 @@ func (d *deliverer) startRun(ctx context.Context, cfg *config.Config, s *sinkRun
 		hooks.BeforeSend = func(ctx context.Context, evs []*event.Event) error { return recorder.Intend(ctx, name, evs) }
 	}
 	dv := delivery.New(delivery.Options{Config: s.cfg, Sink: s.sink, DeadLetter: dl, Logger: d.opts.Logger, Hooks: hooks})
-	dctx, cancel := context.WithCancel(d.ctx)
+	dctx, cancel := d.lifetime()
 	d.mu.Lock() // the set is published already: readers take d.mu (deliveries)
 	s.delivery, s.handed, s.cancel = dv, view.NewHanded(name, dv.Offer), cancel
 	d.mu.Unlock()
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
+		defer cancel()
 		dv.Run(dctx)
 	}()
 	if ln, ok := unwrap(s.sink).(sinks.LossNotifier); ok {
@@ -307,6 +318,8 @@ const heldWait = 15 * time.Second
 // the destination was down at the start are deleted or replaced, and what
 // a lost destination lacks is sent again.
 func (d *deliverer) readHeldLater(s *sinkRun, holder sinks.Holder, rule string, lost bool) {
+	ctx, cancel := d.lifetime()
+	defer cancel()
 	retry := backoff.Backoff{Initial: time.Second, Max: 30 * time.Second}
 	current := func() bool { // the sink still runs, and still delivers rule
 		set := d.active.Load()
@@ -318,16 +331,16 @@ func (d *deliverer) readHeldLater(s *sinkRun, holder sinks.Holder, rule string, 
 	}
 	for {
 		select {
-		case <-d.ctx.Done():
+		case <-ctx.Done():
 			return
 		case <-time.After(retry.Next()):
 		}
 		if !current() {
 			return // replaced or stopped by a reload, which read again
 		}
-		held, err := holder.Held(d.ctx, rule)
+		held, err := holder.Held(ctx, rule)
 		if err != nil {
-			if d.ctx.Err() == nil {
+			if ctx.Err() == nil {
 				d.opts.Logger.Warn("still cannot read what the sink's destination holds", "sink", s.cfg.Name, "rule", rule, "error", err)
 			}
 			continue
@@ -337,7 +350,7 @@ func (d *deliverer) readHeldLater(s *sinkRun, holder sinks.Holder, rule string, 
 			// stop holds life while it waits for this goroutine: take it
 			// only while the deliverer is not stopping.
 			for !d.life.TryLock() {
-				if d.ctx.Err() != nil {
+				if ctx.Err() != nil {
 					done = true
 					return
 				}
@@ -345,7 +358,7 @@ func (d *deliverer) readHeldLater(s *sinkRun, holder sinks.Holder, rule string, 
 			}
 			defer d.life.Unlock()
 			switch {
-			case d.ctx.Err() != nil || !current():
+			case ctx.Err() != nil || !current():
 				done = true
 			case d.settled.Load():
 				// Only against synced caches: an empty or half-listed
@@ -369,7 +382,7 @@ func (d *deliverer) readHeldLater(s *sinkRun, holder sinks.Holder, rule string, 
 			}
 			if !done {
 				select { // not settled yet: the start's or a reload's reconciliation comes first
-				case <-d.ctx.Done():
+				case <-ctx.Done():
 					return
 				case <-time.After(100 * time.Millisecond):
 				}
@@ -473,10 +486,11 @@ func (d *deliverer) reconcileAll() int {
 		n += d.reconcile(s, "", event.ReplayCheckpoint)
 	}
 	d.settled.Store(true)
-	ctx := d.ctx
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
+		ctx, cancel := d.lifetime()
+		defer cancel()
 		d.returnStartMemory(ctx)
 	}()
 	return n
@@ -679,9 +693,7 @@ func (d *deliverer) stop(ctx context.Context, abandon bool) (left int, err error
 		}
 	}
 	left = stopRuns(ctx, set.runs())
-	if d.cancel != nil {
-		d.cancel() // returnStartMemory
-	}
+	d.end() // returnStartMemory, the late reads
 	if rec := d.recorder.Swap(nil); rec != nil {
 		// Bounded, whatever the drain left: a store that cannot be
 		// reached (a partition) must not hold a shard's give-back or a
@@ -709,14 +721,7 @@ func (d *deliverer) stop(ctx context.Context, abandon bool) (left int, err error
 
 // abort ends every delivery's context at once (sends in flight are cut),
 // without waiting: this replica may no longer deliver; stop follows.
-func (d *deliverer) abort() {
-	d.mu.Lock()
-	cancel := d.cancel
-	d.mu.Unlock()
-	if cancel != nil {
-		cancel()
-	}
-}
+func (d *deliverer) abort() { d.end() }
 
 // cancelled is a context that has ended: stop with it drains nothing.
 func cancelled() context.Context {

@@ -52,7 +52,9 @@ func TestSettleWaitsForTheQueuesToDrain(t *testing.T) {
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
-				d.returnStartMemory(d.ctx)
+				ctx, cancel := d.lifetime()
+				defer cancel()
+				d.returnStartMemory(ctx)
 			}()
 			time.Sleep(3 * memoryPoll)
 			select {
@@ -67,7 +69,7 @@ func TestSettleWaitsForTheQueuesToDrain(t *testing.T) {
 			if drain {
 				close(ts.hold)
 			} else {
-				d.cancel()
+				d.end()
 			}
 			select {
 			case <-done:

@@ -248,9 +248,10 @@ func (o *replaying) notify(informer.Notification) {}
 func (o *replaying) stop(ctx context.Context) (int, error) { return o.d.stop(ctx, true) }
 
 // afterClose calls f once ch is closed, unless the returned stop is called
-// first; stop waits for f if it runs.
+// first; stop waits for f if it runs, and may be called again.
 func afterClose(ch <-chan struct{}, f func()) (stop func()) {
 	done := make(chan struct{})
+	var once sync.Once
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -262,7 +263,7 @@ func afterClose(ch <-chan struct{}, f func()) (stop func()) {
 		}
 	}()
 	return func() {
-		close(done)
+		once.Do(func() { close(done) })
 		wg.Wait()
 	}
 }
