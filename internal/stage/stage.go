@@ -78,7 +78,11 @@ type Desired struct {
 type state struct {
 	obj, seen *unstructured.Unstructured // seen: what the rule's filters see of obj
 	uid, rv   string
-	in        bool
+	// in is the verdict obj alone decides (filters ObjectInView); its
+	// namespace's labels are asked on each State, under the sink's lock,
+	// as the namespace handler's re-evaluation of the namespace's objects
+	// asks them: a verdict from labels read before that would undo it.
+	in bool
 }
 
 type judgement struct {
@@ -129,7 +133,7 @@ func (d *Desired) State() (obj *unstructured.Unstructured, uid, rv string, in bo
 			d.evaluate(u, event.Meta{})
 		}
 	}
-	return d.cur.obj, d.cur.uid, d.cur.rv, d.cur.in
+	return d.cur.obj, d.cur.uid, d.cur.rv, d.cur.in && d.Rule.InSelectedNamespace(d.cur.obj)
 }
 
 // evaluate makes obj the current state; m is its Meta when known.
@@ -144,7 +148,7 @@ func (d *Desired) evaluate(obj *unstructured.Unstructured, m event.Meta) {
 	// events of objects rebuilt from a checkpoint (metadata only) carry.
 	r.Event.Learn(obj)
 	seen := r.Seen(obj)
-	d.cur = state{obj: obj, seen: seen, uid: m.UID, rv: m.ResourceVersion, in: r.InViewSeen(obj, seen)}
+	d.cur = state{obj: obj, seen: seen, uid: m.UID, rv: m.ResourceVersion, in: r.ObjectInView(obj, seen)}
 }
 
 // Quiet reports whether the rule does not send transition tr (it is still

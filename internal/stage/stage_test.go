@@ -1,6 +1,7 @@
 package stage
 
 import (
+	"sync"
 	"testing"
 	"time"
 
@@ -153,5 +154,34 @@ func TestSecretsSeenRedacted(t *testing.T) {
 		if _, _, _, in := d.State(); in != tc.want {
 			t.Errorf("%qwhere sees <redacted>: %v, want %v", tc.allow, in, tc.want)
 		}
+	}
+}
+
+// The namespace's labels are asked when a sink asks the state, not when
+// the notification was evaluated: the namespace handler, which re-syncs a
+// namespace's objects after its labels change, must not be undone by a
+// verdict from the labels before (an object of a namespace that left the
+// selector re-added, or one that entered removed).
+func TestNamespaceLabelsAreAskedAtEachState(t *testing.T) {
+	var mu sync.Mutex
+	ns := labels.Set{"env": "prod"}
+	r := compile(t, "    resource: v1/configmaps\n    namespaceSelector: env=prod\n",
+		func(string) (labels.Set, bool) { mu.Lock(); defer mu.Unlock(); return ns, true })
+	obj := cm("x", "2", nil, nil)
+	d := Evaluate(r, "a/x", cacheOf{}, Trigger{Object: obj, Now: time.Now()})
+	if _, _, _, in := d.State(); !in {
+		t.Fatal("in a selected namespace, out of the view")
+	}
+	mu.Lock()
+	ns = labels.Set{"env": "dev"} // the namespace leaves the selector meanwhile
+	mu.Unlock()
+	if _, _, _, in := d.State(); in {
+		t.Error("a sink asking after the namespace left the selector was told the object is in the view")
+	}
+	mu.Lock()
+	ns = labels.Set{"env": "prod"}
+	mu.Unlock()
+	if _, _, _, in := d.State(); !in {
+		t.Error("back in the selector, still out of the view")
 	}
 }

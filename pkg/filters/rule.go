@@ -344,16 +344,27 @@ func (r *Rule) InView(obj *unstructured.Unstructured) bool { return r.InViewSeen
 // already (seen: Seen(obj)), to judge the same state's events with it too:
 // the rules stage evaluates each notified state once, for every sink.
 func (r *Rule) InViewSeen(obj, seen *unstructured.Unstructured) bool {
+	return r.ObjectInView(obj, seen) && r.InSelectedNamespace(obj)
+}
+
+// InSelectedNamespace reports whether obj's namespace is selected by the
+// rule's namespaceSelector now (true without one): the part of InView that
+// is not the object's own, which the namespace's labels change.
+func (r *Rule) InSelectedNamespace(obj *unstructured.Unstructured) bool {
+	if r.nsSelector == nil {
+		return true
+	}
+	set, ok := r.nsLabels(obj.GetNamespace())
+	return ok && r.nsSelector.Matches(set)
+}
+
+// ObjectInView is InViewSeen but for the namespaceSelector: what obj alone
+// decides.
+func (r *Rule) ObjectInView(obj, seen *unstructured.Unstructured) bool {
 	md, _ := obj.Object["metadata"].(map[string]any)
 	ns, _ := md["namespace"].(string)
 	if r.namespaces != nil && !r.namespaces[ns] {
 		return false
-	}
-	if r.nsSelector != nil {
-		set, ok := r.nsLabels(ns)
-		if !ok || !r.nsSelector.Matches(set) {
-			return false
-		}
 	}
 	if r.labelSel != nil {
 		lbls, _ := md["labels"].(map[string]any)
