@@ -67,6 +67,7 @@ fuzz: ## run the config, subject, request-template and mirror key/value fuzzers 
 	$(GO) test ./pkg/mirror -run '^$$' -fuzz '^FuzzKey$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./pkg/mirror -run '^$$' -fuzz '^FuzzParseKey$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./pkg/mirror -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./pkg/event -run '^$$' -fuzz '^FuzzAppendJSON$$' -fuzztime $(FUZZTIME)
 
 docs: ## regenerate the config reference in README.md from pkg/config and the sink components
 	$(GO) test ./pkg/components -run TestConfigReference -update

@@ -716,9 +716,9 @@ func (e *Event) Structured() ([]byte, error) {
 		})
 		b = append(b, `"datacontenttype":"application/json"`...)
 		b = append(b, `,"data":`...)
-		inPlace := false
+		inPlace, start := false, 0
 		r.dataOnce.Do(func() {
-			start := len(b)
+			start = len(b)
 			if b, r.dataErr = e.appendData(b); r.dataErr == nil {
 				r.data = b[start:len(b):len(b)]
 			}
@@ -732,6 +732,15 @@ func (e *Event) Structured() ([]byte, error) {
 			b = append(b, r.data...)
 		}
 		r.enc = append(b, '}')
+		if cap(r.enc) > 2*len(r.enc)+4096 {
+			// Sized by the rule's last event, far larger than this one: an
+			// event is kept while queued or parked, its bytes with it.
+			exact := append(make([]byte, 0, len(r.enc)), r.enc...)
+			if inPlace {
+				r.data = exact[start : start+len(r.data) : start+len(r.data)]
+			}
+			r.enc = exact
+		}
 	})
 	return r.enc, r.encErr
 }

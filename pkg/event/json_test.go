@@ -135,3 +135,22 @@ func randomString(rng *rand.Rand) string {
 	}
 	return b.String()
 }
+
+// FuzzAppendJSON: any JSON document, decoded as an object's values are,
+// encodes to exactly json.Marshal's bytes; never a panic.
+func FuzzAppendJSON(f *testing.F) {
+	for _, s := range []string{`{"a":[1,2.5,"x",null,true,{"b":"\u2028<&>"}]}`, `"bad\xff"`, `1e21`, `-0`, `[[[[[]]]]]`, `{"":{"":""}}`, `"\ud800"`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, doc []byte) {
+		var v any
+		if json.Unmarshal(doc, &v) != nil {
+			v = string(doc) // a hostile string value instead
+		}
+		want, werr := json.Marshal(v)
+		got, gerr := appendJSON(nil, v, 0)
+		if (werr == nil) != (gerr == nil) || (werr == nil && !bytes.Equal(got, want)) {
+			t.Fatalf("%q: got %s (%v), want %s (%v)", doc, got, gerr, want, werr)
+		}
+	})
+}
