@@ -30,3 +30,18 @@ func TestPkgImportsNothingInternal(t *testing.T) {
 		}
 	}
 }
+
+// A Go exec plugin is built on pkg/plugin alone: its dependencies stay the
+// standard library's (and pkg/sinks/outcome's), so a plugin binary stays a
+// few MB rather than carrying client-go.
+func TestPluginPackageNeedsOnlyTheStandardLibrary(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", module+"/pkg/plugin").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for _, dep := range strings.Fields(string(out)) {
+		if dep != module+"/pkg/plugin" && dep != module+"/pkg/sinks/outcome" {
+			t.Errorf("pkg/plugin depends on %s", dep)
+		}
+	}
+}

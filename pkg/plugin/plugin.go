@@ -17,8 +17,8 @@
 //
 // The handler's error decides the answer, classed as a Go sink classes
 // its own (the outcome classes of pkg/sinks): nil acknowledges the event;
-// sinks.Permanent(err) refuses it for good (it goes to the sink's
-// dead-letter); sinks.Throttle(err, d) asks for a retry no sooner than d
+// outcome.Permanent(err) refuses it for good (it goes to the sink's
+// dead-letter); outcome.Throttle(err, d) asks for a retry no sooner than d
 // (the sink's backoff still caps the wait at its maxInterval); any other
 // error is retried with the sink's backoff. Handlers run concurrently (see
 // Concurrency) and are answered in any order: kubebridge never has two
@@ -43,7 +43,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/kubebridge/kubebridge/pkg/sinks"
+	"github.com/kubebridge/kubebridge/pkg/sinks/outcome"
 )
 
 // Event is one CloudEvent as kubebridge writes it (structured mode).
@@ -238,13 +238,13 @@ func handle(ctx context.Context, h Handler, e Event) (a answer) {
 	}
 	a.Error = err.Error()
 	switch {
-	case sinks.IsPermanent(err):
+	case outcome.IsPermanent(err):
 		a.Permanent = true
-		if inner := errors.Unwrap(err); inner != nil && !sinks.IsPermanent(inner) {
+		if inner := errors.Unwrap(err); inner != nil && !outcome.IsPermanent(inner) {
 			a.Error = inner.Error() // the class has its own field: the error is the handler's message
 		}
-	case sinks.IsThrottle(err):
-		a.RetryAfter = sinks.ThrottleDelay(err).String()
+	case outcome.IsThrottle(err):
+		a.RetryAfter = outcome.ThrottleDelay(err).String()
 	}
 	return a
 }

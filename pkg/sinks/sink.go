@@ -21,6 +21,7 @@ import (
 
 	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
+	"github.com/kubebridge/kubebridge/pkg/sinks/outcome"
 )
 
 // Sink delivers events to one destination.
@@ -349,59 +350,23 @@ func SettingsFor(sc config.Sink, logger *slog.Logger) Settings {
 		InFlight: inFlight, MaxRetryInterval: sc.Retry.MaxInterval.D()}
 }
 
-// permanentError marks an error retrying cannot fix.
-type permanentError struct{ err error }
-
-func (e permanentError) Error() string { return "permanent: " + e.err.Error() }
-func (e permanentError) Unwrap() error { return e.err }
+// The classes an exec plugin answers with too live in package outcome,
+// which needs nothing but the standard library; they are the same here.
 
 // Permanent marks err as not worth retrying because of the event itself
-// (HTTP 400, 413 for one event, 415, 422; an event too large for NATS; a
-// subject that cannot be published): the same payload will be refused
-// again. The delivery hands it to the sink's dead-letter; without one it
-// parks the object and retries at the retry maxInterval, never recording
-// it as delivered. A multi-event Send refused as a whole with a Permanent
-// error is split until the culprit is alone, so a Permanent error for a
-// batch means "one of these", not "all of these".
-func Permanent(err error) error {
-	if err == nil {
-		return nil
-	}
-	return permanentError{err}
-}
+// (outcome.Permanent: the dead-letter; a batch refused so is split until
+// the culprit is alone).
+func Permanent(err error) error { return outcome.Permanent(err) }
 
 // IsPermanent reports whether err was marked with Permanent.
-func IsPermanent(err error) bool {
-	var p permanentError
-	return errors.As(err, &p)
-}
-
-// throttleError asks for a pause before the next attempt (e.g. Retry-After).
-type throttleError struct {
-	err   error
-	delay time.Duration
-}
-
-func (e throttleError) Error() string { return e.err.Error() }
-func (e throttleError) Unwrap() error { return e.err }
+func IsPermanent(err error) bool { return outcome.IsPermanent(err) }
 
 // Throttle marks err as retryable no sooner than after d: the destination
 // asked for a pause (an HTTP Retry-After, an exec plugin's retryAfter).
-func Throttle(err error, d time.Duration) error {
-	if err == nil {
-		return nil
-	}
-	return throttleError{err, d}
-}
+func Throttle(err error, d time.Duration) error { return outcome.Throttle(err, d) }
 
 // ThrottleDelay is the pause a Throttle error asks for, 0 if none.
-func ThrottleDelay(err error) time.Duration {
-	var te throttleError
-	if errors.As(err, &te) {
-		return te.delay
-	}
-	return 0
-}
+func ThrottleDelay(err error) time.Duration { return outcome.ThrottleDelay(err) }
 
 // unavailableError marks a failure of the destination as a whole: it is
 // down, overloaded or unreachable (connection refused, a timeout, 503).
@@ -473,10 +438,7 @@ func DestinationReason(err error) (string, bool) {
 }
 
 // IsThrottle reports whether err was marked with Throttle.
-func IsThrottle(err error) bool {
-	var t throttleError
-	return errors.As(err, &t)
-}
+func IsThrottle(err error) bool { return outcome.IsThrottle(err) }
 
 // EventErrors is what Send returns when the events of one batch fared
 // differently: Errs[i] is the outcome of events[i] (nil: acknowledged by

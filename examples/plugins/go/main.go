@@ -28,7 +28,7 @@ import (
 	"sync"
 
 	"github.com/kubebridge/kubebridge/pkg/plugin"
-	"github.com/kubebridge/kubebridge/pkg/sinks"
+	"github.com/kubebridge/kubebridge/pkg/sinks/outcome"
 )
 
 func main() {
@@ -52,7 +52,7 @@ func main() {
 		}
 		switch labels["audit.kubebridge.io/fail"] {
 		case "permanent":
-			return sinks.Permanent(fmt.Errorf("%s is labelled audit.kubebridge.io/fail=permanent", e.Subject))
+			return outcome.Permanent(fmt.Errorf("%s is labelled audit.kubebridge.io/fail=permanent", e.Subject))
 		case "retry-once":
 			if seen.first("retry " + e.ID) {
 				return fmt.Errorf("%s: the first attempt fails on purpose (retry-once)", e.Subject)
