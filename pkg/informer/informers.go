@@ -57,8 +57,7 @@ type Informers struct {
 	mu      sync.Mutex // Reselect and the poller replace informers one at a time
 	stopped bool       // Stop was called: nothing starts any more
 	wg      sync.WaitGroup
-	runCtx  context.Context
-	cancel  context.CancelFunc
+	cancel  context.CancelFunc // stops the namespaces informer and the poller
 }
 
 // running is a Watch and its informer: the informer runs while the
@@ -229,7 +228,7 @@ func (inst *instance) register(in *Informers, targets []Target, replays bool, re
 // is called.
 func (in *Informers) Start(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(context.Background())
-	in.runCtx, in.cancel = runCtx, cancel
+	in.cancel = cancel
 	if in.ns != nil {
 		if _, err := in.ns.AddEventHandler(in.namespaceHandler()); err != nil {
 			return err
@@ -302,9 +301,10 @@ func (in *Informers) goRun(ctx context.Context, inf cache.SharedIndexInformer) {
 	}()
 }
 
-// startInstance runs inst until Stop, or until the poller stops it.
+// startInstance runs inst until Stop, or until the poller or Reselect
+// stops it (inst.cancel: each instance is stopped on its own).
 func (in *Informers) startInstance(inst *instance) {
-	ctx, cancel := context.WithCancel(in.runCtx)
+	ctx, cancel := context.WithCancel(context.Background())
 	inst.cancel = cancel
 	in.wg.Add(1)
 	go func() {
@@ -361,6 +361,11 @@ func (in *Informers) Reselect(ctx context.Context, shardSelector string) error {
 func (in *Informers) Stop() {
 	in.mu.Lock()
 	in.stopped = true
+	for _, run := range in.running {
+		if inst := run.cur.Load(); inst != nil && inst.cancel != nil {
+			inst.cancel()
+		}
+	}
 	in.mu.Unlock()
 	if in.cancel != nil {
 		in.cancel()

@@ -48,6 +48,10 @@ func (in *Informers) poll(ctx context.Context) {
 				served[gvr] = present
 			}
 			in.mu.Lock()
+			if in.stopped { // Stop stopped every instance: none starts after it
+				in.mu.Unlock()
+				return
+			}
 			gone := false
 			switch {
 			case present && run.absent.Load():
