@@ -112,10 +112,10 @@ func TestModel(t *testing.T) {
 	testModel(t, modelEnvInt("KUBEBRIDGE_MODEL_SHARDS", 0))
 }
 
-func TestModelSharded(t *testing.T) {
-	t.Parallel()
-	testModel(t, modelEnvInt("KUBEBRIDGE_MODEL_SHARDS", 4))
-}
+// TestModelSharded runs alone: in one of five parallel runs of the package
+// on a loaded machine (2026-11-27) a check failed (seed 180165612, which
+// passed alone), and until that is understood it gets the machine to itself.
+func TestModelSharded(t *testing.T) { testModel(t, modelEnvInt("KUBEBRIDGE_MODEL_SHARDS", 4)) }
 
 func testModel(t *testing.T, shards int) {
 	seed := time.Now().UnixNano() % 1_000_000_000
