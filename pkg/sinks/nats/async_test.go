@@ -373,7 +373,7 @@ func TestJetStreamServerStopMidBatch(t *testing.T) {
 // events with them; once the stream is back, sending them again stores
 // each object's rest in order.
 func TestJetStreamStreamDeletedMidBatch(t *testing.T) {
-	t.Parallel() // a NATS server of its own
+	// Not parallel: it sets the package's ackTimeout, which every Connect reads.
 	old := ackTimeout
 	ackTimeout = time.Second // what the stream took as it went away is never answered
 	t.Cleanup(func() { ackTimeout = old })
