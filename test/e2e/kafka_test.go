@@ -250,6 +250,13 @@ func checkChangeOrder(t *testing.T, recs []*kgo.Record, strict bool) {
 			t.Errorf("record %d@%d: id %q is not <uid>.<tag>.<rv>.<type> of key %s", r.Partition, r.Offset, id, uid)
 			continue
 		}
+		if parts[2] == "" && del && kafkaHeader(r, "ce_kbreplay") == "checkpoint" {
+			// A deletion found at a start of an object whose last send was
+			// never acknowledged: the checkpoint knows it from its intent,
+			// which keeps no resourceVersion (docs/consumers.md: do not
+			// compare resourceVersions). Not an inversion.
+			continue
+		}
 		rv, _ := strconv.Atoi(parts[2])
 		if rv < last[uid] {
 			var hist []string
