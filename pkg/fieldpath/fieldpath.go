@@ -70,18 +70,6 @@ func (p Path) Segments() []Segment { return p.segs }
 // String returns the path as it was written.
 func (p Path) String() string { return p.text }
 
-// Keys returns the path as map keys, and false when it enters a list.
-func (p Path) Keys() ([]string, bool) {
-	out := make([]string, len(p.segs))
-	for i, s := range p.segs {
-		if s.Kind != Field {
-			return nil, false
-		}
-		out[i] = s.Key
-	}
-	return out, true
-}
-
 // Parse parses a path. Its errors say what to write instead.
 func Parse(s string) (Path, error) {
 	if s == "" {

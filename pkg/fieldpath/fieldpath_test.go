@@ -127,31 +127,31 @@ func TestChanged(t *testing.T) {
 	}
 }
 
-func TestDiffNamesTheElement(t *testing.T) {
+func TestChangesNameTheElement(t *testing.T) {
 	old := obj(t, deployV1)
 	now := obj(t, strings.Replace(strings.Replace(deployV1, "web:1", "web:2", 1), `,
 	{"name":"sidecar","image":"proxy:1"}`, `,{"name":"log","image":"log:1"}`, 1))
-	got, truncated := must(t, "spec.template.spec.containers[*].image").Diff(old, now)
+	got, more := must(t, "spec.template.spec.containers[*].image").Changes(old, now, 10)
 	want := []Change{
 		{Path: "spec.template.spec.containers[name=log].image", New: "log:1", HasNew: true},
 		{Path: "spec.template.spec.containers[name=sidecar].image", Old: "proxy:1", HadOld: true},
 		{Path: "spec.template.spec.containers[name=web].image", Old: "web:1", New: "web:2", HadOld: true, HasNew: true},
 	}
-	if truncated || !reflect.DeepEqual(got, want) {
-		t.Fatalf("Diff = %+v (truncated %v), want %+v", got, truncated, want)
+	if more != 0 || !reflect.DeepEqual(got, want) {
+		t.Fatalf("Changes = %+v (+%d), want %+v", got, more, want)
 	}
 }
 
 // A list of scalars, or of elements without a distinct name or type, is
 // told apart by position.
-func TestDiffByPosition(t *testing.T) {
+func TestChangesByPosition(t *testing.T) {
 	old := obj(t, `{"args":["a","b"],"ports":[{"containerPort":80},{"containerPort":81}]}`)
 	now := obj(t, `{"args":["a","c"],"ports":[{"containerPort":80},{"containerPort":82}]}`)
-	got, _ := must(t, "args[*]").Diff(old, now)
+	got, _ := must(t, "args[*]").Changes(old, now, 10)
 	if len(got) != 1 || got[0].Path != "args[1]" || got[0].Old != "b" || got[0].New != "c" {
 		t.Fatalf("args: %+v", got)
 	}
-	got, _ = must(t, "ports[*].containerPort").Diff(old, now)
+	got, _ = must(t, "ports[*].containerPort").Changes(old, now, 10)
 	if len(got) != 1 || got[0].Path != "ports[1].containerPort" {
 		t.Fatalf("ports: %+v", got)
 	}
@@ -179,9 +179,9 @@ func TestSelectionIsBounded(t *testing.T) {
 	if !p.Changed(old, changed) {
 		t.Error("a changed element of a huge list not reported")
 	}
-	d, truncated := p.Diff(old, changed)
-	if !truncated || len(d) != 1 || d[0].Path != "items" {
-		t.Errorf("Diff past the bound = %d changes at %v (truncated %v), want one at items", len(d), pathsOf(d), truncated)
+	d, _ := p.Changes(old, changed, 10)
+	if len(d) != 1 || d[0].Path != "items[name=n7].v" {
+		t.Errorf("Changes past the bound = %d changes at %v, want one at items[name=n7].v", len(d), pathsOf(d))
 	}
 }
 

@@ -1,6 +1,6 @@
 package fieldpath
 
-// Get returns the value a concrete path (one Changes or Diff named)
+// Get returns the value a concrete path (one that Changes named)
 // selects in obj.
 func (p Path) Get(obj map[string]any) (any, bool) {
 	if p.fields {

@@ -2,7 +2,6 @@ package fieldpath
 
 import (
 	"reflect"
-	"sort"
 	"strconv"
 )
 
@@ -194,41 +193,4 @@ type Change struct {
 	// one (a field added or removed).
 	Old, New       any
 	HadOld, HasNew bool
-}
-
-// Diff returns what p selects that differs between old and obj, by path;
-// truncated is true when either object held more than the bound, and then
-// only the head where the path's first list starts is compared and named.
-func (p Path) Diff(old, obj map[string]any) (changes []Change, truncated bool) {
-	a, okA := collect(old, p.segs)
-	b, okB := collect(obj, p.segs)
-	if !okA || !okB {
-		ha, hb := p.head(old), p.head(obj)
-		if reflect.DeepEqual(ha, hb) {
-			return nil, true
-		}
-		var head []Segment
-		for _, s := range p.segs {
-			if s.Kind != Field {
-				break
-			}
-			head = append(head, s)
-		}
-		return []Change{{Path: Format(head), Old: ha, New: hb, HadOld: ha != nil, HasNew: hb != nil}}, true
-	}
-	for k, va := range a {
-		vb, found := b[k]
-		if !found {
-			changes = append(changes, Change{Path: k, Old: va, HadOld: true})
-		} else if !reflect.DeepEqual(va, vb) {
-			changes = append(changes, Change{Path: k, Old: va, New: vb, HadOld: true, HasNew: true})
-		}
-	}
-	for k, vb := range b {
-		if _, found := a[k]; !found {
-			changes = append(changes, Change{Path: k, New: vb, HasNew: true})
-		}
-	}
-	sort.Slice(changes, func(i, j int) bool { return changes[i].Path < changes[j].Path })
-	return changes, false
 }
