@@ -10,7 +10,7 @@ all: build
 build: ## the bridge binary, into bin/
 	$(GO) build -o $(BIN)/bridge ./cmd/bridge
 
-tools: ## etcd, kube-apiserver, kubectl, helm and alertmanager built from Go modules (cached; cold ~6 min)
+tools: ## etcd, kube-apiserver, kube-controller-manager, kubectl, helm and alertmanager built from Go modules (cached; cold ~6 min)
 	bash hack/tools/build.sh
 
 # The longest packages first: go test starts packages in the order named

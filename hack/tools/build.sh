@@ -2,6 +2,7 @@
 # Builds the test bed's real components from Go modules, at pinned versions:
 #   etcd            hack/tools/etcd (go.etcd.io/etcd/server/v3)
 #   kube-apiserver  hack/tools/kube (k8s.io/kubernetes + its staging modules)
+#   kube-controller-manager  hack/tools/kube
 #   kubectl         hack/tools/kube
 #   helm            helm.sh/helm/v4/cmd/helm@$HELM_VERSION
 #   alertmanager    github.com/prometheus/alertmanager/cmd/alertmanager@$ALERTMANAGER_VERSION
@@ -31,18 +32,18 @@ if [ ! -f "$dir/.complete" ]; then
   echo "  etcd"
   (cd "$here/etcd" && go build -o "$dir/etcd" .)
 
-  echo "  kube-apiserver, kubectl ($KUBE_VERSION)"
+  echo "  kube-apiserver, kube-controller-manager, kubectl ($KUBE_VERSION)"
   minor=${KUBE_VERSION#v1.}; minor=${minor%%.*}
   (cd "$here/kube" && go build -o "$dir/" \
      -ldflags "-X k8s.io/component-base/version.gitVersion=$KUBE_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor" \
-     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl)
+     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubectl)
 
   echo "  helm ($HELM_VERSION)"
   (cd "$dir" && GOBIN="$dir" GOFLAGS= go install \
      -ldflags "-X helm.sh/helm/v4/internal/version.version=$HELM_VERSION" \
      "helm.sh/helm/v4/cmd/helm@$HELM_VERSION")
 
-  for b in etcd kube-apiserver kubectl helm; do
+  for b in etcd kube-apiserver kube-controller-manager kubectl helm; do
     [ -x "$dir/$b" ] || { echo "missing $dir/$b after build" >&2; exit 1; }
   done
   printf 'kube %s\nhelm %s\n%s\n' "$KUBE_VERSION" "$HELM_VERSION" "$(go version)" > "$dir/.complete"

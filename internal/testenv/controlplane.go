@@ -28,7 +28,8 @@ import (
 // ControlPlane is a real etcd and kube-apiserver on loopback ports, with an
 // admin identity (a static token in group system:masters), RBAC
 // authorization and service-account token signing (TokenRequest works).
-// There is no controller-manager: nothing reconciles, namespaces stay
+// There is no controller-manager unless a test starts one
+// (StartControllerManager): otherwise nothing reconciles, namespaces stay
 // Terminating when deleted, Deployments never get ReplicaSets.
 type ControlPlane struct {
 	Dir      string // holds data, certificates, keys, logs and the kubeconfig
