@@ -79,6 +79,14 @@ func Replay(ctx context.Context, opts Options, sinkName, ruleName string, progre
 		for _, o := range b.informers.View(r) {
 			snap[checkpoint.ObjectKey(o.GetNamespace(), o.GetName())] = o
 		}
+		if r.Routes() { // the sink's view: the objects routed to it
+			for key := range snap {
+				d := stage.Evaluate(r, key, snap, stage.Trigger{})
+				if _, _, _, in := d.State(sinkName); !in {
+					delete(snap, key)
+				}
+			}
+		}
 		run.handed.Load(r.Name, snap.held(now))
 		t := stage.Trigger{Replay: event.ReplayResync, Now: now}
 		for key := range snap {

@@ -172,7 +172,8 @@ func (p *preflight) checkRule(ctx context.Context, i int) error {
 }
 
 // checkRuleAccess checks that the identity may list and watch rule i's
-// resource wherever the rule looks, and namespaces for a namespaceSelector.
+// resource wherever the rule looks, and namespaces when it reads their
+// labels (a namespaceSelector, a route).
 func (p *preflight) checkRuleAccess(ctx context.Context, i int, gvr schema.GroupVersionResource) error {
 	r := p.cfg.Rules[i]
 	path := fmt.Sprintf("rules[%d]", i)
@@ -185,8 +186,12 @@ func (p *preflight) checkRuleAccess(ctx context.Context, i int, gvr schema.Group
 			return err
 		}
 	}
-	if r.NamespaceSelector != "" {
-		return p.checkAccess(ctx, path+".namespaceSelector", schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}, "")
+	if r.ReadsNamespaceLabels() {
+		at := path + ".namespaceSelector"
+		if r.NamespaceSelector == "" {
+			at = path + ".route.sink"
+		}
+		return p.checkAccess(ctx, at, schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}, "")
 	}
 	return nil
 }

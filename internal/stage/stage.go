@@ -11,12 +11,20 @@
 // whether a transition is sent (the rule's events, changed and event
 // filter, judged once per distinct transition) and for the transition's
 // event, built once and shared by every sink handed the same transition.
+//
+// A rule that routes (config route) sends each object to one of its sinks:
+// each sink's view is the objects in the rule's view routed to it, so the
+// state a sink asks says "in" only to the sink the object is routed to.
+// The route is evaluated once per state and namespace labels, whichever
+// sink asks first.
 package stage
 
 import (
+	"maps"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/kubebridge/kubebridge/pkg/event"
 	"github.com/kubebridge/kubebridge/pkg/filters"
@@ -83,6 +91,11 @@ type state struct {
 	// as the namespace handler's re-evaluation of the namespace's objects
 	// asks them: a verdict from labels read before that would undo it.
 	in bool
+	// route is the sink a routing rule sends obj to, evaluated with its
+	// namespace's labels routeNS (routed: evaluated), again if they change.
+	route   string
+	routeNS labels.Set
+	routed  bool
 }
 
 type judgement struct {
@@ -111,14 +124,16 @@ func Evaluate(r *filters.Rule, key string, c Lookup, t Trigger) Desired {
 	return d
 }
 
-// State returns the desired state of the key: its object (nil: it does not
-// exist, or it is a deletion), the object's uid and resourceVersion, and
-// whether it is in the rule's view. A deletion has no state; a trigger
+// State returns the desired state of the key for sink: its object (nil: it
+// does not exist, or it is a deletion), the object's uid and
+// resourceVersion, and whether it is in sink's view of the rule (the
+// rule's view, and for a routing rule routed to sink). A deletion has no
+// state; a trigger
 // that carries one was evaluated by Evaluate; other triggers read the
 // cache on each call (the view calls State holding the sink's lock, so
 // that concurrent triggers of one key reach each sink in the cache's
 // order) and evaluate each state they find once.
-func (d *Desired) State() (obj *unstructured.Unstructured, uid, rv string, in bool) {
+func (d *Desired) State(sink string) (obj *unstructured.Unstructured, uid, rv string, in bool) {
 	switch {
 	case d.Trigger.Object != nil:
 	case d.Trigger.Gone != nil:
@@ -133,7 +148,22 @@ func (d *Desired) State() (obj *unstructured.Unstructured, uid, rv string, in bo
 			d.evaluate(u, event.Meta{})
 		}
 	}
-	return d.cur.obj, d.cur.uid, d.cur.rv, d.cur.in && d.Rule.InSelectedNamespace(d.cur.obj)
+	in = d.cur.in && d.Rule.InSelectedNamespace(d.cur.obj)
+	if in && d.Rule.Routes() {
+		in = d.route() == sink
+	}
+	return d.cur.obj, d.cur.uid, d.cur.rv, in
+}
+
+// route is the sink the current state is routed to. Its namespace's labels
+// are read on each call, as InSelectedNamespace reads them (see state.in):
+// the route is evaluated again only when they changed.
+func (d *Desired) route() string {
+	ns := d.Rule.RouteNamespaceLabels(d.cur.obj)
+	if !d.cur.routed || !maps.Equal(ns, d.cur.routeNS) {
+		d.cur.route, d.cur.routeNS, d.cur.routed = d.Rule.Route(d.cur.seen, ns), ns, true
+	}
+	return d.cur.route
 }
 
 // evaluate makes obj the current state; m is its Meta when known.

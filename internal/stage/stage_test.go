@@ -62,9 +62,9 @@ func TestOneEvaluationPerNotification(t *testing.T) {
 		want bool
 	}{{in, true}, {out, false}, {failing, false}} {
 		d := Evaluate(r, "a/"+o.obj.GetName(), nil, Trigger{Object: o.obj})
-		for sink := range 3 {
-			if got, uid, rv, inView := d.State(); got != o.obj || uid != "uid-"+o.obj.GetName() || rv != "1" || inView != o.want {
-				t.Errorf("%s, sink %d: state %v %s %s %v; want the object, in the view: %v", o.obj.GetName(), sink, got != nil, uid, rv, inView, o.want)
+		for _, sink := range []string{"s", "t", "u"} {
+			if got, uid, rv, inView := d.State(sink); got != o.obj || uid != "uid-"+o.obj.GetName() || rv != "1" || inView != o.want {
+				t.Errorf("%s, sink %s: state %v %s %s %v; want the object, in the view: %v", o.obj.GetName(), sink, got != nil, uid, rv, inView, o.want)
 			}
 		}
 		if i == 2 && r.EvalErrors() != 1 {
@@ -74,27 +74,27 @@ func TestOneEvaluationPerNotification(t *testing.T) {
 
 	cache := cacheOf{"a/x": in}
 	d := Evaluate(r, "a/x", cache, Trigger{Replay: event.ReplayCheckpoint})
-	if _, _, _, inView := d.State(); !inView {
+	if _, _, _, inView := d.State("s"); !inView {
 		t.Error("read from the cache: not in the view")
 	}
 	cache["a/x"] = failing // the cache moved on between two sinks' syncs
-	if got, _, _, inView := d.State(); got != failing || inView || r.EvalErrors() != 2 {
+	if got, _, _, inView := d.State("s"); got != failing || inView || r.EvalErrors() != 2 {
 		t.Errorf("after the cache changed: state %v in view %v, %d evaluation errors; want the new state, evaluated", got != nil, inView, r.EvalErrors())
 	}
-	d.State()
+	d.State("s")
 	if r.EvalErrors() != 2 {
 		t.Errorf("the same state evaluated again: %d evaluation errors", r.EvalErrors())
 	}
 	delete(cache, "a/x")
-	if got, _, _, inView := d.State(); got != nil || inView {
+	if got, _, _, inView := d.State("s"); got != nil || inView {
 		t.Error("deleted from the cache: still a state")
 	}
 
 	ns = labels.Set{"env": "dev"} // the namespace leaves the selection: a new notification sees it
-	if d := Evaluate(r, "a/x", nil, Trigger{Object: in}); func() bool { _, _, _, v := d.State(); return v }() {
+	if d := Evaluate(r, "a/x", nil, Trigger{Object: in}); func() bool { _, _, _, v := d.State("s"); return v }() {
 		t.Error("namespace no longer selected: in the view")
 	}
-	if d := Evaluate(r, "a/x", nil, Trigger{Gone: in}); func() bool { o, _, _, v := d.State(); return o != nil || v }() {
+	if d := Evaluate(r, "a/x", nil, Trigger{Gone: in}); func() bool { o, _, _, v := d.State("s"); return o != nil || v }() {
 		t.Error("a deletion has a state")
 	}
 }
@@ -151,7 +151,7 @@ func TestSecretsSeenRedacted(t *testing.T) {
 	}{{"", true}, {"    allowSecretData: true\n", false}} {
 		r := compile(t, "    resource: v1/secrets\n    where: \"object.data.password == '<redacted>'\"\n"+tc.allow, nil)
 		d := Evaluate(r, "a/s", nil, Trigger{Object: secret()})
-		if _, _, _, in := d.State(); in != tc.want {
+		if _, _, _, in := d.State("s"); in != tc.want {
 			t.Errorf("%qwhere sees <redacted>: %v, want %v", tc.allow, in, tc.want)
 		}
 	}
@@ -169,19 +169,81 @@ func TestNamespaceLabelsAreAskedAtEachState(t *testing.T) {
 		func(string) (labels.Set, bool) { mu.Lock(); defer mu.Unlock(); return ns, true })
 	obj := cm("x", "2", nil, nil)
 	d := Evaluate(r, "a/x", cacheOf{}, Trigger{Object: obj, Now: time.Now()})
-	if _, _, _, in := d.State(); !in {
+	if _, _, _, in := d.State("s"); !in {
 		t.Fatal("in a selected namespace, out of the view")
 	}
 	mu.Lock()
 	ns = labels.Set{"env": "dev"} // the namespace leaves the selector meanwhile
 	mu.Unlock()
-	if _, _, _, in := d.State(); in {
+	if _, _, _, in := d.State("s"); in {
 		t.Error("a sink asking after the namespace left the selector was told the object is in the view")
 	}
 	mu.Lock()
 	ns = labels.Set{"env": "prod"}
 	mu.Unlock()
-	if _, _, _, in := d.State(); !in {
+	if _, _, _, in := d.State("s"); !in {
 		t.Error("back in the selector, still out of the view")
+	}
+}
+
+// A routing rule's state is in the view of the sink it is routed to only:
+// a name that is not one of the rule's sinks, a missing label and a
+// result that is not a string go to the default, counted by reason; the
+// route is evaluated once per state whatever the number of sinks asking,
+// and again when the namespace's labels changed between two asks.
+func TestRouteChoosesOneSink(t *testing.T) {
+	var mu sync.Mutex
+	nsLabels := map[string]labels.Set{"a": {"team": "t"}}
+	r := compile(t, "    resource: v1/configmaps\n    route: {sink: \"has(object.data) ? object.data.to : namespaceLabels.team\", default: u}\n",
+		func(ns string) (labels.Set, bool) { mu.Lock(); defer mu.Unlock(); s, ok := nsLabels[ns]; return s, ok })
+	routedTo := func(d *Desired) (sinks []string) {
+		for _, s := range []string{"s", "t", "u"} {
+			if _, _, _, in := d.State(s); in {
+				sinks = append(sinks, s)
+			}
+		}
+		return sinks
+	}
+	for _, tc := range []struct {
+		name string
+		data map[string]any
+		want string
+		why  filters.RouteReason
+	}{
+		{name: "by-label"}, // namespaceLabels.team: t
+		{name: "by-object", data: map[string]any{"to": "s"}, want: "s"}, // object.data.to
+		{name: "undeclared", data: map[string]any{"to": "https://x"}, want: "u", why: filters.RouteUndeclared},
+		{name: "no-string", data: map[string]any{"to": int64(3)}, want: "u", why: filters.RouteFailed},
+		{name: "missing-key", data: map[string]any{}, want: "u", why: filters.RouteFailed},
+	} {
+		if tc.want == "" {
+			tc.want = "t"
+		}
+		before := r.RouteDefaulted(tc.why)
+		d := Evaluate(r, "a/"+tc.name, nil, Trigger{Object: cm(tc.name, "1", nil, tc.data)})
+		if got := routedTo(&d); len(got) != 1 || got[0] != tc.want {
+			t.Errorf("%s: in the views of %v; want %s only", tc.name, got, tc.want)
+		}
+		defaulted := r.RouteDefaulted(tc.why) - before
+		if want := map[bool]uint64{true: 1}[tc.want == "u"]; defaulted != want {
+			t.Errorf("%s: %d counted as %s; want %d (one evaluation for three sinks)", tc.name, defaulted, tc.why, want)
+		}
+	}
+
+	d := Evaluate(r, "a/x", nil, Trigger{Object: cm("x", "1", nil, nil)})
+	if got := routedTo(&d); len(got) != 1 || got[0] != "t" {
+		t.Fatalf("routed to %v; want t", got)
+	}
+	mu.Lock()
+	nsLabels["a"] = labels.Set{"team": "s"} // relabeled between two sinks' syncs
+	mu.Unlock()
+	if got := routedTo(&d); len(got) != 1 || got[0] != "s" {
+		t.Errorf("after the namespace was relabeled: routed to %v; want s", got)
+	}
+	mu.Lock()
+	delete(nsLabels, "a") // a namespace not known: no labels
+	mu.Unlock()
+	if got := routedTo(&d); len(got) != 1 || got[0] != "u" {
+		t.Errorf("namespace unknown: routed to %v; want the default", got)
 	}
 }

@@ -335,7 +335,7 @@ func (s *Handed) Sync(d *stage.Desired) int {
 			return 0
 		}
 	}
-	obj, objUID, objRV, in := d.State() // under the lock: see stage.Desired.State
+	obj, objUID, objRV, in := d.State(s.Name) // under the lock: see stage.Desired.State
 	exists := obj != nil
 	if t.Object != nil {
 		if sl.cur.obj != nil && older(objRV, curRV) {

@@ -207,6 +207,16 @@ type Rule struct {
 	Include []string `yaml:"include"`
 	// Sinks names the sinks this rule delivers to. At least one.
 	Sinks []string `yaml:"sinks"`
+	// Route sends each object to one of sinks instead of to all of them, chosen by an expression (routing by team), e.g. {sink: "'slack-' + namespaceLabels.team", default: slack-ops}. Only the rule's sinks can be chosen, never a destination an object names. Each sink's view is the objects routed to it: when an object's route changes (its namespace relabeled) it is deleted (kbreason unmatched) from one sink and added to the other. Default: every sink.
+	Route *Route `yaml:"route"`
 	// AllowSecretData keeps Secret data and stringData in events. Default false: redacted.
 	AllowSecretData bool `yaml:"allowSecretData"`
+}
+
+// Route chooses, per object, the one sink of its rule the object goes to, e.g. sink: "'slack-' + namespaceLabels.team" with default: slack-ops. Only the rule's own sinks can be chosen, so an object can never name a destination. Each sink's view is the objects routed to it: an object whose route changes (its namespace relabeled) is deleted from one sink and added to the other.
+type Route struct {
+	// Sink is a CEL expression giving a sink's name, over object and namespaceLabels (its namespace's labels, tracked live; empty for cluster-scoped objects), not oldObject or type. A name that is not one of the rule's sinks, an evaluation error (e.g. a missing label) or a result that is not a string sends the object to default, counted in kubebridge_rule_route_defaulted_total{rule,reason}. Required.
+	Sink string `yaml:"sink"`
+	// Default is where objects go when sink names none of the rule's sinks. Required; one of the rule's sinks.
+	Default string `yaml:"default"`
 }

@@ -611,10 +611,56 @@ func (r *Rule) Validate() error {
 		}
 		seenSink[s] = i
 	}
+	errs = append(errs, r.validateRoute()...)
 	if r.AllowSecretData && gvrResource != "" && gvrResource != "v1/secrets" {
 		errs = append(errs, WarningAt("allowSecretData", "has no effect on %s (only v1/secrets is redacted)", gvrResource))
 	}
 	return errors.Join(errs...)
+}
+
+// validateRoute checks the route's expression and that its default is one
+// of the rule's sinks.
+func (r *Rule) validateRoute() []error {
+	if r.Route == nil {
+		return nil
+	}
+	var errs []error
+	switch {
+	case r.Route.Sink == "":
+		errs = append(errs, ErrorAt("route.sink", "required: a CEL expression giving one of the rule's sinks (e.g. \"'slack-' + namespaceLabels.team\")"))
+	case len(r.Route.Sink) > maxWhereExprBytes:
+		errs = append(errs, ErrorAt("route.sink", "expression is %d bytes, more than %d", len(r.Route.Sink), maxWhereExprBytes))
+	default:
+		if _, cerrs := celsandbox.CompileRoute(r.Route.Sink); len(cerrs) > 0 {
+			for _, e := range cerrs {
+				errs = append(errs, ErrorAt("route.sink", "%v", e))
+			}
+		}
+	}
+	switch {
+	case r.Route.Default == "":
+		errs = append(errs, ErrorAt("route.default", "required: the sink of objects whose route names none of the rule's sinks (one of %s)", listSome(r.Sinks)))
+	case !slices.Contains(r.Sinks, r.Route.Default):
+		errs = append(errs, ErrorAt("route.default", "%q is not one of the rule's sinks (%s): a route chooses among them only", r.Route.Default, listSome(r.Sinks)))
+	}
+	if len(r.Sinks) == 1 {
+		errs = append(errs, WarningAt("route", "has no effect: the rule has one sink"))
+	}
+	return errs
+}
+
+// ReadsNamespaceLabels reports whether the rule depends on its objects'
+// namespaces' labels (namespaceSelector, a route reading namespaceLabels):
+// the bridge then lists and watches namespaces.
+func (r *Rule) ReadsNamespaceLabels() bool {
+	if r.NamespaceSelector != "" {
+		return true
+	}
+	if r.Route == nil {
+		return false
+	}
+	ast, errs := celsandbox.CompileRoute(r.Route.Sink)
+	return len(errs) == 0 && celsandbox.References(ast, celsandbox.CELNamespaceLabels)
 }
 
 // listSome joins names for a message, the first ten only: a message per

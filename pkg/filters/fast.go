@@ -63,6 +63,7 @@ func (t *indexTerm) matches(obj *unstructured.Unstructured) bool {
 type activation struct {
 	object, oldObject map[string]any
 	typ               event.Change
+	namespaceLabels   map[string]string    // a route's namespaceLabels
 	budget            celsandbox.CELBudget // what this evaluation's guarded calls allocated
 }
 
@@ -77,6 +78,8 @@ func (a *activation) ResolveName(name string) (any, bool) {
 		return a.oldObject, true
 	case celsandbox.CELType:
 		return string(a.typ), true
+	case celsandbox.CELNamespaceLabels:
+		return a.namespaceLabels, true
 	case celsandbox.CELBudgetVar:
 		return &a.budget, true
 	}

@@ -65,6 +65,7 @@ type Rule struct {
 	whereIsView    bool
 	whereReadsBody bool // where reads more of object or oldObject than apiVersion, kind and metadata
 	changed        []fieldpath.Path
+	route          *route // nil: every sink
 
 	logger     *slog.Logger
 	received   atomic.Uint64 // notifications evaluated
@@ -182,7 +183,7 @@ func Compile(cfg *config.Config, i int, nsLabels NamespaceLabels, logger *slog.L
 		if r.where, err = env.Program(ast, celsandbox.CELProgramOptions()...); err != nil {
 			return nil, fmt.Errorf("%s.where: %w", path, err)
 		}
-		r.whereIsView = !references(ast, celsandbox.CELOldObject) && !references(ast, celsandbox.CELType)
+		r.whereIsView = !celsandbox.References(ast, celsandbox.CELOldObject) && !celsandbox.References(ast, celsandbox.CELType)
 		r.whereReadsBody = readsBody(ast)
 	}
 	for _, p := range rc.Changed {
@@ -193,6 +194,14 @@ func Compile(cfg *config.Config, i int, nsLabels NamespaceLabels, logger *slog.L
 		r.changed = append(r.changed, fp)
 	}
 	r.Event.Changed = r.changed
+	if rc.Route != nil {
+		if r.route, err = compileRoute(rc); err != nil {
+			return nil, fmt.Errorf("%s.route.sink: %w", path, err)
+		}
+		if r.route.readsNamespace && nsLabels == nil {
+			return nil, fmt.Errorf("%s.route.sink: no namespace labels source", path)
+		}
+	}
 	return r, nil
 }
 
@@ -241,17 +250,6 @@ func readsBody(a *cel.Ast) bool {
 		}
 	}))
 	return uses != metaSelects
-}
-
-// references reports whether a checked expression reads variable name.
-func references(ast *cel.Ast, name string) bool {
-	native := ast.NativeRep()
-	for _, ref := range native.ReferenceMap() {
-		if ref.Name == name {
-			return true
-		}
-	}
-	return false
 }
 
 // IndexKeys returns the rule's index keys; the informer registers an
@@ -391,9 +389,6 @@ func (r *Rule) ObjectInView(obj, seen *unstructured.Unstructured) bool {
 func (r *Rule) MatchesNamespace(set labels.Set) bool {
 	return r.nsSelector == nil || r.nsSelector.Matches(set)
 }
-
-// HasNamespaceSelector reports whether the rule selects namespaces by label.
-func (r *Rule) HasNamespaceSelector() bool { return r.nsSelector != nil }
 
 // eval runs the where expression; obj and old are what Seen gives.
 func (r *Rule) eval(obj, old *unstructured.Unstructured, t event.Change) bool {

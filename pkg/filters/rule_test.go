@@ -223,8 +223,8 @@ func TestDepartedWithNamespace(t *testing.T) {
 		}
 		return nsSet, true
 	})
-	if !r.HasNamespaceSelector() {
-		t.Error("HasNamespaceSelector() = false")
+	if !r.ReadsNamespaceLabels() {
+		t.Error("ReadsNamespaceLabels() = false")
 	}
 	x := cm("a", "x", "1", map[string]string{"keep": "yes"}, nil)
 	y := cm("a", "y", "1", nil, nil)

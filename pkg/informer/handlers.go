@@ -106,9 +106,9 @@ func objectKey(m event.Meta) string {
 }
 
 // namespaceHandler syncs the objects of a namespace for the rules that
-// select namespaces by label, when the namespace appears (objects seen
-// before their namespace enter the view now) or its labels change the
-// rule's selection.
+// read namespaces' labels (a namespaceSelector, a route), when the
+// namespace appears (objects seen before their namespace enter the view
+// now) or its labels change what the rule decides.
 func (in *Informers) namespaceHandler() cache.ResourceEventHandler {
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
@@ -126,7 +126,7 @@ func (in *Informers) namespaceHandler() cache.ResourceEventHandler {
 			}
 			before, after := labels.Set(old.GetLabels()), labels.Set(ns.GetLabels())
 			for _, r := range in.nsRules {
-				if r.MatchesNamespace(before) != r.MatchesNamespace(after) {
+				if r.NamespaceChanged(before, after) {
 					in.syncNamespace(r, ns.GetName())
 				}
 			}

@@ -47,7 +47,7 @@ type Informers struct {
 	client      dynamic.Interface
 	replayEvery map[string]time.Duration
 	running     []*running
-	ns          cache.SharedIndexInformer // namespaces, when a rule selects them by label
+	ns          cache.SharedIndexInformer // namespaces, when a rule reads their labels
 	nsRules     []*filters.Rule
 
 	// shardSelector is sent with every list and watch of the rules'
@@ -111,7 +111,7 @@ func New(client dynamic.Interface, plan []Watch, notify Notify, replayEvery map[
 	in := &Informers{logger: logger, notify: notify, client: client, replayEvery: replayEvery}
 	for _, w := range plan {
 		for _, r := range w.Rules {
-			if r.HasNamespaceSelector() && !slices.Contains(in.nsRules, r) {
+			if r.ReadsNamespaceLabels() && !slices.Contains(in.nsRules, r) {
 				in.nsRules = append(in.nsRules, r)
 			}
 		}

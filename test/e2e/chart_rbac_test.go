@@ -295,6 +295,23 @@ func TestChartRBACRenderedScopes(t *testing.T) {
 	if got := policyRules(renderedDocs(t, out, "ClusterRole")["/kbr-"+rbacNS]); !slices.Equal(got, wantCR) {
 		t.Errorf("default ClusterRole rules:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(wantCR, "\n  "))
 	}
+
+	// A route that reads namespaces' labels: namespaces cluster-wide, the
+	// rule's resource in its namespace only.
+	out, err = helm(t, "template", "kbr", chartDir, "--namespace", rbacNS, "-f", chartValues(t, fmt.Sprintf(`
+config:
+  cluster: e2e
+  sinks: [{name: a, file: {path: "-"}}, {name: b, file: {path: "-"}}]
+  rules:
+    - {name: routed, resource: v1/configmaps, namespaces: [%s], sinks: [a, b], route: {sink: "namespaceLabels.team", default: a}}
+`, nsA)))
+	if err != nil {
+		t.Fatalf("helm template with a route: %v\n%s", err, out)
+	}
+	wantCR = append([]string{`"": namespaces [list watch]`}, wantCR...)
+	if got := policyRules(renderedDocs(t, out, "ClusterRole")["/kbr-"+rbacNS]); !slices.Equal(got, wantCR) {
+		t.Errorf("ClusterRole rules with a route reading namespaceLabels:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(wantCR, "\n  "))
+	}
 }
 
 // Secrets in every namespace are every Secret of the cluster: the chart

@@ -69,8 +69,9 @@ time; the bridge lists and watches the resource in every namespace and
 filters). A cluster-scoped resource has no namespaces either. Its resource
 goes into "cluster" (the ClusterRole). A rule that names its namespaces puts
 its resource into each of those namespaces only (a Role there): one rule's
-scope never widens another's. "namespaceList" is set when a rule selects
-namespaces by label (the bridge then lists and watches namespaces).
+scope never widens another's. "namespaceList" is set when a rule reads
+namespaces' labels, by a namespaceSelector or a route reading namespaceLabels
+(the bridge then lists and watches namespaces).
 */}}
 {{- define "kubebridge.access" -}}
 {{- $cluster := dict -}}
@@ -83,7 +84,7 @@ namespaces by label (the bridge then lists and watches namespaces).
 {{- $parts := splitList "/" (toString $r.resource) -}}
 {{- $group := "" -}}{{- $res := last $parts -}}
 {{- if eq (len $parts) 3 }}{{ $group = first $parts }}{{ end -}}
-{{- if $r.namespaceSelector }}{{ $nsList = true }}{{ end -}}
+{{- if or $r.namespaceSelector (and $r.route (contains "namespaceLabels" (toString (($r.route | default dict).sink)))) }}{{ $nsList = true }}{{ end -}}
 {{- if or (not $r.namespaces) $r.namespaceSelector -}}
 {{- $_ := set $cluster $group (append (get $cluster $group | default list) $res | uniq | sortAlpha) -}}
 {{- if and (eq $group "") (eq $res "secrets") -}}

@@ -1,0 +1,135 @@
+package filters
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/cel-go/cel"
+	"github.com/google/cel-go/common/types"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/kubebridge/kubebridge/pkg/config"
+	"github.com/kubebridge/kubebridge/pkg/internal/celsandbox"
+)
+
+// route is a compiled route: the expression that chooses, per object, one
+// of the rule's sinks, and the sink of objects it chooses none for.
+type route struct {
+	prg            cel.Program
+	def            string
+	readsNamespace bool // the expression reads namespaceLabels
+	defaulted      [2]atomic.Uint64
+	lastErrLog     atomic.Int64 // unix nanos of the last logged default
+}
+
+// RouteReason says why an object went to its route's default sink.
+type RouteReason int
+
+const (
+	// RouteUndeclared: the expression gave a name that is not one of the
+	// rule's sinks.
+	RouteUndeclared RouteReason = iota
+	// RouteFailed: the expression failed (e.g. a label the namespace does
+	// not have) or gave something other than a string.
+	RouteFailed
+)
+
+// String is the reason's metric label value.
+func (r RouteReason) String() string {
+	if r == RouteUndeclared {
+		return "undeclared"
+	}
+	return "failed"
+}
+
+func compileRoute(rc config.Rule) (*route, error) {
+	ast, errs := celsandbox.CompileRoute(rc.Route.Sink)
+	if len(errs) > 0 {
+		return nil, errs[0]
+	}
+	env, _ := celsandbox.CELRouteEnv()
+	prg, err := env.Program(ast, celsandbox.CELProgramOptions()...)
+	if err != nil {
+		return nil, err
+	}
+	return &route{prg: prg, def: rc.Route.Default, readsNamespace: celsandbox.References(ast, celsandbox.CELNamespaceLabels)}, nil
+}
+
+// Routes reports whether the rule sends each object to one of its sinks
+// (Route) rather than to all of them.
+func (r *Rule) Routes() bool { return r.route != nil }
+
+// RouteNamespaceLabels returns the labels of obj's namespace as its route
+// reads them now (nil when the route reads none): the part of the route
+// that is not the object's own.
+func (r *Rule) RouteNamespaceLabels(obj *unstructured.Unstructured) labels.Set {
+	if r.route == nil || !r.route.readsNamespace {
+		return nil
+	}
+	ns := obj.GetNamespace()
+	if ns == "" {
+		return nil
+	}
+	set, _ := r.nsLabels(ns)
+	return set
+}
+
+// Route returns the sink the rule sends an object to: the one its route
+// names if the rule has it, else the route's default (counted, by
+// reason). seen is what the rule sees of the object (Seen) and nsLabels
+// its namespace's labels (RouteNamespaceLabels). Only for a rule that
+// Routes.
+func (r *Rule) Route(seen *unstructured.Unstructured, nsLabels labels.Set) string {
+	rt := r.route
+	vars := &activation{object: seen.Object, namespaceLabels: map[string]string(nsLabels)}
+	out, _, err := rt.prg.Eval(vars)
+	reason := RouteFailed
+	if err == nil {
+		s, ok := out.(types.String)
+		switch {
+		case !ok:
+			err = fmt.Errorf("route evaluated to %s, not a string", out.Type())
+		case slices.Contains(r.Sinks, string(s)):
+			return string(s)
+		default:
+			reason, err = RouteUndeclared, fmt.Errorf("%q is not one of the rule's sinks", string(s))
+		}
+	}
+	rt.defaulted[reason].Add(1)
+	now := r.now().UnixNano()
+	if last := rt.lastErrLog.Load(); now-last > int64(10*time.Second) && rt.lastErrLog.CompareAndSwap(last, now) {
+		r.logger.Warn("route names none of the rule's sinks; sent to its default",
+			"object", seen.GetNamespace()+"/"+seen.GetName(), "default", rt.def, "error", err)
+	}
+	return rt.def
+}
+
+// RouteDefaulted counts the objects sent to the route's default, by
+// reason (zero without a route).
+func (r *Rule) RouteDefaulted(reason RouteReason) uint64 {
+	if r.route == nil {
+		return 0
+	}
+	return r.route.defaulted[reason].Load()
+}
+
+// ReadsNamespaceLabels reports whether what the rule decides depends on
+// the labels of its objects' namespaces (a namespaceSelector, a route
+// reading namespaceLabels): the bridge then tracks namespaces and
+// re-evaluates a namespace's objects when NamespaceChanged.
+func (r *Rule) ReadsNamespaceLabels() bool {
+	return r.nsSelector != nil || (r.route != nil && r.route.readsNamespace)
+}
+
+// NamespaceChanged reports whether a namespace's labels going from before
+// to after may change what the rule decides of its objects.
+func (r *Rule) NamespaceChanged(before, after labels.Set) bool {
+	if r.route != nil && r.route.readsNamespace && !maps.Equal(before, after) {
+		return true
+	}
+	return r.MatchesNamespace(before) != r.MatchesNamespace(after)
+}
