@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -52,10 +53,14 @@ import (
 // with it, and installed again, under rules on its resource). The bridge
 // runs as a subprocess with a file checkpoint and sinks: a file, a
 // JetStream stream, a webhook, a webhook whose request is shaped by CEL
-// (with an update window, so that its updates coalesce per object), and
-// an alert sink (the alertmanager preset, posting to a real Alertmanager) on
-// the full rules of modelAlertRules. After quiescence a checker compares
-// what each sink received with the apiserver's truth:
+// (with an update window, so that its updates coalesce per object), an
+// alert sink (the alertmanager preset, posting to a real Alertmanager) on
+// the full rules of modelAlertRules, and two routed sinks (a file and a
+// webhook) that rule r-all chooses between per object by a route over its
+// namespace's kbteam label (and, in the other config variant, the object's
+// team label), which namespace relabels (nsteam) and reloads move objects
+// across. After quiescence a checker compares what each sink received with
+// the apiserver's truth (a routed sink's view: the objects routed to it):
 //
 //   - rules with events [added, updated, deleted]: a consumer that applies
 //     the events in arrival order, keyed by uid (added/updated hold the uid
@@ -83,7 +88,7 @@ import (
 //	KUBEBRIDGE_MODEL_OPS     operations per run (default 60)
 //	KUBEBRIDGE_MODEL_RUNS    runs, with seeds SEED, SEED+1, ... (default 1)
 //	KUBEBRIDGE_MODEL_FAULTS  comma list of kill,term,hook,reload,apiserver,nats,refuse,churn,rotate,crd,scale,partition,kafka; "none"; default all
-//	KUBEBRIDGE_MODEL_RULES   comma list of rule names to configure (default all: a-all,a-del,b-all,b-upd,c-all,c-del,g-all,g-del)
+//	KUBEBRIDGE_MODEL_RULES   comma list of rule names to configure (default all: a-all,a-del,b-all,b-upd,c-all,c-del,g-all,g-del,r-all)
 //	KUBEBRIDGE_MODEL_KEEP    a directory: on failure, the bridge log and what each sink received are copied there
 //	KUBEBRIDGE_MODEL_SHARDS  TestModel with sharding: that many shards (default 0: one bridge, file checkpoint)
 //
@@ -170,7 +175,10 @@ var (
 	modelNamespaces = []string{"mdl-a", "mdl-b", "mdl-c", "mdl-d"}
 	modelNames      = []string{"o0", "o1", "o2", "o3", "o4", "o5"}
 	modelSinks      = []string{"file", "bus", "hook", "shaped"}
-	modelAllEvents  = []string{"added", "updated", "deleted"}
+	// modelRoutedSinks are the sinks of the routed rule (family r), the
+	// first its route's default.
+	modelRoutedSinks = []string{"rt-x", "rt-y"}
+	modelAllEvents   = []string{"added", "updated", "deleted"}
 	// modelAlertRules also send to the alert sink (when configured): full
 	// rules, whose events describe the view; b's selectors are the same in
 	// both config variants, c's change with a reload.
@@ -195,9 +203,37 @@ var modelRules = []modelRule{
 	// with it) and installs again.
 	{"g-all", "g", modelAllEvents},
 	{"g-del", "g", []string{"deleted"}},
+	// Family r routes each object to one of modelRoutedSinks (modelRoute).
+	{"r-all", "r", modelAllEvents},
 }
 
 func (r modelRule) full() bool { return len(r.events) == 3 }
+
+// routed says whether the rule routes each object to one of
+// modelRoutedSinks, rather than sending it to every one of modelSinks.
+func (r modelRule) routed() bool { return r.family == "r" }
+
+// modelRouteExpr is the routed rule's route in a config variant; modelRoute
+// is what it chooses, as the bridge should: the namespace's kbteam (x or y;
+// another team, or none, goes to the default rt-x) and, in variant 1, the
+// object's team label blue first.
+func modelRouteExpr(variant int) string {
+	byNS := "'rt-' + namespaceLabels.kbteam"
+	if variant == 1 {
+		return "object.metadata.labels.?team.orValue('') == 'blue' ? 'rt-y' : " + byNS
+	}
+	return byNS
+}
+
+func modelRoute(o modelObj, nsLabels map[string]map[string]string, variant int) string {
+	if variant == 1 && o.labels["team"] == "blue" {
+		return "rt-y"
+	}
+	if t := nsLabels[o.ns]["kbteam"]; t == "x" || t == "y" {
+		return "rt-" + t
+	}
+	return modelRoutedSinks[0]
+}
 
 // modelSelectors are a family's selectors in a config variant (0 or 1;
 // a hot reload switches variants).
@@ -219,6 +255,8 @@ func modelFamily(family string, variant int) modelSelectors {
 		return modelSelectors{namespaceSelector: "kbmodel=on", labelSelector: "tier!=skip"}
 	case "g":
 		return modelSelectors{resource: "gadgets"}
+	case "r":
+		return modelSelectors{namespaces: modelNamespaces, labelSelector: "tier!=skip"}
 	default:
 		if variant == 1 {
 			return modelSelectors{namespaces: []string{"mdl-a", "mdl-c"}, labelSelector: "team!=green"}
@@ -281,6 +319,10 @@ type modelRun struct {
 	shaped *hookReceiver
 	// am is the alert sink's receiver: a real Alertmanager.
 	am *testenv.Alertmanager
+	// routed receives the routed sink rt-y (a webhook; it goes down with
+	// hook); rt-x appends to routedPath.
+	routed     *hookReceiver
+	routedPath string
 
 	dir, cfgPath, ckptPath, filePath string
 	// bridges are the running replicas: one, or (shards > 0) two to three
@@ -302,11 +344,12 @@ type modelRun struct {
 	dyn       dynamic.Interface
 	gadgets   int // gadgets made so far (names)
 
-	start time.Time
-	opLog []string
-	live  map[string][]string // namespace -> names that exist (as far as the generator knows)
-	uids  map[string]string   // namespace/name -> uid of the last creation
-	nsOn  map[string]bool     // namespace -> kbmodel=on
+	start  time.Time
+	opLog  []string
+	live   map[string][]string // namespace -> names that exist (as far as the generator knows)
+	uids   map[string]string   // namespace/name -> uid of the last creation
+	nsOn   map[string]bool     // namespace -> kbmodel=on
+	nsTeam map[string]string   // namespace -> kbteam ("": none)
 
 	notes     []string       // fault outcomes worth reporting (not failures)
 	kinds     map[string]int // operations scheduled, by kind
@@ -358,11 +401,18 @@ func (m *modelRun) run() {
 	t.Cleanup(func() {
 		if m.hookUpAt.IsZero() {
 			m.hook.down()
+			if m.routed != nil {
+				m.routed.down()
+			}
 		}
 	})
 	m.shaped = &hookReceiver{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(testenv.FreePort()))}
 	m.shaped.up(t)
 	t.Cleanup(m.shaped.down)
+	if m.rulesOn("r") {
+		m.routed = &hookReceiver{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(testenv.FreePort()))}
+		m.routed.up(t)
+	}
 	if len(m.alertRules()) > 0 {
 		m.am = testenv.StartAlertmanager(t)
 	}
@@ -371,6 +421,7 @@ func (m *modelRun) run() {
 	m.cfgPath = filepath.Join(m.dir, "config.yaml")
 	m.ckptPath = filepath.Join(m.dir, "state.db")
 	m.filePath = filepath.Join(m.dir, "events.jsonl")
+	m.routedPath = filepath.Join(m.dir, "routed.jsonl")
 	m.tokenPath = filepath.Join(m.dir, "hook-token")
 	m.token = "token-0"
 	must(t, os.WriteFile(m.tokenPath, []byte(m.token+"\n"), 0o600))
@@ -382,10 +433,15 @@ func (m *modelRun) run() {
 	m.live = map[string][]string{}
 	m.uids = map[string]string{}
 	m.nsOn = map[string]bool{"mdl-a": true, "mdl-c": true}
+	// Teams of the routed rule: each sink's, one without a sink (z), none.
+	m.nsTeam = map[string]string{"mdl-a": "x", "mdl-b": "y", "mdl-c": "z", "mdl-d": ""}
 	for _, ns := range modelNamespaces {
 		nsObj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{"kbmodel": "off"}}}
 		if m.nsOn[ns] {
 			nsObj.Labels["kbmodel"] = "on"
+		}
+		if m.nsTeam[ns] != "" {
+			nsObj.Labels["kbteam"] = m.nsTeam[ns]
 		}
 		_, err := m.cs.CoreV1().Namespaces().Create(ctx, nsObj, metav1.CreateOptions{})
 		must(t, err)
@@ -436,6 +492,9 @@ func (m *modelRun) schedule() []string {
 	weights := []w{{"create", 22}, {"update", 20}, {"delete", 9}, {"recreate", 8}, {"relabel", 14}, {"nsflip", 7},
 		{"kill", 4}, {"term", 2}, {"hook", 3}, {"reload", 4}, {"apiserver", 2}, {"nats", 2}, {"refuse", 3}, {"churn", 2},
 		{"rotate", 2}, {"crd", 2}, {"scale", 3}, {"partition", 2}, {"kafka", 2}}
+	if m.rulesOn("r") {
+		weights = append(weights, w{"nsteam", 5})
+	}
 	total := 0
 	for _, x := range weights {
 		if m.isFault(x.kind) && !m.faults[x.kind] {
@@ -488,6 +547,8 @@ func (m *modelRun) do(kind string, i int) {
 		m.opRelabel(m.cs)
 	case "nsflip":
 		m.opNSFlip(m.cs)
+	case "nsteam":
+		m.opNSTeam(m.cs)
 	case "kill", "term":
 		m.restartBridge(kind)
 	case "scale":
@@ -498,7 +559,7 @@ func (m *modelRun) do(kind string, i int) {
 			return
 		}
 		d := time.Duration(2000+m.rng.IntN(3000)) * time.Millisecond
-		m.hook.down()
+		m.hooksDown()
 		m.hookUpAt = time.Now().Add(d)
 		m.logOp("webhook down for %s", d)
 	case "reload":
@@ -604,7 +665,7 @@ func (m *modelRun) do(kind string, i int) {
 		// Objects created and deleted while the webhook is down: every rule,
 		// the deletions-only ones included, must end right when it is back.
 		if m.hookUpAt.IsZero() {
-			m.hook.down()
+			m.hooksDown()
 			m.hookUpAt = time.Now().Add(time.Second)
 		}
 		n := 5 + m.rng.IntN(10)
@@ -648,6 +709,31 @@ func (m *modelRun) alertRules() []modelRule {
 	return out
 }
 
+// sinks are the sinks the checker reads: modelSinks, and the routed ones
+// when the routed rule is configured.
+func (m *modelRun) sinks() []string {
+	if m.routed == nil {
+		return slices.Clone(modelSinks)
+	}
+	return append(slices.Clone(modelSinks), modelRoutedSinks...)
+}
+
+// rulesTo are the configured rules that deliver to sink.
+func (m *modelRun) rulesTo(sink string) []modelRule {
+	routed := slices.Contains(modelRoutedSinks, sink)
+	return slices.DeleteFunc(m.rules(), func(r modelRule) bool { return r.routed() != routed })
+}
+
+// sinkView is rule r's view in the truth as sink is to hold it: the
+// routed rule's objects routed to sink.
+func (m *modelRun) sinkView(tr modelTruth, r modelRule, sink string) map[string]string {
+	v := tr.view(modelFamily(r.family, m.variant))
+	if r.routed() {
+		maps.DeleteFunc(v, func(uid, _ string) bool { return modelRoute(tr.objs[uid], tr.nsLabels, m.variant) != sink })
+	}
+	return v
+}
+
 // rulesOn says whether a rule of family is configured.
 func (m *modelRun) rulesOn(family string) bool {
 	return slices.ContainsFunc(m.rules(), func(r modelRule) bool { return r.family == family })
@@ -676,7 +762,11 @@ func (m *modelRun) maybeAccept(now bool) {
 
 // randomChange is one object or namespace change (while something is down).
 func (m *modelRun) randomChange(cs kubernetes.Interface, i int) {
-	switch m.rng.IntN(6) {
+	kinds := 6
+	if m.rulesOn("r") {
+		kinds++ // a team relabel
+	}
+	switch m.rng.IntN(kinds) {
 	case 0:
 		m.opCreate(cs)
 	case 1:
@@ -687,8 +777,10 @@ func (m *modelRun) randomChange(cs kubernetes.Interface, i int) {
 		m.opRecreate(cs)
 	case 4:
 		m.opRelabel(cs)
-	default:
+	case 5:
 		m.opNSFlip(cs)
+	default:
+		m.opNSTeam(cs)
 	}
 }
 
@@ -806,6 +898,23 @@ func (m *modelRun) opRecreate(cs kubernetes.Interface) {
 	m.create(cs, ns, name, "recreate: create")
 }
 
+// opNSTeam sets a namespace's kbteam label (or removes it): its objects
+// move between the routed rule's sinks.
+func (m *modelRun) opNSTeam(cs kubernetes.Interface) {
+	ns := modelNamespaces[m.rng.IntN(len(modelNamespaces))]
+	team := []string{"x", "y", "z", ""}[m.rng.IntN(4)]
+	v := `"` + team + `"`
+	if team == "" {
+		v = "null"
+	}
+	_, err := cs.CoreV1().Namespaces().Patch(context.Background(), ns, types.MergePatchType,
+		[]byte(`{"metadata":{"labels":{"kbteam":`+v+`}}}`), metav1.PatchOptions{})
+	if err == nil {
+		m.nsTeam[ns] = team
+	}
+	m.logOp("namespace %s kbteam=%s: %v", ns, v, err)
+}
+
 func (m *modelRun) opNSFlip(cs kubernetes.Interface) {
 	ns := modelNamespaces[m.rng.IntN(len(modelNamespaces))]
 	v := "on"
@@ -869,6 +978,14 @@ cluster: model
     retry: {initialInterval: 100ms, maxInterval: 1s}
 `, m.am.URL)
 	}
+	if m.routed != nil {
+		fmt.Fprintf(&b, `  - name: rt-x
+    file: {path: %s}
+  - name: rt-y
+    webhook: {url: "http://%s/", timeout: 2s, batch: {maxEvents: 50, maxWait: 20ms}}
+    retry: {initialInterval: 100ms, maxInterval: 1s}
+`, m.routedPath, m.routed.addr)
+	}
 	b.WriteString("rules:\n")
 	for _, r := range m.rules() {
 		s := modelFamily(r.family, m.variant)
@@ -890,10 +1007,16 @@ cluster: model
 		if m.am != nil && slices.Contains(modelAlertRules, r.name) && r.full() {
 			sinks = append(slices.Clip(sinks), "alert")
 		}
-		if r.full() { // a mirror holds a view, which takes every change
+		if r.full() && !r.routed() { // a mirror holds a view, which takes every change
 			sinks = append(slices.Clip(sinks), "mirror", "kafka")
 		}
+		if r.routed() {
+			sinks = modelRoutedSinks
+		}
 		fmt.Fprintf(&b, "    events: [%s]\n    sinks: [%s]\n", strings.Join(r.events, ", "), strings.Join(sinks, ", "))
+		if r.routed() {
+			fmt.Fprintf(&b, "    route: {sink: %q, default: %s}\n", modelRouteExpr(m.variant), modelRoutedSinks[0])
+		}
 	}
 	return b.String()
 }
@@ -1084,8 +1207,19 @@ func (m *modelRun) maybeHookUp(now bool) {
 		time.Sleep(wait)
 	}
 	m.hook.up(m.t)
+	if m.routed != nil {
+		m.routed.up(m.t)
+	}
 	m.hookUpAt = time.Time{}
 	m.logOp("webhook up")
+}
+
+// hooksDown takes the webhook's receiver down, and the routed webhook's.
+func (m *modelRun) hooksDown() {
+	m.hook.down()
+	if m.routed != nil {
+		m.routed.down()
+	}
 }
 
 func (m *modelRun) stopBridgeAtEnd() {
@@ -1230,6 +1364,25 @@ func (m *modelRun) received() (map[string][]modelEvent, []string) {
 	for _, e := range m.shaped.received() {
 		add("shaped", e)
 	}
+	if m.routed != nil {
+		for _, e := range m.routed.received() {
+			add("rt-y", e)
+		}
+		if data, err := os.ReadFile(m.routedPath); err == nil {
+			for i, line := range strings.Split(strings.TrimRight(string(data), "\n"), "\n") {
+				if line == "" {
+					continue
+				}
+				var e ce
+				if err := json.Unmarshal([]byte(line), &e); err != nil {
+					bad = append(bad, fmt.Sprintf("rt-x line %d: %v: %.200q", i+1, err, line))
+					continue
+				}
+				e.raw = []byte(line)
+				add("rt-x", e)
+			}
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	if st, err := m.js.Stream(ctx, "MODEL"); err == nil {
@@ -1268,6 +1421,13 @@ func (m *modelRun) counts() string {
 		}
 	}
 	c := fmt.Sprintf("file=%d bus=%d hook=%d shaped=%d", n, busN, len(m.hook.received()), len(m.shaped.received()))
+	if m.routed != nil {
+		rx := 0
+		if data, err := os.ReadFile(m.routedPath); err == nil {
+			rx = strings.Count(string(data), "\n")
+		}
+		c += fmt.Sprintf(" rt-x=%d rt-y=%d", rx, len(m.routed.received()))
+	}
 	if m.am != nil {
 		alerts, err := m.activeAlerts()
 		if err != nil {
@@ -1484,18 +1644,18 @@ func (m *modelRun) check(recv map[string][]modelEvent, bad []string, tr modelTru
 	for _, b := range bad {
 		f.add("unreadable-event", "", "%s", b)
 	}
-	rules := m.rules()
-	ruleByName := map[string]modelRule{}
-	for _, r := range rules {
-		ruleByName[r.name] = r
-	}
-	for _, sink := range modelSinks {
+	for _, sink := range m.sinks() {
+		rules := m.rulesTo(sink)
+		ruleByName := map[string]modelRule{}
+		for _, r := range rules {
+			ruleByName[r.name] = r
+		}
 		evs := recv[sink]
 		byRule := map[string][]modelEvent{}
 		replays := 0
 		for _, e := range evs {
 			if _, ok := ruleByName[e.Rule]; !ok {
-				f.add("unknown-rule", e.uid, "%s: event of rule %q (not in the config): %s", sink, e.Rule, e.raw)
+				f.add("unknown-rule", e.uid, "%s: event of rule %q (not a rule of this sink): %s", sink, e.Rule, e.raw)
 				continue
 			}
 			if e.uid == "" || (e.rv == "" && e.change() != "deleted") { // a deletion may not know the last state
@@ -1516,8 +1676,7 @@ func (m *modelRun) check(recv map[string][]modelEvent, bad []string, tr modelTru
 		lifeByFull := map[string]map[string][2]time.Time{}
 		for _, r := range rules {
 			es := byRule[r.name]
-			sel := modelFamily(r.family, m.variant)
-			view := tr.view(sel)
+			view := m.sinkView(tr, r, sink)
 			for i := range es {
 				e := &es[i]
 				if o, exists := tr.objs[e.uid]; exists && e.change() == "deleted" && e.Reason != "unmatched" {
@@ -1605,7 +1764,7 @@ func (m *modelRun) check(recv map[string][]modelEvent, bad []string, tr modelTru
 			if r.full() {
 				continue
 			}
-			view := tr.view(modelFamily(r.family, m.variant))
+			view := m.sinkView(tr, r, sink)
 			last := map[string]modelEvent{}
 			for _, e := range byRule[r.name] {
 				last[e.uid] = e
@@ -1765,7 +1924,7 @@ func (m *modelRun) verify() {
 			bySink[strings.SplitN(strings.SplitN(msg, ":", 2)[0], "/", 2)[0]]++
 		}
 		var per []string
-		for _, sink := range append(slices.Clip(modelSinks), "alert") {
+		for _, sink := range append(m.sinks(), "alert") {
 			if bySink[sink] > 0 {
 				per = append(per, fmt.Sprintf("%s %d", sink, bySink[sink]))
 			}
@@ -1796,7 +1955,7 @@ func (m *modelRun) verify() {
 				fmt.Fprintf(&b, "    op %s\n", op)
 			}
 		}
-		for _, sink := range modelSinks {
+		for _, sink := range m.sinks() {
 			byRule := map[string][]string{}
 			for _, e := range recv[sink] {
 				if e.uid == uid {
@@ -1821,7 +1980,7 @@ func (m *modelRun) verify() {
 		if err := os.MkdirAll(dir, 0o755); err == nil {
 			copyTo := func(name string, data []byte) { _ = os.WriteFile(filepath.Join(dir, name), data, 0o644) }
 			copyTo("bridge.log", []byte(m.logs()))
-			for _, sink := range modelSinks {
+			for _, sink := range m.sinks() {
 				var lines []string
 				for _, e := range recv[sink] {
 					lines = append(lines, string(e.raw))
@@ -1866,7 +2025,7 @@ func (m *modelRun) checkMirror(tr modelTruth, f *modelFailures) string {
 	must(m.t, err)
 	keys := 0
 	for _, r := range m.rules() {
-		if !r.full() {
+		if !r.full() || r.routed() {
 			continue
 		}
 		want := tr.view(modelFamily(r.family, m.variant))
@@ -1980,7 +2139,7 @@ func TestModelMirrorCheckCanFail(t *testing.T) {
 func (m *modelRun) checkKafkaState(tr modelTruth, f *modelFailures) string {
 	records := 0
 	for _, r := range m.rules() {
-		if !r.full() {
+		if !r.full() || r.routed() {
 			continue
 		}
 		want := tr.view(modelFamily(r.family, m.variant))
@@ -2059,5 +2218,38 @@ func TestModelKafkaCheckCanFail(t *testing.T) {
 	m.checkKafkaState(tr, f)
 	if !f.empty() {
 		t.Errorf("the state topic holds the view, yet: %v", f.byCheck)
+	}
+}
+
+// The checker holds each routed sink to its own view: an object that ends
+// on the other routed sink is extra there and missing here; once each
+// holds the objects routed to it, nothing fails.
+func TestModelRoutedCheckCanFail(t *testing.T) {
+	m := &modelRun{t: t, only: map[string]bool{"r-all": true}, routed: &hookReceiver{}}
+	tr := modelTruth{objs: map[string]modelObj{
+		"u1": {ns: "mdl-a", name: "o1", uid: "u1", rv: "10"},
+		"u2": {ns: "mdl-b", name: "o2", uid: "u2", rv: "11"},
+		"u3": {ns: "mdl-c", name: "o3", uid: "u3", rv: "12"}, // team z: the default
+	}, nsLabels: map[string]map[string]string{"mdl-a": {"kbteam": "x"}, "mdl-b": {"kbteam": "y"}, "mdl-c": {"kbteam": "z"}}}
+	added := func(sink string, seq int, o modelObj) modelEvent {
+		return modelEvent{ce: ce{ID: o.uid + "-" + sink, Type: "io.kubebridge.object.added", Rule: "r-all"}, sink: sink, seq: seq, uid: o.uid, rv: o.rv, ns: o.ns, name: o.name}
+	}
+	recv := map[string][]modelEvent{
+		"rt-x": {added("rt-x", 0, tr.objs["u1"]), added("rt-x", 1, tr.objs["u2"])}, // u2 is y's; u3 missing
+		"rt-y": nil,
+	}
+	f, _ := m.check(recv, nil, tr)
+	if n := len(f.byCheck["view-extra"]); n != 1 {
+		t.Errorf("view-extra failed %d times, want 1 (u2 on rt-x): %v", n, f.byCheck)
+	}
+	if n := len(f.byCheck["view-missing"]); n != 2 {
+		t.Errorf("view-missing failed %d times, want 2 (u2 on rt-y, u3 on rt-x): %v", n, f.byCheck)
+	}
+	recv = map[string][]modelEvent{
+		"rt-x": {added("rt-x", 0, tr.objs["u1"]), added("rt-x", 1, tr.objs["u3"])},
+		"rt-y": {added("rt-y", 0, tr.objs["u2"])},
+	}
+	if f, _ := m.check(recv, nil, tr); !f.empty() {
+		t.Errorf("each routed sink holds its view, yet: %v", f.byCheck)
 	}
 }
