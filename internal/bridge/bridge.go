@@ -15,6 +15,7 @@ import (
 
 	"github.com/kubebridge/kubebridge/internal/admin"
 	"github.com/kubebridge/kubebridge/internal/delivery"
+	"github.com/kubebridge/kubebridge/internal/owners"
 	"github.com/kubebridge/kubebridge/internal/preflight"
 	"github.com/kubebridge/kubebridge/pkg/components"
 	"github.com/kubebridge/kubebridge/pkg/config"
@@ -296,6 +297,15 @@ func (b *Bridge) buildInformers(cfg *config.Config, info *preflight.ClusterInfo)
 	informers, err := informer.New(dyn, plan, notify, replayEvery, b.logger)
 	if err != nil {
 		return err
+	}
+	if len(info.Owners) > 0 && c.Metadata != nil {
+		// One set of owner caches for every rule that includes owners,
+		// run and stopped with the rules' informers.
+		res := owners.New(c.Metadata, info.Owners)
+		informers.Owners = res
+		for _, r := range rules {
+			r.SetRelations(res.Related)
+		}
 	}
 	if err := b.followResources(informers); err != nil {
 		return err

@@ -3,6 +3,7 @@ package bridge
 import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 )
 
@@ -14,6 +15,9 @@ type Clients struct {
 	Kube kubernetes.Interface
 	// Dynamic lists and watches the rules' resources.
 	Dynamic dynamic.Interface
+	// Metadata lists and watches the owners' metadata (include owners);
+	// nil: rules that include owners name them from their references.
+	Metadata metadata.Interface
 	// Leases returns the client of the shard Leases and member Pods,
 	// limited to qps and burst (sharding renews a Lease per shard every
 	// retry period); nil: Kube.
@@ -30,7 +34,11 @@ func clientsFor(rc *rest.Config) (*Clients, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Clients{Kube: kube, Dynamic: dyn, Leases: func(qps float32, burst int) (kubernetes.Interface, error) {
+	md, err := metadata.NewForConfig(rc)
+	if err != nil {
+		return nil, err
+	}
+	return &Clients{Kube: kube, Dynamic: dyn, Metadata: md, Leases: func(qps float32, burst int) (kubernetes.Interface, error) {
 		lrc := rest.CopyConfig(rc)
 		lrc.QPS, lrc.Burst = qps, burst
 		return kubernetes.NewForConfig(lrc)

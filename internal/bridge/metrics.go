@@ -59,16 +59,17 @@ var (
 	descDepth        = prometheus.NewDesc("kubebridge_sink_queue_depth", "Events queued or in flight.", []string{"sink"}, nil)
 	descCapacity     = prometheus.NewDesc("kubebridge_sink_queue_capacity", "Events kept in order before coalescing starts.", []string{"sink"}, nil)
 	// Failure per object (internal/delivery parking).
-	descParked     = prometheus.NewDesc("kubebridge_sink_parked_objects", "Objects whose delivery failed, waiting for their own retry (their later events held behind them); others flow meanwhile.", []string{"sink"}, nil)
-	descParkedAge  = prometheus.NewDesc("kubebridge_sink_oldest_parked_seconds", "How long the oldest parked object has waited.", []string{"sink"}, nil)
-	descThrottled  = prometheus.NewDesc("kubebridge_sink_throttled_objects", "Objects waiting out the sink's updateWindow: their change was sent, their next updates wait and coalesce until the window ends.", []string{"sink"}, nil)
-	descFailing    = prometheus.NewDesc("kubebridge_sink_destination_failing", "1 while the destination fails as a whole and is probed one batch at a time.", []string{"sink"}, nil)
-	descDestErrors = prometheus.NewDesc("kubebridge_sink_destination_errors_total", "Failed attempts that say the destination or the sink's config is wrong (retried, never dead-lettered), by reason: unauthorized, forbidden, not_found, gone, redirect, config.", []string{"sink", "reason"}, nil)
-	descReceived   = prometheus.NewDesc("kubebridge_rule_received_total", "Notifications the rule evaluated.", []string{"rule"}, nil)
-	descMatched    = prometheus.NewDesc("kubebridge_rule_matched_total", "Events the rule produced (received minus matched were filtered out).", []string{"rule"}, nil)
-	descWaiting    = prometheus.NewDesc("kubebridge_rule_waiting", "1 while the rule waits for its resource: the cluster does not serve it (a CRD not installed) or its informer has not listed it yet.", []string{"rule"}, nil)
-	descLag        = prometheus.NewDesc("kubebridge_checkpoint_lag", "Acknowledged changes not yet written to the checkpoint.", nil, nil)
-	descLeader     = prometheus.NewDesc("kubebridge_leader", "1 while this replica delivers (the leader, the only one, or a holder of shards).", nil, nil)
+	descParked           = prometheus.NewDesc("kubebridge_sink_parked_objects", "Objects whose delivery failed, waiting for their own retry (their later events held behind them); others flow meanwhile.", []string{"sink"}, nil)
+	descParkedAge        = prometheus.NewDesc("kubebridge_sink_oldest_parked_seconds", "How long the oldest parked object has waited.", []string{"sink"}, nil)
+	descThrottled        = prometheus.NewDesc("kubebridge_sink_throttled_objects", "Objects waiting out the sink's updateWindow: their change was sent, their next updates wait and coalesce until the window ends.", []string{"sink"}, nil)
+	descFailing          = prometheus.NewDesc("kubebridge_sink_destination_failing", "1 while the destination fails as a whole and is probed one batch at a time.", []string{"sink"}, nil)
+	descDestErrors       = prometheus.NewDesc("kubebridge_sink_destination_errors_total", "Failed attempts that say the destination or the sink's config is wrong (retried, never dead-lettered), by reason: unauthorized, forbidden, not_found, gone, redirect, config.", []string{"sink", "reason"}, nil)
+	descOwnersIncomplete = prometheus.NewDesc("kubebridge_owners_incomplete_total", "Notifications of a rule that includes owners whose owner chain (or Event's involved object) was still not all in the bridge's caches after the wait: sent with the missing owner named from its reference, without labels.", []string{"rule"}, nil)
+	descReceived         = prometheus.NewDesc("kubebridge_rule_received_total", "Notifications the rule evaluated.", []string{"rule"}, nil)
+	descMatched          = prometheus.NewDesc("kubebridge_rule_matched_total", "Events the rule produced (received minus matched were filtered out).", []string{"rule"}, nil)
+	descWaiting          = prometheus.NewDesc("kubebridge_rule_waiting", "1 while the rule waits for its resource: the cluster does not serve it (a CRD not installed) or its informer has not listed it yet.", []string{"rule"}, nil)
+	descLag              = prometheus.NewDesc("kubebridge_checkpoint_lag", "Acknowledged changes not yet written to the checkpoint.", nil, nil)
+	descLeader           = prometheus.NewDesc("kubebridge_leader", "1 while this replica delivers (the leader, the only one, or a holder of shards).", nil, nil)
 	// Sharding.
 	descShardsOwned    = prometheus.NewDesc("kubebridge_shards_owned", "Shards this replica holds and delivers.", nil, nil)
 	descShardsLapsed   = prometheus.NewDesc("kubebridge_shards_lapsed", "Shards held whose lease renewal is overdue: nothing is sent for them until it is renewed (or another replica takes them).", nil, nil)
@@ -136,6 +137,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			for _, why := range []filters.RouteReason{filters.RouteUndeclared, filters.RouteFailed} {
 				ch <- prometheus.MustNewConstMetric(descRouteDefaulted, prometheus.CounterValue, float64(r.RouteDefaulted(why)), r.Name, why.String())
 			}
+		}
+		if r.IncludesOwners() {
+			ch <- prometheus.MustNewConstMetric(descOwnersIncomplete, prometheus.CounterValue, float64(r.OwnersIncomplete()), r.Name)
 		}
 	}
 	lag, leader := 0, 0.0

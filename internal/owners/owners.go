@@ -1,143 +1,264 @@
 // Package owners resolves an object's owner chain (Pod → ReplicaSet →
-// Deployment, Job → CronJob, any CRD owner) from shared metadata-only
-// informers, so that a message can name what an object belongs to and an
-// expression can choose by it.
+// Deployment, Job → CronJob, any CRD owner) and, for a Kubernetes Event,
+// the object it is about, from shared metadata-only informers, so that a
+// message can name what an object belongs to and an expression can choose
+// by it.
 //
-// Only the resources a config asks for are watched (their list and watch
-// is what the chart's RBAC grants), each through one metadata informer
-// that caches names, labels and ownerReferences only. An owner whose kind
-// is not watched, or that is not in the cache (not synced yet, or created
-// a moment ago) is named from the ownerReference alone, and the chain
-// says it is incomplete: resolution never blocks the caller beyond the
-// wait it was given. Chains are bounded (MaxDepth) and cycles in
-// ownerReferences end them.
+// Only the resources the rules need are watched (Needs; their list and
+// watch is what the chart's RBAC grants), each through one metadata
+// informer per scope (all namespaces, or each namespace the rules name)
+// that caches names, labels and ownerReferences only. The caller runs the
+// informers (Informers) and ends the waits (Close): one owner of every
+// goroutine.
+//
+// An owner whose kind is not watched is named from its ownerReference at
+// once, and the chain says it is incomplete. One not in its cache yet (it
+// was created a moment before its child and its watch event has not
+// arrived) is waited for, up to the wait given, then named from the
+// reference the same way; a reference waited for in vain is not waited
+// for again for a while (an owner deleted before its children would
+// otherwise cost every child the whole wait). Chains are bounded
+// (MaxDepth) and cycles in ownerReferences end them.
 package owners
 
 import (
-	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/kubebridge/kubebridge/pkg/config"
+	"github.com/kubebridge/kubebridge/pkg/event"
 )
 
-// MaxDepth bounds a chain: Kubernetes' deepest built-in one is three
-// (Pod, ReplicaSet, Deployment); ownerReferences are written by users too.
+// MaxDepth bounds a chain: Kubernetes' deepest built-in one is two owners
+// (a Pod's ReplicaSet and Deployment); ownerReferences are written by
+// users too.
 const MaxDepth = 8
 
-// Owner is one link of a chain.
-type Owner struct {
-	APIVersion, Kind, Name string
-	UID                    types.UID
-	// Labels are the owner's labels; nil when it was not found in a cache
-	// (Resolved false: named from the ownerReference only).
-	Labels   map[string]string
-	Resolved bool
-}
+// DefaultWait is how long a notification waits for an owner not cached
+// yet. An owner is created before the children its controller makes, so
+// its watch event is normally in first; the wait covers the two watches'
+// skew, not a missing owner.
+const DefaultWait = time.Second
 
-// Chain is an object's owners, nearest first, and whether every link was
-// found (an incomplete chain ends at the first owner not found).
-type Chain struct {
-	Owners   []Owner
-	Complete bool
-}
+// missedFor is how long a reference waited for in vain is not waited for
+// again; missedMax bounds how many are remembered.
+const (
+	missedFor = time.Minute
+	missedMax = 10_000
+)
 
-// Top is the last owner: the top controller (a Deployment for its Pods).
-func (c Chain) Top() (Owner, bool) {
-	if len(c.Owners) == 0 {
-		return Owner{}, false
-	}
-	return c.Owners[len(c.Owners)-1], true
-}
-
-// Resolver resolves chains. Start starts its informers; Shutdown stops
-// them and waits.
-type Resolver struct {
-	factory metadatainformer.SharedInformerFactory
-	// byKind maps an ownerReference's apiVersion and kind to the
-	// informer of its resource.
-	byKind map[schema.GroupVersionKind]cache.SharedIndexInformer
-	synced []cache.InformerSynced
-	once   sync.Once
-}
-
-// Resource is a resource to watch for owners and the kind its objects
-// have (discovery's).
+// Resource is a resource whose objects may own others (or be an Event's
+// involved object), and the kind of its objects.
 type Resource struct {
 	GVR  schema.GroupVersionResource
 	Kind string
 }
 
-// New makes a resolver over the given resources (usually what
-// DefaultResources lists, plus the CRDs a config names).
-func New(client metadata.Interface, resources []Resource) *Resolver {
-	r := &Resolver{
-		factory: metadatainformer.NewSharedInformerFactoryWithOptions(client, 0, metadatainformer.WithTransform(trim)),
-		byKind:  map[schema.GroupVersionKind]cache.SharedIndexInformer{},
+func (r Resource) String() string {
+	if r.GVR.Group == "" {
+		return r.GVR.Version + "/" + r.GVR.Resource
 	}
-	for _, res := range resources {
-		inf := r.factory.ForResource(res.GVR).Informer()
-		r.byKind[res.GVR.GroupVersion().WithKind(res.Kind)] = inf
-		r.synced = append(r.synced, inf.HasSynced)
+	return r.GVR.Group + "/" + r.GVR.Version + "/" + r.GVR.Resource
+}
+
+var (
+	pods         = Resource{schema.GroupVersionResource{Version: "v1", Resource: "pods"}, "Pod"}
+	replicaSets  = Resource{schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "replicasets"}, "ReplicaSet"}
+	deployments  = Resource{schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}, "Deployment"}
+	statefulSets = Resource{schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "statefulsets"}, "StatefulSet"}
+	daemonSets   = Resource{schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "daemonsets"}, "DaemonSet"}
+	jobs         = Resource{schema.GroupVersionResource{Group: "batch", Version: "v1", Resource: "jobs"}, "Job"}
+	cronJobs     = Resource{schema.GroupVersionResource{Group: "batch", Version: "v1", Resource: "cronjobs"}, "CronJob"}
+)
+
+// Needs lists the built-in resources whose objects own objects of gvr, up
+// to their top controller (for a Kubernetes Event: the objects it is
+// about, Pods and those controllers, and their owners). The chart's
+// kubebridge.ownerResources renders the same table (TestChartOwnerRBAC).
+func Needs(gvr schema.GroupVersionResource) []Resource {
+	workloads := []Resource{replicaSets, deployments, statefulSets, daemonSets, jobs, cronJobs}
+	switch {
+	case config.IsKubernetesEvent(gvr):
+		return append([]Resource{pods}, workloads...)
+	case gvr.Group == "" && gvr.Resource == "pods":
+		return workloads
+	case gvr.Group == "apps" && gvr.Resource == "replicasets":
+		return []Resource{deployments}
+	case gvr.Group == "apps" && gvr.Resource == "controllerrevisions":
+		return []Resource{statefulSets, daemonSets}
+	case gvr.Group == "batch" && gvr.Resource == "jobs":
+		return []Resource{cronJobs}
+	}
+	return nil
+}
+
+// Watch is one resource to cache, in one namespace ("": all).
+type Watch struct {
+	Resource
+	Namespace string
+}
+
+// Resolver resolves chains from its informers' caches.
+type Resolver struct {
+	// byKind holds the informers of a kind (ownerReferences name group
+	// and kind; the version they carry may be another the apiserver
+	// serves), by namespace ("": every namespace).
+	byKind    map[schema.GroupKind]map[string]cache.SharedIndexInformer
+	informers []cache.SharedIndexInformer
+	names     []string
+	closed    chan struct{}
+	closeOnce sync.Once
+
+	mu     sync.Mutex
+	missed map[types.UID]time.Time // references waited for in vain, until when they are not waited for
+	now    func() time.Time
+}
+
+// New makes a resolver over watches; nothing runs before the caller runs
+// Informers.
+func New(client metadata.Interface, watches []Watch) *Resolver {
+	r := &Resolver{
+		byKind: map[schema.GroupKind]map[string]cache.SharedIndexInformer{},
+		closed: make(chan struct{}),
+		missed: map[types.UID]time.Time{},
+		now:    time.Now,
+	}
+	for _, w := range watches {
+		inf := metadatainformer.NewFilteredMetadataInformer(client, w.GVR, w.Namespace, 0, cache.Indexers{}, nil).Informer()
+		_ = inf.SetTransform(trim) // only fails once the informer runs
+		gk := schema.GroupKind{Group: w.GVR.Group, Kind: w.Kind}
+		if r.byKind[gk] == nil {
+			r.byKind[gk] = map[string]cache.SharedIndexInformer{}
+		}
+		r.byKind[gk][w.Namespace] = inf
+		r.informers = append(r.informers, inf)
+		name := "owners:" + w.Resource.String()
+		if w.Namespace != "" {
+			name += " in " + w.Namespace
+		}
+		r.names = append(r.names, name)
 	}
 	return r
 }
 
-// DefaultResources are the built-in controllers that own objects.
-var DefaultResources = []Resource{
-	{schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "replicasets"}, "ReplicaSet"},
-	{schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}, "Deployment"},
-	{schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "statefulsets"}, "StatefulSet"},
-	{schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "daemonsets"}, "DaemonSet"},
-	{schema.GroupVersionResource{Group: "batch", Version: "v1", Resource: "jobs"}, "Job"},
-	{schema.GroupVersionResource{Group: "batch", Version: "v1", Resource: "cronjobs"}, "CronJob"},
+// Informers are the informers to run (until the caller stops them).
+func (r *Resolver) Informers() []cache.SharedIndexInformer { return r.informers }
+
+// Synced reports whether every informer has listed once.
+func (r *Resolver) Synced() bool {
+	for _, inf := range r.informers {
+		if !inf.HasSynced() {
+			return false
+		}
+	}
+	return true
 }
 
-// Start starts the informers; they stop with ctx or Shutdown.
-func (r *Resolver) Start(ctx context.Context) { r.factory.Start(ctx.Done()) }
-
-// WaitForSync waits until every informer listed once, or ctx ends.
-func (r *Resolver) WaitForSync(ctx context.Context) bool {
-	return cache.WaitForCacheSync(ctx.Done(), r.synced...)
+// Cached returns how many objects each informer holds, by name (for the
+// informer cache metric).
+func (r *Resolver) Cached() map[string]int {
+	out := make(map[string]int, len(r.informers))
+	for i, inf := range r.informers {
+		out[r.names[i]] = len(inf.GetStore().ListKeys())
+	}
+	return out
 }
 
-// Shutdown stops the informers and waits for their goroutines.
-func (r *Resolver) Shutdown() { r.once.Do(r.factory.Shutdown) }
+// Close ends every wait, now and later (the bridge is stopping).
+// Idempotent.
+func (r *Resolver) Close() { r.closeOnce.Do(func() { close(r.closed) }) }
 
-// Resolve returns obj's chain: its controller owner (else its first
-// owner), that owner's, and so on. An owner not in its cache yet is
-// waited for up to wait (an object and its owner are often created
-// together), then named from the reference.
-func (r *Resolver) Resolve(ctx context.Context, obj metav1.Object, wait time.Duration) Chain {
-	chain := Chain{Complete: true}
-	seen := map[types.UID]bool{obj.GetUID(): true}
-	ns := obj.GetNamespace()
-	refs := obj.GetOwnerReferences()
-	deadline := time.Now().Add(wait)
+// Chain is an object's owner chain, nearest first, and whether it may
+// stop short of the top (see event.Related).
+type Chain struct {
+	Owners     []event.Owner
+	Incomplete bool
+}
+
+// Resolve returns the chain of an object in namespace ns with these
+// ownerReferences (its uid ends a cycle back to it): at each step the
+// controller reference, else the first. An owner not cached yet is waited
+// for until deadline.
+func (r *Resolver) Resolve(uid types.UID, ns string, refs []metav1.OwnerReference, deadline time.Time) Chain {
+	var c Chain
+	seen := map[types.UID]bool{uid: true}
 	for len(refs) > 0 {
 		ref := pick(refs)
-		if seen[ref.UID] || len(chain.Owners) == MaxDepth {
-			break // a cycle, or a chain past any a controller makes
+		if seen[ref.UID] {
+			break // a cycle: every owner is in the chain once
+		}
+		if len(c.Owners) == MaxDepth {
+			c.Incomplete = true
+			break
 		}
 		seen[ref.UID] = true
-		o := Owner{APIVersion: ref.APIVersion, Kind: ref.Kind, Name: ref.Name, UID: ref.UID}
-		found, ok := r.lookup(ctx, ref, ns, deadline)
+		o := event.Owner{APIVersion: ref.APIVersion, Kind: ref.Kind, Name: ref.Name, UID: string(ref.UID)}
+		found, ok := r.lookup(ref.APIVersion, ref.Kind, ns, ref.Name, ref.UID, deadline)
 		if !ok {
-			chain.Owners = append(chain.Owners, o)
-			chain.Complete = false
-			return chain
+			c.Owners = append(c.Owners, o)
+			c.Incomplete = true
+			break
 		}
-		o.Labels, o.Resolved = found.GetLabels(), true
-		chain.Owners = append(chain.Owners, o)
+		o.Labels = found.GetLabels()
+		c.Owners = append(c.Owners, o)
 		refs = found.GetOwnerReferences()
 	}
-	return chain
+	return c
+}
+
+// Related resolves what include: [owners] adds to obj (an object of
+// resource gvr): its chain and, for a Kubernetes Event, the involved
+// object and its chain, waiting for what is not cached yet until
+// deadline (the zero time: not at all).
+func (r *Resolver) Related(gvr schema.GroupVersionResource, obj *unstructured.Unstructured, deadline time.Time) *event.Related {
+	c := r.Resolve(obj.GetUID(), obj.GetNamespace(), obj.GetOwnerReferences(), deadline)
+	rel := &event.Related{Owners: c.Owners, Incomplete: c.Incomplete}
+	if config.IsKubernetesEvent(gvr) {
+		rel.Involved = r.involved(obj, deadline)
+	}
+	return rel
+}
+
+// involved is the object an Event is about: involvedObject (core/v1) or
+// regarding (events.k8s.io/v1), found in the caches with its chain, or
+// what the reference says of it.
+func (r *Resolver) involved(ev *unstructured.Unstructured, deadline time.Time) *event.Involved {
+	field := "involvedObject"
+	if _, ok := ev.Object["regarding"]; ok {
+		field = "regarding"
+	}
+	ref, _ := ev.Object[field].(map[string]any)
+	if ref == nil {
+		return nil
+	}
+	s := func(k string) string { v, _ := ref[k].(string); return v }
+	in := &event.Involved{APIVersion: s("apiVersion"), Kind: s("kind"), Namespace: s("namespace"), Name: s("name"), UID: s("uid")}
+	if in.Kind == "" || in.Name == "" {
+		return in
+	}
+	found, ok := r.lookup(in.APIVersion, in.Kind, in.Namespace, in.Name, types.UID(in.UID), deadline)
+	if !ok {
+		in.Incomplete = true
+		return in
+	}
+	in.Found = true
+	in.Labels = found.GetLabels()
+	if in.UID == "" {
+		in.UID = string(found.GetUID())
+	}
+	c := r.Resolve(found.GetUID(), in.Namespace, found.GetOwnerReferences(), deadline)
+	in.Owners, in.Incomplete = c.Owners, c.Incomplete
+	return in
 }
 
 // pick is the reference a chain follows: the controller, else the first.
@@ -150,60 +271,119 @@ func pick(refs []metav1.OwnerReference) metav1.OwnerReference {
 	return refs[0]
 }
 
-// lookup finds ref's object in its informer's cache (in ns, or
-// cluster-scoped), polling until deadline while it is missing.
-func (r *Resolver) lookup(ctx context.Context, ref metav1.OwnerReference, ns string, deadline time.Time) (metav1.Object, bool) {
-	gv, err := schema.ParseGroupVersion(ref.APIVersion)
+// lookup finds an object of apiVersion's group and kind named name in
+// namespace ns (or cluster-scoped) in the caches; uid, when set, must be
+// its uid (a name re-used by a new object is not the owner). It polls
+// until deadline while the object is missing from a cache that may get it.
+func (r *Resolver) lookup(apiVersion, kind, ns, name string, uid types.UID, deadline time.Time) (metav1.Object, bool) {
+	gv, err := schema.ParseGroupVersion(apiVersion)
 	if err != nil {
 		return nil, false
 	}
-	inf, ok := r.byKind[gv.WithKind(ref.Kind)]
-	if !ok {
-		return nil, false // a kind not watched: named from the reference
+	infs := r.byKind[schema.GroupKind{Group: gv.Group, Kind: kind}]
+	var candidates []cache.SharedIndexInformer
+	for _, scope := range []string{"", ns} {
+		if inf := infs[scope]; inf != nil {
+			candidates = append(candidates, inf)
+		}
 	}
+	if len(candidates) == 0 {
+		return nil, false // a kind not watched (or not in this namespace): named from the reference
+	}
+	keys := []string{name}
+	if ns != "" {
+		keys = []string{ns + "/" + name, name} // namespaced, or a cluster-scoped owner
+	}
+	waited := false
 	for {
-		for _, key := range []string{ns + "/" + ref.Name, ref.Name} {
-			item, exists, err := inf.GetIndexer().GetByKey(key)
-			if err != nil || !exists {
-				continue
-			}
-			if m, ok := item.(metav1.Object); ok && m.GetUID() == ref.UID {
-				return m, true
+		for _, inf := range candidates {
+			for _, key := range keys {
+				item, exists, err := inf.GetIndexer().GetByKey(key)
+				if err != nil || !exists {
+					continue
+				}
+				if m, ok := item.(metav1.Object); ok && (uid == "" || m.GetUID() == uid) {
+					return m, true
+				}
 			}
 		}
-		if !time.Now().Before(deadline) {
+		if deadline.IsZero() || !waited && r.missedBefore(uid) {
 			return nil, false
 		}
+		waited = true
+		wait := deadline.Sub(r.now())
+		if wait <= 0 {
+			r.miss(uid)
+			return nil, false
+		}
+		t := time.NewTimer(min(10*time.Millisecond, wait))
 		select {
-		case <-ctx.Done():
+		case <-r.closed:
+			t.Stop()
 			return nil, false
-		case <-time.After(min(20*time.Millisecond, time.Until(deadline))):
+		case <-t.C:
 		}
 	}
 }
 
-// trim keeps what a chain reads of an owner: its names, labels and
+// missedBefore reports whether uid was waited for in vain lately.
+func (r *Resolver) missedBefore(uid types.UID) bool {
+	if uid == "" {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	until, ok := r.missed[uid]
+	if ok && r.now().After(until) {
+		delete(r.missed, uid)
+		return false
+	}
+	return ok
+}
+
+// miss remembers that uid was waited for in vain.
+func (r *Resolver) miss(uid types.UID) {
+	if uid == "" {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.missed) >= missedMax {
+		now := r.now()
+		for k, until := range r.missed {
+			if now.After(until) {
+				delete(r.missed, k)
+			}
+		}
+		if len(r.missed) >= missedMax {
+			clear(r.missed) // a storm of missing owners: forget, and wait again
+		}
+	}
+	r.missed[uid] = r.now().Add(missedFor)
+}
+
+// trim keeps what a chain reads of an object: its names, uid, labels and
 // owner references (managedFields and annotations can be most of an
 // object's metadata).
 func trim(obj any) (any, error) {
-	m, ok := obj.(metav1.Object)
-	if !ok {
-		return obj, nil
+	if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
+		m.ObjectMeta = metav1.ObjectMeta{
+			Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion,
+			Labels: m.Labels, OwnerReferences: m.OwnerReferences,
+		}
 	}
-	m.SetManagedFields(nil)
-	m.SetAnnotations(nil)
 	return obj, nil
 }
 
 // String is the chain as a person reads it: "ReplicaSet web-6d4 →
 // Deployment web".
 func (c Chain) String() string {
-	s := ""
+	var b strings.Builder
 	for i, o := range c.Owners {
 		if i > 0 {
-			s += " → "
+			b.WriteString(" → ")
 		}
-		s += fmt.Sprintf("%s %s", o.Kind, o.Name)
+		fmt.Fprintf(&b, "%s %s", o.Kind, o.Name)
 	}
-	return s
+	return b.String()
 }

@@ -2,13 +2,20 @@ package owners
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/metadata"
 
 	"github.com/kubebridge/kubebridge/internal/testenv"
@@ -28,87 +35,195 @@ func must[T any](v T, err error) T {
 	return v
 }
 
-func startResolver(t *testing.T, cs kubernetes.Interface, mc metadata.Interface) *Resolver {
+var widgets = Resource{testenv.WidgetGVR, "Widget"}
+
+// startResolver runs a resolver over what a Pod rule, a Job rule and an
+// Event rule need, plus the test CRD, until the test ends.
+func startResolver(t *testing.T, mc metadata.Interface) *Resolver {
 	t.Helper()
-	r := New(mc, DefaultResources)
+	var watches []Watch
+	for _, res := range append(Needs(schema.GroupVersionResource{Version: "v1", Resource: "events"}), widgets) {
+		watches = append(watches, Watch{Resource: res})
+	}
+	r := New(mc, watches)
 	ctx, cancel := context.WithCancel(context.Background())
-	r.Start(ctx)
-	t.Cleanup(func() { cancel(); r.Shutdown() })
-	sctx, scancel := context.WithTimeout(ctx, 30*time.Second)
-	defer scancel()
-	if !r.WaitForSync(sctx) {
-		t.Fatal("the owners' caches did not sync")
+	var wg sync.WaitGroup
+	for _, inf := range r.Informers() {
+		wg.Add(1)
+		go func() { defer wg.Done(); inf.RunWithContext(ctx) }()
+	}
+	t.Cleanup(func() { r.Close(); cancel(); wg.Wait() })
+	deadline := time.Now().Add(30 * time.Second)
+	for !r.Synced() {
+		if time.Now().After(deadline) {
+			t.Fatal("the owners' caches did not sync")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	return r
 }
 
+func podOwnedBy(ns, name string, refs ...metav1.OwnerReference) *unstructured.Unstructured {
+	u, _ := runtime.DefaultUnstructuredConverter.ToUnstructured(&corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, UID: types.UID("uid-" + name), OwnerReferences: refs}})
+	return &unstructured.Unstructured{Object: u}
+}
+
+var podsGVR = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+
 // Against the real apiserver: a Pod's chain through its ReplicaSet to the
-// Deployment, with their labels; an owner created a moment after the
-// object is waited for; one of a kind not watched, or gone (its UID no
-// longer the name's), is named from the reference and the chain says it
-// is incomplete; a cycle in ownerReferences ends the chain.
+// Deployment, with their labels (an owner created a moment after the
+// object is waited for); a Job's CronJob; a CRD owner; one of a kind not
+// watched, or gone (its UID no longer the name's), named from the
+// reference with the chain incomplete, and a reference waited for in
+// vain not waited for again; a cycle in ownerReferences ends the chain;
+// an Event's involved Pod with its owners.
 func TestResolveAgainstTheAPIServer(t *testing.T) {
 	cp := testenv.SharedControlPlane(t)
 	cs := cp.Clientset(t)
-	mc, err := metadata.NewForConfig(cp.RESTConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
+	mc := must(metadata.NewForConfig(cp.RESTConfig()))
+	dyn := must(dynamic.NewForConfig(cp.RESTConfig()))
+	testenv.InstallWidgetCRD(t, cp)
 	const ns = "owners"
 	testenv.EnsureNamespace(t, cp, ns)
 	ctx := context.Background()
-	r := startResolver(t, cs, mc)
+	r := startResolver(t, mc)
+	wait := func(d time.Duration) time.Time { return time.Now().Add(d) }
 
 	labels := map[string]string{"app": "web"}
+	tmpl := corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "x"}}}}
 	d := must(cs.AppsV1().Deployments(ns).Create(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "web", Labels: map[string]string{"team": "payments"}},
-		Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "x"}}}}}},
-		metav1.CreateOptions{}))
+		Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: tmpl}}, metav1.CreateOptions{}))
 	rs := must(cs.AppsV1().ReplicaSets(ns).Create(ctx, &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: "web-6d4", Labels: labels,
 		OwnerReferences: []metav1.OwnerReference{ref("Deployment", "apps/v1", d)}},
-		Spec: appsv1.ReplicaSetSpec{Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "x"}}}}}},
-		metav1.CreateOptions{}))
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-6d4-x", Namespace: ns, UID: "pod-uid",
-		OwnerReferences: []metav1.OwnerReference{ref("ReplicaSet", "apps/v1", rs)}}}
+		Spec: appsv1.ReplicaSetSpec{Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: tmpl}}, metav1.CreateOptions{}))
+	pod := podOwnedBy(ns, "web-6d4-x", ref("ReplicaSet", "apps/v1", rs))
 
 	// Created a moment ago: waited for, not reported missing.
-	c := r.Resolve(ctx, pod, 10*time.Second)
-	if !c.Complete || c.String() != "ReplicaSet web-6d4 → Deployment web" {
+	rel := r.Related(podsGVR, pod, wait(10*time.Second))
+	c := Chain{rel.Owners, rel.Incomplete}
+	if c.Incomplete || c.String() != "ReplicaSet web-6d4 → Deployment web" {
 		t.Fatalf("chain %+v", c)
 	}
-	if top, _ := c.Top(); top.Labels["team"] != "payments" || top.UID != d.UID || !top.Resolved {
+	if top, _ := rel.Top(); top.Labels["team"] != "payments" || top.UID != string(d.UID) || top.APIVersion != "apps/v1" {
 		t.Errorf("top %+v", top)
 	}
 
-	// A kind not watched: named, incomplete, at once.
-	widget := metav1.OwnerReference{APIVersion: "example.kubebridge.io/v1", Kind: "Widget", Name: "w", UID: "w-uid"}
-	start := time.Now()
-	c = r.Resolve(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p2", Namespace: ns, OwnerReferences: []metav1.OwnerReference{widget}}}, 5*time.Second)
-	if c.Complete || len(c.Owners) != 1 || c.Owners[0].Kind != "Widget" || c.Owners[0].Resolved || time.Since(start) > time.Second {
-		t.Errorf("unwatched owner %+v after %s", c, time.Since(start))
+	// Job → CronJob.
+	cj := must(cs.BatchV1().CronJobs(ns).Create(ctx, &batchv1.CronJob{ObjectMeta: metav1.ObjectMeta{Name: "nightly", Labels: map[string]string{"team": "data"}},
+		Spec: batchv1.CronJobSpec{Schedule: "0 3 * * *", JobTemplate: batchv1.JobTemplateSpec{Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{
+			Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "c", Image: "x"}}}}}}}}, metav1.CreateOptions{}))
+	job := podOwnedBy(ns, "nightly-1", ref("CronJob", "batch/v1", cj))
+	if rel := r.Related(schema.GroupVersionResource{Group: "batch", Version: "v1", Resource: "jobs"}, job, wait(10*time.Second)); rel.Incomplete ||
+		len(rel.Owners) != 1 || rel.Owners[0].Kind != "CronJob" || rel.Owners[0].Labels["team"] != "data" {
+		t.Errorf("job's chain %+v", rel)
 	}
 
-	// Gone: the name's UID is another's. Waited for up to the wait, then named.
+	// A CRD owner, served in another version than the reference names
+	// (kinds are matched by group).
+	w := must(dyn.Resource(testenv.WidgetGVR).Namespace(ns).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "example.kubebridge.io/v1", "kind": "Widget",
+		"metadata": map[string]any{"name": "shop", "labels": map[string]any{"team": "payments"}}}}, metav1.CreateOptions{}))
+	wref := ref("Widget", "example.kubebridge.io/v2", w)
+	if rel := r.Related(podsGVR, podOwnedBy(ns, "shop-0", wref), wait(10*time.Second)); rel.Incomplete || len(rel.Owners) != 1 ||
+		rel.Owners[0].Labels["team"] != "payments" {
+		t.Errorf("CRD owner %+v", rel)
+	}
+
+	// A kind not watched: named, incomplete, at once.
+	other := metav1.OwnerReference{APIVersion: "example.kubebridge.io/v1", Kind: "Gadget", Name: "g", UID: "g-uid"}
+	start := time.Now()
+	rel = r.Related(podsGVR, podOwnedBy(ns, "p2", other), wait(5*time.Second))
+	if !rel.Incomplete || len(rel.Owners) != 1 || rel.Owners[0].Kind != "Gadget" || rel.Owners[0].Labels != nil || time.Since(start) > time.Second {
+		t.Errorf("unwatched owner %+v after %s", rel, time.Since(start))
+	}
+
+	// Gone: the name's UID is another's. Waited for up to the wait, then
+	// named; the next child of it does not wait again.
 	stale := ref("ReplicaSet", "apps/v1", rs)
 	stale.UID = "gone"
 	start = time.Now()
-	c = r.Resolve(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p3", Namespace: ns, OwnerReferences: []metav1.OwnerReference{stale}}}, 300*time.Millisecond)
-	if c.Complete || len(c.Owners) != 1 || c.Owners[0].Resolved || time.Since(start) < 300*time.Millisecond {
-		t.Errorf("stale owner %+v after %s", c, time.Since(start))
+	rel = r.Related(podsGVR, podOwnedBy(ns, "p3", stale), wait(300*time.Millisecond))
+	if !rel.Incomplete || len(rel.Owners) != 1 || rel.Owners[0].Labels != nil || time.Since(start) < 300*time.Millisecond {
+		t.Errorf("stale owner %+v after %s", rel, time.Since(start))
+	}
+	start = time.Now()
+	if rel = r.Related(podsGVR, podOwnedBy(ns, "p3b", stale), wait(5*time.Second)); !rel.Incomplete || time.Since(start) > time.Second {
+		t.Errorf("a reference missed before was waited for again: %+v after %s", rel, time.Since(start))
 	}
 
 	// A cycle: two ReplicaSets owning each other end the chain.
 	a := must(cs.AppsV1().ReplicaSets(ns).Create(ctx, &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: "a"},
-		Spec: appsv1.ReplicaSetSpec{Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "x"}}}}}},
-		metav1.CreateOptions{}))
+		Spec: appsv1.ReplicaSetSpec{Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: tmpl}}, metav1.CreateOptions{}))
 	b := must(cs.AppsV1().ReplicaSets(ns).Create(ctx, &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: "b", OwnerReferences: []metav1.OwnerReference{ref("ReplicaSet", "apps/v1", a)}},
 		Spec: a.Spec}, metav1.CreateOptions{}))
 	a.OwnerReferences = []metav1.OwnerReference{ref("ReplicaSet", "apps/v1", b)}
 	a = must(cs.AppsV1().ReplicaSets(ns).Update(ctx, a, metav1.UpdateOptions{}))
-	c = r.Resolve(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p4", Namespace: ns, OwnerReferences: []metav1.OwnerReference{ref("ReplicaSet", "apps/v1", a)}}}, 10*time.Second)
-	if len(c.Owners) > MaxDepth || c.String() != "ReplicaSet a → ReplicaSet b" {
+	waitUntil(t, func() bool {
+		rel = r.Related(podsGVR, podOwnedBy(ns, "p4", ref("ReplicaSet", "apps/v1", a)), time.Time{})
+		return len(rel.Owners) == 2
+	})
+	if c := (Chain{rel.Owners, rel.Incomplete}); c.Incomplete || c.String() != "ReplicaSet a → ReplicaSet b" {
 		t.Errorf("cycle %+v", c)
+	}
+
+	// An Event about a Pod: the Pod's labels and its owners.
+	p := must(cs.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-6d4-y", Labels: labels,
+		OwnerReferences: []metav1.OwnerReference{ref("ReplicaSet", "apps/v1", rs)}}, Spec: tmpl.Spec}, metav1.CreateOptions{}))
+	ev := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Event",
+		"metadata":       map[string]any{"name": "web-6d4-y.1", "namespace": ns},
+		"involvedObject": map[string]any{"apiVersion": "v1", "kind": "Pod", "namespace": ns, "name": p.Name, "uid": string(p.UID)}}}
+	rel = r.Related(schema.GroupVersionResource{Version: "v1", Resource: "events"}, ev, wait(10*time.Second))
+	in := rel.Involved
+	if in == nil || !in.Found || in.Incomplete || in.Labels["app"] != "web" || len(in.Owners) != 2 || in.Owners[1].Labels["team"] != "payments" {
+		t.Fatalf("involved %+v", in)
+	}
+	// events.k8s.io/v1 names it regarding; a Node is not cached: named.
+	ev = &unstructured.Unstructured{Object: map[string]any{"apiVersion": "events.k8s.io/v1", "kind": "Event",
+		"metadata":  map[string]any{"name": "n.1", "namespace": "default"},
+		"regarding": map[string]any{"apiVersion": "v1", "kind": "Node", "name": "node-1", "uid": "n1"}}}
+	rel = r.Related(schema.GroupVersionResource{Group: "events.k8s.io", Version: "v1", Resource: "events"}, ev, wait(5*time.Second))
+	if in := rel.Involved; in == nil || in.Found || !in.Incomplete || in.Kind != "Node" || in.Name != "node-1" {
+		t.Errorf("involved node %+v", in)
+	}
+
+	// A chain longer than MaxDepth stops there and says so.
+	var prev *appsv1.ReplicaSet
+	for i := range MaxDepth + 2 {
+		o := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("deep-%d", i)}, Spec: a.Spec}
+		if prev != nil {
+			o.OwnerReferences = []metav1.OwnerReference{ref("ReplicaSet", "apps/v1", prev)}
+		}
+		prev = must(cs.AppsV1().ReplicaSets(ns).Create(ctx, o, metav1.CreateOptions{}))
+	}
+	rel = r.Related(podsGVR, podOwnedBy(ns, "deep", ref("ReplicaSet", "apps/v1", prev)), wait(10*time.Second))
+	if !rel.Incomplete || len(rel.Owners) != MaxDepth || rel.Owners[0].Name != prev.Name {
+		t.Errorf("deep chain: incomplete %v, %d owners", rel.Incomplete, len(rel.Owners))
+	}
+
+	// Close ends a wait at once (the bridge is stopping).
+	missing := ref("ReplicaSet", "apps/v1", rs)
+	missing.Name, missing.UID = "not-yet", "not-yet"
+	done := make(chan time.Duration)
+	start = time.Now()
+	go func() {
+		r.Related(podsGVR, podOwnedBy(ns, "p5", missing), wait(time.Minute))
+		done <- time.Since(start)
+	}()
+	time.Sleep(100 * time.Millisecond)
+	r.Close()
+	if took := <-done; took > 5*time.Second {
+		t.Errorf("a wait outlived Close: %s", took)
+	}
+}
+
+func waitUntil(t *testing.T, f func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !f() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in 10s")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/openapi3"
 	"k8s.io/kube-openapi/pkg/spec3"
 
+	"github.com/kubebridge/kubebridge/internal/owners"
 	"github.com/kubebridge/kubebridge/pkg/config"
 )
 
@@ -44,7 +45,11 @@ func Check(ctx context.Context, cfg *config.Config, cs kubernetes.Interface) (*C
 		if err := p.checkRule(ctx, i); err != nil {
 			return nil, nil, err
 		}
+		if err := p.checkOwners(ctx, i); err != nil {
+			return nil, nil, err
+		}
 	}
+	p.info.Owners = mergeWatches(p.info.Owners)
 	return p.info, p.problems, nil
 }
 
@@ -57,6 +62,9 @@ type ClusterInfo struct {
 	// Absent are the resources the cluster does not serve: their rules
 	// wait for them.
 	Absent map[schema.GroupVersionResource]bool
+	// Owners are the metadata caches the rules that include owners read
+	// (internal/owners), each resource once per namespace, or once for all.
+	Owners []owners.Watch
 }
 
 // Errors are the problems that refuse a config (not the warnings).
@@ -219,6 +227,12 @@ func (p *preflight) absent(ctx context.Context, i int, gvr schema.GroupVersionRe
 // checkAccess asks the apiserver whether the identity may list and watch gvr
 // in ns ("" = all namespaces), and reports what is missing as an RBAC rule.
 func (p *preflight) checkAccess(ctx context.Context, path string, gvr schema.GroupVersionResource, ns string) error {
+	return p.checkAccessFor(ctx, path, "", gvr, ns)
+}
+
+// checkAccessFor is checkAccess whose message starts with why the access
+// is needed.
+func (p *preflight) checkAccessFor(ctx context.Context, path, why string, gvr schema.GroupVersionResource, ns string) error {
 	var denied []string
 	for _, verb := range watchVerbs {
 		attrs := authzv1.ResourceAttributes{Namespace: ns, Verb: verb, Group: gvr.Group, Resource: gvr.Resource}
@@ -241,11 +255,11 @@ func (p *preflight) checkAccess(ctx context.Context, path string, gvr schema.Gro
 	}
 	rule := fmt.Sprintf(`{apiGroups: [%q], resources: [%q], verbs: [%s]}`, gvr.Group, gvr.Resource, quoteJoin(denied))
 	if ns == "" {
-		p.addf(path, "%s may not %s %s in all namespaces; grant it with a ClusterRole rule %s and a ClusterRoleBinding",
-			p.identity, strings.Join(denied, " or "), gvr.GroupResource(), rule)
+		p.addf(path, "%s%s may not %s %s in all namespaces; grant it with a ClusterRole rule %s and a ClusterRoleBinding",
+			why, p.identity, strings.Join(denied, " or "), gvr.GroupResource(), rule)
 	} else {
-		p.addf(path, "%s may not %s %s in namespace %q; grant it with a Role rule %s and a RoleBinding in %q",
-			p.identity, strings.Join(denied, " or "), gvr.GroupResource(), ns, rule, ns)
+		p.addf(path, "%s%s may not %s %s in namespace %q; grant it with a Role rule %s and a RoleBinding in %q",
+			why, p.identity, strings.Join(denied, " or "), gvr.GroupResource(), ns, rule, ns)
 	}
 	return nil
 }
@@ -256,4 +270,81 @@ func quoteJoin(ss []string) string {
 		q[i] = fmt.Sprintf("%q", s)
 	}
 	return strings.Join(q, ", ")
+}
+
+// checkOwners finds the resources rule i reads owners from (include
+// owners: the built-in owners of its resource and its ownerResources) and
+// checks that the identity may list and watch them where the rule looks.
+// An ownerResource the cluster does not serve is a warning: its owners are
+// named from their references until it is served (after a restart).
+func (p *preflight) checkOwners(ctx context.Context, i int) error {
+	r := p.cfg.Rules[i]
+	if !slices.Contains(r.Include, "owners") {
+		return nil
+	}
+	path := fmt.Sprintf("rules[%d]", i)
+	gvr, err := config.ParseResource(r.Resource)
+	if err != nil {
+		return nil // already reported by Load
+	}
+	need := owners.Needs(gvr)
+	for j, res := range r.OwnerResources {
+		ogvr, err := config.ParseResource(res)
+		if err != nil {
+			continue // reported by Load
+		}
+		rpath := fmt.Sprintf("%s.ownerResources[%d]", path, j)
+		list, err := p.resources(ogvr.GroupVersion().String())
+		if err != nil {
+			return err
+		}
+		kind := ""
+		if list != nil {
+			for _, ar := range list.APIResources {
+				if ar.Name == ogvr.Resource {
+					kind = ar.Kind
+				}
+			}
+		}
+		if kind == "" {
+			p.warnf(rpath, "the cluster does not serve %s: owners of that kind are named from their ownerReferences (without labels) until it is served and the bridge restarts", res)
+			continue
+		}
+		need = append(need, owners.Resource{GVR: ogvr, Kind: kind})
+	}
+	namespaces := r.Namespaces
+	if len(namespaces) == 0 || r.NamespaceSelector != "" {
+		namespaces = []string{""}
+	}
+	for _, res := range need {
+		why := fmt.Sprintf("rule %s includes owners, read from a cache of %s: ", r.Name, res.GVR.GroupResource())
+		for _, ns := range namespaces {
+			if err := p.checkAccessFor(ctx, path+".include", why, res.GVR, ns); err != nil {
+				return err
+			}
+			p.info.Owners = append(p.info.Owners, owners.Watch{Resource: res, Namespace: ns})
+		}
+	}
+	return nil
+}
+
+// mergeWatches keeps each resource once per namespace, and only once
+// when one watch covers all namespaces.
+func mergeWatches(ws []owners.Watch) []owners.Watch {
+	all := map[schema.GroupVersionResource]bool{}
+	for _, w := range ws {
+		if w.Namespace == "" {
+			all[w.GVR] = true
+		}
+	}
+	seen := map[owners.Watch]bool{}
+	var out []owners.Watch
+	for _, w := range ws {
+		if seen[w] || w.Namespace != "" && all[w.GVR] {
+			continue
+		}
+		seen[w] = true
+		out = append(out, w)
+	}
+	return out
 }

@@ -17,6 +17,13 @@
 // state a sink asks says "in" only to the sink the object is routed to.
 // The route is evaluated once per state and namespace labels, whichever
 // sink asks first.
+//
+// A rule that includes owners has the state's owner chain (and a
+// Kubernetes Event's involved object) resolved here too, once: the state
+// a notification carries waits, bounded, for an owner not cached yet
+// (filters.OwnersWait) on the notifier's goroutine, before any sink's
+// queue is offered anything; every sink's verdict, event filter and event
+// share the result.
 package stage
 
 import (
@@ -86,6 +93,9 @@ type Desired struct {
 type state struct {
 	obj, seen *unstructured.Unstructured // seen: what the rule's filters see of obj
 	uid, rv   string
+	// rel is obj's owners and involved object (nil: the rule does not
+	// include owners), resolved once for every sink.
+	rel *event.Related
 	// in is the verdict obj alone decides (filters ObjectInView); its
 	// namespace's labels are asked on each State, under the sink's lock,
 	// as the namespace handler's re-evaluation of the namespace's objects
@@ -161,7 +171,7 @@ func (d *Desired) State(sink string) (obj *unstructured.Unstructured, uid, rv st
 func (d *Desired) route() string {
 	ns := d.Rule.RouteNamespaceLabels(d.cur.obj)
 	if !d.cur.routed || !maps.Equal(ns, d.cur.routeNS) {
-		d.cur.route, d.cur.routeNS, d.cur.routed = d.Rule.Route(d.cur.seen, ns), ns, true
+		d.cur.route, d.cur.routeNS, d.cur.routed = d.Rule.Route(d.cur.seen, ns, d.cur.rel), ns, true
 	}
 	return d.cur.route
 }
@@ -178,7 +188,10 @@ func (d *Desired) evaluate(obj *unstructured.Unstructured, m event.Meta) {
 	// events of objects rebuilt from a checkpoint (metadata only) carry.
 	r.Event.Learn(obj)
 	seen := r.Seen(obj)
-	d.cur = state{obj: obj, seen: seen, uid: m.UID, rv: m.ResourceVersion, in: r.ObjectInView(obj, seen)}
+	// A state a notification carries may name an owner whose own
+	// notification is not in yet: it is waited for (bounded), once.
+	rel := r.Related(obj, d.Trigger.Object == obj)
+	d.cur = state{obj: obj, seen: seen, uid: m.UID, rv: m.ResourceVersion, rel: rel, in: r.ObjectInView(obj, seen, rel)}
 }
 
 // Quiet reports whether the rule does not send transition tr (it is still
@@ -203,7 +216,7 @@ func (d *Desired) Quiet(tr event.Transition, partial bool) bool {
 		}
 	}
 	quiet := (checksChanged && !r.Changed(tr.Old, tr.Object)) ||
-		(!partial && r.HasEventFilter() && !r.PassesSeen(d.seen(tr.Object), r.Seen(tr.Old), tr.Change))
+		(!partial && r.HasEventFilter() && !r.PassesSeen(d.seen(tr.Object), r.Seen(tr.Old), tr.Change, d.related(tr.Object)))
 	d.judged[d.nJudge%len(d.judged)] = judgement{obj: tr.Object, old: tr.Old, change: tr.Change, partial: partial, quiet: quiet}
 	d.nJudge++
 	return quiet
@@ -217,6 +230,16 @@ func (d *Desired) seen(obj *unstructured.Unstructured) *unstructured.Unstructure
 	return d.Rule.Seen(obj)
 }
 
+// related is obj's owners for the rule, reusing the current state's (a
+// state other than the one notified, such as a deletion's last, is read
+// from the caches as they are).
+func (d *Desired) related(obj *unstructured.Unstructured) *event.Related {
+	if obj != nil && obj == d.cur.obj {
+		return d.cur.rel
+	}
+	return d.Rule.Related(obj, false)
+}
+
 // Event returns the event of transition tr: built once, and shared by
 // every sink of the rule handed the same transition of this trigger (an
 // event is immutable).
@@ -226,7 +249,9 @@ func (d *Desired) Event(tr event.Transition) *event.Event {
 			return b.ev
 		}
 	}
-	ev := event.Build(d.Rule.Event, tr)
+	t := tr
+	t.Related = d.related(tr.Object)
+	ev := event.Build(d.Rule.Event, t)
 	d.built[d.nBuilt%len(d.built)] = built{t: tr, ev: ev}
 	d.nBuilt++
 	return ev

@@ -7,6 +7,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kubebridge/kubebridge/internal/testenv"
@@ -245,5 +246,38 @@ func TestRouteChoosesOneSink(t *testing.T) {
 	mu.Unlock()
 	if got := routedTo(&d); len(got) != 1 || got[0] != "u" {
 		t.Errorf("namespace unknown: routed to %v; want the default", got)
+	}
+}
+
+// include: [owners]: the chain is resolved once per notification, waiting
+// for an owner not cached yet, and shared by every sink: the view's
+// verdict, the event filter and the event (whose data and templates carry
+// it); a deletion's last state is read from the caches without waiting.
+func TestOwnersResolvedOncePerNotification(t *testing.T) {
+	r := compile(t, "    resource: v1/configmaps\n    include: [owners]\n    where: \"type != 'deleted' && owners.exists(o, o.kind == 'Deployment')\"\n", nil)
+	var calls []bool
+	r.SetRelations(func(_ schema.GroupVersionResource, _ *unstructured.Unstructured, deadline time.Time) *event.Related {
+		calls = append(calls, !deadline.IsZero())
+		return &event.Related{Owners: []event.Owner{{APIVersion: "apps/v1", Kind: "Deployment", Name: "web", UID: "d"}}}
+	})
+	obj := cm("x", "1", nil, nil)
+	d := Evaluate(r, "a/x", nil, Trigger{Object: obj, Now: time.Now()})
+	tr := event.Transition{Change: event.Added, Object: obj, Time: time.Now()}
+	for range 3 {
+		if _, _, _, in := d.State("s"); !in || d.Quiet(tr, false) {
+			t.Fatal("not in the view, or quiet")
+		}
+		if ev := d.Event(tr); ev.Related() == nil || len(ev.Related().Owners) != 1 {
+			t.Fatalf("event without its owners: %+v", ev.Related())
+		}
+	}
+	if len(calls) != 1 || !calls[0] {
+		t.Errorf("resolutions %v; want one, waiting", calls)
+	}
+	calls = nil
+	gone := Evaluate(r, "a/x", nil, Trigger{Gone: obj, Now: time.Now()})
+	gone.Event(event.Transition{Change: event.Deleted, Object: obj, Time: time.Now()})
+	if len(calls) != 1 || calls[0] {
+		t.Errorf("deletion: resolutions %v; want one, not waiting", calls)
 	}
 }

@@ -20,7 +20,7 @@ const DefaultConcurrencyMax = 64
 // Event types a rule can deliver, and what its data can include.
 var (
 	EventTypes    = []string{"added", "updated", "deleted"}
-	IncludeFields = []string{"object", "oldObject", "patch", "metadata"}
+	IncludeFields = []string{"object", "oldObject", "patch", "metadata", "owners"}
 )
 
 func (c *Config) SetDefaults() {}

@@ -11,6 +11,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/kubebridge/kubebridge/pkg/fieldpath"
@@ -493,10 +494,11 @@ func (r *Rule) Validate() error {
 		errs = append(errs, dns1123Label("name", r.Name))
 	}
 	var gvrResource string
+	gvr, gvrErr := ParseResource(r.Resource)
 	if r.Resource == "" {
 		errs = append(errs, ErrorAt("resource", "required (group/version/resource, e.g. apps/v1/deployments, or v1/configmaps for the core group)"))
-	} else if gvr, err := ParseResource(r.Resource); err != nil {
-		errs = append(errs, ErrorAt("resource", "%v", err))
+	} else if gvrErr != nil {
+		errs = append(errs, ErrorAt("resource", "%v", gvrErr))
 	} else {
 		gvrResource = FormatResource(gvr)
 	}
@@ -534,9 +536,10 @@ func (r *Rule) Validate() error {
 	}
 	errs = append(errs, oneOfEach("events", r.Events, EventTypes)...)
 	errs = append(errs, oneOfEach("include", r.Include, IncludeFields)...)
-	if slices.Contains(r.Include, "metadata") && len(r.Include) > 1 {
-		errs = append(errs, ErrorAt("include", "metadata stands alone: it is the object without spec, status or data"))
+	if slices.Contains(r.Include, "metadata") && len(slices.DeleteFunc(slices.Clone(r.Include), func(s string) bool { return s == "owners" })) > 1 {
+		errs = append(errs, ErrorAt("include", "metadata stands alone (or with owners): it is the object without spec, status or data"))
 	}
+	errs = append(errs, r.validateOwnerResources(gvr, gvrErr == nil)...)
 
 	keys := make([]string, 0, len(r.Index))
 	for k := range r.Index {
@@ -573,10 +576,12 @@ func (r *Rule) Validate() error {
 	if r.Where != "" {
 		if len(r.Where) > maxWhereExprBytes {
 			errs = append(errs, ErrorAt("where", "expression is %d bytes, more than %d", len(r.Where), maxWhereExprBytes))
-		} else if _, cerrs := celsandbox.CompileWhere(r.Where); len(cerrs) > 0 {
+		} else if ast, cerrs := celsandbox.CompileWhere(r.Where); len(cerrs) > 0 {
 			for _, e := range cerrs {
 				errs = append(errs, ErrorAt("where", "%v", e))
 			}
+		} else {
+			errs = append(errs, validateRelated(r, "where", gvr, gvrErr == nil, celsandbox.References(ast, celsandbox.CELOwners), celsandbox.References(ast, celsandbox.CELInvolved))...)
 		}
 	}
 
@@ -631,10 +636,13 @@ func (r *Rule) validateRoute() []error {
 	case len(r.Route.Sink) > maxWhereExprBytes:
 		errs = append(errs, ErrorAt("route.sink", "expression is %d bytes, more than %d", len(r.Route.Sink), maxWhereExprBytes))
 	default:
-		if _, cerrs := celsandbox.CompileRoute(r.Route.Sink); len(cerrs) > 0 {
+		if ast, cerrs := celsandbox.CompileRoute(r.Route.Sink); len(cerrs) > 0 {
 			for _, e := range cerrs {
 				errs = append(errs, ErrorAt("route.sink", "%v", e))
 			}
+		} else {
+			gvr, err := ParseResource(r.Resource)
+			errs = append(errs, validateRelated(r, "route.sink", gvr, err == nil, celsandbox.References(ast, celsandbox.CELOwners), celsandbox.References(ast, celsandbox.CELInvolved))...)
 		}
 	}
 	switch {
@@ -699,4 +707,51 @@ func dns1123Label(path, v string) error {
 		return ErrorAt(path, "invalid name %q: %s", v, msgs[0])
 	}
 	return nil
+}
+
+// IsKubernetesEvent reports whether gvr is Kubernetes' Event (core/v1 or
+// events.k8s.io/v1): its objects name an involved object.
+func IsKubernetesEvent(gvr schema.GroupVersionResource) bool {
+	return gvr.Resource == "events" && (gvr.Group == "" && gvr.Version == "v1" || gvr.Group == "events.k8s.io")
+}
+
+// validateRelated checks that an expression (at key) reading owners or
+// involved has them: include owners, and for involved a rule on
+// Kubernetes Events.
+func validateRelated(r *Rule, key string, gvr schema.GroupVersionResource, known, readsOwners, readsInvolved bool) []error {
+	var errs []error
+	owners := slices.Contains(r.Include, "owners")
+	if (readsOwners || readsInvolved) && !owners {
+		v := "owners"
+		if !readsOwners {
+			v = "involved"
+		}
+		errs = append(errs, ErrorAt(key, "reads %s, which the rule resolves only with include: [owners] (add owners to include)", v))
+	}
+	if readsInvolved && known && !IsKubernetesEvent(gvr) {
+		errs = append(errs, ErrorAt(key, "reads involved, which only Kubernetes Events have (v1/events, events.k8s.io/v1/events), not %s", FormatResource(gvr)))
+	}
+	return errs
+}
+
+// validateOwnerResources checks ownerResources: only with include owners,
+// each a group/version/resource named once.
+func (r *Rule) validateOwnerResources(gvr schema.GroupVersionResource, known bool) []error {
+	var errs []error
+	if len(r.OwnerResources) > 0 && !slices.Contains(r.Include, "owners") {
+		errs = append(errs, ErrorAt("ownerResources", "has no effect without include: [owners]"))
+	}
+	seen := map[string]int{}
+	for i, res := range r.OwnerResources {
+		p := fmt.Sprintf("ownerResources[%d]", i)
+		if first, dup := seen[res]; dup {
+			errs = append(errs, ErrorAt(p, "duplicate resource %q (first at ownerResources[%d])", res, first))
+			continue
+		}
+		seen[res] = i
+		if _, err := ParseResource(res); err != nil {
+			errs = append(errs, ErrorAt(p, "%v", err))
+		}
+	}
+	return errs
 }

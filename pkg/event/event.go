@@ -61,6 +61,9 @@ type Rule struct {
 	IncludeOld    bool
 	IncludePatch  bool
 	IncludeMeta   bool // the object's apiVersion, kind and metadata only
+	// IncludeOwners: data carries the owner chain (and, for a Kubernetes
+	// Event, the involved object) the rules stage resolved (Related).
+	IncludeOwners bool
 	// AllowSecretData: the rule's events may carry Secret data; set only
 	// when both the rule and the operator allow it (AllowsSecretData).
 	AllowSecretData bool
@@ -193,6 +196,7 @@ type Event struct {
 	rule      *Rule
 	object    *unstructured.Unstructured
 	oldObject *unstructured.Unstructured
+	related   *Related // with the rule's IncludeOwners; nil: not resolved
 
 	// lazy is what rendering the event computes, made on first use: most
 	// events on the informer's path are never rendered (quiet ones, sinks
@@ -337,6 +341,10 @@ type Transition struct {
 	// it rather than reading the object's maps again. Zero: Build reads it
 	// (a zero Meta is also what reading an object without metadata gives).
 	Meta Meta
+	// Related is Object's owners and involved object, for a rule that
+	// includes owners (nil: not resolved, e.g. a deletion found in a
+	// checkpoint at a start).
+	Related *Related
 }
 
 // Meta is what an event takes from its object's metadata: what names it
@@ -421,6 +429,7 @@ func Build(r *Rule, t Transition) *Event {
 		rule:      r,
 		object:    obj,
 		oldObject: t.Old,
+		related:   t.Related,
 	}
 }
 
@@ -539,11 +548,17 @@ func (e *Event) clone() *Event {
 		ID: e.ID, Subject: e.Subject, Time: e.Time, Replay: e.Replay, Reason: e.Reason,
 		Change: e.Change, keys: e.keys,
 		Entered: e.Entered, Stamp: e.Stamp, Quiet: e.Quiet, Fresh: e.Fresh, rule: e.rule, object: e.object, oldObject: e.oldObject,
+		related: e.related,
 	}
 }
 
 // OldObject returns the state the sink saw before an update (nil if unknown).
 func (e *Event) OldObject() *unstructured.Unstructured { return e.oldObject }
+
+// Related returns the owners and involved object resolved for the event's
+// object: nil unless the rule includes owners and they were resolved.
+// Callers must not modify it.
+func (e *Event) Related() *Related { return e.related }
 
 // RuleInfo returns the rule the event was built for.
 func (e *Event) RuleInfo() *Rule { return e.rule }
@@ -552,8 +567,9 @@ func (e *Event) RuleInfo() *Rule { return e.rule }
 // Callers must not modify it.
 func (e *Event) Object() *unstructured.Unstructured { return e.object }
 
-// Data returns the event's data, {"object":…, "oldObject":…, "patch":[…]}
-// as the rule's include says, with Secret values redacted unless the rule
+// Data returns the event's data, {"object":…, "oldObject":…, "patch":[…],
+// "owners":[…], "ownersIncomplete":true, "involved":{…}} as the rule's
+// include says (docs/consumers.md), with Secret values redacted unless the rule
 // allows them. The object and oldObject always carry apiVersion and kind,
 // also when the state an event has of its object is only the metadata a
 // checkpoint kept (a deletion found at a restart). It is computed once,
@@ -609,6 +625,15 @@ func (e *Event) appendData(b []byte) ([]byte, error) {
 		}
 		b = append(b, `"patch":`...)
 		if b, err = appendMarshal(b, d.Patch); err != nil {
+			return b, err
+		}
+	}
+	if e.rule.IncludeOwners {
+		rel := e.related
+		if rel == nil {
+			rel = &Related{Incomplete: true} // not resolved: said, not guessed
+		}
+		if b, err = appendRelated(b, rel, len(b) > start+1); err != nil {
 			return b, err
 		}
 	}

@@ -64,6 +64,7 @@ type activation struct {
 	object, oldObject map[string]any
 	typ               event.Change
 	namespaceLabels   map[string]string    // a route's namespaceLabels
+	related           *event.Related       // owners and involved (include owners)
 	budget            celsandbox.CELBudget // what this evaluation's guarded calls allocated
 }
 
@@ -80,6 +81,13 @@ func (a *activation) ResolveName(name string) (any, bool) {
 		return string(a.typ), true
 	case celsandbox.CELNamespaceLabels:
 		return a.namespaceLabels, true
+	case celsandbox.CELOwners:
+		return a.related.OwnersValue(), true
+	case celsandbox.CELInvolved:
+		if v := a.related.InvolvedValue(); v != nil {
+			return v, true
+		}
+		return nil, true
 	case celsandbox.CELBudgetVar:
 		return &a.budget, true
 	}

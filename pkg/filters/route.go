@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/kubebridge/kubebridge/pkg/config"
+	"github.com/kubebridge/kubebridge/pkg/event"
 	"github.com/kubebridge/kubebridge/pkg/internal/celsandbox"
 )
 
@@ -80,12 +81,12 @@ func (r *Rule) RouteNamespaceLabels(obj *unstructured.Unstructured) labels.Set {
 
 // Route returns the sink the rule sends an object to: the one its route
 // names if the rule has it, else the route's default (counted, by
-// reason). seen is what the rule sees of the object (Seen) and nsLabels
-// its namespace's labels (RouteNamespaceLabels). Only for a rule that
-// Routes.
-func (r *Rule) Route(seen *unstructured.Unstructured, nsLabels labels.Set) string {
+// reason). seen is what the rule sees of the object (Seen), nsLabels
+// its namespace's labels (RouteNamespaceLabels) and rel its owners
+// (Related: a route may choose by owners). Only for a rule that Routes.
+func (r *Rule) Route(seen *unstructured.Unstructured, nsLabels labels.Set, rel *event.Related) string {
 	rt := r.route
-	vars := &activation{object: seen.Object, namespaceLabels: map[string]string(nsLabels)}
+	vars := &activation{object: seen.Object, namespaceLabels: map[string]string(nsLabels), related: rel}
 	out, _, err := rt.prg.Eval(vars)
 	reason := RouteFailed
 	if err == nil {

@@ -46,6 +46,17 @@ import (
 // namespace it does not know.
 type NamespaceLabels func(namespace string) (labels.Set, bool)
 
+// Relations resolves what include: [owners] adds to an object of resource
+// gvr: its owner chain and, for a Kubernetes Event, its involved object
+// (internal/owners). An owner not cached yet is waited for until deadline
+// (zero: not at all).
+type Relations func(gvr schema.GroupVersionResource, obj *unstructured.Unstructured, deadline time.Time) *event.Related
+
+// OwnersWait is how long the rules stage waits for an owner not cached
+// yet, once per notification: an owner's watch event normally comes
+// before its children's (it was created first); this covers the skew.
+const OwnersWait = time.Second
+
 // Rule is a compiled rule.
 type Rule struct {
 	Name  string
@@ -66,6 +77,11 @@ type Rule struct {
 	whereReadsBody bool // where reads more of object or oldObject than apiVersion, kind and metadata
 	changed        []fieldpath.Path
 	route          *route // nil: every sink
+
+	// ownerResources are the rule's ownerResources (include owners).
+	ownerResources []schema.GroupVersionResource
+	relations      Relations // set by SetRelations (include owners)
+	incomplete     atomic.Uint64
 
 	logger     *slog.Logger
 	received   atomic.Uint64 // notifications evaluated
@@ -130,7 +146,19 @@ func Compile(cfg *config.Config, i int, nsLabels NamespaceLabels, logger *slog.L
 			r.Event.IncludePatch = true
 		case "metadata":
 			r.Event.IncludeMeta = true
+		case "owners":
+			r.Event.IncludeOwners = true
 		}
+	}
+	if r.Event.IncludeOwners && len(rc.Include) == 1 {
+		r.Event.IncludeObject = true // owners adds to the default
+	}
+	for _, res := range rc.OwnerResources {
+		gvr, err := config.ParseResource(res)
+		if err != nil {
+			return nil, fmt.Errorf("%s.ownerResources: %w", path, err)
+		}
+		r.ownerResources = append(r.ownerResources, gvr)
 	}
 	for _, e := range rc.Events {
 		r.events |= changeBit(event.Change(e))
@@ -204,6 +232,44 @@ func Compile(cfg *config.Config, i int, nsLabels NamespaceLabels, logger *slog.L
 	}
 	return r, nil
 }
+
+// IncludesOwners reports whether the rule includes owners.
+func (r *Rule) IncludesOwners() bool { return r.Event.IncludeOwners }
+
+// OwnerResources are the resources the rule names besides the built-in
+// owners of its resource (ownerResources).
+func (r *Rule) OwnerResources() []schema.GroupVersionResource { return r.ownerResources }
+
+// SetRelations sets what resolves the rule's owners (include owners),
+// before the rule evaluates anything.
+func (r *Rule) SetRelations(fn Relations) { r.relations = fn }
+
+// Related resolves obj's owners (and involved object) for the rule: nil
+// when the rule does not include owners. wait says whether an owner not
+// cached yet is waited for (OwnersWait): for a live change, once per
+// notification (the rules stage), not for a re-evaluation. A chain still
+// incomplete after a wait is counted (OwnersIncomplete).
+func (r *Rule) Related(obj *unstructured.Unstructured, wait bool) *event.Related {
+	if !r.Event.IncludeOwners || obj == nil {
+		return nil
+	}
+	if r.relations == nil {
+		return &event.Related{Incomplete: true}
+	}
+	var deadline time.Time
+	if wait {
+		deadline = r.now().Add(OwnersWait)
+	}
+	rel := r.relations(r.GVR, obj, deadline)
+	if wait && (rel.Incomplete || rel.Involved != nil && rel.Involved.Incomplete) {
+		r.incomplete.Add(1)
+	}
+	return rel
+}
+
+// OwnersIncomplete counts the notifications whose owners (or involved
+// object) were still not all found after the wait.
+func (r *Rule) OwnersIncomplete() uint64 { return r.incomplete.Load() }
 
 // MetadataOnly reports whether the rule needs nothing of an object but its
 // apiVersion, kind and metadata: its events include metadata only, and its
@@ -310,7 +376,7 @@ func (r *Rule) PassesEventFilter(obj, old *unstructured.Unstructured, t event.Ch
 	if !r.HasEventFilter() {
 		return true
 	}
-	return r.PassesSeen(r.Seen(obj), r.Seen(old), t)
+	return r.PassesSeen(r.Seen(obj), r.Seen(old), t, r.Related(obj, false))
 }
 
 // HasEventFilter reports whether the rule's where is an event filter
@@ -318,12 +384,12 @@ func (r *Rule) PassesEventFilter(obj, old *unstructured.Unstructured, t event.Ch
 func (r *Rule) HasEventFilter() bool { return r.where != nil && !r.whereIsView }
 
 // PassesSeen is PassesEventFilter for a caller that holds what the rule
-// sees of both states already (Seen).
-func (r *Rule) PassesSeen(seen, seenOld *unstructured.Unstructured, t event.Change) bool {
+// sees of both states already (Seen) and the object's Related.
+func (r *Rule) PassesSeen(seen, seenOld *unstructured.Unstructured, t event.Change, rel *event.Related) bool {
 	if !r.HasEventFilter() {
 		return true
 	}
-	return r.eval(seen, seenOld, t)
+	return r.eval(seen, seenOld, t, rel)
 }
 
 // AsUnstructured unwraps tombstones; it returns nil for anything else.
@@ -335,14 +401,18 @@ func AsUnstructured(obj any) *unstructured.Unstructured {
 	return u
 }
 
-// InView reports whether obj is in the rule's view.
-func (r *Rule) InView(obj *unstructured.Unstructured) bool { return r.InViewSeen(obj, r.Seen(obj)) }
+// InView reports whether obj is in the rule's view (its owners read from
+// the caches as they are, without waiting).
+func (r *Rule) InView(obj *unstructured.Unstructured) bool {
+	return r.InViewSeen(obj, r.Seen(obj), r.Related(obj, false))
+}
 
 // InViewSeen is InView for a caller that holds what the rule sees of obj
-// already (seen: Seen(obj)), to judge the same state's events with it too:
-// the rules stage evaluates each notified state once, for every sink.
-func (r *Rule) InViewSeen(obj, seen *unstructured.Unstructured) bool {
-	return r.ObjectInView(obj, seen) && r.InSelectedNamespace(obj)
+// already (seen: Seen(obj); rel: Related(obj)), to judge the same state's
+// events with it too: the rules stage evaluates each notified state once,
+// for every sink.
+func (r *Rule) InViewSeen(obj, seen *unstructured.Unstructured, rel *event.Related) bool {
+	return r.ObjectInView(obj, seen, rel) && r.InSelectedNamespace(obj)
 }
 
 // InSelectedNamespace reports whether obj's namespace is selected by the
@@ -357,8 +427,8 @@ func (r *Rule) InSelectedNamespace(obj *unstructured.Unstructured) bool {
 }
 
 // ObjectInView is InViewSeen but for the namespaceSelector: what obj alone
-// decides.
-func (r *Rule) ObjectInView(obj, seen *unstructured.Unstructured) bool {
+// (and its owners) decides.
+func (r *Rule) ObjectInView(obj, seen *unstructured.Unstructured, rel *event.Related) bool {
 	md, _ := obj.Object["metadata"].(map[string]any)
 	ns, _ := md["namespace"].(string)
 	if r.namespaces != nil && !r.namespaces[ns] {
@@ -379,7 +449,7 @@ func (r *Rule) ObjectInView(obj, seen *unstructured.Unstructured) bool {
 		}
 	}
 	if r.where != nil && r.whereIsView {
-		return r.eval(seen, nil, event.Added)
+		return r.eval(seen, nil, event.Added, rel)
 	}
 	return true
 }
@@ -390,9 +460,10 @@ func (r *Rule) MatchesNamespace(set labels.Set) bool {
 	return r.nsSelector == nil || r.nsSelector.Matches(set)
 }
 
-// eval runs the where expression; obj and old are what Seen gives.
-func (r *Rule) eval(obj, old *unstructured.Unstructured, t event.Change) bool {
-	vars := &activation{object: obj.Object, typ: t}
+// eval runs the where expression; obj and old are what Seen gives, rel
+// obj's Related.
+func (r *Rule) eval(obj, old *unstructured.Unstructured, t event.Change, rel *event.Related) bool {
+	vars := &activation{object: obj.Object, typ: t, related: rel}
 	if old != nil {
 		vars.oldObject = old.Object
 	}

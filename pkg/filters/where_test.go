@@ -9,6 +9,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/kubebridge/kubebridge/pkg/event"
 )
@@ -257,5 +258,62 @@ func TestWhereBudgetIsPerEvaluation(t *testing.T) {
 	}
 	if r.EvalErrors() != 0 {
 		t.Errorf("%d evaluation errors", r.EvalErrors())
+	}
+}
+
+// owners and involved, as include: [owners] resolves them: the issue's
+// example (Warning Events of Pods whose Deployment has label
+// team=payments) and a rule on Pods by their top controller; a
+// Deployment without the label leaves the Event out. Waiting is asked for
+// only by the caller that says so, and counted when still incomplete.
+func TestWhereOwnersAndInvolved(t *testing.T) {
+	deploy := func(team string) []event.Owner {
+		d := event.Owner{APIVersion: "apps/v1", Kind: "Deployment", Name: "web", UID: "d", Labels: map[string]string{}}
+		if team != "" {
+			d.Labels["team"] = team
+		}
+		return []event.Owner{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-6d4", UID: "rs", Labels: map[string]string{}}, d}
+	}
+	var team string
+	var waits []bool
+	relations := func(gvr schema.GroupVersionResource, obj *unstructured.Unstructured, deadline time.Time) *event.Related {
+		waits = append(waits, !deadline.IsZero())
+		rel := &event.Related{Owners: deploy(team)}
+		if gvr.Resource == "events" {
+			rel = &event.Related{Involved: &event.Involved{APIVersion: "v1", Kind: "Pod", Namespace: "a", Name: "web-6d4-x", Owners: deploy(team), Found: true}}
+		}
+		rel.Incomplete = team == ""
+		return rel
+	}
+	ev := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Event", "type": "Warning",
+		"metadata": map[string]any{"name": "e", "namespace": "a"}}}
+	r := compile(t, "    resource: v1/events\n    include: [owners]\n    where: \"object.type == 'Warning' && involved.owners.exists(o, o.kind == 'Deployment' && o.labels.team == 'payments')\"\n", nil)
+	r.SetRelations(relations)
+	for _, tc := range []struct {
+		team string
+		want bool
+	}{{"payments", true}, {"search", false}} {
+		team = tc.team
+		if got := r.InView(ev); got != tc.want || r.EvalErrors() != 0 {
+			t.Errorf("team %q: in view %v, %d errors", tc.team, got, r.EvalErrors())
+		}
+	}
+	if !r.Event.IncludeObject {
+		t.Error("include: [owners] alone leaves the object out")
+	}
+
+	pods := compile(t, "    resource: v1/pods\n    include: [owners]\n    where: \"size(owners) > 0 && owners[size(owners)-1].kind == 'Deployment' && owners[size(owners)-1].labels.?team.orValue('') == 'payments'\"\n", nil)
+	pods.SetRelations(relations)
+	pod := cm("a", "web-6d4-x", "1", nil, nil)
+	team, waits = "payments", nil
+	if rel := pods.Related(pod, true); !pods.InViewSeen(pod, pod, rel) || pods.OwnersIncomplete() != 0 {
+		t.Errorf("pod of team payments out of the view (incomplete %d)", pods.OwnersIncomplete())
+	}
+	team = ""
+	if rel := pods.Related(pod, true); pods.InViewSeen(pod, pod, rel) || pods.OwnersIncomplete() != 1 || pods.EvalErrors() != 0 {
+		t.Errorf("pod without team: in the view, or incomplete %d, errors %d", pods.OwnersIncomplete(), pods.EvalErrors())
+	}
+	if pods.InView(pod); len(waits) != 3 || !waits[0] || !waits[1] || waits[2] {
+		t.Errorf("waits asked: %v (want the stage's two, not InView's)", waits)
 	}
 }

@@ -41,6 +41,11 @@ type Informers struct {
 	// empty now) or that synced after its resource appeared: the caller
 	// reconciles their views. It must not call Stop.
 	OnChange func(rules []*filters.Rule)
+	// Owners, when set (a rule includes owners), are the owners' metadata
+	// caches the rules read: run by Start before the rules' informers
+	// (synced first, as the namespaces' are, so that the first objects
+	// find their owners) and stopped by Stop.
+	Owners OwnerCaches
 
 	logger      *slog.Logger
 	notify      Notify
@@ -58,6 +63,16 @@ type Informers struct {
 	stopped bool       // Stop was called: nothing starts any more
 	wg      sync.WaitGroup
 	cancel  context.CancelFunc // stops the namespaces informer and the poller
+}
+
+// OwnerCaches are informers the rules read besides their own: the owners'
+// (internal/owners' Resolver).
+type OwnerCaches interface {
+	Informers() []cache.SharedIndexInformer
+	Synced() bool
+	Cached() map[string]int
+	// Close ends the waits for owners not cached yet (Stop).
+	Close()
 }
 
 // running is a Watch and its informer: the informer runs while the
@@ -238,6 +253,14 @@ func (in *Informers) Start(ctx context.Context) error {
 			return fmt.Errorf("namespaces informer did not sync: %w", context.Cause(ctx))
 		}
 	}
+	if in.Owners != nil {
+		for _, inf := range in.Owners.Informers() {
+			in.goRun(runCtx, inf)
+		}
+		if !waitFor(ctx, in.Owners.Synced) {
+			return fmt.Errorf("the owners' informers did not sync: %w", context.Cause(ctx))
+		}
+	}
 	synced := make([]cache.InformerSynced, 0, len(in.running))
 	for _, r := range in.running {
 		if r.absent.Load() {
@@ -367,6 +390,9 @@ func (in *Informers) Stop() {
 		}
 	}
 	in.mu.Unlock()
+	if in.Owners != nil {
+		in.Owners.Close()
+	}
 	if in.cancel != nil {
 		in.cancel()
 	}
@@ -380,12 +406,20 @@ func (in *Informers) Cached() map[string]int {
 	for _, r := range in.running {
 		out[r.Spec.String()] += len(r.inf().GetStore().ListKeys())
 	}
+	if in.Owners != nil {
+		for name, n := range in.Owners.Cached() {
+			out[name] += n
+		}
+	}
 	return out
 }
 
 // Synced reports whether every informer has synced.
 func (in *Informers) Synced() bool {
 	if in.ns != nil && !in.ns.HasSynced() {
+		return false
+	}
+	if in.Owners != nil && !in.Owners.Synced() {
 		return false
 	}
 	for _, r := range in.running {

@@ -22,6 +22,14 @@ const (
 	CELObject    = "object"    // the object (for deleted: its last known state)
 	CELOldObject = "oldObject" // the previous state on updates, null otherwise
 	CELType      = "type"      // "added", "updated" or "deleted"
+	// CELOwners is the object's owner chain, nearest first (the top
+	// controller last): a list of {apiVersion, kind, name, uid, labels};
+	// empty unless the rule includes owners.
+	CELOwners = "owners"
+	// CELInvolved is, for a Kubernetes Event of a rule that includes
+	// owners, the object it is about: {apiVersion, kind, namespace, name,
+	// uid, labels, owners}; null otherwise.
+	CELInvolved = "involved"
 )
 
 // The declared types of object and oldObject and of their metadata. The
@@ -31,6 +39,8 @@ const (
 	objectTypeName         = "kubebridge.Object"
 	objectMetaTypeName     = "kubebridge.ObjectMeta"
 	ownerReferenceTypeName = "kubebridge.OwnerReference"
+	ownerTypeName          = "kubebridge.Owner"
+	involvedTypeName       = "kubebridge.Involved"
 )
 
 // celStruct declares the fields of a struct type. An open struct has every
@@ -78,6 +88,22 @@ var celStructs = map[string]celStruct{
 		"uid":                types.StringType,
 		"controller":         types.BoolType,
 		"blockOwnerDeletion": types.BoolType,
+	}},
+	ownerTypeName: {fields: map[string]*types.Type{
+		"apiVersion": types.StringType,
+		"kind":       types.StringType,
+		"name":       types.StringType,
+		"uid":        types.StringType,
+		"labels":     types.NewMapType(types.StringType, types.StringType),
+	}},
+	involvedTypeName: {fields: map[string]*types.Type{
+		"apiVersion": types.StringType,
+		"kind":       types.StringType,
+		"namespace":  types.StringType,
+		"name":       types.StringType,
+		"uid":        types.StringType,
+		"labels":     types.NewMapType(types.StringType, types.StringType),
+		"owners":     types.NewListType(types.NewObjectType(ownerTypeName)),
 	}},
 }
 
@@ -157,6 +183,8 @@ func CELEnv() (*cel.Env, error) {
 			cel.Variable(CELObject, cel.ObjectType(objectTypeName)),
 			cel.Variable(CELOldObject, cel.ObjectType(objectTypeName)),
 			cel.Variable(CELType, cel.StringType),
+			cel.Variable(CELOwners, cel.ListType(cel.ObjectType(ownerTypeName))),
+			cel.Variable(CELInvolved, cel.ObjectType(involvedTypeName)),
 			cel.OptionalTypes(),
 			// Typed ints compare with doubles (generation > 2.5), as dyn
 			// values do when evaluated and as in Kubernetes' CEL.

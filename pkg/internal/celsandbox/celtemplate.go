@@ -168,6 +168,11 @@ type TemplateVars struct {
 	Credentials       map[string]string
 	// Changes computes changes, on first use: most templates never read it.
 	Changes func() map[string]any
+	// Owners is the object's owner chain (CELOwners; nil: empty), and
+	// Involved a Kubernetes Event's involved object (CELInvolved; nil:
+	// null): what the rule's include: [owners] resolved.
+	Owners   []any
+	Involved map[string]any
 
 	changes map[string]any
 }
@@ -193,6 +198,16 @@ func (a *templateActivation) ResolveName(name string) (any, bool) {
 		return a.v.OldObject, true
 	case CELType:
 		return a.v.Type, true
+	case CELOwners:
+		if a.v.Owners == nil {
+			return []any{}, true
+		}
+		return a.v.Owners, true
+	case CELInvolved:
+		if a.v.Involved == nil {
+			return nil, true
+		}
+		return a.v.Involved, true
 	case CELEvent:
 		return a.v.Event, true
 	case CELPatch:

@@ -94,12 +94,14 @@ var Presets = map[string]Request{
 			   "tags": ["kubebridge", ` + truncated(`event.rule`, 50) + `], "priority": "P3",
 			   "details": {"rule": event.rule, "cluster": event.cluster, "change": event.change, "subject": event.subject, "uid": object.metadata.uid}}`,
 	},
-	// A plain JSON request any receiver can take: the change and the object.
+	// A plain JSON request any receiver can take: the change, the object,
+	// and its owners and involved object (include: [owners]; else [] and
+	// null).
 	"generic": {
 		Method: "POST",
 		Body: `{"id": event.id, "type": event.type, "change": event.change, "rule": event.rule, "cluster": event.cluster,
 			"subject": event.subject, "reason": event.reason, "object": dyn(object),
-			"changes": changes.known ? changes.list : null}`,
+			"changes": changes.known ? changes.list : null, "owners": owners, "involved": involved}`,
 	},
 }
 
@@ -112,21 +114,29 @@ var presetConfigRefusals = map[string]func(body []byte) bool{
 	"pagerduty": func(body []byte) bool { return bytes.Contains(bytes.ToLower(body), []byte("routing_key")) },
 }
 
-// summary is one line about the change, e.g. "updated Pod prod/web-1 (rule
-// failed-pods, cluster prod-eu-1)"; for a Kubernetes Event, what it says
-// about the object it involves and how often: "Warning BackOff on Pod
-// prod/web-1: Back-off restarting failed container (5× in 10 min) (rule
-// ..., cluster ...)". A recurring Event is one object whose count (or
+// summary is one line about the change, e.g. "updated Pod prod/web-1
+// (Deployment web) (rule failed-pods, cluster prod-eu-1)", the top owner
+// named when the rule includes owners; for a Kubernetes Event, what it
+// says about the object it involves and how often: "Warning BackOff on Pod
+// prod/web-1 (Deployment web): Back-off restarting failed container (5× in
+// 10 min) (rule ..., cluster ...)". A recurring Event is one object whose count (or
 // series) grows, so its updates are one incident told again, not new ones.
-var summary = `(dyn(object).?kind.orValue("") == "Event" && dyn(object).?apiVersion.orValue("") in ["v1", "events.k8s.io/v1"] ? ` + eventLine + ` : event.change + " " + dyn(object).?kind.orValue("object") + " " + event.subject)` +
+var summary = `(dyn(object).?kind.orValue("") == "Event" && dyn(object).?apiVersion.orValue("") in ["v1", "events.k8s.io/v1"] ? ` + eventLine + ` : event.change + " " + dyn(object).?kind.orValue("object") + " " + event.subject + ` + topOwner(`owners`) + `)` +
 	` + " (rule " + event.rule + ", cluster " + event.cluster + ")"`
+
+// topOwner is " (Deployment web)", the top controller of a chain (a list
+// of owners, nearest first), when the rule includes owners and the chain
+// has one; "" otherwise.
+func topOwner(chain string) string {
+	return `(size(` + chain + `) > 0 ? " (" + ` + chain + `[size(` + chain + `) - 1].kind + " " + ` + chain + `[size(` + chain + `) - 1].name + ")" : "")`
+}
 
 // eventLine is a core/v1 or events.k8s.io/v1 Event in one line.
 var eventLine = `(` + str(`dyn(object).?type`) + ` + " " + ` + str(`dyn(object).?reason`) + ` + " on " + ` +
 	str(`dyn(object).?involvedObject.?kind.or(dyn(object).?regarding.?kind)`) + ` + " " + ` +
 	`(` + str(`dyn(object).?involvedObject.?namespace.or(dyn(object).?regarding.?namespace)`) + ` != "" ? ` +
 	str(`dyn(object).?involvedObject.?namespace.or(dyn(object).?regarding.?namespace)`) + ` + "/" : "") + ` +
-	str(`dyn(object).?involvedObject.?name.or(dyn(object).?regarding.?name)`) + ` + ": " + ` +
+	str(`dyn(object).?involvedObject.?name.or(dyn(object).?regarding.?name)`) + ` + (involved != null ? ` + topOwner(`involved.owners`) + ` : "") + ": " + ` +
 	str(`dyn(object).?message.or(dyn(object).?note)`) + ` + ` + recurrence + `)`
 
 // recurrence is " (5× in 10 min)" for an Event seen more than once: its

@@ -294,3 +294,72 @@ func TestPresetsTellOnlyKubernetesEventsAsEvents(t *testing.T) {
 		t.Fatalf("text %q", b.Text)
 	}
 }
+
+// With include: [owners], a message names the top owner: "Pod
+// team-a/web-1 (Deployment web)", and for a Kubernetes Event the involved
+// object's; the generic preset carries the chain and the involved object.
+// Without a chain (none resolved, or no owners) the line is as before.
+func TestPresetsNameTheTopOwner(t *testing.T) {
+	chain := []event.Owner{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-6d4", UID: "rs"},
+		{APIVersion: "apps/v1", Kind: "Deployment", Name: "web", UID: "d", Labels: map[string]string{"team": "payments"}}}
+	pods := &event.Rule{Name: "pods", Cluster: "prod", GVR: schema.GroupVersionResource{Version: "v1", Resource: "pods"}, IncludeObject: true, IncludeOwners: true}
+	events := &event.Rule{Name: "warnings", Cluster: "prod", GVR: schema.GroupVersionResource{Version: "v1", Resource: "events"}, IncludeObject: true, IncludeOwners: true}
+	p := pod("team-a", "web-1", "Running", "").Object()
+	ev := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Event",
+		"type": "Warning", "reason": "BackOff", "message": "Back-off restarting failed container web",
+		"involvedObject": map[string]any{"kind": "Pod", "namespace": "team-a", "name": "web-1"}}}
+	ev.SetNamespace("team-a")
+	ev.SetName("web-1.1")
+	ev.SetUID("ev-uid")
+	now := time.Now()
+	evs := []*event.Event{
+		event.Build(pods, event.Transition{Change: event.Added, Object: p, Time: now, Related: &event.Related{Owners: chain}}),
+		event.Build(events, event.Transition{Change: event.Added, Object: ev, Time: now, Related: &event.Related{
+			Involved: &event.Involved{APIVersion: "v1", Kind: "Pod", Namespace: "team-a", Name: "web-1", Owners: chain, Found: true}}}),
+		event.Build(pods, event.Transition{Change: event.Added, Object: p, Time: now, Related: &event.Related{}}),
+		event.Build(events, event.Transition{Change: event.Added, Object: ev, Time: now}),
+	}
+	want := []string{
+		"added Pod team-a/web-1 (Deployment web) (rule pods, cluster prod)",
+		"Warning BackOff on Pod team-a/web-1 (Deployment web): Back-off restarting failed container web (rule warnings, cluster prod)",
+		"added Pod team-a/web-1 (rule pods, cluster prod)",
+		"Warning BackOff on Pod team-a/web-1: Back-off restarting failed container web (rule warnings, cluster prod)",
+	}
+	for _, preset := range []string{"slack", "teams", "pagerduty", "generic"} {
+		t.Run(preset, func(t *testing.T) {
+			srv, got := recordRequests(t)
+			key := filepath.Join(t.TempDir(), "key")
+			must(t, os.WriteFile(key, []byte("R0UTINGKEY00000000000000000000XX"), 0o600))
+			s := presetSink(t, srv.URL, preset, nil, func(c *Config) {
+				if preset == "pagerduty" {
+					c.CredentialFiles = map[string]string{"routingKey": key}
+				}
+			})
+			if err := s.Send(context.Background(), evs); err != nil {
+				t.Fatal(err)
+			}
+			reqs := got()
+			if len(reqs) != len(want) {
+				t.Fatalf("%d requests", len(reqs))
+			}
+			for i, r := range reqs {
+				switch preset {
+				case "generic":
+					var b struct {
+						Owners   []event.Owner  `json:"owners"`
+						Involved map[string]any `json:"involved"`
+					}
+					mustJSON(t, r.body, &b)
+					if i == 0 && (len(b.Owners) != 2 || b.Owners[1].Labels["team"] != "payments") || i == 1 && b.Involved["name"] != "web-1" ||
+						i >= 2 && (len(b.Owners) != 0 || b.Involved != nil) {
+						t.Errorf("body %d: %s", i, r.body)
+					}
+				default:
+					if !strings.Contains(string(r.body), want[i]) {
+						t.Errorf("body %d: %s\nwant it to say %q", i, r.body, want[i])
+					}
+				}
+			}
+		})
+	}
+}

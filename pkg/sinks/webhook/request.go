@@ -201,7 +201,8 @@ func compileRequest(rawURL string, r *Request) (*shapedRequest, error) {
 }
 
 // readsTheEvent reports whether expr reads anything that varies per
-// event: object, oldObject, type, patch, or event other than its cluster
+// event: object, oldObject, type, patch, changes, owners, involved, or
+// event other than its cluster
 // and source (the sink's own). Credentials and literals do not.
 func readsTheEvent(expr string) bool {
 	env, err := celsandbox.CELTemplateEnv()
@@ -224,7 +225,7 @@ func readsTheEvent(expr string) bool {
 			}
 		case celast.IdentKind:
 			switch x.AsIdent() {
-			case celsandbox.CELObject, celsandbox.CELOldObject, celsandbox.CELType, celsandbox.CELPatch:
+			case celsandbox.CELObject, celsandbox.CELOldObject, celsandbox.CELType, celsandbox.CELPatch, celsandbox.CELChanges, celsandbox.CELOwners, celsandbox.CELInvolved:
 				reads = true
 			case celsandbox.CELEvent:
 				reads = reads || !constant[x.ID()]
@@ -246,8 +247,9 @@ func vars(e *event.Event, creds map[string]string) (*celsandbox.TemplateVars, er
 		"change": string(e.Change), "reason": e.Reason, "replay": e.Replay, "time": e.Time.Format(time.RFC3339Nano),
 		"source": e.Source(), "entered": time.Unix(0, e.Entered).UTC().Format(time.RFC3339Nano),
 	}
+	rel := e.Related()
 	return &celsandbox.TemplateVars{Object: obj, OldObject: old, Type: string(e.Change), Event: ev, Patch: patch, Credentials: creds,
-		Changes: func() map[string]any { return changesVar(e) }}, nil
+		Changes: func() map[string]any { return changesVar(e) }, Owners: rel.OwnersValue(), Involved: rel.InvolvedValue()}, nil
 }
 
 // render builds e's request: target URL, headers and body; withheld names
