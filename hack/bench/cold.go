@@ -237,9 +237,6 @@ func (b *bed) coldBridge(consumer, ns string, n, run int) ([]startResult, error)
 		return nil, err
 	}
 	defer p.kill()
-	if profiled != nil {
-		defer func() { <-profiled }()
-	}
 	if !c.waitFor(n, time.Minute, time.Time{}) {
 		log.Printf("cold %s: stalled at %d of %d events", consumer, c.unique(), n)
 	}
@@ -250,6 +247,9 @@ func (b *bed) coldBridge(consumer, ns string, n, run int) ([]startResult, error)
 	cold.Events, cold.Duplicates = len(c.ids), c.dups
 	cold.Seconds = c.lastNew.Sub(p.started).Seconds()
 	c.mu.Unlock()
+	if profiled != nil {
+		<-profiled // a stop cuts the profile short: its request fails
+	}
 	if err := p.stop(); err != nil {
 		return nil, err
 	}
