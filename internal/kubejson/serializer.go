@@ -1,0 +1,357 @@
+package kubejson
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"sync"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// Serializer wraps the dynamic client's negotiated serializer
+// (dynamic.ConfigFor's): its JSON watch streams are framed and decoded in
+// one pass each (Framer, Event, Unstructured); everything else is its own.
+func Serializer(inner runtime.NegotiatedSerializer) runtime.NegotiatedSerializer {
+	infos := inner.SupportedMediaTypes()
+	out := make([]runtime.SerializerInfo, len(infos))
+	for i, info := range infos {
+		out[i] = info
+		if info.MediaType != runtime.ContentTypeJSON || info.StreamSerializer == nil {
+			continue
+		}
+		out[i].Serializer = objectSerializer{info.Serializer}
+		stream := *info.StreamSerializer
+		stream.Serializer = eventSerializer{stream.Serializer}
+		stream.Framer = framer{}
+		out[i].StreamSerializer = &stream
+	}
+	return negotiated{inner, out}
+}
+
+type negotiated struct {
+	runtime.NegotiatedSerializer
+	infos []runtime.SerializerInfo
+}
+
+func (n negotiated) SupportedMediaTypes() []runtime.SerializerInfo { return n.infos }
+
+// typedScheme is the dynamic client's scheme: the kinds it decodes into
+// typed objects (metav1's; a Status, of whatever apiVersion, such as a
+// watch's error) are left to it.
+var typedScheme = func() *runtime.Scheme {
+	s := runtime.NewScheme()
+	metav1.AddToGroupVersion(s, schema.GroupVersion{Version: "v1"})
+	return s
+}()
+
+// typedKinds caches typed's answers.
+var typedKinds sync.Map // schema.GroupVersionKind -> bool
+
+// typed reports whether the dynamic client decodes gvk into a typed
+// object (its scheme's New makes one).
+func typed(gvk schema.GroupVersionKind) bool {
+	if v, ok := typedKinds.Load(gvk); ok {
+		return v.(bool)
+	}
+	_, err := typedScheme.New(gvk)
+	typedKinds.Store(gvk, err == nil)
+	return err == nil
+}
+
+// objectSerializer decodes an object without a target (a watch event's
+// object) in one pass; the rest, and what Object declines, is inner's.
+type objectSerializer struct{ runtime.Serializer }
+
+func (s objectSerializer) Decode(data []byte, defaults *schema.GroupVersionKind, into runtime.Object) (runtime.Object, *schema.GroupVersionKind, error) {
+	if into != nil || defaults != nil {
+		return s.Serializer.Decode(data, defaults, into)
+	}
+	m, ok := Object(data)
+	if !ok {
+		return s.Serializer.Decode(data, defaults, into)
+	}
+	gvk, ok := kindOf(m)
+	if !ok || typed(gvk) {
+		return s.Serializer.Decode(data, defaults, into)
+	}
+	return &unstructured.Unstructured{Object: m}, &gvk, nil
+}
+
+// kindOf is the object's apiVersion and kind, as client-go reads them
+// (encoding/json: keys matched without case); ok is false when they are
+// missing, not strings, or written in another case (left to client-go).
+func kindOf(m map[string]any) (schema.GroupVersionKind, bool) {
+	av, ok1 := m["apiVersion"].(string)
+	kind, ok2 := m["kind"].(string)
+	if !ok1 || !ok2 || kind == "" {
+		return schema.GroupVersionKind{}, false
+	}
+	for k := range m {
+		if len(k) != len("apiVersion") && len(k) != len("kind") {
+			continue
+		}
+		if (k != "apiVersion" && bytes.EqualFold([]byte(k), []byte("apiVersion"))) || (k != "kind" && bytes.EqualFold([]byte(k), []byte("kind"))) {
+			return schema.GroupVersionKind{}, false
+		}
+	}
+	gvk := schema.FromAPIVersionAndKind(av, kind)
+	return gvk, gvk.Version != ""
+}
+
+// eventSerializer decodes a watch event's envelope, {"type": ...,
+// "object": {...}}, without decoding its object (restclient's watch
+// Decoder decodes it next, with the objectSerializer); any other shape is
+// inner's.
+type eventSerializer struct{ runtime.Serializer }
+
+func (s eventSerializer) Decode(data []byte, defaults *schema.GroupVersionKind, into runtime.Object) (runtime.Object, *schema.GroupVersionKind, error) {
+	if ev, ok := into.(*metav1.WatchEvent); ok && defaults == nil {
+		if typ, raw, ok := envelope(data); ok {
+			ev.Type = typ
+			ev.Object = runtime.RawExtension{Raw: raw}
+			return ev, &schema.GroupVersionKind{Version: "v1", Kind: "WatchEvent"}, nil
+		}
+	}
+	return s.Serializer.Decode(data, defaults, into)
+}
+
+// envelope reads {"type": "<string>", "object": <object or null>}, each
+// key once, in either order: the type and a copy of the object's bytes
+// (nil for null, as RawExtension decodes it). The object is delimited,
+// not validated: the object serializer decodes it (or client-go refuses
+// it).
+func envelope(data []byte) (typ string, raw []byte, ok bool) {
+	p := parser{data: data}
+	p.space()
+	if !p.next('{') {
+		return "", nil, false
+	}
+	var seenType, seenObject bool
+	for {
+		p.space()
+		if p.i >= len(p.data) || p.data[p.i] != '"' {
+			return "", nil, false
+		}
+		k, ok := p.string()
+		if !ok {
+			return "", nil, false
+		}
+		p.space()
+		if !p.next(':') {
+			return "", nil, false
+		}
+		p.space()
+		switch {
+		case k == "type" && !seenType:
+			seenType = true
+			if p.i >= len(p.data) || p.data[p.i] != '"' {
+				return "", nil, false
+			}
+			if typ, ok = p.string(); !ok {
+				return "", nil, false
+			}
+		case k == "object" && !seenObject:
+			seenObject = true
+			switch {
+			case p.literal("null"):
+			case p.i < len(p.data) && p.data[p.i] == '{':
+				start := p.i
+				end, ok := skipObject(p.data, p.i)
+				if !ok {
+					return "", nil, false
+				}
+				p.i = end
+				raw = append([]byte(nil), p.data[start:end]...)
+			default:
+				return "", nil, false
+			}
+		default:
+			return "", nil, false
+		}
+		p.space()
+		if p.next('}') {
+			break
+		}
+		if !p.next(',') {
+			return "", nil, false
+		}
+	}
+	p.space()
+	return typ, raw, seenType && seenObject && p.i == len(p.data)
+}
+
+func (p *parser) next(c byte) bool {
+	if p.i < len(p.data) && p.data[p.i] == c {
+		p.i++
+		return true
+	}
+	return false
+}
+
+// skipObject returns the end of the object or array opening at data[i]:
+// the index past its closing bracket, brackets in strings and escaped
+// quotes aside; ok is false when data ends first. It does not validate.
+func skipObject(data []byte, i int) (end int, ok bool) {
+	depth := 0
+	for ; i < len(data); i++ {
+		switch data[i] {
+		case '{', '[':
+			depth++
+		case '}', ']':
+			depth--
+			if depth == 0 {
+				return i + 1, true
+			}
+		case '"':
+			for i++; ; i += 2 { // past the escape and the byte it escapes
+				j := bytes.IndexAny(data[i:], `"\`)
+				if j < 0 || i+j+1 >= len(data) {
+					return 0, false // the object cannot end before data does
+				}
+				i += j
+				if data[i] == '"' {
+					break
+				}
+			}
+		}
+	}
+	return 0, false
+}
+
+// framer splits a JSON stream into its top-level objects, as
+// json.Framer does, without validating them (the serializers do).
+type framer struct{}
+
+func (framer) NewFrameReader(r io.ReadCloser) io.ReadCloser {
+	return &frameReader{r: r, buf: make([]byte, 0, 64<<10)}
+}
+
+func (framer) NewFrameWriter(w io.Writer) io.Writer { return w }
+
+// frameReader reads one frame per Read, as json.Framer's reader does: a
+// frame larger than Read's buffer is returned in parts, each but the
+// last with io.ErrShortBuffer.
+type frameReader struct {
+	r         io.ReadCloser
+	buf       []byte // read from r: buf[off:] is not framed yet
+	off       int
+	scan      scan   // how far buf[off:] was scanned for the frame's end
+	remaining []byte // the rest of a frame Read's buffer did not hold
+	err       error  // r's, once it failed
+}
+
+// scan is where the search for a frame's end stopped (buf[off+at:] is
+// not scanned yet), so that a frame arriving in many reads is scanned
+// once.
+type scan struct {
+	at       int
+	depth    int
+	inString bool
+	escaped  bool
+}
+
+// errNotObject ends a stream whose next value is not an object or array:
+// the apiserver writes none, and json.Framer's reader would hand it to a
+// decoder that refuses it.
+var errNotObject = errors.New("watch stream: a value that is not a JSON object")
+
+func (f *frameReader) Read(data []byte) (int, error) {
+	if n := len(f.remaining); n > 0 {
+		if n <= len(data) {
+			copy(data, f.remaining)
+			f.remaining = nil
+			return n, nil
+		}
+		n = copy(data, f.remaining)
+		f.remaining = f.remaining[n:]
+		return n, io.ErrShortBuffer
+	}
+	for {
+		if f.scan.at == 0 { // whitespace between frames
+			for f.off < len(f.buf) && isSpace(f.buf[f.off]) {
+				f.off++
+			}
+			if f.off < len(f.buf) {
+				if c := f.buf[f.off]; c != '{' && c != '[' {
+					return 0, errNotObject
+				}
+			}
+		}
+		if end, ok := f.end(); ok {
+			frame := f.buf[f.off:end]
+			f.off, f.scan = end, scan{}
+			n := copy(data, frame)
+			if n < len(frame) {
+				f.remaining = append([]byte(nil), frame[n:]...)
+				return n, io.ErrShortBuffer
+			}
+			return n, nil
+		}
+		if f.err != nil {
+			if f.off < len(f.buf) && f.err == io.EOF {
+				return 0, io.ErrUnexpectedEOF
+			}
+			return 0, f.err
+		}
+		f.fill()
+	}
+}
+
+// end scans on for the end of the frame at buf[off:]: the index past its
+// closing bracket, brackets in strings and escaped quotes aside. It does
+// not validate.
+func (f *frameReader) end() (int, bool) {
+	s := &f.scan
+	b := f.buf[f.off:]
+	for i := s.at; i < len(b); i++ {
+		c := b[i]
+		if s.inString {
+			switch {
+			case s.escaped:
+				s.escaped = false
+			case c == '\\':
+				s.escaped = true
+			case c == '"':
+				s.inString = false
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			s.inString = true
+		case '{', '[':
+			s.depth++
+		case '}', ']':
+			s.depth--
+			if s.depth == 0 {
+				return f.off + i + 1, true
+			}
+		}
+	}
+	s.at = len(b)
+	return 0, false
+}
+
+// fill reads more of the stream, after what is not framed yet.
+func (f *frameReader) fill() {
+	if f.off > 0 {
+		n := copy(f.buf, f.buf[f.off:])
+		f.buf, f.off = f.buf[:n], 0
+	}
+	if len(f.buf) == cap(f.buf) {
+		f.buf = append(f.buf, make([]byte, cap(f.buf))...)[:len(f.buf)]
+	}
+	n, err := f.r.Read(f.buf[len(f.buf):cap(f.buf)])
+	f.buf = f.buf[:len(f.buf)+n]
+	if err != nil {
+		f.err = err
+	}
+}
+
+func (f *frameReader) Close() error { return f.r.Close() }
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
