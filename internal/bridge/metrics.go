@@ -83,7 +83,7 @@ var (
 	descTruncated      = prometheus.NewDesc("kubebridge_sink_truncated_total", "Events the sink's destination holds as a marker that names the object, because the event was larger than the destination takes (a mirror's bucket); the object's next state that fits replaces it.", []string{"sink"}, nil)
 	descWithheld       = withheldDescs()
 	descEvalErrors     = prometheus.NewDesc("kubebridge_rule_where_errors_total", "where evaluations that failed (the event was not delivered).", []string{"rule"}, nil)
-	descRouteDefaulted = prometheus.NewDesc("kubebridge_rule_route_defaulted_total", "Objects a rule's route sent to its default sink, by reason: the expression named a sink that is not one of the rule's (undeclared), or failed or gave no string, e.g. a label the namespace lacks (failed).", []string{"rule", "reason"}, nil)
+	descRouteDefaulted = prometheus.NewDesc("kubebridge_rule_route_defaulted_total", "Evaluations of a rule's route that chose its default sink, by reason: the expression named a sink that is not one of the rule's (undeclared), or failed or gave no string, e.g. a label the namespace lacks (failed).", []string{"rule", "reason"}, nil)
 	descSynced         = prometheus.NewDesc("kubebridge_informers_synced", "1 once every informer's cache has synced.", nil, nil)
 	descBuild          = prometheus.NewDesc("kubebridge_build_info", "The build.", []string{"version", "commit"}, nil)
 )

@@ -165,11 +165,15 @@ func (d *Desired) State(sink string) (obj *unstructured.Unstructured, uid, rv st
 	return d.cur.obj, d.cur.uid, d.cur.rv, in
 }
 
-// route is the sink the current state is routed to. Its namespace's labels
-// are read on each call, as InSelectedNamespace reads them (see state.in):
-// the route is evaluated again only when they changed.
+// route is the sink the current state is routed to ("": none, its
+// namespace not known yet). Its namespace's labels are read on each call,
+// as InSelectedNamespace reads them (see state.in): the route is evaluated
+// again only when they changed.
 func (d *Desired) route() string {
-	ns := d.Rule.RouteNamespaceLabels(d.cur.obj)
+	ns, known := d.Rule.RouteNamespaceLabels(d.cur.obj)
+	if !known {
+		return ""
+	}
 	if !d.cur.routed || !maps.Equal(ns, d.cur.routeNS) {
 		d.cur.route, d.cur.routeNS, d.cur.routed = d.Rule.Route(d.cur.seen, ns, d.cur.rel), ns, true
 	}

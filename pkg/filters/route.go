@@ -65,18 +65,20 @@ func compileRoute(rc config.Rule) (*route, error) {
 func (r *Rule) Routes() bool { return r.route != nil }
 
 // RouteNamespaceLabels returns the labels of obj's namespace as its route
-// reads them now (nil when the route reads none): the part of the route
-// that is not the object's own.
-func (r *Rule) RouteNamespaceLabels(obj *unstructured.Unstructured) labels.Set {
+// reads them now (nil when the route reads none, or obj is cluster-scoped):
+// the part of the route that is not the object's own. known is false for a
+// namespace not known yet: like a namespaceSelector, the route then puts
+// the object in no sink's view until the namespace's arrival re-evaluates
+// it, rather than in the default's for a moment.
+func (r *Rule) RouteNamespaceLabels(obj *unstructured.Unstructured) (set labels.Set, known bool) {
 	if r.route == nil || !r.route.readsNamespace {
-		return nil
+		return nil, true
 	}
 	ns := obj.GetNamespace()
 	if ns == "" {
-		return nil
+		return nil, true
 	}
-	set, _ := r.nsLabels(ns)
-	return set
+	return r.nsLabels(ns)
 }
 
 // Route returns the sink the rule sends an object to: the one its route

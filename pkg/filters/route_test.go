@@ -33,11 +33,11 @@ func TestRouteReadsNamespaceLabels(t *testing.T) {
 			t.Errorf("%s: NamespaceChanged with the same labels", tc.name)
 		}
 	}
-	if got := byNS.RouteNamespaceLabels(cm("x", "o", "1", nil, nil)); got["team"] != "a" {
-		t.Errorf("RouteNamespaceLabels = %v, want the namespace's", got)
+	if got, known := byNS.RouteNamespaceLabels(cm("x", "o", "1", nil, nil)); got["team"] != "a" || !known {
+		t.Errorf("RouteNamespaceLabels = %v, %v; want the namespace's", got, known)
 	}
-	if got := byObject.RouteNamespaceLabels(cm("x", "o", "1", nil, nil)); got != nil {
-		t.Errorf("a route over the object alone reads namespace labels %v", got)
+	if got, known := byObject.RouteNamespaceLabels(cm("x", "o", "1", nil, nil)); got != nil || !known {
+		t.Errorf("a route over the object alone reads namespace labels %v, %v", got, known)
 	}
 	doc := "apiVersion: kubebridge.io/v1alpha1\nkind: BridgeConfig\ncluster: c\nsinks: [{name: s, file: {path: x}}]\nrules:\n  - {name: r, resource: v1/configmaps, sinks: [s], route: {sink: namespaceLabels.team, default: s}}\n"
 	cfg, _, err := config.Parse("t.yaml", []byte(doc), components.SinkRegistry())
