@@ -162,4 +162,34 @@ rules:
 			t.Errorf("after grants: %+v", r)
 		}
 	})
+
+	t.Run("owners need list and watch on their resources", func(t *testing.T) {
+		owners := writeFile(t, "owners.yaml", `apiVersion: kubebridge.io/v1alpha1
+kind: BridgeConfig
+cluster: test
+sinks:
+  - name: archive
+    file: {path: "-"}
+rules:
+  - name: jobs
+    resource: batch/v1/jobs
+    namespaces: [validate-prod]
+    include: [owners]
+    sinks: [archive]
+`)
+		sa := cp.ServiceAccountKubeconfig(t, "validate-prod", "jobs-only")
+		cp.Grant(t, "validate-prod", "jobs-only", "validate-jobs", "validate-prod",
+			rbacv1.PolicyRule{APIGroups: []string{"batch"}, Resources: []string{"jobs"}, Verbs: []string{"list", "watch"}})
+		const id = `"system:serviceaccount:validate-prod:jobs-only"`
+		want := owners + `:11: rules[0].include: rule jobs includes owners, which reads CronJob objects: ` + id + ` may not list or watch cronjobs.batch in namespace "validate-prod"; grant it with a Role rule {apiGroups: ["batch"], resources: ["cronjobs"], verbs: ["list", "watch"]} and a RoleBinding in "validate-prod"` + "\n" +
+			"bridge: " + owners + " does not fit the cluster at " + cp.Host + " (1 error)\n"
+		var r result
+		testenv.Eventually(t, 15*time.Second, "the jobs grant to take effect", func() bool {
+			r = runBridge(t, "validate", "--config", owners, "--kubeconfig", sa)
+			return r.stderr == want
+		})
+		if r.code != 2 {
+			t.Errorf("exit %d, stderr %s", r.code, r.stderr)
+		}
+	})
 }

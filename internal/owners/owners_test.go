@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/metadata"
 
 	"github.com/kubebridge/kubebridge/internal/testenv"
+	"github.com/kubebridge/kubebridge/pkg/event"
 )
 
 func ref(kind, apiVersion string, m metav1.Object) metav1.OwnerReference {
@@ -199,6 +200,20 @@ func TestResolveAgainstTheAPIServer(t *testing.T) {
 	rel = r.Related(podsGVR, podOwnedBy(ns, "deep", ref("ReplicaSet", "apps/v1", prev)), wait(10*time.Second))
 	if !rel.Incomplete || len(rel.Owners) != MaxDepth || rel.Owners[0].Name != prev.Name {
 		t.Errorf("deep chain: incomplete %v, %d owners", rel.Incomplete, len(rel.Owners))
+	}
+
+	// An owner created after its child's notification was evaluated is
+	// waited for (a reference without a uid: the test cannot know the
+	// owner's before creating it).
+	later := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "later"}
+	got := make(chan *event.Related)
+	start = time.Now()
+	go func() { got <- r.Related(podsGVR, podOwnedBy(ns, "early", later), wait(20*time.Second)) }()
+	time.Sleep(300 * time.Millisecond)
+	must(cs.AppsV1().ReplicaSets(ns).Create(ctx, &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: "later", Labels: map[string]string{"team": "late"},
+		OwnerReferences: []metav1.OwnerReference{ref("Deployment", "apps/v1", d)}}, Spec: a.Spec}, metav1.CreateOptions{}))
+	if rel := <-got; rel.Incomplete || len(rel.Owners) != 2 || rel.Owners[0].Labels["team"] != "late" || time.Since(start) < 300*time.Millisecond {
+		t.Errorf("an owner created after its child: %+v after %s", rel, time.Since(start))
 	}
 
 	// Close ends a wait at once (the bridge is stopping).

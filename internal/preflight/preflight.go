@@ -317,7 +317,7 @@ func (p *preflight) checkOwners(ctx context.Context, i int) error {
 		namespaces = []string{""}
 	}
 	for _, res := range need {
-		why := fmt.Sprintf("rule %s includes owners, read from a cache of %s: ", r.Name, res.GVR.GroupResource())
+		why := fmt.Sprintf("rule %s includes owners, which reads %s objects: ", r.Name, res.Kind)
 		for _, ns := range namespaces {
 			if err := p.checkAccessFor(ctx, path+".include", why, res.GVR, ns); err != nil {
 				return err

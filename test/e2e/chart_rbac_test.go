@@ -18,8 +18,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kubebridge/kubebridge/internal/owners"
 	"github.com/kubebridge/kubebridge/internal/shards"
 	"github.com/kubebridge/kubebridge/internal/testenv"
+	"github.com/kubebridge/kubebridge/pkg/config"
 )
 
 // The chart's RBAC is least privilege, per resource and scope: this is the
@@ -40,7 +42,8 @@ config:
     - {name: deploys, resource: apps/v1/deployments, sinks: [out]}
     - {name: cms, resource: v1/configmaps, namespaces: [%[1]s, %[2]s], sinks: [out]}
     - {name: prod-services, resource: v1/services, namespaceSelector: "env=prod", sinks: [out]}
-`, nsA, nsB)
+    - {name: jobs-c, resource: batch/v1/jobs, namespaces: [%[3]s], include: [metadata, owners], sinks: [out]}
+`, nsA, nsB, nsC)
 )
 
 // access is one SubjectAccessReview question.
@@ -121,6 +124,8 @@ networkPolicy:
 			access{verb, "", "configmaps", nsB, ""},
 			access{verb, "", "services", "", ""}, // namespaceSelector: all namespaces
 			access{verb, "", "namespaces", "", ""},
+			access{verb, "batch", "jobs", nsC, ""},
+			access{verb, "batch", "cronjobs", nsC, ""}, // jobs-c's owners
 		)
 		deny = append(deny,
 			access{verb, "", "secrets", nsB, ""},
@@ -131,6 +136,8 @@ networkPolicy:
 			access{verb, "", "configmaps", "", ""},
 			access{verb, "", "pods", nsA, ""},
 			access{verb, "", "pods", "", ""},
+			access{verb, "batch", "cronjobs", nsA, ""},
+			access{verb, "batch", "cronjobs", "", ""},
 		)
 	}
 	want = append(want,
@@ -257,6 +264,7 @@ func TestChartRBACRenderedScopes(t *testing.T) {
 	wantRoles := map[string][]string{
 		nsA + "/kbr": {`"": configmaps,secrets [list watch]`},
 		nsB + "/kbr": {`"": configmaps [list watch]`},
+		nsC + "/kbr": {`"batch": cronjobs,jobs [list watch]`},
 		rbacNS + "/kbr-leader-election": {
 			`"coordination.k8s.io": leases [create]`,
 			`"coordination.k8s.io": leases [get update] /kbr-leader`,
@@ -647,5 +655,40 @@ func TestChartShardRoleNamesShardLeasesAndVerifiesMembers(t *testing.T) {
 	b.halt()
 	if strings.Contains(b.log(), "forbidden") {
 		t.Errorf("the replica was refused something:\n%s", b.log())
+	}
+}
+
+// The chart grants what include: [owners] reads, as the bridge's own table
+// (owners.Needs) says, plus a rule's ownerResources, in the rule's scope:
+// cluster-wide for a rule that names no namespaces.
+func TestChartOwnerRBAC(t *testing.T) {
+	t.Parallel()
+	for _, res := range []string{"v1/pods", "apps/v1/replicasets", "apps/v1/controllerrevisions", "batch/v1/jobs", "v1/events", "events.k8s.io/v1/events", "v1/configmaps"} {
+		gvr, err := config.ParseResource(res)
+		must(t, err)
+		want := map[string][]string{gvr.Group: {gvr.Resource}}
+		for _, o := range owners.Needs(gvr) {
+			want[o.GVR.Group] = append(want[o.GVR.Group], o.GVR.Resource)
+		}
+		want["example.kubebridge.io"] = []string{"widgets"}
+		var wantRules []string
+		for _, g := range slices.Sorted(maps.Keys(want)) {
+			rs := slices.Compact(slices.Sorted(slices.Values(want[g])))
+			wantRules = append(wantRules, fmt.Sprintf("%q: %s [list watch]", g, strings.Join(rs, ",")))
+		}
+		wantRules = append(wantRules, `"authentication.k8s.io": tokenreviews [create]`, `"authorization.k8s.io": subjectaccessreviews [create]`)
+		out, err := helm(t, "template", "kbr", chartDir, "--namespace", rbacNS, "-f", chartValues(t, fmt.Sprintf(`
+config:
+  cluster: e2e
+  sinks: [{name: out, file: {path: "-"}}]
+  rules:
+    - {name: r, resource: %s, include: [owners], ownerResources: [example.kubebridge.io/v1/widgets], sinks: [out]}
+`, res)))
+		if err != nil {
+			t.Fatalf("%s: helm template: %v\n%s", res, err, out)
+		}
+		if got := policyRules(renderedDocs(t, out, "ClusterRole")["/kbr-"+rbacNS]); !slices.Equal(got, wantRules) {
+			t.Errorf("%s: ClusterRole rules:\n  %s\nwant:\n  %s", res, strings.Join(got, "\n  "), strings.Join(wantRules, "\n  "))
+		}
 	}
 }

@@ -100,8 +100,56 @@ namespaces' labels, by a namespaceSelector or a route reading namespaceLabels
 {{- $_ := set $namespaces . $ns -}}
 {{- end -}}
 {{- end -}}
+{{- /* include: [owners]: the owners' resources, in the rule's scope */ -}}
+{{- range $o := include "kubebridge.ownerResources" $r | fromJsonArray -}}
+{{- $og := index $o 0 -}}{{- $or := index $o 1 -}}
+{{- if or (not $r.namespaces) $r.namespaceSelector -}}
+{{- $_ := set $cluster $og (append (get $cluster $og | default list) $or | uniq | sortAlpha) -}}
+{{- else -}}
+{{- range $r.namespaces -}}
+{{- $ns := get $namespaces . | default dict -}}
+{{- $_ := set $ns $og (append (get $ns $og | default list) $or | uniq | sortAlpha) -}}
+{{- $_ := set $namespaces . $ns -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 {{- toJson (dict "cluster" $cluster "namespaces" $namespaces "namespaceList" $nsList "clusterSecrets" $clusterSecrets "clusterScopedWithNamespaces" $clusterScopedWithNamespaces) -}}
+{{- end -}}
+
+{{/*
+kubebridge.ownerResources: the resources a rule that includes owners reads
+them from, as a JSON list of [group, resource]: the built-in owners of its
+resource up to their top controllers (internal/owners Needs: the same table,
+TestChartOwnerRBAC holds them equal) and its ownerResources; [] for a rule
+without include: [owners]. The bridge lists and watches their metadata in
+the rule's namespaces (all of them for a rule that names none).
+*/}}
+{{- define "kubebridge.ownerResources" -}}
+{{- $r := . -}}
+{{- $out := list -}}
+{{- if has "owners" ($r.include | default list) -}}
+{{- $parts := splitList "/" (toString $r.resource) -}}
+{{- $group := "" -}}{{- $res := last $parts -}}
+{{- if eq (len $parts) 3 }}{{ $group = first $parts }}{{ end -}}
+{{- $workloads := list (list "apps" "replicasets") (list "apps" "deployments") (list "apps" "statefulsets") (list "apps" "daemonsets") (list "batch" "jobs") (list "batch" "cronjobs") -}}
+{{- if and (eq $res "events") (or (and (eq $group "") (eq (first $parts) "v1")) (eq $group "events.k8s.io")) -}}
+{{- $out = prepend $workloads (list "" "pods") -}}
+{{- else if and (eq $group "") (eq $res "pods") -}}
+{{- $out = $workloads -}}
+{{- else if and (eq $group "apps") (eq $res "replicasets") -}}
+{{- $out = list (list "apps" "deployments") -}}
+{{- else if and (eq $group "apps") (eq $res "controllerrevisions") -}}
+{{- $out = list (list "apps" "statefulsets") (list "apps" "daemonsets") -}}
+{{- else if and (eq $group "batch") (eq $res "jobs") -}}
+{{- $out = list (list "batch" "cronjobs") -}}
+{{- end -}}
+{{- range $r.ownerResources -}}
+{{- $p := splitList "/" (toString .) -}}
+{{- if eq (len $p) 3 }}{{ $out = append $out (list (first $p) (last $p)) }}{{ else }}{{ $out = append $out (list "" (last $p)) }}{{ end -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $out -}}
 {{- end -}}
 
 {{/*
