@@ -200,7 +200,15 @@ func (d *deliverer) startRun(ctx context.Context, cfg *config.Config, s *sinkRun
 	if recorder != nil {
 		hooks.BeforeSend = func(ctx context.Context, evs []*event.Event) error { return recorder.Intend(ctx, name, evs) }
 	}
-	dv := delivery.New(delivery.Options{Config: s.cfg, Sink: s.sink, DeadLetter: dl, Logger: d.opts.Logger, Hooks: hooks})
+	var windowKey func(*event.Event) (string, error)
+	if k := s.cfg.UpdateWindow.Key; k != "" {
+		wk, err := filters.NewWindowKey(k)
+		if err != nil {
+			return fmt.Errorf("sink %q: %w", name, err)
+		}
+		windowKey = wk.Of
+	}
+	dv := delivery.New(delivery.Options{Config: s.cfg, Sink: s.sink, DeadLetter: dl, Logger: d.opts.Logger, Hooks: hooks, WindowKey: windowKey})
 	dctx, cancel := d.lifetime()
 	d.mu.Lock() // the set is published already: readers take d.mu (deliveries)
 	s.delivery, s.handed, s.cancel = dv, view.NewHanded(name, dv.Offer), cancel

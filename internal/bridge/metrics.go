@@ -52,7 +52,7 @@ var (
 	descRetried      = prometheus.NewDesc("kubebridge_sink_retried_total", "Failed delivery attempts that were retried (batches).", []string{"sink"}, nil)
 	descFailed       = prometheus.NewDesc("kubebridge_sink_failed_total", "Events the sink refused permanently.", []string{"sink"}, nil)
 	descDeadLettered = prometheus.NewDesc("kubebridge_sink_dead_lettered_total", "Refused events written to the dead-letter.", []string{"sink"}, nil)
-	descCoalesced    = prometheus.NewDesc("kubebridge_sink_coalesced_total", "Events merged into a pending event of the same object on queue overflow.", []string{"sink"}, nil)
+	descCoalesced    = prometheus.NewDesc("kubebridge_sink_coalesced_total", "Events merged into a pending event of the same object (on queue overflow, into a retry or an update window), or into the one message of an updateWindow key (recorded as delivered, not sent).", []string{"sink"}, nil)
 	descCancelled    = prometheus.NewDesc("kubebridge_sink_cancelled_total", "Events that left the queue unsent because an object created and deleted while its added still waited cancelled out (two per object).", []string{"sink"}, nil)
 	descLimit        = prometheus.NewDesc("kubebridge_sink_concurrency_limit", "Batches the sink may have in flight now (adaptive, or the fixed workers).", []string{"sink"}, nil)
 	descInFlight     = prometheus.NewDesc("kubebridge_sink_requests_in_flight", "Batches being sent to the sink now.", []string{"sink"}, nil)
@@ -61,7 +61,9 @@ var (
 	// Failure per object (internal/delivery parking).
 	descParked           = prometheus.NewDesc("kubebridge_sink_parked_objects", "Objects whose delivery failed, waiting for their own retry (their later events held behind them); others flow meanwhile.", []string{"sink"}, nil)
 	descParkedAge        = prometheus.NewDesc("kubebridge_sink_oldest_parked_seconds", "How long the oldest parked object has waited.", []string{"sink"}, nil)
-	descThrottled        = prometheus.NewDesc("kubebridge_sink_throttled_objects", "Objects waiting out the sink's updateWindow: their change was sent, their next updates wait and coalesce until the window ends.", []string{"sink"}, nil)
+	descThrottled        = prometheus.NewDesc("kubebridge_sink_throttled_objects", "Objects (or updateWindow keys) waiting out the sink's updateWindow: their change was sent, their next updates wait and coalesce until the window ends.", []string{"sink"}, nil)
+	descWindowOverflow   = prometheus.NewDesc("kubebridge_sink_window_overflow_total", "Messages of an updateWindow key sent without a window, because updateWindow.maxKeys keys were waiting: sent as they came, none dropped.", []string{"sink"}, nil)
+	descWindowKeyErrors  = prometheus.NewDesc("kubebridge_sink_window_key_errors_total", "Objects whose updateWindow.key failed to evaluate (or was not a string): each waits out a window of its own.", []string{"sink"}, nil)
 	descFailing          = prometheus.NewDesc("kubebridge_sink_destination_failing", "1 while the destination fails as a whole and is probed one batch at a time.", []string{"sink"}, nil)
 	descDestErrors       = prometheus.NewDesc("kubebridge_sink_destination_errors_total", "Failed attempts that say the destination or the sink's config is wrong (retried, never dead-lettered), by reason: unauthorized, forbidden, not_found, gone, redirect, config.", []string{"sink", "reason"}, nil)
 	descOwnersIncomplete = prometheus.NewDesc("kubebridge_owners_incomplete_total", "Notifications of a rule that includes owners whose owner chain (or Event's involved object) was still not all in the bridge's caches after the wait: sent with the missing owner named from its reference, without labels.", []string{"rule"}, nil)
@@ -108,6 +110,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descParked, prometheus.GaugeValue, float64(s.Parked), name)
 		ch <- prometheus.MustNewConstMetric(descParkedAge, prometheus.GaugeValue, s.OldestParked.Seconds(), name)
 		ch <- prometheus.MustNewConstMetric(descThrottled, prometheus.GaugeValue, float64(s.Throttled), name)
+		ch <- prometheus.MustNewConstMetric(descWindowOverflow, prometheus.CounterValue, float64(s.WindowOverflow), name)
+		ch <- prometheus.MustNewConstMetric(descWindowKeyErrors, prometheus.CounterValue, float64(s.WindowKeyErrors), name)
 		failing := 0.0
 		if s.Failing {
 			failing = 1
@@ -289,6 +293,8 @@ func sinkTotals(ds []*delivery.Delivery) []*sinkTotal {
 		t.Parked += s.Parked
 		t.OldestParked = max(t.OldestParked, s.OldestParked)
 		t.Throttled += s.Throttled
+		t.WindowOverflow += s.WindowOverflow
+		t.WindowKeyErrors += s.WindowKeyErrors
 		t.Failing = t.Failing || s.Failing
 		t.limit += limit
 		t.inFlight += inFlight

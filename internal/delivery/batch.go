@@ -7,11 +7,13 @@ import (
 	"github.com/kubebridge/kubebridge/pkg/event"
 )
 
-// object is one object's share of a batch: its events, in order, and the
-// queue's claim on the object while they are out.
+// object is one queue group's share of a batch (an object's, or a window
+// key's objects'): its events, in order, and the queue's claim on the
+// group while they are out.
 type object struct {
 	events []*event.Event
 	claim  queue.Claim[*event.Event]
+	group  string // its queue group: the object's key, or its window key's
 }
 
 // batch is what one attempt sends: whole objects. A batch that failed is

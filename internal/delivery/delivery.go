@@ -115,6 +115,9 @@ type Options struct {
 	DeadLetter sinks.DeadLetter
 	Logger     *slog.Logger // nil: discarded
 	Hooks      Hooks
+	// WindowKey is the update window's key (updateWindow.key); nil: a
+	// window per object.
+	WindowKey func(*event.Event) (string, error)
 	// Clock is the engine's time: retry backoff, the update window,
 	// parked objects' due times, probes, the rate limit, a batch's wait
 	// to fill. nil: the real clock (tests step a fake one).
@@ -193,7 +196,7 @@ func New(o Options) *Delivery {
 		d.batching.max = min(d.batching.max, burst) // a batch takes its tokens at once
 	}
 	d.parking.kick = d.signal
-	d.window.set(cfg.UpdateWindow.D())
+	d.window.set(cfg.UpdateWindow, o.WindowKey)
 	return d
 }
 
@@ -205,11 +208,12 @@ func (d *Delivery) Offer(ev *event.Event) {
 	}
 	d.window.mu.Lock()
 	defer d.window.mu.Unlock()
-	d.queue.OfferIn(ev.Key(), ev.QueueKey(), ev)
-	b := d.window.waiting[ev.Key()]
+	group := d.group(ev)
+	d.queue.OfferIn(group, ev.QueueKey(), ev)
+	b := d.window.waiting[group]
 	switch {
 	case b == nil:
-	case urgent(ev):
+	case !isKeyed(group) && urgent(ev):
 		d.parking.expedite(b)
 	default:
 		// Folded into what waits at once, not left in the queue: a busy
@@ -430,19 +434,27 @@ func (d *Delivery) take(ctx context.Context, buf *[]queue.Item[*event.Event], n 
 		for i, it := range items {
 			if it.Claimed() {
 				first[i] = it.Value
-				b.objects = append(b.objects, object{claim: it.Claim, events: first[i : i+1 : i+1]})
+				b.objects = append(b.objects, object{claim: it.Claim, events: first[i : i+1 : i+1], group: it.Group})
 				continue
 			}
-			// An object's items follow its claim within one take; a later
-			// take never returns an item of an object this batch claims.
+			// A group's items follow its claim within one take; a later
+			// take never returns an item of a group this batch claims.
 			for i := len(b.objects) - 1; i >= 0; i-- {
-				if o := &b.objects[i]; o.events == nil || o.events[0].Key() == it.Value.Key() {
+				if o := &b.objects[i]; o.group == it.Group {
 					o.events = append(o.events, it.Value)
 					break
 				}
 			}
 		}
-		d.counts.inFlight.Add(int64(len(items)))
+		n := len(items)
+		for i := range b.objects { // a key's objects taken together are one message
+			if o := &b.objects[i]; len(o.events) > 1 && isKeyed(o.group) {
+				before := len(o.events)
+				d.fold(o, true)
+				n += len(o.events) - before
+			}
+		}
+		d.counts.inFlight.Add(int64(n))
 		clear(items) // the buffer is reused: it must not keep these events alive
 	}
 	add(items)
@@ -479,8 +491,8 @@ func (d *Delivery) refresh(b *batch, fold bool) *batch {
 		for _, it := range items {
 			o.events = append(o.events, it.Value)
 		}
-		if fold || (len(items) > 0 && (b.refused || d.Pending()+len(items) > d.queue.Capacity())) {
-			o.events = d.counts.fold(o.events)
+		if fold || (len(items) > 0 && (isKeyed(o.group) || b.refused || d.Pending()+len(items) > d.queue.Capacity())) {
+			d.fold(&o, true)
 		}
 		if len(items) > 0 {
 			b.prepared, b.refused = d.hooks.BeforeSend == nil, false // new payload: intents, and a new chance
@@ -668,7 +680,7 @@ func (d *Delivery) settle(ctx context.Context, b *batch, events []*event.Event, 
 				rest[k] = e.WithFresh(false)
 			}
 		}
-		park = append(park, object{events: rest, claim: o.claim})
+		park = append(park, object{events: rest, claim: o.claim, group: o.group})
 		if cause == nil {
 			cause = out.cause
 		}

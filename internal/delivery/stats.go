@@ -17,9 +17,12 @@ type Stats struct {
 	Capacity                                 int
 	Parked                                   int           // objects parked (failed, waiting for their retry)
 	OldestParked                             time.Duration // how long the oldest parked object has waited
-	Throttled                                int           // objects waiting out the update window (acknowledged; their next updates held)
+	Throttled                                int           // objects (or keys) waiting out the update window (acknowledged; their next updates held)
 	Failing                                  bool          // the destination fails as a whole: probed one batch at a time
 	DestinationErrors                        map[string]uint64
+	// WindowOverflow counts keys sent without a window (maxKeys were
+	// waiting), WindowKeyErrors objects whose key failed (a window of their own).
+	WindowOverflow, WindowKeyErrors uint64
 }
 
 // counters are what a delivery counts as it goes; Stats reads them.
@@ -63,10 +66,11 @@ func (d *Delivery) Stats() Stats {
 		dest[k] = v
 	}
 	c.mu.Unlock()
+	overflow, keyErrors := d.window.counts()
 	q := d.queue.Stats()
 	q.Coalesced += c.coalesced.Load()
 	q.Cancelled += c.cancelled.Load()
 	return Stats{Delivered: c.delivered.Load(), Failed: c.failed.Load(), Retried: c.retried.Load(), DeadLettered: c.deadLettered.Load(),
 		Pending: d.Pending(), Queue: q, Capacity: d.queue.Capacity(),
-		Parked: parked, OldestParked: oldest, Throttled: throttled, Failing: d.gate.isFailing(), DestinationErrors: dest}
+		Parked: parked, OldestParked: oldest, Throttled: throttled, WindowOverflow: overflow, WindowKeyErrors: keyErrors, Failing: d.gate.isFailing(), DestinationErrors: dest}
 }

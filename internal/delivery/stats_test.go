@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
 )
 
@@ -27,7 +28,7 @@ func TestCounters(t *testing.T) {
 // deletion (quiet events aside), and never without a window.
 func TestUpdateWindowWaits(t *testing.T) {
 	var w updateWindow
-	w.set(time.Second)
+	w.set(config.UpdateWindow{Every: config.Duration(time.Second)}, nil)
 	obj := func(evs ...*event.Event) object { return object{events: evs} }
 	if !w.waits(obj(ev("a", "1", event.Added), ev("a", "2", event.Deleted).WithQuiet(true))) {
 		t.Error("an object whose last change sent was an added does not wait")
@@ -36,7 +37,7 @@ func TestUpdateWindowWaits(t *testing.T) {
 		t.Error("a deleted object waits out the window")
 	}
 	var none updateWindow
-	none.set(0)
+	none.set(config.UpdateWindow{}, nil)
 	if none.waits(obj(ev("a", "1", event.Updated))) {
 		t.Error("an object waits without a window")
 	}

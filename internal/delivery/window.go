@@ -1,48 +1,116 @@
 package delivery
 
 import (
+	"cmp"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/kubebridge/kubebridge/internal/queue"
+	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
 )
 
-// The update window (sink updateWindow): an object whose change was just
-// acknowledged waits it out parked, without events; its next updates are
-// folded into it (the latest state wins) and sent when the window ends, or
-// at once when an urgent event arrives (Offer folds them in as they come).
+// The update window (sink updateWindow): a group whose change was just
+// acknowledged waits it out parked, without events; its next events are
+// folded into it and sent when the window ends.
+//
+// Per object (no key), the group is the object: the latest state wins, and
+// an urgent event (an added, a deleted, a replay) ends the wait at once, so
+// that a consumer applying events by uid misses none.
+//
+// Per key, the group is every object whose first event gave that key, and
+// one message stands for them all: of what the window held, the latest
+// event of an object still present (else the latest deletion) is sent; the
+// others are quiet: acknowledged (recorded as delivered, in each object's
+// order) but never sent. Nothing is urgent, so a key sends at most one
+// message per window; nothing is dropped or held longer than one window.
+// A consumer applying events by uid would miss the objects coalesced away:
+// config validation allows a key only on a sink of messages for people.
 
-// updateWindow is the objects waiting out the window, by event key. mu
-// orders Offer's put and lookup against a throttle's take and insert, so
-// that an urgent event is never left behind a window.
+// keyPrefix starts the queue group of a key: object keys never hold a NUL.
+const keyPrefix = "\x00"
+
+func isKeyed(group string) bool { return strings.HasPrefix(group, keyPrefix) }
+
+// updateWindow is the groups waiting out the window. mu orders Offer's put
+// and lookup against a throttle's take and insert, so that an urgent event
+// is never left behind a window.
 type updateWindow struct {
 	length  time.Duration // 0: none
+	key     func(*event.Event) (string, error)
+	maxKeys int
+
 	mu      sync.Mutex
-	waiting map[string]*batch
+	waiting map[string]*batch // by group
+	keys    int               // of waiting, the keys
+	// pinned is each object's group (by queue key), from its first event
+	// to its deletion: an object never moves between groups, whose order
+	// the queue keeps per group, even if its key changes.
+	pinned map[string]string
+	// overflow counts windows not opened for want of room (maxKeys),
+	// keyErrors keys that failed (the object is then its own group).
+	overflow, keyErrors uint64
+	lastKeyErr          time.Time // logged at most every keyErrLogEvery
 }
 
-// set sets the window's length; 0: none.
-func (w *updateWindow) set(length time.Duration) {
-	w.length = length
-	if length > 0 {
-		w.waiting = map[string]*batch{}
+const keyErrLogEvery = 10 * time.Second
+
+// set sets the window; key nil: per object.
+func (w *updateWindow) set(cfg config.UpdateWindow, key func(*event.Event) (string, error)) {
+	w.length = cfg.Every.D()
+	if w.length == 0 {
+		return
+	}
+	w.waiting = map[string]*batch{}
+	if key != nil {
+		w.key, w.maxKeys, w.pinned = key, cfg.KeysOrDefault(), map[string]string{}
 	}
 }
 
-// urgent says whether e ends an update window at once: only updates wait
-// (and transitions the rule does not send).
+// group returns ev's queue group; mu is held.
+func (d *Delivery) group(ev *event.Event) string {
+	w := &d.window
+	if w.key == nil {
+		return ev.Key()
+	}
+	qk := ev.QueueKey()
+	g, ok := w.pinned[qk]
+	if !ok {
+		k, err := w.key(ev)
+		if err == nil {
+			g = keyPrefix + k
+		} else {
+			g = ev.Key()
+			w.keyErrors++
+			if now := d.clock.Now(); now.Sub(w.lastKeyErr) >= keyErrLogEvery {
+				w.lastKeyErr = now
+				d.logger.Warn("updateWindow key failed; the object has a window of its own", "object", ev.Subject, "error", err, "failures", w.keyErrors)
+			}
+		}
+		w.pinned[qk] = g
+	}
+	if ev.Change == event.Deleted {
+		delete(w.pinned, qk)
+	}
+	return g
+}
+
+// urgent says whether e ends an object's update window at once: only
+// updates wait (and transitions the rule does not send).
 func urgent(e *event.Event) bool { return !e.Quiet && (e.Change != event.Updated || e.Replay != "") }
 
-// waits says whether an object whose events were all taken waits out the
-// window: its last change sent was not a deletion.
+// waits says whether a group whose events were all taken waits out the
+// window: a key, once it sent a message; an object, unless the last
+// change sent was its deletion.
 func (w *updateWindow) waits(o object) bool {
 	if w.length == 0 {
 		return false
 	}
 	for i := len(o.events) - 1; i >= 0; i-- {
 		if e := o.events[i]; !e.Quiet {
-			return e.Change != event.Deleted
+			return isKeyed(o.group) || e.Change != event.Deleted
 		}
 	}
 	return false
@@ -53,14 +121,77 @@ func (w *updateWindow) forget(b *batch) {
 	w.mu.Lock()
 	if w.waiting[b.throttled] == b {
 		delete(w.waiting, b.throttled)
+		if isKeyed(b.throttled) {
+			w.keys--
+		}
 	}
 	w.mu.Unlock()
 	b.throttled = ""
 }
 
-// gather moves the events queued behind a throttled batch's object into
-// it, folded (the latest state wins), and reports whether one is urgent;
-// window.mu is held.
+// fold folds o's events as the queue does, each object's; a key's are
+// then one message (oneMessage) when they are about to be sent (send):
+// until then what a window holds keeps each object's own change, so that
+// the message says "added" for an object added in the window.
+func (d *Delivery) fold(o *object, send bool) {
+	if !isKeyed(o.group) {
+		o.events = d.counts.fold(o.events)
+		return
+	}
+	if len(o.events) < 2 {
+		return
+	}
+	// Each object's events together, in its order; objects ordered by
+	// their last event.
+	last := make(map[string]int, len(o.events))
+	for i, e := range o.events {
+		last[e.QueueKey()] = i
+	}
+	events := slices.Clone(o.events)
+	slices.SortStableFunc(events, func(a, b *event.Event) int { return cmp.Compare(last[a.QueueKey()], last[b.QueueKey()]) })
+	o.events = d.counts.fold(events)
+	if send {
+		d.oneMessage(o.events)
+	}
+}
+
+// oneMessage makes a key's folded events (each object's together, objects
+// by their last event) one message: the latest event to send of an object
+// still present, else the latest deletion, is the one sent; the others
+// become quiet (acknowledged, never sent).
+func (d *Delivery) oneMessage(events []*event.Event) {
+	gone := make(map[string]bool, len(events)) // by object: its last event is its deletion
+	for i := len(events) - 1; i >= 0; i-- {
+		if k := events[i].QueueKey(); !hasKey(gone, k) {
+			gone[k] = events[i].Change == event.Deleted
+		}
+	}
+	sent := -1
+	for i := len(events) - 1; i >= 0; i-- {
+		e := events[i]
+		if e.Quiet {
+			continue
+		}
+		if !gone[e.QueueKey()] {
+			sent = i
+			break
+		}
+		if sent < 0 {
+			sent = i
+		}
+	}
+	var quieted uint64
+	for i, e := range events {
+		if i != sent && !e.Quiet {
+			events[i] = e.WithQuiet(true)
+			quieted++
+		}
+	}
+	d.counts.coalesced.Add(quieted)
+}
+
+// gather moves the events queued behind a throttled batch's group into
+// it, folded, and reports whether one is urgent; window.mu is held.
 func (d *Delivery) gather(b *batch, items []queue.Item[*event.Event]) (urgentNow bool) {
 	o := &b.objects[0]
 	items = d.queue.TakeFrom(o.claim, items[:0])
@@ -72,21 +203,30 @@ func (d *Delivery) gather(b *batch, items []queue.Item[*event.Event]) (urgentNow
 		o.events = append(o.events, it.Value)
 		urgentNow = urgentNow || urgent(it.Value)
 	}
-	o.events = d.counts.fold(o.events)
+	d.fold(o, false)
 	d.counts.inFlight.Add(int64(len(o.events) - before)) // the items left the queue for the batch
 	b.prepared = d.hooks.BeforeSend == nil
-	return urgentNow
+	return urgentNow && !isKeyed(o.group)
 }
 
-// throttle parks the acknowledged objects for the update window, with
-// the events queued behind them meanwhile; due at once if one of those
-// is urgent.
+// throttle parks the acknowledged groups for the update window, with the
+// events queued behind them meanwhile; due at once if one of those is
+// urgent. A key finding maxKeys windows open gets none: released, its
+// next events go as they come.
 func (d *Delivery) throttle(objects []object, now time.Time) {
 	d.window.mu.Lock()
 	defer d.window.mu.Unlock()
 	var items []queue.Item[*event.Event]
 	for _, o := range objects {
-		b := &batch{objects: []object{{claim: o.claim}}, prepared: true, throttled: o.events[0].Key()}
+		if isKeyed(o.group) {
+			if d.window.keys >= d.window.maxKeys {
+				d.window.overflow++
+				d.queue.Release(o.claim)
+				continue
+			}
+			d.window.keys++
+		}
+		b := &batch{objects: []object{{claim: o.claim, group: o.group}}, prepared: true, throttled: o.group}
 		due := now.Add(d.window.length)
 		if d.gather(b, items) {
 			due = now
@@ -94,4 +234,14 @@ func (d *Delivery) throttle(objects []object, now time.Time) {
 		d.window.waiting[b.throttled] = b
 		d.parking.put(b, due)
 	}
+}
+
+func hasKey(m map[string]bool, k string) bool { _, ok := m[k]; return ok }
+
+// counts returns the windows not opened for want of room and the
+// keys that failed.
+func (w *updateWindow) counts() (overflow, keyErrors uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.overflow, w.keyErrors
 }

@@ -54,7 +54,7 @@ func replayOf(e *event.Event) *event.Event {
 func TestUpdateWindow(t *testing.T) {
 	const window = 2 * time.Second
 	cfg := sinkConfig()
-	cfg.UpdateWindow = config.Duration(window)
+	cfg.UpdateWindow = config.UpdateWindow{Every: config.Duration(window)}
 	sink := &sent{}
 	var ackMu sync.Mutex
 	var acked []string
@@ -164,7 +164,7 @@ func TestUpdateWindowFoldsWhatQueuedInFlight(t *testing.T) {
 	const window = time.Second
 	cfg := sinkConfig()
 	cfg.Queue.Capacity = 10
-	cfg.UpdateWindow = config.Duration(window)
+	cfg.UpdateWindow = config.UpdateWindow{Every: config.Duration(window)}
 	sink := &gated{release: make(chan struct{})}
 	clk := fakeClock()
 	d := New(Options{Config: cfg, Sink: sink, Clock: clk})

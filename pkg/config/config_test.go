@@ -113,6 +113,14 @@ func TestExplicitValuesOverrideDefaults(t *testing.T) {
 	if r := cfg.Sinks[0].RateLimit; r == nil || r.EventsPerSecond != 0.5 || r.BurstOrDefault() != 1 {
 		t.Errorf("rateLimit = %+v", r)
 	}
+	cfg = mustParse(t, mutate(t, base, "      jetstream: true\n", "      jetstream: true\n    updateWindow: 30s\n"))
+	if w := cfg.Sinks[0].UpdateWindow; w.Every.D() != 30*time.Second || w.Key != "" {
+		t.Errorf("updateWindow: 30s = %+v, want a window of 30s per object", w)
+	}
+	cfg = mustParse(t, mutate(t, base, "      url: https://hooks.example.com/k8s\n", "      url: https://hooks.example.com/k8s\n      preset: slack\n    updateWindow: {every: 10m, key: \"object.involvedObject.uid + '/' + object.reason\"}\n"))
+	if w := cfg.Sinks[1].UpdateWindow; w.Every.D() != 10*time.Minute || w.Key == "" || w.KeysOrDefault() != DefaultWindowMaxKeys {
+		t.Errorf("updateWindow with a key = %+v", w)
+	}
 	cfg = mustParse(t, mutate(t, base, "cluster: prod-eu-1\n", "cluster: prod-eu-1\ncheckpoint: {natsKV: {sink: bus}}\n"))
 	if cfg.Checkpoint.File != "" || cfg.Checkpoint.NATSKV.Bucket != DefaultKVBucket {
 		t.Errorf("checkpoint = %+v / %+v", cfg.Checkpoint, cfg.Checkpoint.NATSKV)
@@ -157,6 +165,18 @@ func TestInvalidConfigs(t *testing.T) {
 			[]string{`config.yaml:9: sinks[0].retry.maxElapsed: must be 0 (retry until acknowledged) or positive, got -1s`}},
 		{"replayEvery too short", "      jetstream: true\n", "      jetstream: true\n    replayEvery: 10ms\n",
 			[]string{`config.yaml:9: sinks[0].replayEvery: must be 0 (never) or at least 1s, got 10ms`}},
+		{"updateWindow key that does not compile", "      url: https://hooks.example.com/k8s\n", "      url: https://hooks.example.com/k8s\n      preset: slack\n    updateWindow: {every: 1m, key: \"objekt.reason\"}\n",
+			[]string{`config.yaml:13: sinks[1].updateWindow.key: undeclared reference to 'objekt' (column 1)`}},
+		{"updateWindow key not a string", "      url: https://hooks.example.com/k8s\n", "      url: https://hooks.example.com/k8s\n      preset: slack\n    updateWindow: {every: 1m, key: \"object.metadata.generation\"}\n",
+			[]string{`config.yaml:13: sinks[1].updateWindow.key: must be a string expression, got int`}},
+		{"updateWindow key without every", "      url: https://hooks.example.com/k8s\n", "      url: https://hooks.example.com/k8s\n      preset: slack\n    updateWindow: {key: \"object.metadata.name\"}\n",
+			[]string{`config.yaml:13: sinks[1].updateWindow.key: needs every: the window each key's messages are held to one in`}},
+		{"updateWindow key on a sink consumers apply by uid", "      jetstream: true\n", "      jetstream: true\n    updateWindow: {every: 1m, key: \"object.metadata.name\"}\n",
+			[]string{`config.yaml:9: sinks[0].updateWindow.key: a window per key coalesces different objects into one message: only for a sink that sends messages for people (a webhook with request or preset, not an alert's); this nats sink's consumer…`}},
+		{"updateWindow key on an alert preset", "      url: https://hooks.example.com/k8s\n", "      url: https://hooks.example.com/k8s\n      preset: pagerduty\n      credentialFiles: {routingKey: /etc/pd/key}\n    updateWindow: {every: 1m, key: \"object.metadata.name\"}\n",
+			[]string{`config.yaml:14: sinks[1].updateWindow.key: a window per key coalesces different objects into one message…`}},
+		{"updateWindow not a duration", "      jetstream: true\n", "      jetstream: true\n    updateWindow: soon\n",
+			[]string{`config.yaml:9: sinks[0].updateWindow: invalid duration "soon" (want e.g. 200ms, 5s, 1h)`}},
 		{"sink without a kind", "    file: {path: /tmp/events.jsonl}", "    queue: {capacity: 5}",
 			[]string{`config.yaml:12: sinks[2]: needs a type block, one of: exec, file, kafka, nats, webhook`}},
 		{"unknown sink type", "    file: {path: /tmp/events.jsonl}", "    fiel: {path: /tmp/events.jsonl}",

@@ -23,6 +23,10 @@ type Defaulter interface{ SetDefaults() }
 // scalarParser is implemented by types written as one YAML scalar (Duration).
 type scalarParser interface{ parseScalar(string) error }
 
+// shorthand is implemented by mappings that may also be written as one
+// scalar, their main field (updateWindow: 30s).
+type shorthand interface{ parseShorthand(string) error }
+
 // decoder turns a yaml.Node tree into config structs strictly: unknown keys,
 // duplicate keys and wrong types are problems with the key path and line, and
 // decoding goes on after each so that every problem is reported at once.
@@ -76,6 +80,12 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 			}
 		}
 		v = v.Elem()
+	}
+	if sh, ok := v.Addr().Interface().(shorthand); ok && n.Kind == yaml.ScalarNode {
+		if err := sh.parseShorthand(n.Value); err != nil {
+			d.errorf(path, n.Line, "%v", err)
+		}
+		return
 	}
 	if sp, ok := v.Addr().Interface().(scalarParser); ok {
 		if n.Kind != yaml.ScalarNode {

@@ -94,8 +94,42 @@ type Sink struct {
 	DeadLetter *DeadLetter `yaml:"deadLetter"`
 	// RateLimit holds the events sent to the sink to a rate, dropping none: what waits stays queued, in order, coalescing per object past the queue's capacity. Default: no limit.
 	RateLimit *RateLimit `yaml:"rateLimit"`
-	// UpdateWindow sends at most one update per object per window: updates in between coalesce (the latest state wins); an added, a deleted and a replay are never held back or dropped. Default 0: every update.
-	UpdateWindow Duration `yaml:"updateWindow"`
+	// UpdateWindow holds messages back to one per window: a duration (`updateWindow: 30s`) is one per object, or `{every: 10m, key: <CEL>}` one per key (docs/actions.md). Default: every update.
+	UpdateWindow UpdateWindow `yaml:"updateWindow"`
+}
+
+// UpdateWindow holds a sink's messages back to one per object, or per key,
+// per window. Written as a duration, it is {every: <duration>}.
+type UpdateWindow struct {
+	// Every is the window. Without key: at most one update per object per window; updates in between coalesce (the latest state wins); an added, a deleted and a replay are never held back or dropped. Default 0: every update.
+	Every Duration `yaml:"every"`
+	// Key is a CEL expression over the event (object, oldObject, type) yielding a string, e.g. object.involvedObject.uid + '/' + object.reason: at most one message per key per window, whatever the change, the latest state of the key's objects winning (one still present over a deletion); the objects coalesced into it are recorded as delivered without a message of their own. An object keeps the key of its first event. Only on a sink that sends messages for people (a webhook with request or preset, not an alert's): a consumer applying events by uid, or an alert resolved per object, would miss the objects coalesced away. Default: per object.
+	Key string `yaml:"key"`
+	// MaxKeys bounds the keys waiting out a window at once (with key). Past it, a key's messages go out as they come, without a window (counted in kubebridge_sink_window_overflow_total): none is dropped or held longer. Default 10000.
+	MaxKeys int `yaml:"maxKeys"`
+}
+
+// DefaultWindowMaxKeys is UpdateWindow.MaxKeys' default.
+const DefaultWindowMaxKeys = 10_000
+
+// KeysOrDefault is MaxKeys, or its default.
+func (w UpdateWindow) KeysOrDefault() int {
+	if w.MaxKeys > 0 {
+		return w.MaxKeys
+	}
+	return DefaultWindowMaxKeys
+}
+
+// parseShorthand reads `updateWindow: 30s`: a window per object.
+func (w *UpdateWindow) parseShorthand(s string) error { return w.Every.parseScalar(s) }
+
+// MarshalYAML writes a window without key as its shorthand, a duration.
+func (w UpdateWindow) MarshalYAML() (any, error) {
+	if w.Key == "" && w.MaxKeys == 0 {
+		return w.Every, nil
+	}
+	type plain UpdateWindow // without this method
+	return plain(w), nil
 }
 
 // RateLimit is a token bucket over the events a sink is sent.

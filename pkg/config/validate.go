@@ -127,6 +127,14 @@ func (c *Config) Validate() error {
 			errs = append(errs, WarningAt(at, "waits %s, but the sink's replay, which ends the wait, comes every %s: it may fire up to %s late", wait, s.ReplayEvery.D(), s.ReplayEvery.D()))
 		}
 	}
+	for i, s := range c.Sinks {
+		if s.UpdateWindow.Key == "" {
+			continue
+		}
+		if m, ok := s.Spec.(messenger); !ok || !m.SendsMessages() {
+			errs = append(errs, ErrorAt(fmt.Sprintf("sinks[%d].updateWindow.key", i), "a window per key coalesces different objects into one message: only for a sink that sends messages for people (a webhook with request or preset, not an alert's); this %s sink's consumer, applying events (or alerts) per object, would miss the objects coalesced away (use updateWindow: <duration>, per object)", s.Type))
+		}
+	}
 	errs = append(errs, c.validateAlertLifetimes()...)
 	errs = append(errs, c.validateRuleTargets()...)
 	return errors.Join(errs...)
@@ -214,6 +222,12 @@ type replayWaiter interface {
 	WaitsForReplay() (key string, wait time.Duration)
 }
 
+// messenger is implemented by the config of a sink type that may send
+// messages for people (a rendered request) rather than events a consumer
+// applies by uid: only such a sink may coalesce different objects into one
+// message (updateWindow.key).
+type messenger interface{ SendsMessages() bool }
+
 // kvHolder is implemented by the config of a sink type that provides
 // CheckpointKV when some of its sinks cannot hold the bucket (one whose
 // destination lacks a key-value store, as it is configured).
@@ -270,13 +284,42 @@ func (s *Sink) Validate() error {
 	if s.Workers > 0 && s.Concurrency != nil {
 		errs = append(errs, ErrorAt("concurrency", "set either workers (a fixed number of batches in flight) or concurrency (adaptive), not both"))
 	}
-	if s.UpdateWindow < 0 || s.UpdateWindow.D() > maxUpdateWindow {
-		errs = append(errs, ErrorAt("updateWindow", "must be between 0 (every update) and %s, got %s", maxUpdateWindow, s.UpdateWindow))
-	}
+	errs = append(errs, s.UpdateWindow.validate()...)
 	if s.ReplayEvery < 0 || (s.ReplayEvery > 0 && s.ReplayEvery.D() < minReplayEvery) {
 		errs = append(errs, ErrorAt("replayEvery", "must be 0 (never) or at least %s, got %s", minReplayEvery, s.ReplayEvery))
 	}
 	return errors.Join(errs...)
+}
+
+// maxWindowKeys bounds updateWindow.maxKeys: each key waiting holds its
+// latest events.
+const maxWindowKeys = 1_000_000
+
+// validate checks the window, and its key: a CEL expression that yields a
+// string (one whose type is only known when evaluated passes; a value
+// that is not a string then sends the object under its own key).
+func (w UpdateWindow) validate() []error {
+	var errs []error
+	if w.Every < 0 || w.Every.D() > maxUpdateWindow {
+		errs = append(errs, ErrorAt("updateWindow", "must be between 0 (every update) and %s, got %s", maxUpdateWindow, w.Every))
+	}
+	if w.MaxKeys < 0 || w.MaxKeys > maxWindowKeys {
+		errs = append(errs, ErrorAt("updateWindow.maxKeys", "must be between 1 and %d (0: %d), got %d", maxWindowKeys, DefaultWindowMaxKeys, w.MaxKeys))
+	}
+	switch {
+	case w.Key == "" && w.MaxKeys != 0:
+		errs = append(errs, ErrorAt("updateWindow.maxKeys", "bounds the keys of a window with key: set key, or leave maxKeys out"))
+	case w.Key == "":
+	case w.Every == 0:
+		errs = append(errs, ErrorAt("updateWindow.key", "needs every: the window each key's messages are held to one in"))
+	default:
+		if _, cerrs := celsandbox.CompileKey(w.Key); len(cerrs) > 0 {
+			for _, e := range cerrs {
+				errs = append(errs, ErrorAt("updateWindow.key", "%v", e))
+			}
+		}
+	}
+	return errs
 }
 
 // Validate checks the rate and the burst.

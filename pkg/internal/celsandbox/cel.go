@@ -223,6 +223,23 @@ func CompileWhere(expr string) (*cel.Ast, []error) {
 	return ast, nil
 }
 
+// CompileKey compiles a sink's updateWindow key, which must yield a string
+// (dyn passes: it is checked when evaluated).
+func CompileKey(expr string) (*cel.Ast, []error) {
+	env, err := CELEnv()
+	if err != nil {
+		return nil, []error{fmt.Errorf("CEL environment: %w", err)}
+	}
+	ast, errs := compileCEL(env, expr)
+	if errs != nil {
+		return nil, errs
+	}
+	if t := ast.OutputType(); !t.IsAssignableType(cel.StringType) {
+		return nil, []error{fmt.Errorf("must be a string expression, got %s", t)}
+	}
+	return ast, nil
+}
+
 // compileCEL compiles expr in env: each issue is one error with its
 // column (and line, for a multi-line expression); a replace of literals
 // over the bound is refused, since literal arguments are evaluated when

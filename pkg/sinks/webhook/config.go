@@ -134,6 +134,22 @@ func (w *Config) request() *Request {
 	return nil
 }
 
+// SendsMessages says whether each event is a request shaped by CEL (a
+// request or a preset) for people: a message, which may stand for several
+// objects (updateWindow.key), not a CloudEvent a consumer applies by uid,
+// nor an alert fired and resolved per object (a resolve coalesced into
+// another object's message would leave the alert firing).
+func (w *Config) SendsMessages() bool {
+	if w.request() == nil || alertPresets[w.Preset] {
+		return false
+	}
+	_, _, posts := w.AlertLifetime()
+	return !posts
+}
+
+// alertPresets fire and resolve an alert per object.
+var alertPresets = map[string]bool{"alertmanager": true, "pagerduty": true, "opsgenie": true}
+
 // WaitsForReplay names the request's for and its duration, which the
 // sink's replay ends (config.Validate requires replayEvery with it).
 func (w *Config) WaitsForReplay() (string, time.Duration) {

@@ -1,0 +1,172 @@
+package delivery
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kubebridge/kubebridge/pkg/config"
+	"github.com/kubebridge/kubebridge/pkg/event"
+)
+
+// keyed is an event of object name whose window key is key (kept in a
+// label, which the test's key expression reads).
+func keyed(name, rv string, change event.Change, key string) *event.Event {
+	e := ev(name, rv, change)
+	e.Object().SetLabels(map[string]string{"incident": key})
+	return e
+}
+
+func byIncident(e *event.Event) (string, error) {
+	k := e.Object().GetLabels()["incident"]
+	if k == "" {
+		return "", errors.New("no incident label")
+	}
+	return k, nil
+}
+
+// keyedDelivery runs a delivery with a window per incident label, and
+// records what it acknowledged, in order.
+func keyedDelivery(t *testing.T, window time.Duration, maxKeys int) (*Delivery, *sent, func() []string, interface{ Step(time.Duration) }) {
+	cfg := sinkConfig()
+	cfg.UpdateWindow = config.UpdateWindow{Every: config.Duration(window), Key: "object.metadata.labels.incident", MaxKeys: maxKeys}
+	sink := &sent{}
+	var mu sync.Mutex
+	var acked []string
+	clk := fakeClock()
+	d := New(Options{Config: cfg, Sink: sink, Clock: clk, WindowKey: byIncident, Hooks: Hooks{OnAck: func(evs []*event.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, e := range evs {
+			line := e.Object().GetName() + " " + string(e.Change) + " " + e.Object().GetResourceVersion()
+			if e.Quiet {
+				line += " quiet"
+			}
+			acked = append(acked, line)
+		}
+	}}})
+	stop := run(t, d)
+	t.Cleanup(stop)
+	return d, sink, func() []string { mu.Lock(); defer mu.Unlock(); return slices.Clone(acked) }, clk
+}
+
+// With a key, different objects coalesce into one message per key per
+// window, whatever their change: the first goes at once, what follows in
+// the window (added ones too) waits and goes as one message, the latest
+// state of an object still present; the objects coalesced away are
+// acknowledged without being sent. Another key is not held.
+func TestUpdateWindowPerKey(t *testing.T) {
+	const window = 10 * time.Minute
+	d, sink, acked, clk := keyedDelivery(t, window, 0)
+
+	d.Offer(keyed("a", "1", event.Added, "X"))
+	waitFor(t, sink.has("a added 1"))
+	waitFor(t, func() bool { return d.Stats().Throttled == 1 })
+	d.Offer(keyed("b", "1", event.Added, "X")) // a new object of the key: held too
+	d.Offer(keyed("a", "2", event.Updated, "X"))
+	d.Offer(keyed("c", "1", event.Added, "X"))
+	d.Offer(keyed("b", "2", event.Updated, "X"))
+	d.Offer(keyed("y", "1", event.Added, "Y")) // another key: at once
+	waitFor(t, sink.has("y added 1"))
+	if got := sink.lines(); len(got) != 2 {
+		t.Fatalf("inside X's window: sent %q", got)
+	}
+	clk.Step(window)
+	waitFor(t, sink.has("b added 2"))                    // b's added and update fold; b is the latest object
+	waitFor(t, func() bool { return len(acked()) == 5 }) // b's two events folded into one
+	if got := sink.lines(); len(got) != 3 {
+		t.Fatalf("X's window ended: sent %q, want one message for it", got)
+	}
+	for _, want := range []string{"a updated 2 quiet", "c added 1 quiet", "b added 2"} {
+		if !slices.Contains(acked(), want) {
+			t.Errorf("acknowledged %q: %q missing", acked(), want)
+		}
+	}
+
+	// The latest object still present wins over a later deletion.
+	waitFor(t, func() bool { return d.Stats().Throttled == 1 }) // X again; Y's window ended with nothing
+	d.Offer(keyed("a", "3", event.Updated, "X"))
+	d.Offer(keyed("c", "2", event.Deleted, "X"))
+	clk.Step(window)
+	waitFor(t, sink.has("a updated 3"))
+	waitFor(t, func() bool { return slices.Contains(acked(), "c deleted 2 quiet") })
+
+	// When every object of the window is gone, the latest deletion.
+	waitFor(t, func() bool { return d.Stats().Throttled == 1 })
+	d.Offer(keyed("a", "4", event.Deleted, "X"))
+	d.Offer(keyed("b", "3", event.Deleted, "X"))
+	clk.Step(window)
+	waitFor(t, sink.has("b deleted 3"))
+	if got := sink.lines(); len(got) != 5 || slices.Contains(got, "a deleted 4") {
+		t.Errorf("sent %q, want one message per window: a's deletion coalesced into b's", got)
+	}
+	waitFor(t, func() bool { return slices.Contains(acked(), "a deleted 4 quiet") })
+	if s := d.Stats(); s.Queue.Coalesced < 4 {
+		t.Errorf("coalesced %d, want at least the 4 events sent as part of a key's message", s.Queue.Coalesced)
+	}
+
+	// A drain sends what waits without waiting the window out.
+	d.Offer(keyed("d", "1", event.Added, "X"))
+	d.Close()
+	select {
+	case <-d.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close waited out the window")
+	}
+	if !sink.has("d added 1")() {
+		t.Errorf("drained: %q", sink.lines())
+	}
+}
+
+// Past maxKeys, a key gets no window: its messages go as they come (none
+// dropped or held), counted; a key that fails gives the object a window
+// of its own.
+func TestUpdateWindowPerKeyBounds(t *testing.T) {
+	const window = time.Minute
+	d, sink, _, _ := keyedDelivery(t, window, 1)
+	d.Offer(keyed("a", "1", event.Added, "X"))
+	waitFor(t, func() bool { return d.Stats().Throttled == 1 })
+	d.Offer(keyed("y", "1", event.Added, "Y"))
+	waitFor(t, sink.has("y added 1"))
+	d.Offer(keyed("y", "2", event.Updated, "Y"))
+	waitFor(t, sink.has("y updated 2")) // no room for Y's window
+	if s := d.Stats(); s.WindowOverflow < 1 || s.Throttled != 1 {
+		t.Errorf("overflow %d, throttled %d; want Y counted and only X waiting", s.WindowOverflow, s.Throttled)
+	}
+
+	d.Offer(ev("n", "1", event.Added)) // no label: the key fails
+	waitFor(t, sink.has("n added 1"))
+	d.Offer(ev("n", "2", event.Updated))
+	d.Offer(ev("n", "3", event.Deleted)) // its own window: a deletion ends it
+	waitFor(t, sink.has("n deleted 3"))
+	if slices.Contains(sink.lines(), "n updated 2") {
+		t.Errorf("n's update inside its window was sent: %q", sink.lines())
+	}
+	if s := d.Stats(); s.WindowKeyErrors != 1 {
+		t.Errorf("key errors %d, want 1 (an object's key is evaluated once)", s.WindowKeyErrors)
+	}
+}
+
+// Several events of a key taken at once (a burst before the delivery
+// took any) are one message too: the latest.
+func TestUpdateWindowPerKeyBurst(t *testing.T) {
+	cfg := sinkConfig()
+	cfg.UpdateWindow = config.UpdateWindow{Every: config.Duration(time.Minute), Key: "k"}
+	sink := &sent{}
+	d := New(Options{Config: cfg, Sink: sink, Clock: fakeClock(), WindowKey: byIncident})
+	for _, name := range []string{"a", "b", "c"} {
+		d.Offer(keyed(name, "1", event.Added, "X"))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go d.Run(ctx)
+	waitFor(t, func() bool { return d.Stats().Throttled == 1 })
+	if got := sink.lines(); !slices.Equal(got, []string{"c added 1"}) {
+		t.Errorf("sent %q, want the latest object's message only", got)
+	}
+	cancel()
+	<-d.Done()
+}

@@ -1,0 +1,53 @@
+package filters
+
+import (
+	"fmt"
+
+	"github.com/google/cel-go/cel"
+	"github.com/google/cel-go/common/types"
+
+	"github.com/kubebridge/kubebridge/pkg/event"
+	"github.com/kubebridge/kubebridge/pkg/internal/celsandbox"
+)
+
+// WindowKey is a sink's updateWindow key: a CEL expression over an event
+// (object, oldObject, type) whose string groups events into one window.
+type WindowKey struct{ prg cel.Program }
+
+// NewWindowKey compiles expr (config validation has checked it).
+func NewWindowKey(expr string) (*WindowKey, error) {
+	ast, errs := celsandbox.CompileKey(expr)
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("updateWindow.key: %v", errs[0])
+	}
+	env, err := celsandbox.CELEnv()
+	if err != nil {
+		return nil, err
+	}
+	prg, err := env.Program(ast, celsandbox.CELProgramOptions()...)
+	if err != nil {
+		return nil, fmt.Errorf("updateWindow.key: %w", err)
+	}
+	return &WindowKey{prg: prg}, nil
+}
+
+// Of evaluates the key for e: an error when the expression fails or yields
+// something other than a string.
+func (k *WindowKey) Of(e *event.Event) (string, error) {
+	vars := &activation{typ: e.Change}
+	if o := e.Object(); o != nil {
+		vars.object = o.Object
+	}
+	if o := e.OldObject(); o != nil {
+		vars.oldObject = o.Object
+	}
+	out, _, err := k.prg.Eval(vars)
+	if err != nil {
+		return "", err
+	}
+	s, ok := out.(types.String)
+	if !ok {
+		return "", fmt.Errorf("the key evaluated to %s, not a string", out.Type())
+	}
+	return string(s), nil
+}
