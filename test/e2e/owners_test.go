@@ -208,3 +208,99 @@ func TestOwnersInEnvelopeAndWhere(t *testing.T) {
 		t.Errorf("the where failed:\n%s", grepLines(text, "where"))
 	}
 }
+
+// With the real kube-controller-manager: a Deployment's ReplicaSet and
+// Pods, made by its controllers, carry their owners (a Pod: its
+// ReplicaSet, then the Deployment with its labels); the controllers' own
+// Events (ScalingReplicaSet about the Deployment, SuccessfulCreate about
+// the ReplicaSet) carry the object they are about with its owners, and a
+// where on the Deployment's team lets through the Events of its
+// ReplicaSet only (the Deployment owns it; nothing owns the Deployment).
+func TestOwnersFromTheControllerManager(t *testing.T) {
+	t.Parallel()
+	cp := testenv.StartControlPlane(t)
+	cp.StartControllerManager(t)
+	cs := cp.Clientset(t)
+	ctx := context.Background()
+	const ns = "kcm-owners"
+	_, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	must(t, err)
+	out := filepath.Join(t.TempDir(), "events.jsonl")
+	startBridge(t, cp, fileConfig(out,
+		rule("pods", "v1/pods", ns)+"    include: [metadata, owners]\n",
+		rule("replicasets", "apps/v1/replicasets", ns)+"    include: [metadata, owners]\n",
+		rule("events", "v1/events", ns)+"    include: [owners]\n",
+		rule("payments", "v1/events", ns)+"    include: [owners]\n    where: \"involved.owners.exists(o, o.kind == 'Deployment' && o.labels.team == 'payments')\"\n"))
+
+	sel := map[string]string{"app": "web"}
+	replicas := int32(2)
+	_, err = cs.AppsV1().Deployments(ns).Create(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "web", Labels: map[string]string{"team": "payments"}},
+		Spec: appsv1.DeploymentSpec{Replicas: &replicas, Selector: &metav1.LabelSelector{MatchLabels: sel},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: sel}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "nginx:1.27"}}}}}},
+		metav1.CreateOptions{})
+	must(t, err)
+
+	reason := func(e ce) string {
+		var env struct {
+			Data struct {
+				Object struct{ Reason string } `json:"object"`
+			} `json:"data"`
+		}
+		_ = json.Unmarshal(e.raw, &env)
+		return env.Data.Object.Reason
+	}
+	evs := waitEvents(t, out, "the Pods, the ReplicaSet and the controllers' Events", func(evs []ce) bool {
+		pods, rs, reasons := 0, 0, map[string]bool{}
+		for _, e := range evs {
+			switch e.Rule {
+			case "pods":
+				pods++
+			case "replicasets":
+				rs++
+			case "events":
+				reasons[reason(e)] = true
+			}
+		}
+		return pods >= 2 && rs >= 1 && reasons["ScalingReplicaSet"] && reasons["SuccessfulCreate"]
+	})
+	var rsName string
+	for _, e := range evs {
+		if e.Rule == "replicasets" && e.change() == "added" {
+			rsName = e.Subject[len(ns)+1:]
+			if got := ownersOf(t, e); got.chain() != "Deployment web" || got.Incomplete || got.Owners[0].Labels["team"] != "payments" {
+				t.Errorf("ReplicaSet %s: owners %+v", e.Subject, got)
+			}
+		}
+	}
+	for _, e := range evs {
+		switch e.Rule {
+		case "pods":
+			if got := ownersOf(t, e); got.chain() != "ReplicaSet "+rsName+" → Deployment web" || got.Incomplete {
+				t.Errorf("Pod %s (%s): owners %q incomplete %v", e.Subject, e.change(), got.chain(), got.Incomplete)
+			}
+		case "events", "payments":
+			in := ownersOf(t, e).Involved
+			switch r := reason(e); r {
+			case "ScalingReplicaSet":
+				if in == nil || in.Kind != "Deployment" || in.Name != "web" || in.Labels["team"] != "payments" || len(in.Owners) != 0 || in.OwnersIncomplete {
+					t.Errorf("%s %s: involved %+v", e.Rule, r, in)
+				}
+				if e.Rule == "payments" {
+					t.Errorf("the Deployment's own Event passed the where on its owners")
+				}
+			case "SuccessfulCreate":
+				if in == nil || in.Kind != "ReplicaSet" || in.Name != rsName || len(in.Owners) != 1 || in.Owners[0].Name != "web" || in.OwnersIncomplete {
+					t.Errorf("%s %s: involved %+v", e.Rule, r, in)
+				}
+			}
+		}
+	}
+	waitEvents(t, out, "the ReplicaSet's Events through the where", func(evs []ce) bool {
+		for _, e := range evs {
+			if e.Rule == "payments" && reason(e) == "SuccessfulCreate" {
+				return true
+			}
+		}
+		return false
+	})
+}
