@@ -26,8 +26,9 @@ import (
 // kubernetes-event-exporter setup of docs/migrate-from-event-exporter.md)
 // against the real apiserver, Slack receivers that check Slack's schema
 // and a webhook that checks its API key: a Warning Event reaches its
-// namespace's team channel only (the platform channel without a team) and
-// the webhook in the exporter's layout; a Normal Event reaches nothing; the
+// namespace's team channel only (the platform channel without a team),
+// naming the Pod's Deployment, and the webhook in the exporter's layout
+// with the Pod's labels and owner; a Normal Event reaches nothing; the
 // Event recurring (its count bumped) is one more message per window with
 // the new count; a namespace relabeled sends its Events to the new team.
 func TestEventExporterExample(t *testing.T) {
@@ -38,6 +39,7 @@ func TestEventExporterExample(t *testing.T) {
 	const pay, plain = "ee-pay", "ee-plain"
 	viewNamespace(t, cs, pay, map[string]string{"team": "payments"})
 	viewNamespace(t, cs, plain, nil)
+	deploymentChain(t, cs, pay, "web", map[string]string{"team": "payments"}, 1) // Pod web-6d4-a
 
 	slack := map[string]func() []string{}
 	replace := map[string]string{
@@ -74,23 +76,23 @@ func TestEventExporterExample(t *testing.T) {
 	cfg = strings.ReplaceAll(cfg, "updateWindow: 10m", "updateWindow: 2s")
 	startBridge(t, cp, cfg)
 
-	newEvent := func(ns, name, typ, reason string) {
+	newEvent := func(ns, pod, name, typ, reason string) {
 		now := metav1.NewTime(time.Now())
 		_, err := cs.CoreV1().Events(ns).Create(ctx, &corev1.Event{
 			ObjectMeta:     metav1.ObjectMeta{Name: name},
-			InvolvedObject: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: ns, Name: "web-1"},
-			Type:           typ, Reason: reason, Message: reason + " of web-1", Count: 1,
+			InvolvedObject: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: ns, Name: pod},
+			Type:           typ, Reason: reason, Message: reason + " of " + pod, Count: 1,
 			FirstTimestamp: now, LastTimestamp: now, Source: corev1.EventSource{Component: "kubelet"},
 		}, metav1.CreateOptions{})
 		must(t, err)
 	}
-	newEvent(pay, "web-1.backoff", corev1.EventTypeWarning, "BackOff")
-	newEvent(pay, "web-1.pulled", corev1.EventTypeNormal, "Pulled")
-	newEvent(plain, "web-1.failed", corev1.EventTypeWarning, "FailedMount")
+	newEvent(pay, "web-6d4-a", "web.backoff", corev1.EventTypeWarning, "BackOff")
+	newEvent(pay, "web-6d4-a", "web.pulled", corev1.EventTypeNormal, "Pulled")
+	newEvent(plain, "web-1", "web-1.failed", corev1.EventTypeWarning, "FailedMount") // of a Pod that does not exist
 
 	// want: each Slack channel's messages, by a part of their text.
 	want := map[string][]string{
-		"slack-payments": {"Warning BackOff on Pod " + pay + "/web-1: BackOff of web-1"},
+		"slack-payments": {"Warning BackOff on Pod " + pay + "/web-6d4-a (Deployment web): BackOff of web-6d4-a"},
 		"slack-platform": {"Warning FailedMount on Pod " + plain + "/web-1"},
 	}
 	expectSlack := func(what string) {
@@ -117,9 +119,13 @@ func TestEventExporterExample(t *testing.T) {
 		var reasons []string
 		for _, d := range docs {
 			reasons = append(reasons, fmt.Sprint(d["reason"]))
-			if d["reason"] == "BackOff" && (d["kind"] != "Pod" || d["namespace"] != pay || d["name"] != "web-1" || d["type"] != "Warning" ||
-				d["count"] != float64(1) || d["cluster"] != "prod-eu-1" || d["message"] != "BackOff of web-1" || d["createdAt"] == "") {
-				return fmt.Errorf("the webhook's document is not the exporter's layout: %v", d)
+			if d["reason"] == "BackOff" && (d["kind"] != "Pod" || d["namespace"] != pay || d["name"] != "web-6d4-a" || d["type"] != "Warning" ||
+				d["count"] != float64(1) || d["cluster"] != "prod-eu-1" || d["message"] != "BackOff of web-6d4-a" || d["createdAt"] == "" ||
+				d["owner"] != "Deployment/web" || fmt.Sprint(d["labels"]) != "map[app:web]") {
+				return fmt.Errorf("the webhook's document is not the exporter's layout with the Pod's labels and owner: %v", d)
+			}
+			if d["reason"] == "FailedMount" && d["owner"] != "" {
+				return fmt.Errorf("the Event of a Pod that does not exist names an owner: %v", d)
 			}
 		}
 		slices.Sort(reasons)
@@ -131,17 +137,31 @@ func TestEventExporterExample(t *testing.T) {
 
 	// The BackOff recurs: the kubelet's recorder bumps its count.
 	for n := int32(2); n <= 5; n++ {
-		_, err := cs.CoreV1().Events(pay).Patch(ctx, "web-1.backoff", types.MergePatchType,
+		_, err := cs.CoreV1().Events(pay).Patch(ctx, "web.backoff", types.MergePatchType,
 			[]byte(fmt.Sprintf(`{"count":%d,"lastTimestamp":%q}`, n, time.Now().UTC().Format(time.RFC3339))), metav1.PatchOptions{})
 		must(t, err)
 	}
-	want["slack-payments"] = append(want["slack-payments"], "(5×")
-	expectSlack("after the BackOff recurred")
+	// Four recurrences in one window: the first is sent at once, the rest
+	// coalesce into one message with the last count when the window ends.
+	eventually(t, 30*time.Second, func() error {
+		got := slack["slack-payments"]()
+		if n := len(got); n < 2 || n > 3 || !strings.Contains(got[n-1], "BackOff of web-6d4-a (5×") {
+			return fmt.Errorf("slack-payments has %q; want the BackOff, then at most two updates, the last at 5×", got)
+		}
+		return nil
+	})
+	want["slack-payments"] = slack["slack-payments"]()
 	eventually(t, 10*time.Second, func() error {
 		mu.Lock()
 		defer mu.Unlock()
-		if last := docs[len(docs)-1]; last["reason"] != "BackOff" || last["count"] != float64(5) {
-			return fmt.Errorf("the webhook's last document is %v, want the BackOff at count 5", last)
+		var counts []float64
+		for _, d := range docs {
+			if d["reason"] == "BackOff" {
+				counts = append(counts, d["count"].(float64))
+			}
+		}
+		if !slices.Equal(counts, []float64{1, 2, 3, 4, 5}) {
+			return fmt.Errorf("the webhook got the BackOff at counts %v, want 1 to 5, each", counts)
 		}
 		return nil
 	})
