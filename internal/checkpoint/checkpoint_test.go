@@ -257,6 +257,49 @@ func TestRecorderIntentsGroupCommit(t *testing.T) {
 	t.Logf("%d intents in %d writes", sinks, s.applies.Load())
 }
 
+// Acknowledgements recorded while intents wait for their write do not
+// make each intent write again: an intent a write already took is durable
+// when that write succeeds.
+func TestIntentsShareWritesWhileAcknowledgementsArrive(t *testing.T) {
+	bolt := openBolt(t)
+	s := &slowStore{Store: bolt}
+	r := NewRecorder(s, time.Hour, slog.New(slog.DiscardHandler), nil)
+	ctx := context.Background()
+	stop := make(chan struct{})
+	acking := make(chan struct{})
+	go func() { // a steady stream of acknowledgements, as from batches delivered meanwhile
+		defer close(acking)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(200 * time.Microsecond):
+			}
+			r.Acked("other", []*event.Event{ev(fmt.Sprintf("o%d", i), "1", event.Added)})
+		}
+	}()
+	const batches = 16
+	var wg sync.WaitGroup
+	for i := range batches {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := fmt.Sprintf("b%d", i)
+			must(t, r.Intend(ctx, "bus", []*event.Event{ev(key, "1", event.Added)}))
+			if got, _ := bolt.Load(ctx, "bus", "r"); got["ns/"+key].UID == "" {
+				t.Errorf("%s: Intend returned before its intent was written", key)
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	<-acking
+	if n := s.applies.Load(); n > batches/2 {
+		t.Errorf("%d intents took %d writes while acknowledgements arrived; want them shared", batches, n)
+	}
+	t.Logf("%d intents in %d writes", batches, s.applies.Load())
+}
+
 func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {

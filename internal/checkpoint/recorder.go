@@ -34,6 +34,10 @@ type Recorder struct {
 	order   []changeKey
 	durable map[changeKey]uint64  // object key -> incarnation acknowledged in the store
 	maybe   map[changeKey][]Entry // object key -> pending incarnations (as written or being written)
+	// queued counts the changes queued; written is what queued counted
+	// when the last successful write took what was pending: every change
+	// counted up to it is durable.
+	queued, written uint64
 
 	stop chan struct{}
 	done chan struct{}
@@ -147,11 +151,12 @@ func (r *Recorder) Intend(ctx context.Context, sink string, events []*event.Even
 		}
 		r.put(changeKey{k.sink, k.rule, PendingKey(k.key)}, change{entry: &Entry{Pending: list}})
 	}
+	mine := r.queued
 	r.mu.Unlock()
 	if len(grown) == 0 {
 		return nil
 	}
-	if err := r.Flush(ctx); err != nil {
+	if err := r.flushThrough(ctx, mine); err != nil {
 		return err
 	}
 	r.mu.Lock()
@@ -228,6 +233,7 @@ func (r *Recorder) put(k changeKey, c change) {
 		r.order = append(r.order, k)
 	}
 	r.changes[k] = c
+	r.queued++
 }
 
 // Lag is how many acknowledged changes wait to be written.
@@ -282,11 +288,35 @@ func (r *Recorder) Abandon() {
 func (r *Recorder) Flush(ctx context.Context) error {
 	r.flushMu.Lock()
 	defer r.flushMu.Unlock()
+	return r.flush(ctx)
+}
+
+// flushThrough returns once every change queued up to the count upTo is
+// durable: at once when a write that took them succeeded meanwhile, else
+// by writing what is pending. So the intents of batches sent at once share
+// one write (a group commit): the first to get its turn writes them all,
+// the others find theirs written; acknowledgements queued meanwhile do not
+// make each of them write again.
+func (r *Recorder) flushThrough(ctx context.Context, upTo uint64) error {
+	r.flushMu.Lock()
+	defer r.flushMu.Unlock()
+	r.mu.Lock()
+	done := r.written >= upTo
+	r.mu.Unlock()
+	if done {
+		return nil
+	}
+	return r.flush(ctx)
+}
+
+// flush is Flush; the caller holds flushMu.
+func (r *Recorder) flush(ctx context.Context) error {
 	r.mu.Lock()
 	if len(r.order) == 0 {
 		r.mu.Unlock()
 		return nil
 	}
+	upTo := r.queued
 	changes := make([]Change, 0, len(r.order))
 	for _, k := range r.order {
 		c := r.changes[k]
@@ -320,6 +350,7 @@ func (r *Recorder) Flush(ctx context.Context) error {
 		return err
 	}
 	r.mu.Lock()
+	r.written = upTo
 	for _, c := range changes {
 		if len(c.Key) > 0 && c.Key[0] == 0 {
 			continue
