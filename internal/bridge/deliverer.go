@@ -170,6 +170,10 @@ func (d *deliverer) start(ctx context.Context, cfg *config.Config, cfgs []config
 // dead-letter, checkpoint hooks (none without a recorder), latency metric
 // and fence.
 func (d *deliverer) startRun(ctx context.Context, cfg *config.Config, s *sinkRun) error {
+	mute, err := muteOf(s.cfg)
+	if err != nil {
+		return fmt.Errorf("sink %q: mute: %w", s.cfg.Name, err)
+	}
 	dl, closeDL, err := d.opts.DeadLetter(ctx, cfg, s.cfg)
 	if err != nil {
 		return fmt.Errorf("sink %q: deadLetter: %w", s.cfg.Name, err)
@@ -208,7 +212,7 @@ func (d *deliverer) startRun(ctx context.Context, cfg *config.Config, s *sinkRun
 		}
 		windowKey = wk.Of
 	}
-	dv := delivery.New(delivery.Options{Config: s.cfg, Sink: s.sink, DeadLetter: dl, Logger: d.opts.Logger, Hooks: hooks, WindowKey: windowKey})
+	dv := delivery.New(delivery.Options{Config: s.cfg, Sink: s.sink, DeadLetter: dl, Logger: d.opts.Logger, Hooks: hooks, WindowKey: windowKey, Mute: mute})
 	dctx, cancel := d.lifetime()
 	d.mu.Lock() // the set is published already: readers take d.mu (deliveries)
 	s.delivery, s.handed, s.cancel = dv, view.NewHanded(name, dv.Offer), cancel
@@ -776,4 +780,22 @@ func (d *deliverer) lag() int {
 		return rec.Lag()
 	}
 	return 0
+}
+
+// muteOf is the delivery's mute of a sink configured as sc; nil: none.
+func muteOf(sc config.Sink) (*delivery.Mute, error) {
+	if sc.Mute == nil {
+		return nil, nil
+	}
+	schedule, err := sc.Mute.Schedule()
+	if err != nil {
+		return nil, err
+	}
+	m := &delivery.Mute{Schedule: schedule}
+	if sc.Mute.Where != "" {
+		if m.Matches, err = filters.CompileMatcher(sc.Mute.Where); err != nil {
+			return nil, fmt.Errorf("where: %w", err)
+		}
+	}
+	return m, nil
 }

@@ -3,6 +3,7 @@ package bridge
 import (
 	"net/http"
 	"reflect"
+	"slices"
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -61,6 +62,7 @@ var (
 	// Failure per object (internal/delivery parking).
 	descParked           = prometheus.NewDesc("kubebridge_sink_parked_objects", "Objects whose delivery failed, waiting for their own retry (their later events held behind them); others flow meanwhile.", []string{"sink"}, nil)
 	descParkedAge        = prometheus.NewDesc("kubebridge_sink_oldest_parked_seconds", "How long the oldest parked object has waited.", []string{"sink"}, nil)
+	descHeld             = prometheus.NewDesc("kubebridge_sink_held_events", "Events the sink's mute holds now (coalesced per object; sent when the window ends).", []string{"sink"}, nil)
 	descThrottled        = prometheus.NewDesc("kubebridge_sink_throttled_objects", "Objects (or updateWindow keys) waiting out the sink's updateWindow: their change was sent, their next updates wait and coalesce until the window ends.", []string{"sink"}, nil)
 	descWindowOverflow   = prometheus.NewDesc("kubebridge_sink_window_overflow_total", "Messages of an updateWindow key sent without a window, because updateWindow.maxKeys keys were waiting: sent as they came, none dropped.", []string{"sink"}, nil)
 	descWindowKeyErrors  = prometheus.NewDesc("kubebridge_sink_window_key_errors_total", "Objects whose updateWindow.key failed to evaluate (or was not a string): each waits out a window of its own.", []string{"sink"}, nil)
@@ -112,6 +114,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descThrottled, prometheus.GaugeValue, float64(s.Throttled), name)
 		ch <- prometheus.MustNewConstMetric(descWindowOverflow, prometheus.CounterValue, float64(s.WindowOverflow), name)
 		ch <- prometheus.MustNewConstMetric(descWindowKeyErrors, prometheus.CounterValue, float64(s.WindowKeyErrors), name)
+		ch <- prometheus.MustNewConstMetric(descHeld, prometheus.GaugeValue, float64(s.Held), name)
+		ch <- prometheus.MustNewConstMetric(descWithheld[withheldMute], prometheus.CounterValue, float64(s.Muted), name)
 		failing := 0.0
 		if s.Failing {
 			failing = 1
@@ -295,6 +299,8 @@ func sinkTotals(ds []*delivery.Delivery) []*sinkTotal {
 		t.Throttled += s.Throttled
 		t.WindowOverflow += s.WindowOverflow
 		t.WindowKeyErrors += s.WindowKeyErrors
+		t.Held += s.Held
+		t.Muted += s.Muted
 		t.Failing = t.Failing || s.Failing
 		t.limit += limit
 		t.inFlight += inFlight
@@ -311,11 +317,15 @@ func sinkTotals(ds []*delivery.Delivery) []*sinkTotal {
 // withheldDescs is kubebridge_sink_withheld_total, one Desc per reason (a
 // constant label), so that collectSinkCounts reports each.
 func withheldDescs() map[string]*prometheus.Desc {
-	out := make(map[string]*prometheus.Desc, len(sinks.WithheldReasons))
-	for _, r := range sinks.WithheldReasons {
+	out := make(map[string]*prometheus.Desc, len(sinks.WithheldReasons)+1)
+	for _, r := range append(slices.Clone(sinks.WithheldReasons), withheldMute) {
 		out[r] = prometheus.NewDesc("kubebridge_sink_withheld_total",
-			"Events the sink handled without a request (they count as delivered): reason when, the request's when was false; for, the object had not been in the view for the request's for yet.",
+			"Events the sink handled without a request at once: reason when, the request's when was false, and for, the object had not been in the view for the request's for yet (both count as delivered); mute, the event was held by the sink's mute, to be sent coalesced when its window ends.",
 			[]string{"sink"}, prometheus.Labels{"reason": r})
 	}
 	return out
 }
+
+// withheldMute is the reason of the events a mute held: the delivery's
+// count, not the sink's.
+const withheldMute = "mute"

@@ -86,13 +86,19 @@ type Delivery struct {
 	gate    gate
 	parking parking
 	window  updateWindow
+	mute    *muting // nil: never muted
 	counts  counters
 
-	kick    chan struct{} // wakes the dispatcher: a batch ended, an object parked or came due
+	kick  chan struct{} // wakes the dispatcher: a batch ended, an object parked or came due
+	life  lifetime
+	clock clock.WithDelayedExecution
+}
+
+// lifetime is a delivery's: Run once, Close, and Done when Run returned.
+type lifetime struct {
 	closing atomic.Bool
 	done    chan struct{}
-	runOnce sync.Once
-	clock   clock.WithDelayedExecution
+	once    sync.Once
 }
 
 // batching is how batches are taken from the queue.
@@ -102,7 +108,14 @@ type batching struct {
 	// ordered: the sink is sinks.Ordered, and a batch sent at once may
 	// hold several events of an object (else they go in turns).
 	ordered bool
+	// digest: the sink's digest; wait is its period, and what arrives
+	// behind a batch's objects meanwhile is folded into them.
+	digest bool
 }
+
+// maxDigestEvents bounds a digest's batch (all its groups): a period
+// with more events sends them in more than one.
+const maxDigestEvents = 10_000
 
 // Options are what a delivery is built from.
 type Options struct {
@@ -118,6 +131,8 @@ type Options struct {
 	// WindowKey is the update window's key (updateWindow.key); nil: a
 	// window per object.
 	WindowKey func(*event.Event) (string, error)
+	// Mute holds events during the sink's mute windows; nil: never.
+	Mute *Mute
 	// Clock is the engine's time: retry backoff, the update window,
 	// parked objects' due times, probes, the rate limit, a batch's wait
 	// to fill. nil: the real clock (tests step a fake one).
@@ -177,7 +192,7 @@ func New(o Options) *Delivery {
 		parking:  parking{clock: clk},
 		counts:   counters{destErrs: map[string]uint64{}},
 		kick:     make(chan struct{}, 1),
-		done:     make(chan struct{}),
+		life:     lifetime{done: make(chan struct{})},
 		clock:    clk,
 	}
 	d.sender = &sender{name: cfg.Name, sink: sink, deadLetter: o.DeadLetter, limiter: newLimiter(cfg.InFlight()),
@@ -195,13 +210,29 @@ func New(o Options) *Delivery {
 		d.sender.rate = rate.NewLimiter(rate.Limit(r.EventsPerSecond), burst)
 		d.batching.max = min(d.batching.max, burst) // a batch takes its tokens at once
 	}
+	if dg := cfg.Digest; dg != nil {
+		d.batching.max, d.batching.wait, d.batching.digest = maxDigestEvents, dg.Every.D(), true
+	}
 	d.parking.kick = d.signal
 	d.window.set(cfg.UpdateWindow, o.WindowKey)
+	if o.Mute != nil {
+		d.mute = newMuting(o.Mute, clk)
+	}
 	return d
 }
 
-// Offer enqueues an event. It never blocks.
+// Offer enqueues an event, or holds it while the sink is muted. It never
+// blocks.
 func (d *Delivery) Offer(ev *event.Event) {
+	if d.mute != nil {
+		d.mute.offer(ev, d.counts.fold, d.offer)
+		return
+	}
+	d.offer(ev)
+}
+
+// offer enqueues an event.
+func (d *Delivery) offer(ev *event.Event) {
 	if d.window.length == 0 {
 		d.queue.OfferIn(ev.Key(), ev.QueueKey(), ev)
 		return
@@ -227,7 +258,10 @@ func (d *Delivery) Offer(ev *event.Event) {
 // object refused permanently with nothing newer is left for the next
 // start), then returns.
 func (d *Delivery) Close() {
-	d.closing.Store(true)
+	if d.mute != nil {
+		d.mute.close()
+	}
+	d.life.closing.Store(true)
 	d.queue.Close()
 	d.signal()
 }
@@ -245,8 +279,17 @@ func (d *Delivery) Healthy() error {
 	return nil
 }
 
-// Pending counts events not yet acknowledged: queued, in flight or parked.
-func (d *Delivery) Pending() int { return d.queue.Len() + int(d.counts.inFlight.Load()) }
+// Pending counts events not yet acknowledged: held by a mute, queued, in
+// flight or parked.
+func (d *Delivery) Pending() int { return d.queue.Len() + int(d.counts.inFlight.Load()) + d.held() }
+
+// held counts the events a mute holds now.
+func (d *Delivery) held() int {
+	if d.mute == nil {
+		return 0
+	}
+	return int(d.mute.count.Load())
+}
 
 // Concurrency returns how many sends may be in progress at once now (fixed
 // with workers, else adapting between 1 and concurrency.max) and how many
@@ -254,7 +297,7 @@ func (d *Delivery) Pending() int { return d.queue.Len() + int(d.counts.inFlight.
 func (d *Delivery) Concurrency() (limit, inFlight int) { return d.sender.limiter.concurrency() }
 
 // Done is closed when Run has returned.
-func (d *Delivery) Done() <-chan struct{} { return d.done }
+func (d *Delivery) Done() <-chan struct{} { return d.life.done }
 
 func (d *Delivery) signal() {
 	select {
@@ -267,11 +310,20 @@ func (d *Delivery) signal() {
 // returns. A batch cut short by ctx is not acknowledged: it stays counted as
 // pending and is never counted as delivered.
 func (d *Delivery) Run(ctx context.Context) {
-	d.runOnce.Do(func() {
-		defer close(d.done)
+	d.life.once.Do(func() {
+		defer close(d.life.done)
 		defer d.parking.stop()
 		var wg sync.WaitGroup
 		defer wg.Wait()
+		if d.mute != nil {
+			mctx, stop := context.WithCancel(ctx)
+			defer stop() // before wg.Wait
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				d.mute.run(mctx, d.offer)
+			}()
+		}
 		work, quit := make(chan *batch), make(chan struct{})
 		defer close(quit)
 		var buf []queue.Item[*event.Event]
@@ -354,7 +406,7 @@ func (d *Delivery) run(ctx context.Context, b *batch) {
 // everything was settled (or left parked as refused, with nothing newer).
 func (d *Delivery) next(ctx context.Context, buf *[]queue.Item[*event.Event]) (*batch, error) {
 	for {
-		if d.closing.Load() {
+		if d.life.closing.Load() {
 			d.expediteRefused()
 			d.parking.each(func(b *batch) bool { return b.throttled != "" }) // a drain does not wait out windows
 		}
@@ -472,8 +524,19 @@ func (d *Delivery) take(ctx context.Context, buf *[]queue.Item[*event.Event], n 
 		t.Stop()
 		cancel()
 	}
+	if d.batching.digest {
+		// What arrived behind the period's objects joins them, folded:
+		// one event per object and period, the latest state.
+		if b = d.refresh(b, true); b == nil {
+			return nil, errCancelledOut
+		}
+	}
 	return b, nil
 }
+
+// errCancelledOut is a take whose events all cancelled out (objects
+// created and deleted within a digest's period): nothing to send.
+var errCancelledOut = errors.New("the batch's events cancelled out")
 
 // refresh joins the events queued behind a parked batch's objects to it,
 // in order, so that the retry sends them too. They coalesce (the newest
@@ -664,7 +727,7 @@ func (d *Delivery) settle(ctx context.Context, b *batch, events []*event.Event, 
 			}
 		}
 		if out.cut == len(o.events) {
-			if !d.closing.Load() && d.window.waits(o) { // a closing delivery does not wait out windows
+			if !d.life.closing.Load() && d.window.waits(o) { // a closing delivery does not wait out windows
 				throttle = append(throttle, o)
 			} else {
 				*release = append(*release, o.claim)

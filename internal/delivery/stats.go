@@ -18,6 +18,8 @@ type Stats struct {
 	Parked                                   int           // objects parked (failed, waiting for their retry)
 	OldestParked                             time.Duration // how long the oldest parked object has waited
 	Throttled                                int           // objects (or keys) waiting out the update window (acknowledged; their next updates held)
+	Held                                     int           // events a mute holds now (included in Pending)
+	Muted                                    uint64        // events a mute ever held
 	Failing                                  bool          // the destination fails as a whole: probed one batch at a time
 	DestinationErrors                        map[string]uint64
 	// WindowOverflow counts keys sent without a window (maxKeys were
@@ -72,5 +74,14 @@ func (d *Delivery) Stats() Stats {
 	q.Cancelled += c.cancelled.Load()
 	return Stats{Delivered: c.delivered.Load(), Failed: c.failed.Load(), Retried: c.retried.Load(), DeadLettered: c.deadLettered.Load(),
 		Pending: d.Pending(), Queue: q, Capacity: d.queue.Capacity(),
-		Parked: parked, OldestParked: oldest, Throttled: throttled, WindowOverflow: overflow, WindowKeyErrors: keyErrors, Failing: d.gate.isFailing(), DestinationErrors: dest}
+		Parked: parked, OldestParked: oldest, Throttled: throttled, WindowOverflow: overflow, WindowKeyErrors: keyErrors, Failing: d.gate.isFailing(), DestinationErrors: dest,
+		Held: d.held(), Muted: d.muted()}
+}
+
+// muted counts the events a mute ever held.
+func (d *Delivery) muted() uint64 {
+	if d.mute == nil {
+		return 0
+	}
+	return d.mute.total.Load()
 }

@@ -96,6 +96,11 @@ type Sink struct {
 	RateLimit *RateLimit `yaml:"rateLimit"`
 	// UpdateWindow holds messages back to one per window: a duration (`updateWindow: 30s`) is one per object, or `{every: 10m, key: <CEL>}` one per key (docs/actions.md). Default: every update.
 	UpdateWindow UpdateWindow `yaml:"updateWindow"`
+
+	// Digest sends the sink's events once per period, one message per group, listing what entered and left the view and what changed (webhook presets slack, teams and generic render it). Not with updateWindow or rateLimit. Default: each event as it comes.
+	Digest *Digest `yaml:"digest"`
+	// Mute holds the sink's events during time windows (quiet hours) and sends what is still true when a window ends (as a digest where one is set); kubebridge_sink_held_events shows what waits and kubebridge_sink_withheld_total{reason="mute"} what was held; what is held is recomputed from the view at a restart. Default: never muted.
+	Mute *Mute `yaml:"mute"`
 }
 
 // UpdateWindow holds a sink's messages back to one per object, or per key,

@@ -285,6 +285,12 @@ func (s *Sink) Validate() error {
 		errs = append(errs, ErrorAt("concurrency", "set either workers (a fixed number of batches in flight) or concurrency (adaptive), not both"))
 	}
 	errs = append(errs, s.UpdateWindow.validate()...)
+	if s.Digest != nil && s.UpdateWindow.Every > 0 {
+		errs = append(errs, ErrorAt("digest", "set either digest or updateWindow: a digest already sends each object at most once per period"))
+	}
+	if s.Digest != nil && s.RateLimit != nil {
+		errs = append(errs, ErrorAt("digest", "set either digest or rateLimit: a digest is one request per group and period"))
+	}
 	if s.ReplayEvery < 0 || (s.ReplayEvery > 0 && s.ReplayEvery.D() < minReplayEvery) {
 		errs = append(errs, ErrorAt("replayEvery", "must be 0 (never) or at least %s, got %s", minReplayEvery, s.ReplayEvery))
 	}

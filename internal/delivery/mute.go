@@ -1,0 +1,154 @@
+package delivery
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/utils/clock"
+
+	"github.com/kubebridge/kubebridge/pkg/config"
+	"github.com/kubebridge/kubebridge/pkg/event"
+)
+
+// Mute is when a sink's events are held (the sink's mute): during a
+// window, the events Matches takes are held before the queue, each
+// object's coalesced (the latest state wins), and offered when the window
+// ends. An object with events held has all its later ones held behind
+// them, so that its order holds.
+//
+// What is held is not acknowledged: it is the view's pending work, which
+// a restart or a reload that rebuilds the sink recomputes from the
+// checkpoint (and holds again if the window is still on). A closing
+// delivery therefore leaves it, as it leaves an object refused for good.
+type Mute struct {
+	Schedule config.MuteSchedule
+	// Matches says whether an event is held; nil: every event.
+	Matches func(*event.Event) bool
+}
+
+// muting is a delivery's held events. mu orders an Offer against the
+// release, so that an object's events reach the queue in order. The
+// release is run's, a goroutine of the delivery's Run: a timer's callback
+// may not read the clock (a fake one calls it under its lock).
+type muting struct {
+	*Mute
+	clock clock.WithDelayedExecution
+	rearm chan struct{} // until changed
+
+	mu     sync.Mutex
+	held   map[string][]*event.Event // by event key, folded
+	order  []string                  // the held keys, in the order they were first held
+	until  time.Time                 // when the windows holding them end; zero: nothing held
+	closed bool
+
+	count atomic.Int64  // events held now
+	total atomic.Uint64 // events ever held (kubebridge_sink_withheld_total{reason="mute"})
+}
+
+func newMuting(m *Mute, clk clock.WithDelayedExecution) *muting {
+	return &muting{Mute: m, clock: clk, rearm: make(chan struct{}, 1), held: map[string][]*event.Event{}}
+}
+
+// offer holds ev if its object has events held or the sink is muted for
+// it, else hands it to queue; both under mu.
+func (m *muting) offer(ev *event.Event, fold func([]*event.Event) []*event.Event, queue func(*event.Event)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	key := ev.Key()
+	if evs, ok := m.held[key]; ok {
+		m.hold(key, append(evs, ev), fold)
+		return
+	}
+	end, muted := m.until, !m.closed
+	if now := m.clock.Now(); muted && !now.Before(end) {
+		end, muted = m.Schedule.Until(now)
+	}
+	if !muted || (m.Matches != nil && !m.Matches(ev)) {
+		queue(ev)
+		return
+	}
+	m.order = append(m.order, key)
+	m.hold(key, []*event.Event{ev}, fold)
+	if !end.Equal(m.until) {
+		m.until = end
+		select {
+		case m.rearm <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// hold keeps an object's events, folded; mu is held.
+func (m *muting) hold(key string, evs []*event.Event, fold func([]*event.Event) []*event.Event) {
+	before := len(m.held[key])
+	m.total.Add(1)
+	evs = fold(evs)
+	m.held[key] = evs // kept when empty (cancelled out): order holds the key
+	m.count.Add(int64(len(evs) - before))
+}
+
+// run releases what is held when its windows end, until ctx ends.
+func (m *muting) run(ctx context.Context, queue func(*event.Event)) {
+	for {
+		m.mu.Lock()
+		until := m.until
+		m.mu.Unlock()
+		var due <-chan time.Time
+		var t clock.Timer
+		if !until.IsZero() {
+			wait := until.Sub(m.clock.Now())
+			if wait <= 0 {
+				m.release(queue)
+				continue
+			}
+			t = m.clock.NewTimer(wait)
+			due = t.C()
+		}
+		select {
+		case <-ctx.Done():
+		case <-m.rearm:
+		case <-due:
+			m.release(queue)
+		}
+		if t != nil {
+			t.Stop()
+		}
+		if ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// release offers what is held once no window holds it any more (adjoining
+// windows are one: it waits for the last).
+func (m *muting) release(queue func(*event.Event)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return
+	}
+	if end, muted := m.Schedule.Until(m.clock.Now()); muted {
+		m.until = end
+		return
+	}
+	for _, key := range m.order {
+		for _, ev := range m.held[key] {
+			queue(ev)
+		}
+	}
+	clear(m.held)
+	m.order, m.until = m.order[:0], time.Time{}
+	m.count.Store(0)
+}
+
+// close drops what is held (the next start recomputes it): it stays
+// counted as pending, left undelivered.
+func (m *muting) close() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.closed = true
+	clear(m.held)
+	m.order = nil
+}

@@ -1,0 +1,234 @@
+package delivery
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kubebridge/kubebridge/pkg/config"
+	"github.com/kubebridge/kubebridge/pkg/event"
+)
+
+// digests records each Send as one line: its events, "<name> <change>
+// <rv>", joined by ", ".
+type digests struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (s *digests) Send(_ context.Context, evs []*event.Event) error {
+	var parts []string
+	for _, e := range evs {
+		parts = append(parts, fmt.Sprintf("%s %s %s", e.Object().GetName(), e.Change, e.Object().GetResourceVersion()))
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.got = append(s.got, strings.Join(parts, ", "))
+	return nil
+}
+func (s *digests) Close(context.Context) error { return nil }
+func (s *digests) Ordered() bool               { return true }
+
+func (s *digests) sent() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.got)
+}
+
+// acks records what OnAck was given, "<name> <rv>", in order.
+type acks struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (a *acks) hook(evs []*event.Event) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, e := range evs {
+		a.got = append(a.got, e.Object().GetName()+" "+e.Object().GetResourceVersion())
+	}
+}
+
+func (a *acks) list() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.got)
+}
+
+// A digest is one batch per period: each object once, its latest state
+// (an added that was updated stays added); an object created and deleted
+// within the period is not in it; everything in it is acknowledged
+// together, and what arrives after it was sent waits for the next period.
+func TestDigestIsOneBatchPerPeriod(t *testing.T) {
+	cfg := sinkConfig()
+	cfg.Digest = &config.Digest{Every: config.Duration(time.Minute), Max: 50}
+	sink := &digests{}
+	var acked acks
+	clk := fakeClock()
+	d := New(Options{Config: cfg, Sink: sink, Clock: clk, Hooks: Hooks{OnAck: acked.hook}})
+
+	d.Offer(freshAdded("a", "1"))
+	d.Offer(ev("b", "1", event.Updated))
+	d.Offer(ev("a", "2", event.Updated))
+	d.Offer(freshAdded("c", "1"))
+	d.Offer(ev("c", "2", event.Deleted))
+	d.Offer(ev("b", "2", event.Updated))
+	d.Offer(ev("e", "1", event.Deleted))
+	stop := run(t, d) // one take holds them all
+	defer stop()
+	waitFor(t, func() bool { return d.queue.Len() == 0 && clk.HasWaiters() })
+	clk.Step(59 * time.Second)
+	time.Sleep(20 * time.Millisecond)
+	if got := sink.sent(); len(got) != 0 {
+		t.Fatalf("sent before the period ended: %q", got)
+	}
+	clk.Step(time.Second)
+	waitFor(t, func() bool { return len(sink.sent()) == 1 && d.Stats().Pending == 0 })
+	if got, want := sink.sent()[0], "a added 2, b updated 2, e deleted 1"; got != want {
+		t.Errorf("digest %q, want %q", got, want)
+	}
+	if got, want := acked.list(), []string{"a 2", "b 2", "e 1"}; !slices.Equal(got, want) {
+		t.Errorf("acknowledged %q, want %q", got, want)
+	}
+
+	d.Offer(ev("a", "3", event.Updated))
+	waitFor(t, func() bool { return d.queue.Len() == 0 })
+	time.Sleep(20 * time.Millisecond) // the period's timer is set right after the take
+	if got := sink.sent(); len(got) != 1 {
+		t.Fatalf("the next period's change went at once: %q", got)
+	}
+	clk.Step(time.Minute)
+	waitFor(t, func() bool { return len(sink.sent()) == 2 })
+	if got := sink.sent()[1]; got != "a updated 3" {
+		t.Errorf("second digest %q", got)
+	}
+}
+
+// A closing delivery sends the period's digest without waiting it out.
+func TestDigestIsSentAtClose(t *testing.T) {
+	cfg := sinkConfig()
+	cfg.Digest = &config.Digest{Every: config.Duration(time.Hour), Max: 50}
+	sink := &digests{}
+	clk := fakeClock()
+	d := New(Options{Config: cfg, Sink: sink, Clock: clk})
+	done := make(chan struct{})
+	go func() { defer close(done); d.Run(context.Background()) }()
+	d.Offer(ev("a", "1", event.Added))
+	d.Offer(ev("b", "1", event.Added))
+	waitFor(t, func() bool { return d.queue.Len() == 0 })
+	d.Close()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close waited out the period")
+	}
+	if got := sink.sent(); !slices.Equal(got, []string{"a added 1, b added 1"}) {
+		t.Errorf("sent %q", got)
+	}
+}
+
+// everyDay mutes from..to UTC every day.
+func everyDay(from, to string) config.MuteSchedule {
+	s, err := (&config.Mute{Windows: []config.MuteWindow{{From: from, To: to}}}).Schedule()
+	if err != nil {
+		panic(err)
+	}
+	return s
+}
+
+// During a mute window the matching events are held, each object's
+// coalesced; what is still true when it ends is sent (an object created
+// and deleted within it sends nothing); the others flow; an object with
+// events held keeps its later ones behind them, whatever they match; the
+// counts say what is held.
+func TestMuteHoldsThenSendsWhatIsStillTrue(t *testing.T) {
+	clk := fakeClock() // 13:46:40 UTC
+	mute := &Mute{Schedule: everyDay("13:00", "14:00"), Matches: func(e *event.Event) bool { return e.Object().GetName() != "loud" }}
+	sink := &sent{}
+	var acked acks
+	d := New(Options{Config: sinkConfig(), Sink: sink, Clock: clk, Mute: mute, Hooks: Hooks{OnAck: acked.hook}})
+	stop := run(t, d)
+	defer stop()
+
+	d.Offer(freshAdded("a", "1"))
+	d.Offer(ev("a", "2", event.Updated))
+	d.Offer(freshAdded("b", "1"))
+	d.Offer(ev("b", "2", event.Deleted))
+	d.Offer(ev("c", "1", event.Updated))
+	d.Offer(ev("loud", "1", event.Added))
+	waitFor(t, sink.has("loud added 1"))
+	if s := d.Stats(); s.Held != 2 || s.Muted != 5 || s.Pending != 2 {
+		t.Errorf("held %d, muted %d, pending %d; want 2 (a, c), 5, 2", s.Held, s.Muted, s.Pending)
+	}
+	clk.Step(13*time.Minute + 19*time.Second) // 13:59:59
+	time.Sleep(20 * time.Millisecond)
+	if got := sink.lines(); !slices.Equal(got, []string{"loud added 1"}) {
+		t.Fatalf("sent during the window: %q", got)
+	}
+	clk.Step(time.Second)
+	waitFor(t, func() bool { return len(acked.list()) == 3 })
+	if got := sink.lines(); !slices.Equal(got, []string{"loud added 1", "a added 2", "c updated 1"}) && !slices.Equal(got, []string{"loud added 1", "c updated 1", "a added 2"}) {
+		t.Errorf("sent %q, want a's latest state and c's, not b", got)
+	}
+	if s := d.Stats(); s.Held != 0 || s.Pending != 0 {
+		t.Errorf("after the window: held %d, pending %d", s.Held, s.Pending)
+	}
+	d.Offer(ev("a", "3", event.Updated)) // 14:00: no longer muted
+	waitFor(t, sink.has("a updated 3"))
+}
+
+// Adjoining windows are one: nothing goes out between them. A closing
+// delivery sends nothing that is held (the next start recomputes it from
+// the checkpoint: it was never acknowledged).
+func TestMuteAcrossAdjoiningWindowsAndClose(t *testing.T) {
+	clk := fakeClock() // 13:46:40 UTC
+	s, err := (&config.Mute{Windows: []config.MuteWindow{{From: "13:00", To: "14:00"}, {From: "14:00", To: "15:00"}}}).Schedule()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := &sent{}
+	d := New(Options{Config: sinkConfig(), Sink: sink, Clock: clk, Mute: &Mute{Schedule: s}})
+	done := make(chan struct{})
+	go func() { defer close(done); d.Run(context.Background()) }()
+	d.Offer(ev("a", "1", event.Updated))
+	clk.Step(30 * time.Minute) // 14:16:40
+	time.Sleep(20 * time.Millisecond)
+	if got := sink.lines(); len(got) != 0 {
+		t.Fatalf("sent between adjoining windows: %q", got)
+	}
+	d.Close()
+	<-done
+	if got := sink.lines(); len(got) != 0 {
+		t.Errorf("a close sent what was held: %q", got)
+	}
+	if s := d.Stats(); s.Pending != 1 {
+		t.Errorf("left undelivered: %d, want 1", s.Pending)
+	}
+}
+
+// A muted sink with a digest sends what was held as one digest when the
+// window ends.
+func TestMuteEndsInOneDigest(t *testing.T) {
+	clk := fakeClock() // 13:46:40 UTC
+	cfg := sinkConfig()
+	cfg.Digest = &config.Digest{Every: config.Duration(5 * time.Minute), Max: 50}
+	sink := &digests{}
+	d := New(Options{Config: cfg, Sink: sink, Clock: clk, Mute: &Mute{Schedule: everyDay("13:00", "13:50")}})
+	stop := run(t, d)
+	defer stop()
+	for _, name := range []string{"a", "b", "c"} {
+		d.Offer(ev(name, "1", event.Updated))
+	}
+	d.Offer(ev("b", "2", event.Updated))
+	clk.Step(3*time.Minute + 20*time.Second) // 13:50
+	waitFor(t, func() bool { return d.Stats().Held == 0 && d.queue.Len() == 0 })
+	clk.Step(5 * time.Minute)
+	waitFor(t, func() bool { return len(sink.sent()) == 1 })
+	if got := sink.sent()[0]; got != "a updated 1, b updated 2, c updated 1" {
+		t.Errorf("digest %q", got)
+	}
+}

@@ -1,0 +1,103 @@
+package config_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/kubebridge/kubebridge/pkg/config"
+)
+
+// A digest and a mute are read with their defaults, and what cannot be
+// parsed is an error at its key: a misspelt time zone, a day, a time of
+// day, an empty window, a group expression that is no string.
+func TestDigestAndMuteAreCheckedAtTheirKeys(t *testing.T) {
+	const old = "      url: https://hooks.example.com/k8s\n"
+	cfg := mustParse(t, mutate(t, base, old, old+`    digest: {every: 5m, groupBy: object.metadata.namespace}
+    mute: {windows: [{days: [sat, SUN], from: "22:00", to: "07:00", timeZone: Europe/Berlin}], where: "type != 'deleted'"}
+`))
+	s := cfg.Sinks[1]
+	if s.Digest.Every.D() != 5*time.Minute || s.Digest.Max != DefaultDigestMax || s.Mute.Windows[0].TimeZone != "Europe/Berlin" {
+		t.Errorf("digest %+v, mute %+v", s.Digest, s.Mute)
+	}
+	for _, tc := range []struct {
+		name, block string
+		want        []string
+	}{
+		{"time zone", `mute: {windows: [{from: "22:00", to: "07:00", timeZone: Europe/Berln}]}`,
+			[]string{`config.yaml:12: sinks[1].mute.windows[0].timeZone: unknown time zone "Europe/Berln" (an IANA name, e.g. Europe/Berlin or UTC)`}},
+		{"Local is the machine's, not a zone", `mute: {windows: [{from: "22:00", to: "07:00", timeZone: Local}]}`,
+			[]string{`config.yaml:12: sinks[1].mute.windows[0].timeZone: unknown time zone "Local"…`}},
+		{"day and times", `mute: {windows: [{days: [sat, sonntag], from: "7:00", to: "24:01"}]}`,
+			[]string{`config.yaml:12: sinks[1].mute.windows[0].days[1]: unknown day "sonntag": write mon, tue, wed, thu, fri, sat or sun`,
+				`config.yaml:12: sinks[1].mute.windows[0].from: "7:00" is not a time of day: write HH:MM or HH:MM:SS, 00:00 to 23:59:59`,
+				`config.yaml:12: sinks[1].mute.windows[0].to: "24:01" is not a time of day: write HH:MM or HH:MM:SS, 00:00 to 24:00`}},
+		{"empty window", `mute: {windows: [{from: "08:00", to: "08:00:00"}]}`,
+			[]string{`config.yaml:12: sinks[1].mute.windows[0].to: equals from: the window is empty (a whole day is from 00:00 to 24:00)`}},
+		{"no window", `mute: {where: "true"}`,
+			[]string{`config.yaml:12: sinks[1].mute.windows: required: at least one window`}},
+		{"where", `mute: {windows: [{from: "00:00", to: "24:00"}], where: "object.metadata.name"}`,
+			[]string{`config.yaml:12: sinks[1].mute.where: …`}},
+		{"digest bounds", `digest: {every: 100ms, max: 0, groupBy: "1"}`,
+			[]string{`config.yaml:12: sinks[1].digest.every: must be between 1s and 24h0m0s, got 100ms`,
+				`config.yaml:12: sinks[1].digest.max: must be between 1 and 1000, got 0`,
+				`config.yaml:12: sinks[1].digest.groupBy: must be a string expression, got int`}},
+		{"digest with an update window", "digest: {every: 1m}\n    updateWindow: 1m",
+			[]string{`config.yaml:12: sinks[1].digest: set either digest or updateWindow: a digest already sends each object at most once per period`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, err := Parse("config.yaml", []byte(mutate(t, base, old, old+"    "+tc.block+"\n")), types)
+			var cerr *Error
+			if !errors.As(err, &cerr) {
+				t.Fatalf("err = %v, want a config error", err)
+			}
+			var got []string
+			for _, p := range cerr.Problems {
+				got = append(got, p.Format("config.yaml"))
+			}
+			if !matchAll(got, tc.want) {
+				t.Errorf("problems:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(tc.want, "\n  "))
+			}
+		})
+	}
+}
+
+// Until says whether a time is muted and until when, in each window's own
+// zone: across midnight (the window belongs to the day it starts), on the
+// listed days only, adjoining windows as one, and through a daylight
+// saving change (the wall clock's 07:00, whatever the offset).
+func TestMuteScheduleUntil(t *testing.T) {
+	m := &Mute{Windows: []MuteWindow{
+		{Days: []string{"fri", "sat"}, From: "22:00", To: "07:00", TimeZone: "Europe/Berlin"},
+		{Days: []string{"sun"}, From: "00:00", To: "24:00", TimeZone: "Europe/Berlin"},
+		{From: "12:00:00", To: "12:00:30", TimeZone: "America/New_York"},
+	}}
+	s, err := m.Schedule()
+	if err != nil {
+		t.Fatal(err)
+	}
+	berlin, _ := time.LoadLocation("Europe/Berlin")
+	ny, _ := time.LoadLocation("America/New_York")
+	for _, tc := range []struct {
+		at   time.Time
+		want time.Time // zero: not muted
+	}{
+		{time.Date(2026, 11, 27, 21, 59, 59, 0, berlin), time.Time{}},                               // Friday, before
+		{time.Date(2026, 11, 27, 22, 0, 0, 0, berlin), time.Date(2026, 11, 28, 7, 0, 0, 0, berlin)}, // Friday night
+		{time.Date(2026, 11, 28, 6, 59, 0, 0, berlin), time.Date(2026, 11, 28, 7, 0, 0, 0, berlin)},
+		{time.Date(2026, 11, 28, 7, 0, 0, 0, berlin), time.Time{}},                                  // Saturday morning: over
+		{time.Date(2026, 11, 28, 23, 0, 0, 0, berlin), time.Date(2026, 11, 30, 0, 0, 0, 0, berlin)}, // Saturday night runs into Sunday
+		{time.Date(2026, 11, 30, 0, 0, 0, 0, berlin), time.Time{}},                                  // Monday: the Sunday night window is not listed
+		{time.Date(2026, 11, 26, 23, 0, 0, 0, berlin), time.Time{}},                                 // Thursday night
+		{time.Date(2026, 11, 26, 12, 0, 10, 0, ny), time.Date(2026, 11, 26, 12, 0, 30, 0, ny)},      // seconds, every day
+		// 2026-03-28 is a Saturday; clocks go forward at 02:00 on the 29th.
+		{time.Date(2026, 3, 28, 23, 0, 0, 0, berlin), time.Date(2026, 3, 30, 0, 0, 0, 0, berlin)},
+		{time.Date(2026, 3, 27, 23, 0, 0, 0, berlin), time.Date(2026, 3, 28, 7, 0, 0, 0, berlin)},
+	} {
+		end, muted := s.Until(tc.at.UTC())
+		if muted != !tc.want.IsZero() || (muted && !end.Equal(tc.want)) {
+			t.Errorf("Until(%s) = %s, %v; want %s", tc.at, end.In(tc.at.Location()), muted, tc.want)
+		}
+	}
+}
