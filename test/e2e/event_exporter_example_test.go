@@ -73,7 +73,7 @@ func TestEventExporterExample(t *testing.T) {
 	replace["https://events.example.com/k8s"] = hook.URL
 	cfg := example(t, "warning-events-to-slack-and-webhook.yaml", replace)
 	cfg = strings.ReplaceAll(cfg, "resource: v1/events", "resource: v1/events\n    namespaces: ["+pay+", "+plain+"]")
-	cfg = strings.ReplaceAll(cfg, "updateWindow: 10m", "updateWindow: 2s")
+	cfg = strings.ReplaceAll(cfg, "every: 10m", "every: 2s")
 	startBridge(t, cp, cfg)
 
 	newEvent := func(ns, pod, name, typ, reason string) {
