@@ -11,7 +11,8 @@ import (
 )
 
 // WindowKey is a sink's updateWindow key: a CEL expression over an event
-// (object, oldObject, type) whose string groups events into one window.
+// (object, oldObject, type; owners and involved where its rule includes
+// owners) whose string groups events into one window.
 type WindowKey struct{ prg cel.Program }
 
 // NewWindowKey compiles expr (config validation has checked it).
@@ -32,9 +33,10 @@ func NewWindowKey(expr string) (*WindowKey, error) {
 }
 
 // Of evaluates the key for e: an error when the expression fails or yields
-// something other than a string.
+// something other than a string (involved is null for an event whose rule
+// does not include owners).
 func (k *WindowKey) Of(e *event.Event) (string, error) {
-	vars := &activation{typ: e.Change}
+	vars := &activation{typ: e.Change, related: e.Related()}
 	if o := e.Object(); o != nil {
 		vars.object = o.Object
 	}
