@@ -12,9 +12,11 @@ package kubejson
 
 import (
 	"strconv"
+	"sync"
 	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
+	"unique"
 )
 
 // maxDepth is encoding/json's nesting limit: deeper input is handed to it,
@@ -108,7 +110,7 @@ func (p *parser) object(depth int) (map[string]any, bool) {
 		if p.i >= len(p.data) || p.data[p.i] != '"' {
 			return nil, false
 		}
-		k, ok := p.string()
+		k, ok := p.key()
 		if !ok {
 			return nil, false
 		}
@@ -173,6 +175,55 @@ func (p *parser) array(depth int) (any, bool) {
 			return nil, false
 		}
 	}
+}
+
+// key decodes the object key at p.i: its canonical copy (unique.Make), as
+// the informer's cache keeps keys (pkg/informer interns them): the keys of
+// a resource's objects repeat, and a decoded key that is canonical already
+// is neither allocated nor replaced there.
+func (p *parser) key() (string, bool) {
+	start := p.i + 1
+	end := start
+	for end < len(p.data) && p.data[end] != '"' && p.data[end] != '\\' && p.data[end] >= ' ' && p.data[end] < utf8.RuneSelf {
+		end++
+	}
+	if end >= len(p.data) || p.data[end] != '"' || end-start > maxKeyLen {
+		return p.string() // escaped, not ASCII, unterminated or long: rare in keys
+	}
+	p.i = end + 1
+	return keys.canonical(p.data[start:end]), true
+}
+
+// maxKeyLen bounds the keys keys caches (longer ones are decoded as strings).
+const maxKeyLen = 64
+
+// keys caches canonical keys by their bytes, so that finding one
+// allocates nothing; it holds at most maxKeys (then it only looks up). It
+// keeps their handles: unique drops a value nobody holds a handle of, and
+// its next copy would be another one.
+var keys = keyCache{m: make(map[string]unique.Handle[string])}
+
+const maxKeys = 4096
+
+type keyCache struct {
+	mu sync.Mutex
+	m  map[string]unique.Handle[string]
+}
+
+func (c *keyCache) canonical(b []byte) string {
+	c.mu.Lock()
+	h, ok := c.m[string(b)] // no allocation: the compiler looks the bytes up
+	c.mu.Unlock()
+	if ok {
+		return h.Value()
+	}
+	h = unique.Make(string(b))
+	c.mu.Lock()
+	if len(c.m) < maxKeys {
+		c.m[h.Value()] = h
+	}
+	c.mu.Unlock()
+	return h.Value()
 }
 
 // string decodes the string at p.i, its opening quote not consumed yet.

@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"unique"
+	"unsafe"
 
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 )
@@ -45,7 +47,34 @@ func TestObjectDecodesAsClientGo(t *testing.T) {
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("%s:\n got %#v\nwant %#v", in, got, want)
 		}
+		if k, ok := notCanonical(got); ok {
+			t.Errorf("%s: key %q is not canonical", in, k)
+		}
 	}
+}
+
+// notCanonical finds a plain key of m (or of a map in it) that is not
+// unique.Make's copy: keys are decoded as the informer's cache keeps them.
+func notCanonical(v any) (string, bool) {
+	switch v := v.(type) {
+	case map[string]any:
+		for k, e := range v {
+			plain := !strings.ContainsFunc(k, func(r rune) bool { return r < ' ' || r > '~' || r == '"' || r == '\\' })
+			if plain && unsafe.StringData(unique.Make(k).Value()) != unsafe.StringData(k) {
+				return k, true
+			}
+			if k, ok := notCanonical(e); ok {
+				return k, true
+			}
+		}
+	case []any:
+		for _, e := range v {
+			if k, ok := notCanonical(e); ok {
+				return k, true
+			}
+		}
+	}
+	return "", false
 }
 
 // What Object declines: invalid JSON, which client-go refuses too, and

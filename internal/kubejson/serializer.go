@@ -120,10 +120,11 @@ func (s eventSerializer) Decode(data []byte, defaults *schema.GroupVersionKind, 
 }
 
 // envelope reads {"type": "<string>", "object": <object or null>}, each
-// key once, in either order: the type and a copy of the object's bytes
-// (nil for null, as RawExtension decodes it). The object is delimited,
-// not validated: the object serializer decodes it (or client-go refuses
-// it).
+// key once, in either order: the type and the object's bytes (nil for
+// null, as RawExtension decodes it), not copied: restclient's watch
+// Decoder, the one reader of a stream's envelopes, decodes them before it
+// reads the next frame into the same buffer. The object is delimited, not
+// validated: the object serializer decodes it (or client-go refuses it).
 func envelope(data []byte) (typ string, raw []byte, ok bool) {
 	p := parser{data: data}
 	p.space()
@@ -165,7 +166,7 @@ func envelope(data []byte) (typ string, raw []byte, ok bool) {
 					return "", nil, false
 				}
 				p.i = end
-				raw = append([]byte(nil), p.data[start:end]...)
+				raw = p.data[start:end:end]
 			default:
 				return "", nil, false
 			}

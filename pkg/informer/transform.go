@@ -3,6 +3,7 @@ package informer
 import (
 	"math"
 	"unique"
+	"unsafe"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/cache"
@@ -87,21 +88,34 @@ func stripManagedFields(obj any) (any, error) {
 // kinds), replaced by canonical copies: the JSON decoder allocates every
 // string anew, and the keys alone are a tenth of a small object's cache
 // footprint. Other values (names, uids, data) are unique and kept as they are.
+// A map whose keys are canonical already (the bridge's JSON watch decoder,
+// internal/kubejson, makes them so) is not rebuilt: its values are
+// replaced in place.
 func intern(m map[string]any, depth int) map[string]any {
+	if canonicalKeys(m) {
+		for k, v := range m {
+			switch v := v.(type) {
+			case map[string]any:
+				m[k] = intern(v, depth+1)
+			case []any:
+				internSlice(v, depth)
+			case float64:
+				m[k] = wholeAsInt(v)
+			case string:
+				if len(v) <= 63 && repeats(k, depth) {
+					m[k] = unique.Make(v).Value()
+				}
+			}
+		}
+		return m
+	}
 	out := make(map[string]any, len(m))
 	for k, v := range m {
 		switch v := v.(type) {
 		case map[string]any:
 			out[unique.Make(k).Value()] = intern(v, depth+1)
 		case []any:
-			for i, e := range v {
-				switch e := e.(type) {
-				case map[string]any:
-					v[i] = intern(e, depth+1)
-				case float64:
-					v[i] = wholeAsInt(e)
-				}
-			}
+			internSlice(v, depth)
 			out[unique.Make(k).Value()] = v
 		case float64:
 			out[unique.Make(k).Value()] = wholeAsInt(v)
@@ -115,6 +129,30 @@ func intern(m map[string]any, depth int) map[string]any {
 		}
 	}
 	return out
+}
+
+// internSlice interns the maps in a list, in place, and makes its whole
+// floats ints.
+func internSlice(v []any, depth int) {
+	for i, e := range v {
+		switch e := e.(type) {
+		case map[string]any:
+			v[i] = intern(e, depth+1)
+		case float64:
+			v[i] = wholeAsInt(e)
+		}
+	}
+}
+
+// canonicalKeys reports whether every key of m is its canonical copy
+// (unique.Make's).
+func canonicalKeys(m map[string]any) bool {
+	for k := range m {
+		if unsafe.StringData(unique.Make(k).Value()) != unsafe.StringData(k) {
+			return false
+		}
+	}
+	return true
 }
 
 // wholeAsInt returns a whole float64 as the int64 the JSON path decodes it

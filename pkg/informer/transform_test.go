@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unique"
 	"time"
 	"unsafe"
 
@@ -55,6 +56,58 @@ func TestStripManagedFieldsInterns(t *testing.T) {
 	}
 	if same(a.GetName(), b.GetName()) {
 		t.Error("names are interned: they are unique, interning only costs")
+	}
+}
+
+// An object whose keys are canonical already (as internal/kubejson decodes
+// them) is interned in place, to the same result.
+func TestInternInPlaceWhenKeysAreCanonical(t *testing.T) {
+	raw := []byte(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"alpha","namespace":"ns","labels":{"team":"pay"},
+		"ownerReferences":[{"kind":"Deployment","name":"d","n":2.0}]},"data":{"k":"v"},"n":[1.0,{"x":3.0}]}`)
+	decode := func() *unstructured.Unstructured {
+		u := &unstructured.Unstructured{}
+		if err := u.UnmarshalJSON(raw); err != nil {
+			t.Fatal(err)
+		}
+		u.Object["f"] = 4.0 // a float64 as CBOR decodes a whole number
+		return u
+	}
+	var canonical func(m map[string]any) map[string]any
+	canonical = func(m map[string]any) map[string]any {
+		out := make(map[string]any, len(m))
+		for k, v := range m {
+			switch v := v.(type) {
+			case map[string]any:
+				out[unique.Make(k).Value()] = canonical(v)
+			case []any:
+				for i, e := range v {
+					if e, ok := e.(map[string]any); ok {
+						v[i] = canonical(e)
+					}
+				}
+				out[unique.Make(k).Value()] = v
+			default:
+				out[unique.Make(k).Value()] = v
+			}
+		}
+		return out
+	}
+	want, got := decode(), decode()
+	got.Object = canonical(got.Object)
+	before, md := reflect.ValueOf(got.Object).UnsafePointer(), reflect.ValueOf(got.Object["metadata"]).UnsafePointer()
+	for _, u := range []*unstructured.Unstructured{want, got} {
+		if _, err := stripManagedFields(u); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !reflect.DeepEqual(got.Object, want.Object) {
+		t.Fatalf("interned in place = %v, want %v", got.Object, want.Object)
+	}
+	if reflect.ValueOf(got.Object).UnsafePointer() != before || reflect.ValueOf(got.Object["metadata"]).UnsafePointer() != md {
+		t.Error("maps with canonical keys were rebuilt")
+	}
+	if unsafe.StringData(got.GetNamespace()) != unsafe.StringData(want.GetNamespace()) || got.Object["f"] != int64(4) {
+		t.Errorf("values not interned in place: namespace not shared, f = %#v", got.Object["f"])
 	}
 }
 
