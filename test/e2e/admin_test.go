@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -151,7 +152,8 @@ func saToken(t *testing.T, cp *testenv.ControlPlane, name string, mayReplay bool
 }
 
 // Standalone `bridge replay --config` delivers the view to one sink and
-// exits with the count, without a running bridge.
+// exits with the count, without a running bridge; of a routing rule, the
+// objects routed to that sink only (nothing sent of the others).
 func TestStandaloneReplay(t *testing.T) {
 	t.Parallel()
 	cp := testenv.SharedControlPlane(t)
@@ -177,16 +179,26 @@ rules:
     resource: v1/configmaps
     namespaces: [standalone]
     sinks: [out, other]
+  - name: routed
+    resource: v1/configmaps
+    namespaces: [standalone]
+    sinks: [out, other]
+    route: {sink: "object.metadata.name == 'a' ? 'out' : 'other'", default: other}
 `))
 	kc, err := cp.Kubeconfig(dir)
 	must(t, err)
 	res, code := runBridgeCommand(t, "replay", "--config", cfg, "--kubeconfig", kc, "--sink", "out")
-	if code != 0 || !regexp.MustCompile(`(?m)^replay to sink out: 2 events delivered$`).MatchString(res) {
+	if code != 0 || !regexp.MustCompile(`(?m)^replay to sink out: 3 events delivered$`).MatchString(res) {
 		t.Fatalf("replay: exit status %d\n%s", code, res)
 	}
 	evs := readEvents(t, out)
-	if len(evs) != 2 || evs[0].Replay != "resync" || evs[1].Replay != "resync" {
-		t.Errorf("out got %d events: %v", len(evs), evs)
+	var got []string
+	for _, e := range evs {
+		got = append(got, e.Rule+" "+e.change()+" "+e.Subject+" "+e.Replay)
+	}
+	slices.Sort(got)
+	if want := []string{"cms updated standalone/a resync", "cms updated standalone/b resync", "routed updated standalone/a resync"}; !slices.Equal(got, want) {
+		t.Errorf("out got %q, want %q", got, want)
 	}
 	if len(readEvents(t, other)) != 0 {
 		t.Error("another sink got the replay")
