@@ -42,10 +42,21 @@ func TestBenchSmoke(t *testing.T) {
 	}
 	o := options{n: 100, runs: 1, workers: 8, consumers: "baseline,baseline-cbor,nats,jetstream,webhook,file,kafka,kafka-state", latencyRate: 300, latencyN: 50, memory: "300",
 		cold: "200", coldConsumers: "baseline,nats,jetstream,kafka-state", slow: "5ms,2ms>20ms,nats", slowRate: 1000, slowN: 50, slowMax: time.Minute, slowSample: 100 * time.Millisecond,
-		outage: 6 * time.Second, outageRate: 30, outageLive: 100, outageSample: 2 * time.Second, mirror: "200", mirrorConsumers: "1,2", mirrorShared: true}
+		outage: 6 * time.Second, outageRate: 30, outageLive: 100, outageSample: 2 * time.Second, mirror: "200", mirrorConsumers: "1,2", mirrorShared: true,
+		owners: 100, ownersUpdates: 50}
 	res, err := run(o)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// owners: both rules delivered every Pod and update (the run waits for
+	// them), every chain complete.
+	if len(res.Owners) != len(ownersConsumers) {
+		t.Errorf("%d owners measurements, want %d", len(res.Owners), len(ownersConsumers))
+	}
+	for _, r := range res.Owners {
+		if r.ColdCPU <= 0 || r.HeapBytes <= 0 || r.UpdateSeconds <= 0 || r.Incomplete != 0 {
+			t.Errorf("owners: %v", r)
+		}
 	}
 	all, mem := res.Runs, res.Memory
 	for _, r := range all {

@@ -11,7 +11,9 @@
 // run. Latency: the same, paced at a fixed rate. Memory: heap and RSS with
 // 0, 10k and 50k ConfigMaps cached, bridge against plain informers.
 //
-// Phases off unless their flag is set: -cold (a fresh start on N existing
+// Phases off unless their flag is set: -owners (owners.go: a rule on N
+// Pods without and with include: [owners], cold start, memory and CPU per
+// update); -cold (a fresh start on N existing
 // ConfigMaps, and a warm restart from the checkpoint), -slow (paced load
 // into a slow webhook with the default sink config: throughput, in-flight
 // requests, per-object order), -outage (memory while a webhook answers
@@ -113,6 +115,8 @@ func main() {
 	flag.StringVar(&o.mirror, "mirror", "", "ConfigMap counts of the mirror phase, e.g. 20000: an informer over the bridge's KV mirror against one over the apiserver (empty: none)")
 	flag.StringVar(&o.mirrorConsumers, "mirror-consumers", "1,20", "informers in one process of the mirror phase's memory runs (empty: none)")
 	flag.BoolVar(&o.mirrorShared, "mirror-shared-conn", false, "also run the most -mirror-consumers informers on one NATS connection")
+	flag.IntVar(&o.owners, "owners", 0, "Pods of the owners phase (owners.go): a rule on them without and with include: [owners], the Pods in Deployment -> ReplicaSet chains made by hand (0: none)")
+	flag.IntVar(&o.ownersUpdates, "owners-updates", 5000, "Pod updates per owners run (CPU per notification)")
 	flag.Parse()
 	o.command = commandLine(os.Args)
 	consumersSet := false
@@ -127,7 +131,7 @@ func main() {
 	fmt.Print(report(o, res))
 	if o.jsonOut != "" {
 		out, _ := json.MarshalIndent(map[string]any{"machine": machine(), "command": o.command,
-			"runs": res.Runs, "memory": res.Memory, "cold": res.Cold, "slow": res.Slow, "outage": res.Outage, "shards": res.Shards, "mirror": res.Mirror}, "", "  ")
+			"runs": res.Runs, "memory": res.Memory, "cold": res.Cold, "slow": res.Slow, "outage": res.Outage, "shards": res.Shards, "mirror": res.Mirror, "owners": res.Owners}, "", "  ")
 		if err := os.WriteFile(o.jsonOut, out, 0o644); err != nil {
 			log.Fatal(err)
 		}
@@ -160,6 +164,8 @@ type options struct {
 	mirror              string
 	mirrorConsumers     string
 	mirrorShared        bool
+	owners              int
+	ownersUpdates       int
 	command             string // as typed, for the report
 }
 
@@ -172,6 +178,7 @@ type results struct {
 	Outage []outageResult
 	Shards *shardResults
 	Mirror *mirrorResults
+	Owners []ownersResult
 }
 
 // commandLine renders the bench's own command line, quoted for a shell.
@@ -347,6 +354,11 @@ func run(o options) (res results, err error) {
 		mr, err := b.mirrorRuns(o)
 		res.Mirror = &mr
 		if err != nil {
+			return res, err
+		}
+	}
+	if o.owners > 0 {
+		if res.Owners, err = b.ownersRuns(o); err != nil {
 			return res, err
 		}
 	}

@@ -190,6 +190,7 @@ func report(o options, res results) string {
 	if res.Shards != nil {
 		b.WriteString(shardReport(o, *res.Shards))
 	}
+	b.WriteString(ownersReport(res.Owners))
 	return b.String()
 }
 
