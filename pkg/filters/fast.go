@@ -68,6 +68,21 @@ type activation struct {
 	budget            celsandbox.CELBudget // what this evaluation's guarded calls allocated
 }
 
+// eventVars is the activation of an expression over a built event (a
+// sink's updateWindow key, its mute where): the event's object, old
+// object and change, and the owners and involved object its rule's
+// include: [owners] resolved.
+func eventVars(e *event.Event) *activation {
+	vars := &activation{typ: e.Change, related: e.Related()}
+	if o := e.Object(); o != nil {
+		vars.object = o.Object
+	}
+	if o := e.OldObject(); o != nil {
+		vars.oldObject = o.Object
+	}
+	return vars
+}
+
 func (a *activation) ResolveName(name string) (any, bool) {
 	switch name {
 	case celsandbox.CELObject:

@@ -27,13 +27,7 @@ func CompileMatcher(expr string) (func(*event.Event) bool, error) {
 		return nil, err
 	}
 	return func(e *event.Event) bool {
-		vars := &activation{typ: e.Change}
-		if o := e.Object(); o != nil {
-			vars.object = o.Object
-		}
-		if o := e.OldObject(); o != nil {
-			vars.oldObject = o.Object
-		}
+		vars := eventVars(e)
 		out, _, err := prg.Eval(vars)
 		b, ok := out.(types.Bool)
 		return err == nil && ok && bool(b)

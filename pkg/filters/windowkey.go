@@ -36,13 +36,7 @@ func NewWindowKey(expr string) (*WindowKey, error) {
 // something other than a string (involved is null for an event whose rule
 // does not include owners).
 func (k *WindowKey) Of(e *event.Event) (string, error) {
-	vars := &activation{typ: e.Change, related: e.Related()}
-	if o := e.Object(); o != nil {
-		vars.object = o.Object
-	}
-	if o := e.OldObject(); o != nil {
-		vars.oldObject = o.Object
-	}
+	vars := eventVars(e)
 	out, _, err := k.prg.Eval(vars)
 	if err != nil {
 		return "", err
