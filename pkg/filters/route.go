@@ -111,8 +111,8 @@ func (r *Rule) Route(seen *unstructured.Unstructured, nsLabels labels.Set, rel *
 	return rt.def
 }
 
-// RouteDefaulted counts the objects sent to the route's default, by
-// reason (zero without a route).
+// RouteDefaulted counts the evaluations of the route that chose its
+// default, by reason (zero without a route).
 func (r *Rule) RouteDefaulted(reason RouteReason) uint64 {
 	if r.route == nil {
 		return 0
