@@ -498,9 +498,15 @@ func (r *Rule) Seen(obj *unstructured.Unstructured) *unstructured.Unstructured {
 	return &unstructured.Unstructured{Object: secrets.Redact(obj.Object)}
 }
 
+// fieldSet is obj's fields as the apiserver selects them: at their path,
+// but for core/v1 Events' source, which it computes (eventSource).
 func (r *Rule) fieldSet(obj *unstructured.Unstructured) fields.Set {
 	set := make(fields.Set, len(r.fieldPaths))
 	for name, path := range r.fieldPaths {
+		if name == "source" && r.GVR == coreEvents {
+			set[name] = eventSource(obj.Object)
+			continue
+		}
 		v, found, _ := unstructured.NestedFieldNoCopy(obj.Object, path...)
 		if found {
 			set[name] = fmt.Sprint(v)
@@ -509,6 +515,19 @@ func (r *Rule) fieldSet(obj *unstructured.Unstructured) fields.Set {
 		}
 	}
 	return set
+}
+
+var coreEvents = schema.GroupVersionResource{Version: "v1", Resource: "events"}
+
+// eventSource is the field selector source of a core/v1 Event, as the
+// apiserver computes it: source.component, else reportingComponent.
+func eventSource(obj map[string]any) string {
+	src, _ := obj["source"].(map[string]any)
+	if c, _ := src["component"].(string); c != "" {
+		return c
+	}
+	c, _ := obj["reportingComponent"].(string)
+	return c
 }
 
 func (r *Rule) anyChanged(old, obj *unstructured.Unstructured) bool {

@@ -315,3 +315,34 @@ func TestMetadataOnly(t *testing.T) {
 		}
 	}
 }
+
+// A core/v1 Event's field selector source is what the apiserver computes
+// (source.component, else reportingComponent), as the apiserver filters
+// the list: checked on the object too, it must not drop what the apiserver
+// sent. Another resource's source is its field.
+func TestEventSourceFieldSelector(t *testing.T) {
+	ev := func(component, reporting string) *unstructured.Unstructured {
+		u := cm("a", "e", "1", nil, nil)
+		u.SetKind("Event")
+		if component != "" {
+			u.Object["source"] = map[string]any{"component": component}
+		}
+		if reporting != "" {
+			u.Object["reportingComponent"] = reporting
+		}
+		return u
+	}
+	r := compile(t, "    resource: v1/events\n    fieldSelector: source=kubelet\n", nil)
+	for _, tc := range []struct {
+		obj  *unstructured.Unstructured
+		want bool
+	}{{ev("kubelet", ""), true}, {ev("", "kubelet"), true}, {ev("kubelet", "other"), true}, {ev("scheduler", "kubelet"), false}, {ev("", ""), false}} {
+		if got := r.InView(tc.obj); got != tc.want {
+			t.Errorf("source %v, reportingComponent %v: in view %v, want %v", tc.obj.Object["source"], tc.obj.Object["reportingComponent"], got, tc.want)
+		}
+	}
+	cmRule := compile(t, "    resource: v1/configmaps\n    fieldSelector: data.source=kubelet\n", nil)
+	if !cmRule.InView(cm("a", "x", "1", nil, map[string]any{"source": "kubelet"})) {
+		t.Error("a ConfigMap's data.source is not read at its path")
+	}
+}
