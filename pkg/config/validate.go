@@ -798,8 +798,12 @@ func (r *Rule) validateOwnerResources(gvr schema.GroupVersionResource, known boo
 			continue
 		}
 		seen[res] = i
-		if _, err := ParseResource(res); err != nil {
+		ogvr, err := ParseResource(res)
+		switch {
+		case err != nil:
 			errs = append(errs, ErrorAt(p, "%v", err))
+		case ogvr.Group == "" && ogvr.Resource == "secrets":
+			errs = append(errs, ErrorAt(p, "Secrets own nothing, and listing them reads their values: not an owner resource"))
 		}
 	}
 	return errs
