@@ -170,3 +170,61 @@ func TestUpdateWindowPerKeyBurst(t *testing.T) {
 	cancel()
 	<-d.Done()
 }
+
+// failing refuses the first sends (a plain failure: the object is parked
+// and retried), then records as sent does.
+type failing struct {
+	sent
+	mu    sync.Mutex
+	left  int
+	tried int
+}
+
+func (f *failing) Send(ctx context.Context, evs []*event.Event) error {
+	f.mu.Lock()
+	f.tried++
+	if f.left > 0 {
+		f.left--
+		f.mu.Unlock()
+		return errors.New("500 Internal Server Error")
+	}
+	f.mu.Unlock()
+	return f.sent.Send(ctx, evs)
+}
+
+// A key's message that failed is retried as one message with what
+// arrived for the key meanwhile: the latest object's.
+func TestUpdateWindowPerKeyRetriesOneMessage(t *testing.T) {
+	cfg := sinkConfig()
+	cfg.UpdateWindow = config.UpdateWindow{Every: config.Duration(time.Minute), Key: "k"}
+	sink := &failing{left: 1}
+	clk := fakeClock()
+	var mu sync.Mutex
+	var acked []string
+	d := New(Options{Config: cfg, Sink: sink, Clock: clk, WindowKey: byIncident, Hooks: Hooks{OnAck: func(evs []*event.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, e := range evs {
+			acked = append(acked, e.Object().GetName()+" "+string(e.Change)+map[bool]string{true: " quiet"}[e.Quiet])
+		}
+	}}})
+	stop := run(t, d)
+	defer stop()
+	d.Offer(keyed("a", "1", event.Added, "X"))
+	waitFor(t, func() bool { return d.Stats().Parked == 1 })
+	d.Offer(keyed("b", "1", event.Added, "X"))
+	d.Offer(keyed("c", "1", event.Added, "X"))
+	waitFor(t, func() bool {
+		clk.Step(10 * time.Millisecond) // the retry's backoff
+		return d.Stats().Throttled == 1
+	})
+	if got := sink.lines(); !slices.Equal(got, []string{"c added 1"}) {
+		t.Errorf("sent %q, want one message, the latest object's", got)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	slices.Sort(acked)
+	if want := []string{"a added quiet", "b added quiet", "c added"}; !slices.Equal(acked, want) {
+		t.Errorf("acknowledged %q, want %q", acked, want)
+	}
+}
