@@ -14,7 +14,8 @@ import (
 // day, an empty window, a group expression that is no string.
 func TestDigestAndMuteAreCheckedAtTheirKeys(t *testing.T) {
 	const old = "      url: https://hooks.example.com/k8s\n"
-	cfg := mustParse(t, mutate(t, base, old, old+`    digest: {every: 5m, groupBy: object.metadata.namespace}
+	cfg := mustParse(t, mutate(t, base, old, old+`      preset: slack
+    digest: {every: 5m, groupBy: object.metadata.namespace}
     mute: {windows: [{days: [sat, SUN], from: "22:00", to: "07:00", timeZone: Europe/Berlin}], where: "type != 'deleted'"}
 `))
 	s := cfg.Sinks[1]
@@ -24,30 +25,37 @@ func TestDigestAndMuteAreCheckedAtTheirKeys(t *testing.T) {
 	for _, tc := range []struct {
 		name, block string
 		want        []string
+		bare        bool // the webhook without a preset (no digest body)
 	}{
 		{"time zone", `mute: {windows: [{from: "22:00", to: "07:00", timeZone: Europe/Berln}]}`,
-			[]string{`config.yaml:12: sinks[1].mute.windows[0].timeZone: unknown time zone "Europe/Berln" (an IANA name, e.g. Europe/Berlin or UTC)`}},
+			[]string{`config.yaml:13: sinks[1].mute.windows[0].timeZone: unknown time zone "Europe/Berln" (an IANA name, e.g. Europe/Berlin or UTC)`}, false},
 		{"Local is the machine's, not a zone", `mute: {windows: [{from: "22:00", to: "07:00", timeZone: Local}]}`,
-			[]string{`config.yaml:12: sinks[1].mute.windows[0].timeZone: unknown time zone "Local"…`}},
+			[]string{`config.yaml:13: sinks[1].mute.windows[0].timeZone: unknown time zone "Local"…`}, false},
 		{"day and times", `mute: {windows: [{days: [sat, sonntag], from: "7:00", to: "24:01"}]}`,
-			[]string{`config.yaml:12: sinks[1].mute.windows[0].days[1]: unknown day "sonntag": write mon, tue, wed, thu, fri, sat or sun`,
-				`config.yaml:12: sinks[1].mute.windows[0].from: "7:00" is not a time of day: write HH:MM or HH:MM:SS, 00:00 to 23:59:59`,
-				`config.yaml:12: sinks[1].mute.windows[0].to: "24:01" is not a time of day: write HH:MM or HH:MM:SS, 00:00 to 24:00`}},
+			[]string{`config.yaml:13: sinks[1].mute.windows[0].days[1]: unknown day "sonntag": write mon, tue, wed, thu, fri, sat or sun`,
+				`config.yaml:13: sinks[1].mute.windows[0].from: "7:00" is not a time of day: write HH:MM or HH:MM:SS, 00:00 to 23:59:59`,
+				`config.yaml:13: sinks[1].mute.windows[0].to: "24:01" is not a time of day: write HH:MM or HH:MM:SS, 00:00 to 24:00`}, false},
 		{"empty window", `mute: {windows: [{from: "08:00", to: "08:00:00"}]}`,
-			[]string{`config.yaml:12: sinks[1].mute.windows[0].to: equals from: the window is empty (a whole day is from 00:00 to 24:00)`}},
+			[]string{`config.yaml:13: sinks[1].mute.windows[0].to: equals from: the window is empty (a whole day is from 00:00 to 24:00)`}, false},
 		{"no window", `mute: {where: "true"}`,
-			[]string{`config.yaml:12: sinks[1].mute.windows: required: at least one window`}},
+			[]string{`config.yaml:13: sinks[1].mute.windows: required: at least one window`}, false},
 		{"where", `mute: {windows: [{from: "00:00", to: "24:00"}], where: "object.metadata.name"}`,
-			[]string{`config.yaml:12: sinks[1].mute.where: …`}},
+			[]string{`config.yaml:13: sinks[1].mute.where: …`}, false},
 		{"digest bounds", `digest: {every: 100ms, max: 0, groupBy: "1"}`,
-			[]string{`config.yaml:12: sinks[1].digest.every: must be between 1s and 24h0m0s, got 100ms`,
-				`config.yaml:12: sinks[1].digest.max: must be between 1 and 1000, got 0`,
-				`config.yaml:12: sinks[1].digest.groupBy: must be a string expression, got int`}},
+			[]string{`config.yaml:13: sinks[1].digest.every: must be between 1s and 24h0m0s, got 100ms`,
+				`config.yaml:13: sinks[1].digest.max: must be between 1 and 1000, got 0`,
+				`config.yaml:13: sinks[1].digest.groupBy: must be a string expression, got int`}, false},
+		{"a digest needs a body", "digest: {every: 1m}",
+			[]string{`config.yaml:12: sinks[1].digest: this webhook sink cannot render a digest: use a webhook with preset slack, teams or generic, or with request.digest (the digest's body)`}, true},
 		{"digest with an update window", "digest: {every: 1m}\n    updateWindow: 1m",
-			[]string{`config.yaml:12: sinks[1].digest: set either digest or updateWindow: a digest already sends each object at most once per period`}},
+			[]string{`config.yaml:13: sinks[1].digest: set either digest or updateWindow: a digest already sends each object at most once per period`}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, _, err := Parse("config.yaml", []byte(mutate(t, base, old, old+"    "+tc.block+"\n")), types)
+			preset := "      preset: slack\n"
+			if tc.bare {
+				preset = ""
+			}
+			_, _, err := Parse("config.yaml", []byte(mutate(t, base, old, old+preset+"    "+tc.block+"\n")), types)
 			var cerr *Error
 			if !errors.As(err, &cerr) {
 				t.Fatalf("err = %v, want a config error", err)

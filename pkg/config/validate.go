@@ -128,6 +128,11 @@ func (c *Config) Validate() error {
 		}
 	}
 	for i, s := range c.Sinks {
+		if d, ok := s.Spec.(digester); s.Digest != nil && (!ok || !d.RendersDigests()) {
+			errs = append(errs, ErrorAt(fmt.Sprintf("sinks[%d].digest", i), "this %s sink cannot render a digest: use a webhook with preset slack, teams or generic, or with request.digest (the digest's body)", s.Type))
+		}
+	}
+	for i, s := range c.Sinks {
 		if s.UpdateWindow.Key == "" {
 			continue
 		}
@@ -227,6 +232,10 @@ type replayWaiter interface {
 // applies by uid: only such a sink may coalesce different objects into one
 // message (updateWindow.key).
 type messenger interface{ SendsMessages() bool }
+
+// digester is implemented by the config of a sink type that can render a
+// digest (a sink's digest) as one message per group.
+type digester interface{ RendersDigests() bool }
 
 // kvHolder is implemented by the config of a sink type that provides
 // CheckpointKV when some of its sinks cannot hold the bucket (one whose

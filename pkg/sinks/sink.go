@@ -106,6 +106,11 @@ type Settings struct {
 	// attempts (retry.maxInterval): a pause the destination asks for
 	// (Retry-After) is worth honouring up to it. 0 when unknown.
 	MaxRetryInterval time.Duration
+	// Digest is the sink's digest (sinks[].digest), nil without one: the
+	// delivery hands the sink a period's events at once (each object's
+	// once), to render as one message per group (config.Digest.GroupBy),
+	// listing config.Digest.Max of them.
+	Digest *config.Digest
 }
 
 // KV is a key-value bucket in a sink's destination, which the host keeps
@@ -347,7 +352,7 @@ func SettingsFor(sc config.Sink, logger *slog.Logger) Settings {
 	}
 	inFlight, _ := sc.InFlight()
 	return Settings{Name: sc.Name, Config: sc.Spec, Logger: logger,
-		InFlight: inFlight, MaxRetryInterval: sc.Retry.MaxInterval.D()}
+		InFlight: inFlight, MaxRetryInterval: sc.Retry.MaxInterval.D(), Digest: sc.Digest}
 }
 
 // The classes an exec plugin answers with too live in package outcome,

@@ -32,6 +32,10 @@ const (
 	// GenieKey). Only credentials.<name> reads it, so a template names each
 	// credential it sends and the config can be checked for it.
 	CELCredentials = "credentials"
+	// CELDigest is a digest's (a sink's digest, request.digest): {group,
+	// count, entered, left, changed, items: [{change, line, ...}], more,
+	// title, text} (TemplateVars.Digest); empty in a request of one event.
+	CELDigest = "digest"
 )
 
 var (
@@ -55,6 +59,7 @@ func CELTemplateEnv() (*cel.Env, error) {
 			cel.Variable(CELPatch, cel.ListType(cel.DynType)),
 			cel.Variable(CELChanges, cel.MapType(cel.StringType, cel.DynType)),
 			cel.Variable(CELCredentials, cel.MapType(cel.StringType, cel.StringType)),
+			cel.Variable(CELDigest, cel.MapType(cel.StringType, cel.DynType)),
 		)
 	})
 	return celTemplateEnv, celTemplateEnvErr
@@ -173,6 +178,8 @@ type TemplateVars struct {
 	// null): what the rule's include: [owners] resolved.
 	Owners   []any
 	Involved map[string]any
+	// Digest is the digest a request renders (CELDigest; nil: empty).
+	Digest map[string]any
 
 	changes map[string]any
 }
@@ -230,6 +237,11 @@ func (a *templateActivation) ResolveName(name string) (any, bool) {
 			return map[string]string{}, true
 		}
 		return a.v.Credentials, true
+	case CELDigest:
+		if a.v.Digest == nil {
+			return map[string]any{}, true
+		}
+		return a.v.Digest, true
 	case CELBudgetVar:
 		return &a.budget, true
 	}

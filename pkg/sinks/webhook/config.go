@@ -147,6 +147,13 @@ func (w *Config) SendsMessages() bool {
 	return !posts
 }
 
+// RendersDigests says whether the request (or its preset) has a digest's
+// body (request.digest).
+func (w *Config) RendersDigests() bool {
+	r := w.request()
+	return r != nil && strings.TrimSpace(r.Digest) != ""
+}
+
 // alertPresets fire and resolve an alert per object.
 var alertPresets = map[string]bool{"alertmanager": true, "pagerduty": true, "opsgenie": true}
 

@@ -20,6 +20,7 @@ var Presets = map[string]Request{
 	"slack": {
 		Method: "POST",
 		Body:   `{"text": ` + truncated(summary+` + (changes.text != "" ? "\n" + changes.text : "")`, 40000) + `}`,
+		Digest: `{"text": ` + truncated(`digest.title + "\n" + digest.text`, 40000) + `}`,
 	},
 	// Microsoft Teams workflow webhook ("Post to a channel when a webhook
 	// request is received"): a message with one Adaptive Card 1.4 attachment.
@@ -31,6 +32,10 @@ var Presets = map[string]Request{
 			         {"type": "FactSet", "facts": [{"title": "Rule", "value": event.rule}, {"title": "Cluster", "value": event.cluster},
 			                                      {"title": "Change", "value": event.change}]}] +
 			        (changes.text != "" ? [{"type": "TextBlock", "text": ` + truncated(`changes.text`, 10000) + `, "wrap": true, "fontType": "Monospace"}] : [])}}]}`,
+		Digest: `{"type": "message", "attachments": [{"contentType": "application/vnd.microsoft.card.adaptive", "contentUrl": null,
+			"content": {"$schema": "http://adaptivecards.io/schemas/adaptive-card.json", "type": "AdaptiveCard", "version": "1.4",
+			"body": [{"type": "TextBlock", "text": ` + truncated(`digest.title`, 2000) + `, "wrap": true, "weight": "Bolder"},
+			         {"type": "TextBlock", "text": ` + truncated(`digest.text`, 20000) + `, "wrap": true}]}}]}`,
 	},
 	// GitHub repository_dispatch (docs.github.com/rest/repos/repos#create-a-repository-dispatch-event):
 	// url https://api.github.com/repos/OWNER/REPO/dispatches, bearerTokenFile a token with
@@ -102,6 +107,10 @@ var Presets = map[string]Request{
 		Body: `{"id": event.id, "type": event.type, "change": event.change, "rule": event.rule, "cluster": event.cluster,
 			"subject": event.subject, "reason": event.reason, "object": dyn(object),
 			"changes": changes.known ? changes.list : null, "owners": owners, "involved": involved}`,
+		Digest: `{"cluster": event.cluster, "group": digest.group, "count": digest.count, "entered": digest.entered, "changed": digest.changed,
+			"left": digest.left, "more": digest.more,
+			"items": digest.items.map(i, {"id": i.id, "type": i.type, "change": i.change, "rule": i.rule, "subject": i.subject,
+			                              "uid": i.uid, "line": i.line, "object": i.object})}`,
 	},
 }
 
@@ -194,7 +203,7 @@ func withPreset(name string, r *Request) Request {
 	if r.For != 0 {
 		out.For = r.For
 	}
-	for _, f := range []struct{ dst, src *string }{{&out.Path, &r.Path}, {&out.Body, &r.Body}, {&out.When, &r.When}} {
+	for _, f := range []struct{ dst, src *string }{{&out.Path, &r.Path}, {&out.Body, &r.Body}, {&out.When, &r.When}, {&out.Digest, &r.Digest}} {
 		if strings.TrimSpace(*f.src) != "" {
 			*f.dst = *f.src
 		}

@@ -43,6 +43,8 @@ type Request struct {
 	For config.Duration `yaml:"for"`
 	// When is a CEL bool: false handles the event without a request (it counts as delivered; a later change or replay is evaluated again). With replayEvery it waits out a duration: timestamp(event.time) - timestamp(event.entered) > duration('5m'). Default: always.
 	When string `yaml:"when"`
+	// Digest is a CEL expression whose value is the JSON body of a digest's request (the sink's digest): it sees digest ({group, count, entered, left, changed, items: [{change, line, id, type, subject, rule, reason, replay, kind, namespace, name, uid, changes, object}], more, title, text}) and, for path, query and headers too, the first event's variables. Default: the preset's (slack, teams and generic have one).
+	Digest string `yaml:"digest"`
 }
 
 // SetDefaults POSTs.
@@ -98,6 +100,9 @@ func (r *Request) each(f func(field, name, expr, want string)) {
 	if r.When != "" {
 		f("when", "", r.When, "bool")
 	}
+	if r.Digest != "" {
+		f("digest", "", r.Digest, "json")
+	}
 }
 
 // templateKey is the config key of an expression each names.
@@ -142,6 +147,7 @@ type shapedRequest struct {
 	headers   []namedTemplate
 	body      *celsandbox.Template
 	when      *celsandbox.Template
+	digest    *celsandbox.Template // a digest's body
 }
 
 type namedTemplate struct {
@@ -188,6 +194,8 @@ func compileRequest(rawURL string, r *Request) (*shapedRequest, error) {
 			out.body = t
 		case "when":
 			out.when = t
+		case "digest":
+			out.digest = t
 		case "query":
 			out.query = append(out.query, namedTemplate{name, t})
 		case "headers":
@@ -256,27 +264,37 @@ func vars(e *event.Event, creds map[string]string) (*celsandbox.TemplateVars, er
 // why there is none (sinks.WithheldFor, sinks.WithheldWhen). An error is
 // the event's alone (its data does not fit the template).
 func (r *shapedRequest) render(e *event.Event, creds map[string]string) (target string, h http.Header, body []byte, withheld string, err error) {
-	if r.wait > 0 && e.Change != event.Deleted && e.Time.Sub(time.Unix(0, e.Entered)) < r.wait {
-		return "", nil, nil, sinks.WithheldFor, nil // not in the view for long enough yet: a replay asks again
+	v, withheld, err := r.admit(e, creds)
+	if v == nil {
+		return "", nil, nil, withheld, err
 	}
-	v, err := vars(e, creds)
-	if err != nil {
-		return "", nil, nil, "", err
+	target, h, body, err = r.build(v, r.body)
+	return target, h, body, "", err
+}
+
+// admit returns e's template variables, or nil and why e has no request
+// (withheld), or nil and the error of the event alone.
+func (r *shapedRequest) admit(e *event.Event, creds map[string]string) (v *celsandbox.TemplateVars, withheld string, err error) {
+	if r.wait > 0 && e.Change != event.Deleted && e.Time.Sub(time.Unix(0, e.Entered)) < r.wait {
+		return nil, sinks.WithheldFor, nil // not in the view for long enough yet: a replay asks again
+	}
+	if v, err = vars(e, creds); err != nil {
+		return nil, "", err
 	}
 	if r.when != nil {
 		ok, err := r.when.Bool(v)
 		if err != nil {
-			return "", nil, nil, "", fmt.Errorf("when: %w", err)
+			return nil, "", fmt.Errorf("when: %w", err)
 		}
 		if !ok {
-			return "", nil, nil, sinks.WithheldWhen, nil
+			return nil, sinks.WithheldWhen, nil
 		}
 	}
-	target, h, body, err = r.build(v)
-	return target, h, body, "", err
+	return v, "", nil
 }
 
-func (r *shapedRequest) build(v *celsandbox.TemplateVars) (target string, h http.Header, body []byte, err error) {
+// build renders the request of v with bodyT as its body (nil: none).
+func (r *shapedRequest) build(v *celsandbox.TemplateVars, bodyT *celsandbox.Template) (target string, h http.Header, body []byte, err error) {
 	u := *r.base
 	if r.path != nil {
 		p, err := r.path.String(v)
@@ -315,8 +333,8 @@ func (r *shapedRequest) build(v *celsandbox.TemplateVars) (target string, h http
 		}
 		h.Set(nt.name, val)
 	}
-	if r.body != nil {
-		if body, err = r.body.JSON(v); err != nil {
+	if bodyT != nil {
+		if body, err = bodyT.JSON(v); err != nil {
 			return "", nil, nil, fmt.Errorf("body: %w", err)
 		}
 		if h.Get("Content-Type") == "" {
@@ -344,16 +362,9 @@ func joinPath(u url.URL, p string) (path, raw string, err error) {
 // sendRequest sends e as the request its templates build. A template
 // that fails on this event refuses it alone (permanent: the dead-letter).
 func (s *Sink) sendRequest(ctx context.Context, e *event.Event) error {
-	var creds map[string]string
-	if len(s.creds) > 0 {
-		creds = make(map[string]string, len(s.creds))
-		for name, f := range s.creds {
-			v, err := sendable(f)
-			if err != nil {
-				return fmt.Errorf("credentialFiles.%s: %w", name, err)
-			}
-			creds[name] = string(v)
-		}
+	creds, err := s.credentials()
+	if err != nil {
+		return err
 	}
 	target, h, body, withheld, err := s.request.render(e, creds)
 	if err != nil {
@@ -382,6 +393,22 @@ func (s *Sink) sendRequest(ctx context.Context, e *event.Event) error {
 	}
 	// A receiver may echo the request in its answer, which the error quotes.
 	return scrubbed(err, creds)
+}
+
+// credentials are the credential files' values as they are now, by name.
+func (s *Sink) credentials() (map[string]string, error) {
+	if len(s.creds) == 0 {
+		return nil, nil
+	}
+	creds := make(map[string]string, len(s.creds))
+	for name, f := range s.creds {
+		v, err := sendable(f)
+		if err != nil {
+			return nil, fmt.Errorf("credentialFiles.%s: %w", name, err)
+		}
+		creds[name] = string(v)
+	}
+	return creds, nil
 }
 
 // scrubbed is err with every credential value in its message replaced by

@@ -95,6 +95,7 @@ type Sink struct {
 	batch    *Batch
 	headers  http.Header
 	request  *shapedRequest                   // the request shaped by CEL, instead of a CloudEvent
+	digest   *digest                          // the sink's digest: one request per group of a period's events
 	token    *sinks.CredentialFile            // bearerTokenFile, read again when it changes
 	secret   *sinks.CredentialFile            // signingSecretFile, likewise
 	creds    map[string]*sinks.CredentialFile // credentialFiles, by name, likewise
@@ -123,6 +124,11 @@ func create(_ context.Context, s sinks.Settings) (sinks.Sink, error) {
 	}
 	if s.MaxRetryInterval > 0 {
 		sink.maxDelay = s.MaxRetryInterval
+	}
+	if s.Digest != nil {
+		if sink.digest, err = newDigest(s.Digest, sink.request); err != nil {
+			return nil, err
+		}
 	}
 	if s.InFlight > 0 {
 		sink.keepConns(s.InFlight)
@@ -310,13 +316,17 @@ func (s *Sink) Batching() (int, time.Duration) {
 }
 
 // Ordered: in batch mode a batch is one request, all-or-nothing, so an
-// object's events may travel in it together, in order.
-func (s *Sink) Ordered() bool { return s.batch != nil }
+// object's events may travel in it together, in order; so does a digest's
+// group.
+func (s *Sink) Ordered() bool { return s.batch != nil || s.digest != nil }
 
 // Send POSTs the events: one request per event, or one per batch. Events
 // fare alone where they can (see sinks.EventErrors); without batch they
 // are of different objects (sinks.Sink), so none waits for another.
 func (s *Sink) Send(ctx context.Context, events []*event.Event) error {
+	if s.digest != nil {
+		return s.sendDigest(ctx, events)
+	}
 	if s.batch != nil {
 		return s.sendBatch(ctx, events)
 	}
