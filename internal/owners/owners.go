@@ -15,9 +15,10 @@
 // once, and the chain says it is incomplete. One not in its cache yet (it
 // was created a moment before its child and its watch event has not
 // arrived) is waited for, up to the wait given, then named from the
-// reference the same way; a reference waited for in vain is not waited
-// for again for a while (an owner deleted before its children would
-// otherwise cost every child the whole wait). Chains are bounded
+// reference the same way. A reference waited for in vain, or whose object
+// the caches saw deleted, is not waited for (for a while): an owner
+// deleted before its children, or a Pod deleted before the Events about it
+// arrive, would otherwise cost each of them the whole wait. Chains are bounded
 // (MaxDepth) and cycles in ownerReferences end them.
 package owners
 
@@ -120,7 +121,7 @@ type Resolver struct {
 	closeOnce sync.Once
 
 	mu     sync.Mutex
-	missed map[types.UID]time.Time // references waited for in vain, until when they are not waited for
+	missed map[types.UID]time.Time // objects waited for in vain or deleted, until when they are not waited for
 	now    func() time.Time
 }
 
@@ -136,6 +137,16 @@ func New(client metadata.Interface, watches []Watch) *Resolver {
 	for _, w := range watches {
 		inf := metadatainformer.NewFilteredMetadataInformer(client, w.GVR, w.Namespace, 0, cache.Indexers{}, nil).Informer()
 		_ = inf.SetTransform(trim) // only fails once the informer runs
+		// An object deleted is not waited for: the Events about a Pod
+		// just deleted, the children of an owner deleted first.
+		_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if m, ok := obj.(metav1.Object); ok {
+				r.miss(m.GetUID())
+			}
+		}})
 		gk := schema.GroupKind{Group: w.GVR.Group, Kind: w.Kind}
 		if r.byKind[gk] == nil {
 			r.byKind[gk] = map[string]cache.SharedIndexInformer{}
@@ -326,7 +337,8 @@ func (r *Resolver) lookup(apiVersion, kind, ns, name string, uid types.UID, dead
 	}
 }
 
-// missedBefore reports whether uid was waited for in vain lately.
+// missedBefore reports whether uid was waited for in vain, or deleted,
+// lately.
 func (r *Resolver) missedBefore(uid types.UID) bool {
 	if uid == "" {
 		return false
@@ -341,7 +353,7 @@ func (r *Resolver) missedBefore(uid types.UID) bool {
 	return ok
 }
 
-// miss remembers that uid was waited for in vain.
+// miss remembers that uid was waited for in vain, or deleted.
 func (r *Resolver) miss(uid types.UID) {
 	if uid == "" {
 		return

@@ -153,6 +153,24 @@ func TestResolveAgainstTheAPIServer(t *testing.T) {
 		t.Errorf("a reference missed before was waited for again: %+v after %s", rel, time.Since(start))
 	}
 
+	// Deleted: the caches saw it go, so its children do not wait for it.
+	dead := must(cs.AppsV1().ReplicaSets(ns).Create(ctx, &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: "dead"},
+		Spec: appsv1.ReplicaSetSpec{Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: tmpl}}, metav1.CreateOptions{}))
+	waitUntil(t, func() bool {
+		return !r.Related(podsGVR, podOwnedBy(ns, "p-dead", ref("ReplicaSet", "apps/v1", dead)), time.Time{}).Incomplete
+	})
+	if err := cs.AppsV1().ReplicaSets(ns).Delete(ctx, "dead", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, func() bool {
+		return r.Related(podsGVR, podOwnedBy(ns, "p-dead", ref("ReplicaSet", "apps/v1", dead)), time.Time{}).Incomplete
+	})
+	time.Sleep(100 * time.Millisecond) // the delete handler runs after the cache has it
+	start = time.Now()
+	if rel = r.Related(podsGVR, podOwnedBy(ns, "p-dead2", ref("ReplicaSet", "apps/v1", dead)), wait(5*time.Second)); !rel.Incomplete || time.Since(start) > time.Second {
+		t.Errorf("a deleted owner was waited for: %+v after %s", rel, time.Since(start))
+	}
+
 	// A cycle: two ReplicaSets owning each other end the chain.
 	a := must(cs.AppsV1().ReplicaSets(ns).Create(ctx, &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: "a"},
 		Spec: appsv1.ReplicaSetSpec{Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: tmpl}}, metav1.CreateOptions{}))
