@@ -53,7 +53,7 @@ var (
 	descRetried      = prometheus.NewDesc("kubebridge_sink_retried_total", "Failed delivery attempts that were retried (batches).", []string{"sink"}, nil)
 	descFailed       = prometheus.NewDesc("kubebridge_sink_failed_total", "Events the sink refused permanently.", []string{"sink"}, nil)
 	descDeadLettered = prometheus.NewDesc("kubebridge_sink_dead_lettered_total", "Refused events written to the dead-letter.", []string{"sink"}, nil)
-	descCoalesced    = prometheus.NewDesc("kubebridge_sink_coalesced_total", "Events merged into a pending event of the same object (on queue overflow, into a retry or an update window), or into the one message of an updateWindow key (recorded as delivered, not sent).", []string{"sink"}, nil)
+	descCoalesced    = prometheus.NewDesc("kubebridge_sink_coalesced_total", "Events merged into a pending event of the same object: on queue overflow, into a retry or an update window.", []string{"sink"}, nil)
 	descCancelled    = prometheus.NewDesc("kubebridge_sink_cancelled_total", "Events that left the queue unsent because an object created and deleted while its added still waited cancelled out (two per object).", []string{"sink"}, nil)
 	descLimit        = prometheus.NewDesc("kubebridge_sink_concurrency_limit", "Batches the sink may have in flight now (adaptive, or the fixed workers).", []string{"sink"}, nil)
 	descInFlight     = prometheus.NewDesc("kubebridge_sink_requests_in_flight", "Batches being sent to the sink now.", []string{"sink"}, nil)
@@ -116,6 +116,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descWindowKeyErrors, prometheus.CounterValue, float64(s.WindowKeyErrors), name)
 		ch <- prometheus.MustNewConstMetric(descHeld, prometheus.GaugeValue, float64(s.Held), name)
 		ch <- prometheus.MustNewConstMetric(descWithheld[withheldMute], prometheus.CounterValue, float64(s.Muted), name)
+		ch <- prometheus.MustNewConstMetric(descWithheld[withheldWindow], prometheus.CounterValue, float64(s.WindowCoalesced), name)
 		failing := 0.0
 		if s.Failing {
 			failing = 1
@@ -297,6 +298,7 @@ func sinkTotals(ds []*delivery.Delivery) []*sinkTotal {
 		t.Parked += s.Parked
 		t.OldestParked = max(t.OldestParked, s.OldestParked)
 		t.Throttled += s.Throttled
+		t.WindowCoalesced += s.WindowCoalesced
 		t.WindowOverflow += s.WindowOverflow
 		t.WindowKeyErrors += s.WindowKeyErrors
 		t.Held += s.Held
@@ -318,9 +320,9 @@ func sinkTotals(ds []*delivery.Delivery) []*sinkTotal {
 // constant label), so that collectSinkCounts reports each.
 func withheldDescs() map[string]*prometheus.Desc {
 	out := make(map[string]*prometheus.Desc, len(sinks.WithheldReasons)+1)
-	for _, r := range append(slices.Clone(sinks.WithheldReasons), withheldMute) {
+	for _, r := range append(slices.Clone(sinks.WithheldReasons), withheldMute, withheldWindow) {
 		out[r] = prometheus.NewDesc("kubebridge_sink_withheld_total",
-			"Events the sink handled without a request at once: reason when, the request's when was false, and for, the object had not been in the view for the request's for yet (both count as delivered); mute, the event was held by the sink's mute, to be sent coalesced when its window ends.",
+			"Events the sink handled without a request at once: reason when, the request's when was false, and for, the object had not been in the view for the request's for yet (both count as delivered); mute, the event was held by the sink's mute, to be sent coalesced when its window ends; window, the event was coalesced into another object's message by the sink's updateWindow key (counts as delivered).",
 			[]string{"sink"}, prometheus.Labels{"reason": r})
 	}
 	return out
@@ -329,3 +331,7 @@ func withheldDescs() map[string]*prometheus.Desc {
 // withheldMute is the reason of the events a mute held: the delivery's
 // count, not the sink's.
 const withheldMute = "mute"
+
+// withheldWindow is the reason of the events an updateWindow key coalesced
+// into another object's message: the delivery's count.
+const withheldWindow = "window"

@@ -22,15 +22,18 @@ type Stats struct {
 	Muted                                    uint64        // events a mute ever held
 	Failing                                  bool          // the destination fails as a whole: probed one batch at a time
 	DestinationErrors                        map[string]uint64
-	// WindowOverflow counts keys sent without a window (maxKeys were
-	// waiting), WindowKeyErrors objects whose key failed (a window of their own).
-	WindowOverflow, WindowKeyErrors uint64
+	// WindowCoalesced counts events coalesced into another object's
+	// message by an updateWindow key (acknowledged, never sent),
+	// WindowOverflow keys sent without a window (maxKeys were waiting),
+	// WindowKeyErrors objects whose key failed (a window of their own).
+	WindowCoalesced, WindowOverflow, WindowKeyErrors uint64
 }
 
 // counters are what a delivery counts as it goes; Stats reads them.
 type counters struct {
 	delivered, failed, retried, deadLettered atomic.Uint64
 	coalesced, cancelled                     atomic.Uint64 // folded into a parked object's retry
+	windowed                                 atomic.Uint64 // coalesced into a key's message (updateWindow.key)
 	inFlight                                 atomic.Int64  // events taken from the queue, not yet settled (parked included)
 
 	mu       sync.Mutex
@@ -74,7 +77,7 @@ func (d *Delivery) Stats() Stats {
 	q.Cancelled += c.cancelled.Load()
 	return Stats{Delivered: c.delivered.Load(), Failed: c.failed.Load(), Retried: c.retried.Load(), DeadLettered: c.deadLettered.Load(),
 		Pending: d.Pending(), Queue: q, Capacity: d.queue.Capacity(),
-		Parked: parked, OldestParked: oldest, Throttled: throttled, WindowOverflow: overflow, WindowKeyErrors: keyErrors, Failing: d.gate.isFailing(), DestinationErrors: dest,
+		Parked: parked, OldestParked: oldest, Throttled: throttled, WindowCoalesced: c.windowed.Load(), WindowOverflow: overflow, WindowKeyErrors: keyErrors, Failing: d.gate.isFailing(), DestinationErrors: dest,
 		Held: d.held(), Muted: d.muted()}
 }
 

@@ -185,9 +185,10 @@ func (d *Delivery) oneMessage(events []*event.Event) {
 		if i != sent && !e.Quiet {
 			events[i] = e.WithQuiet(true)
 			quieted++
+			d.logger.Debug("request withheld", "reason", "window", "event", e.ID, "change", string(e.Change), "subject", e.Subject, "into", events[sent].Subject)
 		}
 	}
-	d.counts.coalesced.Add(quieted)
+	d.counts.windowed.Add(quieted)
 }
 
 // gather moves the events queued behind a throttled batch's group into

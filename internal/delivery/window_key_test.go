@@ -104,8 +104,8 @@ func TestUpdateWindowPerKey(t *testing.T) {
 		t.Errorf("sent %q, want one message per window: a's deletion coalesced into b's", got)
 	}
 	waitFor(t, func() bool { return slices.Contains(acked(), "a deleted 4 quiet") })
-	if s := d.Stats(); s.Queue.Coalesced < 4 {
-		t.Errorf("coalesced %d, want at least the 4 events sent as part of a key's message", s.Queue.Coalesced)
+	if s := d.Stats(); s.WindowCoalesced != 4 {
+		t.Errorf("coalesced into a key's message: %d, want 4 (a 2, c 1, c's deletion, a's deletion)", s.WindowCoalesced)
 	}
 
 	// A drain sends what waits without waiting the window out.
