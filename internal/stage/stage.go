@@ -236,10 +236,15 @@ func (d *Desired) seen(obj *unstructured.Unstructured) *unstructured.Unstructure
 
 // related is obj's owners for the rule, reusing the current state's (a
 // state other than the one notified, such as a deletion's last, is read
-// from the caches as they are).
+// from the caches as they are; one a checkpoint kept has none known).
 func (d *Desired) related(obj *unstructured.Unstructured) *event.Related {
 	if obj != nil && obj == d.cur.obj {
 		return d.cur.rel
+	}
+	if obj != nil && d.Rule.IncludesOwners() && obj.GetKind() == "" {
+		// Rebuilt from a checkpoint (a deletion found at a start): it kept
+		// no ownerReferences, so the owners are not known, not none.
+		return &event.Related{Incomplete: true}
 	}
 	return d.Rule.Related(obj, false)
 }

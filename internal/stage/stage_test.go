@@ -281,4 +281,16 @@ func TestOwnersResolvedOncePerNotification(t *testing.T) {
 	if len(calls) != 1 || calls[0] {
 		t.Errorf("deletion: resolutions %v; want one, not waiting", calls)
 	}
+	// A deletion found at a start: the checkpoint kept metadata only (no
+	// kind, no ownerReferences): its owners are not known, not none.
+	kept := &unstructured.Unstructured{Object: map[string]any{}}
+	kept.SetNamespace("a")
+	kept.SetName("x")
+	kept.SetUID("uid-x")
+	calls = nil
+	found := Evaluate(r, "a/x", cacheOf{}, Trigger{Replay: event.ReplayCheckpoint, Now: time.Now()})
+	ev := found.Event(event.Transition{Change: event.Deleted, Object: kept, Time: time.Now()})
+	if rel := ev.Related(); rel == nil || !rel.Incomplete || len(calls) != 0 {
+		t.Errorf("a checkpoint's deletion: owners %+v, %d resolutions", rel, len(calls))
+	}
 }

@@ -19,7 +19,7 @@ func Coalesce(pending, newer *Event) (merged *Event, keep bool) {
 	}
 	if pending.Change == Added && newer.Change == Updated && (!pending.Quiet || newer.Quiet) {
 		return Build(newer.RuleInfo(), Transition{Change: Added, Object: newer.Object(), Subject: newer.Subject, Time: newer.Time,
-			Entered: pending.Entered, Stamp: pending.Stamp, Replay: newer.Replay, Fresh: pending.Fresh, Quiet: pending.Quiet}), true
+			Entered: pending.Entered, Stamp: pending.Stamp, Replay: newer.Replay, Fresh: pending.Fresh, Quiet: pending.Quiet, Related: newer.Related()}), true
 	}
 	// What merges into a pending event that is not a fresh added is not
 	// fresh either: a deletion queued before it (the object left the view,

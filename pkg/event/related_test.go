@@ -43,3 +43,16 @@ func TestDataCarriesOwners(t *testing.T) {
 		t.Errorf("top %+v", top)
 	}
 }
+
+// An added and an update merged on a queue's overflow keep the newer
+// state's owners.
+func TestCoalesceKeepsOwners(t *testing.T) {
+	r := &Rule{Name: "r", Cluster: "c", GVR: schema.GroupVersionResource{Version: "v1", Resource: "pods"}, IncludeObject: true, IncludeOwners: true}
+	now := time.Unix(1, 0)
+	rel := &Related{Owners: []Owner{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-6d4", UID: "rs"}}}
+	added := Build(r, Transition{Change: Added, Object: obj("a", "p", "1", nil), Time: now, Entered: now.UnixNano(), Related: &Related{}})
+	updated := Build(r, Transition{Change: Updated, Object: obj("a", "p", "2", nil), Time: now, Entered: now.UnixNano(), Related: rel})
+	if merged, keep := Coalesce(added, updated); !keep || merged.Change != Added || merged.Related() != rel {
+		t.Errorf("merged %v %+v", keep, merged.Related())
+	}
+}
