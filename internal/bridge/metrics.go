@@ -112,11 +112,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descParked, prometheus.GaugeValue, float64(s.Parked), name)
 		ch <- prometheus.MustNewConstMetric(descParkedAge, prometheus.GaugeValue, s.OldestParked.Seconds(), name)
 		ch <- prometheus.MustNewConstMetric(descThrottled, prometheus.GaugeValue, float64(s.Throttled), name)
-		ch <- prometheus.MustNewConstMetric(descWindowOverflow, prometheus.CounterValue, float64(s.WindowOverflow), name)
-		ch <- prometheus.MustNewConstMetric(descWindowKeyErrors, prometheus.CounterValue, float64(s.WindowKeyErrors), name)
+		ch <- prometheus.MustNewConstMetric(descWindowOverflow, prometheus.CounterValue, float64(s.Window.Overflow), name)
+		ch <- prometheus.MustNewConstMetric(descWindowKeyErrors, prometheus.CounterValue, float64(s.Window.KeyErrors), name)
 		ch <- prometheus.MustNewConstMetric(descHeld, prometheus.GaugeValue, float64(s.Held), name)
 		ch <- prometheus.MustNewConstMetric(descWithheld[withheldMute], prometheus.CounterValue, float64(s.Muted), name)
-		ch <- prometheus.MustNewConstMetric(descWithheld[withheldWindow], prometheus.CounterValue, float64(s.WindowCoalesced), name)
+		ch <- prometheus.MustNewConstMetric(descWithheld[withheldWindow], prometheus.CounterValue, float64(s.Window.Coalesced), name)
 		failing := 0.0
 		if s.Failing {
 			failing = 1
@@ -298,9 +298,9 @@ func sinkTotals(ds []*delivery.Delivery) []*sinkTotal {
 		t.Parked += s.Parked
 		t.OldestParked = max(t.OldestParked, s.OldestParked)
 		t.Throttled += s.Throttled
-		t.WindowCoalesced += s.WindowCoalesced
-		t.WindowOverflow += s.WindowOverflow
-		t.WindowKeyErrors += s.WindowKeyErrors
+		t.Window.Coalesced += s.Window.Coalesced
+		t.Window.Overflow += s.Window.Overflow
+		t.Window.KeyErrors += s.Window.KeyErrors
 		t.Held += s.Held
 		t.Muted += s.Muted
 		t.Failing = t.Failing || s.Failing

@@ -22,11 +22,16 @@ type Stats struct {
 	Muted                                    uint64        // events a mute ever held
 	Failing                                  bool          // the destination fails as a whole: probed one batch at a time
 	DestinationErrors                        map[string]uint64
-	// WindowCoalesced counts events coalesced into another object's
-	// message by an updateWindow key (acknowledged, never sent),
-	// WindowOverflow keys sent without a window (maxKeys were waiting),
-	// WindowKeyErrors objects whose key failed (a window of their own).
-	WindowCoalesced, WindowOverflow, WindowKeyErrors uint64
+	Window                                   WindowStats // an updateWindow key's counts
+}
+
+// WindowStats count what an updateWindow key did.
+type WindowStats struct {
+	// Coalesced counts events coalesced into another object's message
+	// (acknowledged, never sent), Overflow keys sent without a window
+	// (maxKeys were waiting), KeyErrors objects whose key failed (a
+	// window of their own).
+	Coalesced, Overflow, KeyErrors uint64
 }
 
 // counters are what a delivery counts as it goes; Stats reads them.
@@ -77,7 +82,7 @@ func (d *Delivery) Stats() Stats {
 	q.Cancelled += c.cancelled.Load()
 	return Stats{Delivered: c.delivered.Load(), Failed: c.failed.Load(), Retried: c.retried.Load(), DeadLettered: c.deadLettered.Load(),
 		Pending: d.Pending(), Queue: q, Capacity: d.queue.Capacity(),
-		Parked: parked, OldestParked: oldest, Throttled: throttled, WindowCoalesced: c.windowed.Load(), WindowOverflow: overflow, WindowKeyErrors: keyErrors, Failing: d.gate.isFailing(), DestinationErrors: dest,
+		Parked: parked, OldestParked: oldest, Throttled: throttled, Window: WindowStats{Coalesced: c.windowed.Load(), Overflow: overflow, KeyErrors: keyErrors}, Failing: d.gate.isFailing(), DestinationErrors: dest,
 		Held: d.held(), Muted: d.muted()}
 }
 

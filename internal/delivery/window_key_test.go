@@ -104,8 +104,8 @@ func TestUpdateWindowPerKey(t *testing.T) {
 		t.Errorf("sent %q, want one message per window: a's deletion coalesced into b's", got)
 	}
 	waitFor(t, func() bool { return slices.Contains(acked(), "a deleted 4 quiet") })
-	if s := d.Stats(); s.WindowCoalesced != 4 {
-		t.Errorf("coalesced into a key's message: %d, want 4 (a 2, c 1, c's deletion, a's deletion)", s.WindowCoalesced)
+	if s := d.Stats(); s.Window.Coalesced != 4 {
+		t.Errorf("coalesced into a key's message: %d, want 4 (a 2, c 1, c's deletion, a's deletion)", s.Window.Coalesced)
 	}
 
 	// A drain sends what waits without waiting the window out.
@@ -133,8 +133,8 @@ func TestUpdateWindowPerKeyBounds(t *testing.T) {
 	waitFor(t, sink.has("y added 1"))
 	d.Offer(keyed("y", "2", event.Updated, "Y"))
 	waitFor(t, sink.has("y updated 2")) // no room for Y's window
-	if s := d.Stats(); s.WindowOverflow < 1 || s.Throttled != 1 {
-		t.Errorf("overflow %d, throttled %d; want Y counted and only X waiting", s.WindowOverflow, s.Throttled)
+	if s := d.Stats(); s.Window.Overflow < 1 || s.Throttled != 1 {
+		t.Errorf("overflow %d, throttled %d; want Y counted and only X waiting", s.Window.Overflow, s.Throttled)
 	}
 
 	d.Offer(ev("n", "1", event.Added)) // no label: the key fails
@@ -145,8 +145,8 @@ func TestUpdateWindowPerKeyBounds(t *testing.T) {
 	if slices.Contains(sink.lines(), "n updated 2") {
 		t.Errorf("n's update inside its window was sent: %q", sink.lines())
 	}
-	if s := d.Stats(); s.WindowKeyErrors != 1 {
-		t.Errorf("key errors %d, want 1 (an object's key is evaluated once)", s.WindowKeyErrors)
+	if s := d.Stats(); s.Window.KeyErrors != 1 {
+		t.Errorf("key errors %d, want 1 (an object's key is evaluated once)", s.Window.KeyErrors)
 	}
 }
 
