@@ -62,3 +62,38 @@ func TestWindowKeyAndMatcherReadOwners(t *testing.T) {
 		t.Error("the mute where does not see the owners")
 	}
 }
+
+// A key over involved (a rule that includes owners) gives the Events of a
+// Deployment, of its ReplicaSet and of its Pods one key: the top owner of
+// the object each is about, or that object itself when it has none.
+func TestWindowKeyOverInvolved(t *testing.T) {
+	k, err := NewWindowKey("(size(involved.owners) > 0 ? involved.owners[size(involved.owners) - 1].uid : involved.uid) + '/' + object.type")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deploy := event.Owner{APIVersion: "apps/v1", Kind: "Deployment", Name: "web", UID: "d1"}
+	rs := event.Owner{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-5c8", UID: "r1"}
+	about := func(in event.Involved) *event.Event {
+		obj := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "v1", "kind": "Event", "type": "Warning",
+			"metadata": map[string]any{"name": "e-" + in.UID, "namespace": "prod", "uid": "e-" + in.UID},
+		}}
+		in.Found = true
+		return event.Build(&event.Rule{Name: "r"}, event.Transition{Change: event.Added, Object: obj, Time: time.Now(), Related: &event.Related{Involved: &in}})
+	}
+	for _, e := range []*event.Event{
+		about(event.Involved{Kind: "Deployment", Name: "web", UID: "d1"}),
+		about(event.Involved{Kind: "ReplicaSet", Name: "web-5c8", UID: "r1", Owners: []event.Owner{deploy}}),
+		about(event.Involved{Kind: "Pod", Name: "web-5c8-x", UID: "p1", Owners: []event.Owner{rs, deploy}}),
+	} {
+		if got, err := k.Of(e); err != nil || got != "d1/Warning" {
+			t.Errorf("%s: key = %q, %v; want d1/Warning", e.Related().Involved.Kind, got, err)
+		}
+	}
+	// Without owners resolved, involved is null: an error, so the object
+	// has a window of its own.
+	plain := event.New(&event.Rule{Name: "r"}, event.Added, &unstructured.Unstructured{Object: map[string]any{"kind": "Event", "metadata": map[string]any{"name": "e"}}}, nil, time.Now())
+	if got, err := k.Of(plain); err == nil {
+		t.Errorf("without involved: key = %q, want an error", got)
+	}
+}
