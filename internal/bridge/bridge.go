@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -301,7 +302,7 @@ func (b *Bridge) buildInformers(cfg *config.Config, info *preflight.ClusterInfo)
 	if len(info.Owners) > 0 && c.Metadata != nil {
 		// One set of owner caches for every rule that includes owners,
 		// run and stopped with the rules' informers.
-		res := owners.New(c.Metadata, info.Owners)
+		res := owners.New(c.Metadata, info.Owners, ownerLabels(rules))
 		informers.Owners = res
 		for _, r := range rules {
 			r.SetRelations(res.Related)
@@ -315,6 +316,24 @@ func (b *Bridge) buildInformers(cfg *config.Config, info *preflight.ClusterInfo)
 	b.rules, b.informers = rules, informers
 	b.mu.Unlock()
 	return nil
+}
+
+// ownerLabels are the labels the owners' caches keep: those the rules
+// that include owners show, nil (all) when one of them shows all.
+func ownerLabels(rules []*filters.Rule) []string {
+	keep := []string{}
+	for _, r := range rules {
+		if !r.IncludesOwners() {
+			continue
+		}
+		l := r.OwnerLabels()
+		if l == nil {
+			return nil
+		}
+		keep = append(keep, l...)
+	}
+	slices.Sort(keep)
+	return slices.Compact(keep)
 }
 
 // source is what the deliverer reconciles against: the current rules and

@@ -126,8 +126,9 @@ type Resolver struct {
 }
 
 // New makes a resolver over watches; nothing runs before the caller runs
-// Informers.
-func New(client metadata.Interface, watches []Watch) *Resolver {
+// Informers. keepLabels, when not nil, are the only labels its caches keep
+// (the union of what the rules show: their ownerLabels).
+func New(client metadata.Interface, watches []Watch, keepLabels []string) *Resolver {
 	r := &Resolver{
 		byKind: map[schema.GroupKind]map[string]cache.SharedIndexInformer{},
 		closed: make(chan struct{}),
@@ -136,7 +137,7 @@ func New(client metadata.Interface, watches []Watch) *Resolver {
 	}
 	for _, w := range watches {
 		inf := metadatainformer.NewFilteredMetadataInformer(client, w.GVR, w.Namespace, 0, cache.Indexers{}, nil).Informer()
-		_ = inf.SetTransform(trim) // only fails once the informer runs
+		_ = inf.SetTransform(trim(keepLabels)) // only fails once the informer runs
 		// An object deleted is not waited for: the Events about a Pod
 		// just deleted, the children of an owner deleted first.
 		_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: func(obj any) {
@@ -374,17 +375,31 @@ func (r *Resolver) miss(uid types.UID) {
 	r.missed[uid] = r.now().Add(missedFor)
 }
 
-// trim keeps what a chain reads of an object: its names, uid, labels and
-// owner references (managedFields and annotations can be most of an
-// object's metadata).
-func trim(obj any) (any, error) {
-	if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
+// trim is the caches' transform: it keeps what a chain reads of an
+// object, its names, uid, labels (those in keep, unless nil) and owner
+// references (managedFields and annotations can be most of an object's
+// metadata).
+func trim(keep []string) cache.TransformFunc {
+	return func(obj any) (any, error) {
+		m, ok := obj.(*metav1.PartialObjectMetadata)
+		if !ok {
+			return obj, nil
+		}
+		labels := m.Labels
+		if keep != nil && labels != nil {
+			labels = map[string]string{}
+			for _, k := range keep {
+				if v, ok := m.Labels[k]; ok {
+					labels[k] = v
+				}
+			}
+		}
 		m.ObjectMeta = metav1.ObjectMeta{
 			Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion,
-			Labels: m.Labels, OwnerReferences: m.OwnerReferences,
+			Labels: labels, OwnerReferences: m.OwnerReferences,
 		}
+		return obj, nil
 	}
-	return obj, nil
 }
 
 // String is the chain as a person reads it: "ReplicaSet web-6d4 →

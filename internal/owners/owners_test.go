@@ -3,6 +3,7 @@ package owners
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sync"
 	"testing"
 	"time"
@@ -46,7 +47,7 @@ func startResolver(t *testing.T, mc metadata.Interface) *Resolver {
 	for _, res := range append(Needs(schema.GroupVersionResource{Version: "v1", Resource: "events"}), widgets) {
 		watches = append(watches, Watch{Resource: res})
 	}
-	r := New(mc, watches)
+	r := New(mc, watches, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for _, inf := range r.Informers() {
@@ -258,5 +259,25 @@ func waitUntil(t *testing.T, f func() bool) {
 			t.Fatal("condition not met in 10s")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// The caches keep only the labels the rules show (their ownerLabels), or
+// all of them; never annotations or managedFields.
+func TestTrimKeepsTheLabelsShown(t *testing.T) {
+	obj := func() *metav1.PartialObjectMetadata {
+		return &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "a", UID: "u",
+			Labels: map[string]string{"team": "payments", "pod-template-hash": "6d4"}, Annotations: map[string]string{"big": "x"},
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "m"}}}}
+	}
+	for _, tc := range []struct {
+		keep []string
+		want map[string]string
+	}{{nil, map[string]string{"team": "payments", "pod-template-hash": "6d4"}}, {[]string{"team", "app"}, map[string]string{"team": "payments"}}, {[]string{}, map[string]string{}}} {
+		got, err := trim(tc.keep)(obj())
+		m := got.(*metav1.PartialObjectMetadata)
+		if err != nil || !maps.Equal(m.Labels, tc.want) || m.Annotations != nil || m.ManagedFields != nil || m.UID != "u" || m.Name != "web" {
+			t.Errorf("keep %v: %+v, %v", tc.keep, m.ObjectMeta, err)
+		}
 	}
 }

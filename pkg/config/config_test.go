@@ -268,6 +268,8 @@ func TestInvalidConfigs(t *testing.T) {
 			[]string{`config.yaml:19: rules[0].where: reads involved, which only Kubernetes Events have (v1/events, events.k8s.io/v1/events), not apps/v1/deployments`}},
 		{"where misspells an owner field", "    namespaces: [prod]\n", "    namespaces: [prod]\n    include: [owners]\n    where: \"owners.exists(o, o.knd == 'Deployment')\"\n",
 			[]string{`config.yaml:19: rules[0].where: undefined field 'knd' (column 19)`}},
+		{"ownerLabels", "    namespaces: [prod]\n", "    namespaces: [prod]\n    ownerLabels: [team, \"not a key\"]\n",
+			[]string{`config.yaml:18: rules[0].ownerLabels: has no effect without include: [owners]`, `config.yaml:18: rules[0].ownerLabels[1]: invalid label key "not a key": …`}},
 		{"Secrets as owners", "    namespaces: [prod]\n", "    namespaces: [prod]\n    include: [owners]\n    ownerResources: [v1/secrets]\n",
 			[]string{`config.yaml:19: rules[0].ownerResources[0]: Secrets own nothing, and listing them reads their values: not an owner resource`}},
 		{"ownerResources without owners", "    namespaces: [prod]\n", "    namespaces: [prod]\n    ownerResources: [argoproj.io/v1alpha1/rollouts, argoproj.io/rollouts]\n",

@@ -246,6 +246,8 @@ type Rule struct {
 	Include []string `yaml:"include"`
 	// OwnerResources are more resources (group/version/resource) whose objects may own this rule's objects or their owners, e.g. CRDs (argoproj.io/v1alpha1/rollouts): the bridge caches their metadata too, and the chart grants list and watch on them. With include: [owners].
 	OwnerResources []string `yaml:"ownerResources"`
+	// OwnerLabels are the labels of owners (and of an Event's involved object) the rule's events, where and templates see, e.g. [team, app.kubernetes.io/name]. With include: [owners]. Default: all of them. Naming them keeps events small, and the owners' caches too: when every rule that includes owners names its labels, the caches keep only those.
+	OwnerLabels []string `yaml:"ownerLabels"`
 	// Sinks names the sinks this rule delivers to. At least one.
 	Sinks []string `yaml:"sinks"`
 	// Route sends each object to one of sinks instead of to all of them, chosen by an expression (routing by team), e.g. {sink: "'slack-' + namespaceLabels.team", default: slack-ops}. Only the rule's sinks can be chosen, never a destination an object names. Each sink's view is the objects routed to it: when an object's route changes (its namespace relabeled) it is deleted (kbreason unmatched) from one sink and added to the other. Default: every sink.

@@ -799,6 +799,14 @@ func (r *Rule) validateOwnerResources(gvr schema.GroupVersionResource, known boo
 	if len(r.OwnerResources) > 0 && !slices.Contains(r.Include, "owners") {
 		errs = append(errs, ErrorAt("ownerResources", "has no effect without include: [owners]"))
 	}
+	if r.OwnerLabels != nil && !slices.Contains(r.Include, "owners") {
+		errs = append(errs, ErrorAt("ownerLabels", "has no effect without include: [owners]"))
+	}
+	for i, k := range r.OwnerLabels {
+		if msgs := validation.IsQualifiedName(k); len(msgs) > 0 {
+			errs = append(errs, ErrorAt(fmt.Sprintf("ownerLabels[%d]", i), "invalid label key %q: %s", k, msgs[0]))
+		}
+	}
 	seen := map[string]int{}
 	for i, res := range r.OwnerResources {
 		p := fmt.Sprintf("ownerResources[%d]", i)

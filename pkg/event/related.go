@@ -46,6 +46,51 @@ type Involved struct {
 	Found      bool
 }
 
+// WithLabels returns r with only the labels keep names, on owners and the
+// involved object alike (a rule's ownerLabels); r itself is not changed
+// (it may be shared).
+func (r *Related) WithLabels(keep map[string]bool) *Related {
+	if r == nil {
+		return nil
+	}
+	out := *r
+	out.Owners = ownersWithLabels(r.Owners, keep)
+	if r.Involved != nil {
+		in := *r.Involved
+		in.Labels = labelsWith(in.Labels, keep)
+		in.Owners = ownersWithLabels(in.Owners, keep)
+		out.Involved = &in
+	}
+	return &out
+}
+
+func ownersWithLabels(owners []Owner, keep map[string]bool) []Owner {
+	if owners == nil {
+		return nil
+	}
+	out := make([]Owner, len(owners))
+	for i, o := range owners {
+		o.Labels = labelsWith(o.Labels, keep)
+		out[i] = o
+	}
+	return out
+}
+
+// labelsWith is l with only the keys keep names (nil stays nil: an owner
+// named from its reference only).
+func labelsWith(l map[string]string, keep map[string]bool) map[string]string {
+	if l == nil {
+		return nil
+	}
+	out := make(map[string]string, min(len(l), len(keep)))
+	for k, v := range l {
+		if keep[k] {
+			out[k] = v
+		}
+	}
+	return out
+}
+
 // Top is the top controller of the chain: its last owner (false: none).
 func (r *Related) Top() (Owner, bool) {
 	if r == nil || len(r.Owners) == 0 {

@@ -21,6 +21,7 @@ package filters
 
 import (
 	"fmt"
+	"maps"
 	"log/slog"
 	"slices"
 	"strings"
@@ -78,9 +79,10 @@ type Rule struct {
 	changed        []fieldpath.Path
 	route          *route // nil: every sink
 
-	// ownerResources are the rule's ownerResources (include owners).
-	ownerResources []schema.GroupVersionResource
-	relations      Relations // set by SetRelations (include owners)
+	// ownerLabels are the owners' labels the rule shows (ownerLabels;
+	// nil: all).
+	ownerLabels map[string]bool
+	relations   Relations // set by SetRelations (include owners)
 	incomplete     atomic.Uint64
 
 	logger     *slog.Logger
@@ -153,12 +155,11 @@ func Compile(cfg *config.Config, i int, nsLabels NamespaceLabels, logger *slog.L
 	if r.Event.IncludeOwners && len(rc.Include) == 1 {
 		r.Event.IncludeObject = true // owners adds to the default
 	}
-	for _, res := range rc.OwnerResources {
-		gvr, err := config.ParseResource(res)
-		if err != nil {
-			return nil, fmt.Errorf("%s.ownerResources: %w", path, err)
+	if rc.OwnerLabels != nil {
+		r.ownerLabels = map[string]bool{}
+		for _, k := range rc.OwnerLabels {
+			r.ownerLabels[k] = true
 		}
-		r.ownerResources = append(r.ownerResources, gvr)
 	}
 	for _, e := range rc.Events {
 		r.events |= changeBit(event.Change(e))
@@ -236,9 +237,14 @@ func Compile(cfg *config.Config, i int, nsLabels NamespaceLabels, logger *slog.L
 // IncludesOwners reports whether the rule includes owners.
 func (r *Rule) IncludesOwners() bool { return r.Event.IncludeOwners }
 
-// OwnerResources are the resources the rule names besides the built-in
-// owners of its resource (ownerResources).
-func (r *Rule) OwnerResources() []schema.GroupVersionResource { return r.ownerResources }
+// OwnerLabels are the owners' labels the rule shows (ownerLabels), nil
+// for all of them.
+func (r *Rule) OwnerLabels() []string {
+	if r.ownerLabels == nil {
+		return nil
+	}
+	return slices.Sorted(maps.Keys(r.ownerLabels))
+}
 
 // SetRelations sets what resolves the rule's owners (include owners),
 // before the rule evaluates anything.
@@ -261,6 +267,9 @@ func (r *Rule) Related(obj *unstructured.Unstructured, wait bool) *event.Related
 		deadline = r.now().Add(OwnersWait)
 	}
 	rel := r.relations(r.GVR, obj, deadline)
+	if r.ownerLabels != nil {
+		rel = rel.WithLabels(r.ownerLabels)
+	}
 	if wait && (rel.Incomplete || rel.Involved != nil && rel.Involved.Incomplete) {
 		r.incomplete.Add(1)
 	}

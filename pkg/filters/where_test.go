@@ -316,4 +316,13 @@ func TestWhereOwnersAndInvolved(t *testing.T) {
 	if pods.InView(pod); len(waits) != 3 || !waits[0] || !waits[1] || waits[2] {
 		t.Errorf("waits asked: %v (want the stage's two, not InView's)", waits)
 	}
+
+	// ownerLabels: the rule sees those labels only (a copy: what the
+	// relations returned is not changed).
+	some := compile(t, "    resource: v1/pods\n    include: [owners]\n    ownerLabels: [team]\n", nil)
+	shared := &event.Related{Owners: []event.Owner{{Kind: "Deployment", Name: "web", Labels: map[string]string{"team": "payments", "pod-template-hash": "x"}}}}
+	some.SetRelations(func(schema.GroupVersionResource, *unstructured.Unstructured, time.Time) *event.Related { return shared })
+	if rel := some.Related(pod, false); len(rel.Owners[0].Labels) != 1 || rel.Owners[0].Labels["team"] != "payments" || len(shared.Owners[0].Labels) != 2 {
+		t.Errorf("ownerLabels [team]: %+v (shared %+v)", rel.Owners[0].Labels, shared.Owners[0].Labels)
+	}
 }

@@ -99,14 +99,15 @@ func TestOwnersInEnvelopeAndWhere(t *testing.T) {
 	testenv.EnsureNamespace(t, cp, ns)
 	ctx := context.Background()
 	out := filepath.Join(t.TempDir(), "events.jsonl")
-	payments := "    include: [owners]\n    where: \"involved.owners.exists(o, o.kind == 'Deployment' && o.labels.team == 'payments')\"\n"
+	// Every rule names the labels it shows: the caches keep those only.
+	payments := "    include: [owners]\n    ownerLabels: [team, app]\n    where: \"involved.owners.exists(o, o.kind == 'Deployment' && o.labels.team == 'payments')\"\n"
 	b := startBridge(t, cp, fileConfig(out,
-		rule("pods", "v1/pods", ns)+"    include: [object, owners]\n    ownerResources: [example.kubebridge.io/v1/widgets]\n",
-		rule("jobs", "batch/v1/jobs", ns)+"    include: [metadata, owners]\n",
+		rule("pods", "v1/pods", ns)+"    include: [object, owners]\n    ownerLabels: [team, app]\n    ownerResources: [example.kubebridge.io/v1/widgets]\n",
+		rule("jobs", "batch/v1/jobs", ns)+"    include: [metadata, owners]\n    ownerLabels: [team]\n",
 		rule("warnings", "v1/events", ns)+payments,
 		rule("new-warnings", "events.k8s.io/v1/events", ns)+payments))
 
-	deploymentChain(t, cs, ns, "web", map[string]string{"team": "payments"}, 2)
+	deploymentChain(t, cs, ns, "web", map[string]string{"team": "payments", "cost-center": "4711"}, 2)
 	deploymentChain(t, cs, ns, "shop", map[string]string{"team": "search"}, 1)
 	cj, err := cs.BatchV1().CronJobs(ns).Create(ctx, &batchv1.CronJob{ObjectMeta: metav1.ObjectMeta{Name: "nightly", Labels: map[string]string{"team": "data"}},
 		Spec: batchv1.CronJobSpec{Schedule: "0 3 * * *", JobTemplate: batchv1.JobTemplateSpec{Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{
@@ -179,7 +180,7 @@ func TestOwnersInEnvelopeAndWhere(t *testing.T) {
 			t.Errorf("%s: owners %q (incomplete %v), want %q", key, got.chain(), got.Incomplete, want)
 		}
 	}
-	if top := first["pods "+ns+"/web-6d4-a"].Owners[1]; top.Labels["team"] != "payments" || top.APIVersion != "apps/v1" || top.UID == "" {
+	if top := first["pods "+ns+"/web-6d4-a"].Owners[1]; top.Labels["team"] != "payments" || len(top.Labels) != 1 || top.APIVersion != "apps/v1" || top.UID == "" {
 		t.Errorf("web's top owner %+v", top)
 	}
 	if w := first["pods "+ns+"/widget-0"].Owners[0]; w.Labels["team"] != "search" {
