@@ -21,8 +21,8 @@ package filters
 
 import (
 	"fmt"
-	"maps"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -83,7 +83,7 @@ type Rule struct {
 	// nil: all).
 	ownerLabels map[string]bool
 	relations   Relations // set by SetRelations (include owners)
-	incomplete     atomic.Uint64
+	incomplete  atomic.Uint64
 
 	logger     *slog.Logger
 	received   atomic.Uint64 // notifications evaluated
