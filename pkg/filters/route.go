@@ -82,8 +82,9 @@ func (r *Rule) RouteNamespaceLabels(obj *unstructured.Unstructured) (set labels.
 }
 
 // Route returns the sink the rule sends an object to: the one its route
-// names if the rule has it, else the route's default (counted, by
-// reason). seen is what the rule sees of the object (Seen), nsLabels
+// names if the rule has it, else the route's default (counted, by reason,
+// and logged at most once per rule every 10 seconds, at info: a default is
+// a configured outcome, e.g. a namespace without a team, not a fault). seen is what the rule sees of the object (Seen), nsLabels
 // its namespace's labels (RouteNamespaceLabels) and rel its owners
 // (Related: a route may choose by owners). Only for a rule that Routes.
 func (r *Rule) Route(seen *unstructured.Unstructured, nsLabels labels.Set, rel *event.Related) string {
@@ -105,7 +106,7 @@ func (r *Rule) Route(seen *unstructured.Unstructured, nsLabels labels.Set, rel *
 	rt.defaulted[reason].Add(1)
 	now := r.now().UnixNano()
 	if last := rt.lastErrLog.Load(); now-last > int64(10*time.Second) && rt.lastErrLog.CompareAndSwap(last, now) {
-		r.logger.Warn("route names none of the rule's sinks; sent to its default",
+		r.logger.Info("route names none of the rule's sinks; sent to its default",
 			"object", seen.GetNamespace()+"/"+seen.GetName(), "default", rt.def, "error", err)
 	}
 	return rt.def
