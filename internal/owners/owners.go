@@ -122,7 +122,6 @@ type Resolver struct {
 
 	mu     sync.Mutex
 	missed map[types.UID]time.Time // objects waited for in vain or deleted, until when they are not waited for
-	now    func() time.Time
 }
 
 // New makes a resolver over watches; nothing runs before the caller runs
@@ -133,7 +132,6 @@ func New(client metadata.Interface, watches []Watch, keepLabels []string) *Resol
 		byKind: map[schema.GroupKind]map[string]cache.SharedIndexInformer{},
 		closed: make(chan struct{}),
 		missed: map[types.UID]time.Time{},
-		now:    time.Now,
 	}
 	for _, w := range watches {
 		inf := metadatainformer.NewFilteredMetadataInformer(client, w.GVR, w.Namespace, 0, cache.Indexers{}, nil).Informer()
@@ -323,7 +321,7 @@ func (r *Resolver) lookup(apiVersion, kind, ns, name string, uid types.UID, dead
 			return nil, false
 		}
 		waited = true
-		wait := deadline.Sub(r.now())
+		wait := deadline.Sub(time.Now())
 		if wait <= 0 {
 			r.miss(uid)
 			return nil, false
@@ -347,7 +345,7 @@ func (r *Resolver) missedBefore(uid types.UID) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	until, ok := r.missed[uid]
-	if ok && r.now().After(until) {
+	if ok && time.Now().After(until) {
 		delete(r.missed, uid)
 		return false
 	}
@@ -362,7 +360,7 @@ func (r *Resolver) miss(uid types.UID) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.missed) >= missedMax {
-		now := r.now()
+		now := time.Now()
 		for k, until := range r.missed {
 			if now.After(until) {
 				delete(r.missed, k)
@@ -372,7 +370,7 @@ func (r *Resolver) miss(uid types.UID) {
 			clear(r.missed) // a storm of missing owners: forget, and wait again
 		}
 	}
-	r.missed[uid] = r.now().Add(missedFor)
+	r.missed[uid] = time.Now().Add(missedFor)
 }
 
 // trim is the caches' transform: it keeps what a chain reads of an
