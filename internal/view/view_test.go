@@ -691,3 +691,43 @@ func TestSyncAllocatesNothingWhenNothingChanged(t *testing.T) {
 		t.Errorf("%v allocations per notification of an unchanged state to 3 sinks; want 0", allocs)
 	}
 }
+
+// A routing rule's sinks each hold the objects routed to them: the
+// namespace relabeled (the namespace handler's sync, reading the cache)
+// takes the object out of one sink's view (deleted, unmatched) and into
+// the other's (added); its later changes, and its deletion, go to that one
+// alone.
+func TestRoutedSinksHoldTheirObjects(t *testing.T) {
+	team := "s"
+	doc := "apiVersion: kubebridge.io/v1alpha1\nkind: BridgeConfig\ncluster: c\nsinks: [{name: s, file: {path: x}}, {name: t, file: {path: y}}]\n" +
+		"rules:\n  - name: r\n    resource: v1/configmaps\n    sinks: [s, t]\n    route: {sink: namespaceLabels.team, default: s}\n"
+	r := testenv.CompileRules(t, doc, components.SinkRegistry(), func(string) (labels.Set, bool) { return labels.Set{"team": team}, true })[0]
+	got := map[string][]*event.Event{}
+	sinks := map[string]*Handed{}
+	for _, name := range []string{"s", "t"} {
+		sinks[name] = NewHanded(name, func(ev *event.Event) { got[name] = append(got[name], ev) })
+		sinks[name].Start()
+	}
+	var obj *unstructured.Unstructured
+	step := func(what string, tr stage.Trigger, wantS, wantT []string) {
+		t.Helper()
+		clear(got)
+		d := stage.Evaluate(r, "a/x", lookup(func() *unstructured.Unstructured { return obj }), tr)
+		sinks["s"].Sync(&d)
+		sinks["t"].Sync(&d)
+		eq(t, what+", sink s", describe(got["s"]), wantS...)
+		eq(t, what+", sink t", describe(got["t"]), wantT...)
+	}
+	obj = cm("u1", "1", nil)
+	step("created in team s's namespace", stage.Trigger{Object: obj}, []string{"added u1 1"}, nil)
+	team = "t"
+	step("the namespace moved to team t", stage.Trigger{}, []string{"deleted:unmatched u1 1"}, []string{"added u1 1"})
+	obj = cm("u1", "2", nil)
+	step("updated", stage.Trigger{Object: obj}, nil, []string{"updated u1 2"})
+	gone := obj
+	obj = nil
+	step("deleted", stage.Trigger{Gone: gone}, nil, []string{"deleted u1 2"})
+	if sinks["s"].Len("r") != 0 || sinks["t"].Len("r") != 0 {
+		t.Errorf("after the deletion the sinks hold %d and %d objects", sinks["s"].Len("r"), sinks["t"].Len("r"))
+	}
+}
