@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -42,18 +41,7 @@ func TestEventWindowPerKeyWithKubeControllerManager(t *testing.T) {
 	const window = 3 * time.Second
 	testenv.EnsureNamespace(t, cp, ns)
 
-	url, texts := slackReceiver(t)
-	var mu sync.Mutex
-	var arrived []time.Time // of each text, by index
-	seen := func() []string {
-		got := texts()
-		mu.Lock()
-		defer mu.Unlock()
-		for len(arrived) < len(got) {
-			arrived = append(arrived, time.Now())
-		}
-		return got
-	}
+	url, messages := slackReceiverTimed(t)
 	startBridge(t, cp, fmt.Sprintf(`apiVersion: kubebridge.io/v1alpha1
 kind: BridgeConfig
 cluster: e2e
@@ -84,18 +72,6 @@ rules:
 		},
 	}, metav1.CreateOptions{})
 	must(t, err)
-	// Sample what arrives as it arrives, so that each text has its time.
-	sampling, stopSampling := context.WithCancel(ctx)
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		for sampling.Err() == nil {
-			seen()
-			time.Sleep(20 * time.Millisecond)
-		}
-	}()
-	defer func() { stopSampling(); <-sampled }()
-
 	settled := func(replicas int32) {
 		t.Helper()
 		testenv.Eventually(t, 60*time.Second, fmt.Sprintf("web at %d replicas", replicas), func() bool {
@@ -140,11 +116,9 @@ rules:
 		text, detail string
 	}
 	byKey := func() map[string][]message {
-		got := seen()
-		mu.Lock()
-		defer mu.Unlock()
 		out := map[string][]message{}
-		for i, text := range got {
+		for _, got := range messages() {
+			text := got.text
 			m := slackLine.FindStringSubmatch(text)
 			if m == nil {
 				t.Fatalf("not an Event's line: %q", text)
@@ -154,7 +128,7 @@ rules:
 				count = "1"
 			}
 			key := m[3] + " " + m[4] + " " + m[2]
-			out[key] = append(out[key], message{at: arrived[i], text: text, detail: m[5] + " (count " + count + ")"})
+			out[key] = append(out[key], message{at: got.at, text: text, detail: m[5] + " (count " + count + ")"})
 		}
 		return out
 	}

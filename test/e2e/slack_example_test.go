@@ -23,8 +23,26 @@ import (
 // documents it: a JSON POST whose "text" is a non-empty string (Slack
 // truncates past 40,000 characters); anything else is a 400.
 func slackReceiver(t *testing.T) (url string, texts func() []string) {
+	url, messages := slackReceiverTimed(t)
+	return url, func() []string {
+		var out []string
+		for _, m := range messages() {
+			out = append(out, m.text)
+		}
+		return out
+	}
+}
+
+// slackMessage is a text a slackReceiver took, and when.
+type slackMessage struct {
+	at   time.Time
+	text string
+}
+
+// slackReceiverTimed is slackReceiver that also says when each text came.
+func slackReceiverTimed(t *testing.T) (url string, messages func() []slackMessage) {
 	var mu sync.Mutex
-	var got []string
+	var got []slackMessage
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		var m struct {
@@ -36,12 +54,12 @@ func slackReceiver(t *testing.T) (url string, texts func() []string) {
 			return
 		}
 		mu.Lock()
-		got = append(got, *m.Text)
+		got = append(got, slackMessage{at: time.Now(), text: *m.Text})
 		mu.Unlock()
 		_, _ = io.WriteString(w, "ok")
 	}))
 	t.Cleanup(srv.Close)
-	return srv.URL, func() []string { mu.Lock(); defer mu.Unlock(); return append([]string(nil), got...) }
+	return srv.URL, func() []slackMessage { mu.Lock(); defer mu.Unlock(); return append([]slackMessage(nil), got...) }
 }
 
 // The shipped example config/deployment-image-to-slack.yaml against the
