@@ -53,8 +53,9 @@ import (
 // with it, and installed again, under rules on its resource). The bridge
 // runs as a subprocess with a file checkpoint and sinks: a file, a
 // JetStream stream, a webhook, a webhook whose request is shaped by CEL
-// (with an update window, so that its updates coalesce per object), an
-// alert sink (the alertmanager preset, posting to a real Alertmanager) on
+// (with an update window, so that its updates coalesce per object), a
+// digest (a webhook whose request lists a period's events, each object's
+// latest state once, one request per namespace), an alert sink (the alertmanager preset, posting to a real Alertmanager) on
 // the full rules of modelAlertRules, and two routed sinks (a file and a
 // webhook) that rule r-all chooses between per object by a route over its
 // namespace's kbteam label (and, in the other config variant, the object's
@@ -174,7 +175,7 @@ var (
 	modelFaultKinds = []string{"kill", "term", "hook", "reload", "apiserver", "nats", "refuse", "churn", "rotate", "crd", "scale", "partition", "kafka"}
 	modelNamespaces = []string{"mdl-a", "mdl-b", "mdl-c", "mdl-d"}
 	modelNames      = []string{"o0", "o1", "o2", "o3", "o4", "o5"}
-	modelSinks      = []string{"file", "bus", "hook", "shaped"}
+	modelSinks      = []string{"file", "bus", "hook", "shaped", "digest"}
 	// modelRoutedSinks are the sinks of the routed rule (family r), the
 	// first its route's default.
 	modelRoutedSinks = []string{"rt-x", "rt-y"}
@@ -317,6 +318,9 @@ type modelRun struct {
 	// one-element list in the CloudEvents layout), so that the same
 	// checker holds templated requests to the same promise.
 	shaped *hookReceiver
+	// digest receives a digest sink: each request lists a period's events
+	// of one namespace (in the CloudEvents layout), each object once.
+	digest *hookReceiver
 	// am is the alert sink's receiver: a real Alertmanager.
 	am *testenv.Alertmanager
 	// routed receives the routed sink rt-y (a webhook; it goes down with
@@ -409,6 +413,9 @@ func (m *modelRun) run() {
 	m.shaped = &hookReceiver{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(testenv.FreePort()))}
 	m.shaped.up(t)
 	t.Cleanup(m.shaped.down)
+	m.digest = &hookReceiver{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(testenv.FreePort()))}
+	m.digest.up(t)
+	t.Cleanup(m.digest.down)
 	if m.rulesOn("r") {
 		m.routed = &hookReceiver{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(testenv.FreePort()))}
 		m.routed.up(t)
@@ -967,7 +974,18 @@ cluster: model
             "data": {"object": dyn(object)}}]
     updateWindow: 3s      # updates coalesce per object: the view must still come out exact
     retry: {initialInterval: 100ms, maxInterval: 1s}
-`, m.filePath, m.nats.ClientURL(), m.nats.ClientURL(), m.kafka.Brokers()[0], m.hook.addr, m.tokenPath, m.shaped.addr)
+  - name: digest
+    webhook:
+      url: "http://%s/"
+      timeout: 2s
+      request:
+        digest: >-
+          digest.items.map(i, {"specversion": "1.0", "id": i.id, "type": i.type, "subject": i.subject,
+            "kbrule": i.rule, "kbcluster": event.cluster, "kbreason": i.reason, "kbreplay": i.replay,
+            "data": {"object": i.object}})
+    digest: {every: 2s, groupBy: object.metadata.namespace, max: 1000}   # one request per namespace and period
+    retry: {initialInterval: 100ms, maxInterval: 1s}
+`, m.filePath, m.nats.ClientURL(), m.nats.ClientURL(), m.kafka.Brokers()[0], m.hook.addr, m.tokenPath, m.shaped.addr, m.digest.addr)
 	if m.am != nil {
 		// endsAt is 5m ahead of each event: replayEvery keeps firing alerts
 		// alive through a run longer than that (make chaos), and is long
@@ -1364,6 +1382,9 @@ func (m *modelRun) received() (map[string][]modelEvent, []string) {
 	for _, e := range m.shaped.received() {
 		add("shaped", e)
 	}
+	for _, e := range m.digest.received() {
+		add("digest", e)
+	}
 	if m.routed != nil {
 		for _, e := range m.routed.received() {
 			add("rt-y", e)
@@ -1420,7 +1441,7 @@ func (m *modelRun) counts() string {
 			busN = info.State.Msgs
 		}
 	}
-	c := fmt.Sprintf("file=%d bus=%d hook=%d shaped=%d", n, busN, len(m.hook.received()), len(m.shaped.received()))
+	c := fmt.Sprintf("file=%d bus=%d hook=%d shaped=%d digest=%d", n, busN, len(m.hook.received()), len(m.shaped.received()), len(m.digest.received()))
 	if m.routed != nil {
 		rx := 0
 		if data, err := os.ReadFile(m.routedPath); err == nil {
