@@ -3,15 +3,20 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubebridge/kubebridge/internal/testenv"
 )
@@ -126,4 +131,103 @@ sinks:
 	want["ops"] = append(want["ops"], "rt-none/cfg deleted:unmatched")
 	want["team-payments"] = append(want["team-payments"], "rt-none/cfg added")
 	expect("after rt-none was labeled team=payments", want)
+}
+
+// Routing the real Events kube-controller-manager writes (ScalingReplicaSet,
+// SuccessfulCreate) by their namespace's team label: each team's sink holds
+// exactly the Events of its namespaces (applied by uid, equal to the
+// apiserver's list), the default's none; relabeling a namespace moves its
+// Events to the other team's sink, the first keeping none of them.
+func TestRouteRealEventsWithKubeControllerManager(t *testing.T) {
+	t.Parallel()
+	cp := testenv.StartControlPlane(t) // its own: kube-controller-manager changes every namespace
+	cp.StartControllerManager(t)
+	cs := cp.Clientset(t)
+	ctx := context.Background()
+	const pay, search = "rt-kcm-pay", "rt-kcm-search"
+	viewNamespace(t, cs, pay, map[string]string{"team": "payments"})
+	viewNamespace(t, cs, search, map[string]string{"team": "search"})
+	dir := t.TempDir()
+	path := func(sink string) string { return filepath.Join(dir, sink+".jsonl") }
+	startBridge(t, cp, fmt.Sprintf(`apiVersion: kubebridge.io/v1alpha1
+kind: BridgeConfig
+cluster: e2e
+sinks:
+  - {name: team-payments, file: {path: %s}}
+  - {name: team-search, file: {path: %s}}
+  - {name: ops, file: {path: %s}}
+rules:
+  - name: events
+    resource: v1/events
+    namespaces: [%s, %s]
+    sinks: [team-payments, team-search, ops]
+    route: {sink: "'team-' + namespaceLabels.team", default: ops}
+`, path("team-payments"), path("team-search"), path("ops"), pay, search))
+	for _, ns := range []string{pay, search} {
+		sel := map[string]string{"app": "web"}
+		_, err := cs.AppsV1().Deployments(ns).Create(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "web"},
+			Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](2), Selector: &metav1.LabelSelector{MatchLabels: sel},
+				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: sel},
+					Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "nginx:1.27"}}}}}}, metav1.CreateOptions{})
+		must(t, err)
+	}
+
+	// held applies a sink's events by uid: namespace/name of what it holds.
+	held := func(sink string) map[string]bool {
+		out := map[string]bool{}
+		for _, e := range readEvents(t, path(sink)) {
+			md, _ := e.Data.Object["metadata"].(map[string]any)
+			uid, _ := md["uid"].(string)
+			if e.change() == "deleted" {
+				delete(out, uid)
+			} else {
+				out[uid] = true
+			}
+		}
+		return out
+	}
+	// truth is the Events of each namespace in the apiserver, by uid, and
+	// their reasons.
+	truth := func(ns string) (map[string]bool, []string) {
+		list, err := cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
+		must(t, err)
+		uids := map[string]bool{}
+		var reasons []string
+		for _, e := range list.Items {
+			uids[string(e.UID)] = true
+			if !slices.Contains(reasons, e.Reason) {
+				reasons = append(reasons, e.Reason)
+			}
+		}
+		slices.Sort(reasons)
+		return uids, reasons
+	}
+	expect := func(what string, want map[string][]string) {
+		t.Helper()
+		eventually(t, 60*time.Second, func() error {
+			for _, sink := range []string{"team-payments", "team-search", "ops"} {
+				w := map[string]bool{}
+				for _, ns := range want[sink] {
+					uids, reasons := truth(ns)
+					if !slices.Contains(reasons, "ScalingReplicaSet") || !slices.Contains(reasons, "SuccessfulCreate") {
+						return fmt.Errorf("%s: %s has Events %v so far; waiting for ScalingReplicaSet and SuccessfulCreate", what, ns, reasons)
+					}
+					maps.Copy(w, uids)
+				}
+				if got := held(sink); !maps.Equal(got, w) {
+					return fmt.Errorf("%s: %s holds %d Events, want the %d of %v", what, sink, len(got), len(w), want[sink])
+				}
+			}
+			return nil
+		})
+	}
+	expect("at first", map[string][]string{"team-payments": {pay}, "team-search": {search}})
+	_, err := cs.CoreV1().Namespaces().Patch(ctx, pay, types.MergePatchType, []byte(`{"metadata":{"labels":{"team":"search"}}}`), metav1.PatchOptions{})
+	must(t, err)
+	expect("after "+pay+" moved to team search", map[string][]string{"team-search": {pay, search}})
+	for _, e := range readEvents(t, path("team-payments")) {
+		if e.change() == "deleted" && e.Reason != "unmatched" {
+			t.Errorf("team-payments: %s %s left without kbreason unmatched", e.change(), e.Subject)
+		}
+	}
 }
