@@ -19,7 +19,7 @@ var Presets = map[string]Request{
 	// at most 40,000 characters (Slack truncates longer ones).
 	"slack": {
 		Method: "POST",
-		Body:   `{"text": ` + truncated(summary+` + (changes.text != "" ? "\n" + changes.text : "")`, 40000) + `}`,
+		Body:   `{"text": ` + truncated(summary+` + (`+changesTold+` ? "\n" + changes.text : "")`, 40000) + `}`,
 		Digest: `{"text": ` + truncated(`digest.title + "\n" + digest.text`, 40000) + `}`,
 	},
 	// Microsoft Teams workflow webhook ("Post to a channel when a webhook
@@ -31,7 +31,7 @@ var Presets = map[string]Request{
 			"body": [{"type": "TextBlock", "text": ` + truncated(summary, 2000) + `, "wrap": true, "weight": "Bolder"},
 			         {"type": "FactSet", "facts": [{"title": "Rule", "value": event.rule}, {"title": "Cluster", "value": event.cluster},
 			                                      {"title": "Change", "value": event.change}]}] +
-			        (changes.text != "" ? [{"type": "TextBlock", "text": ` + truncated(`changes.text`, 10000) + `, "wrap": true, "fontType": "Monospace"}] : [])}}]}`,
+			        (` + changesTold + ` ? [{"type": "TextBlock", "text": ` + truncated(`changes.text`, 10000) + `, "wrap": true, "fontType": "Monospace"}] : [])}}]}`,
 		Digest: `{"type": "message", "attachments": [{"contentType": "application/vnd.microsoft.card.adaptive", "contentUrl": null,
 			"content": {"$schema": "http://adaptivecards.io/schemas/adaptive-card.json", "type": "AdaptiveCard", "version": "1.4",
 			"body": [{"type": "TextBlock", "text": ` + truncated(`digest.title`, 2000) + `, "wrap": true, "weight": "Bolder"},
@@ -130,8 +130,17 @@ var presetConfigRefusals = map[string]func(body []byte) bool{
 // prod/web-1 (Deployment web): Back-off restarting failed container (5× in
 // 10 min) (rule ..., cluster ...)". A recurring Event is one object whose count (or
 // series) grows, so its updates are one incident told again, not new ones.
-var summary = `(dyn(object).?kind.orValue("") == "Event" && dyn(object).?apiVersion.orValue("") in ["v1", "events.k8s.io/v1"] ? ` + eventLine + ` : event.change + " " + dyn(object).?kind.orValue("object") + " " + event.subject + ` + topOwner(`owners`) + `)` +
+var summary = `(` + isKubeEvent + ` ? ` + eventLine + ` : event.change + " " + dyn(object).?kind.orValue("object") + " " + event.subject + ` + topOwner(`owners`) + `)` +
 	` + " (rule " + event.rule + ", cluster " + event.cluster + ")"`
+
+// isKubeEvent says the object is a Kubernetes Event (core/v1 or
+// events.k8s.io/v1; a CRD of kind Event is not one).
+const isKubeEvent = `(dyn(object).?kind.orValue("") == "Event" && dyn(object).?apiVersion.orValue("") in ["v1", "events.k8s.io/v1"])`
+
+// changesTold says a chat message tells what an update changed: not for a
+// Kubernetes Event, whose changes are its count and timestamps, which the
+// summary already tells ("5× in 10 min").
+const changesTold = `(changes.text != "" && !` + isKubeEvent + `)`
 
 // topOwner is " (Deployment web)", the top controller of a chain (a list
 // of owners, nearest first), when the rule includes owners and the chain

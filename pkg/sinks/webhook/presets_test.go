@@ -231,7 +231,9 @@ func TestSlackPresetSaysWhatChanged(t *testing.T) {
 
 // A Kubernetes Event says what happened to the object it involves and how
 // often: a recurring Event (its count or series grows) is told as one
-// incident, "5× in 10 min", for core/v1 and events.k8s.io/v1 alike.
+// incident, "5× in 10 min", for core/v1 and events.k8s.io/v1 alike, and a
+// chat message says nothing more (what changed is the count and
+// timestamps, which that says).
 func TestPresetsTellAKubernetesEvent(t *testing.T) {
 	rule := &event.Rule{Name: "warnings", Cluster: "prod", GVR: schema.GroupVersionResource{Version: "v1", Resource: "events"}, IncludeObject: true}
 	core := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Event",
@@ -253,8 +255,10 @@ func TestPresetsTellAKubernetesEvent(t *testing.T) {
 	s := presetSink(t, srv.URL, "slack", nil, nil)
 	now := time.Now()
 	var evs []*event.Event
+	before := core.DeepCopy()
+	before.Object["count"], before.Object["lastTimestamp"] = int64(4), "2026-11-27T03:08:00Z"
 	for _, o := range []*unstructured.Unstructured{core, once, series} {
-		evs = append(evs, event.Build(rule, event.Transition{Change: event.Updated, Object: o, Time: now}))
+		evs = append(evs, event.Build(rule, event.Transition{Change: event.Updated, Object: o, Old: before, Time: now}))
 	}
 	if err := s.Send(context.Background(), evs); err != nil {
 		t.Fatal(err)
@@ -263,7 +267,7 @@ func TestPresetsTellAKubernetesEvent(t *testing.T) {
 	for _, r := range got() {
 		var b struct{ Text string }
 		mustJSON(t, r.body, &b)
-		texts = append(texts, strings.SplitN(b.Text, "\n", 2)[0])
+		texts = append(texts, b.Text)
 	}
 	want := []string{
 		"Warning BackOff on Pod team-a/web-1: Back-off restarting failed container web (5× in 10 min) (rule warnings, cluster prod)",
@@ -272,6 +276,13 @@ func TestPresetsTellAKubernetesEvent(t *testing.T) {
 	}
 	if !slices.Equal(texts, want) {
 		t.Fatalf("texts\n%q\nwant\n%q", texts, want)
+	}
+	srv, got = recordRequests(t)
+	if err := presetSink(t, srv.URL, "teams", nil, nil).Send(context.Background(), evs[:1]); err != nil {
+		t.Fatal(err)
+	}
+	if body := string(got()[0].body); !strings.Contains(body, "5× in 10 min") || strings.Contains(body, "count") {
+		t.Errorf("the Teams card of a recurring Event: %s", body)
 	}
 }
 
