@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -22,8 +23,9 @@ import (
 // after a SIGKILL and a restart it repeats none. The muted sink sends
 // nothing during its window, shows what it holds in its metrics, holds
 // again what a SIGKILL lost (the view's pending work, recomputed at the
-// start), and when the window ends sends what is still true: the objects
-// created and deleted within the window send nothing.
+// start; a reload that rebuilds the sink too), and when the window ends
+// sends what is still true: the objects created and deleted within the
+// window send nothing.
 func TestDigestAndMuteOnSlack(t *testing.T) {
 	t.Parallel()
 	cp := testenv.SharedControlPlane(t)
@@ -37,9 +39,9 @@ func TestDigestAndMuteOnSlack(t *testing.T) {
 	const every = 4 * time.Second
 	berlin, err := time.LoadLocation("Europe/Berlin")
 	must(t, err)
-	windowEnd := time.Now().Add(45 * time.Second)
+	windowEnd := time.Now().Add(55 * time.Second)
 	from, to := time.Now().Add(-time.Minute).In(berlin).Format("15:04:05"), windowEnd.In(berlin).Format("15:04:05")
-	cfg := fmt.Sprintf(`apiVersion: kubebridge.io/v1alpha1
+	cfg := `apiVersion: kubebridge.io/v1alpha1
 kind: BridgeConfig
 cluster: e2e
 sinks:
@@ -50,17 +52,20 @@ sinks:
   - name: muted
     webhook: {url: %q, preset: slack}
     mute: {windows: [{from: %q, to: %q, timeZone: Europe/Berlin}]}
-    retry: {initialInterval: 100ms, maxInterval: 1s}
+    retry: {initialInterval: 100ms, maxInterval: %s}
 rules:
   - name: cms
     resource: v1/configmaps
     namespaces: [%s]
     labelSelector: e2e=digest
     sinks: [digest, muted]
-`, digestURL, every, mutedURL, from, to, ns)
+`
+	config := func(maxInterval string) string {
+		return fmt.Sprintf(cfg, digestURL, every, mutedURL, from, to, maxInterval, ns)
+	}
 	cms := cs.CoreV1().ConfigMaps(ns)
 	must(t, cms.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: "e2e=digest"})) // a run before
-	b := startBridge(t, cp, cfg, withRestartFlags(), withKillAtEnd())
+	b := startBridge(t, cp, config("1s"), withRestartFlags(), withKillAtEnd())
 
 	create := func(name, v string) {
 		_, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"e2e": "digest"}},
@@ -118,6 +123,19 @@ rules:
 	}
 	if got := muted(); len(got) != 0 {
 		t.Fatalf("the muted sink sent during its window after the restart: %q", got)
+	}
+
+	// A reload that rebuilds the muted sink (its config changed): the new
+	// one recomputes what is held from the checkpoint, as a start does.
+	before := strings.Count(b.log(), "config reloaded")
+	must(t, os.WriteFile(b.configPath, []byte(config("2s")), 0o600))
+	testenv.Eventually(t, 30*time.Second, "the reload", func() bool { return strings.Count(b.log(), "config reloaded") > before })
+	if time.Now().After(windowEnd.Add(-3 * time.Second)) {
+		t.Fatalf("the window ended before the reload could be checked in it (a slow machine): rerun")
+	}
+	time.Sleep(time.Second)
+	if got := muted(); len(got) != 0 {
+		t.Fatalf("the muted sink sent during its window after the reload: %q", got)
 	}
 
 	testenv.Eventually(t, time.Until(windowEnd)+30*time.Second, "the muted sink's messages once the window ended", func() bool { return len(muted()) >= 2 })
