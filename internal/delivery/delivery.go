@@ -510,7 +510,19 @@ func (d *Delivery) take(ctx context.Context, buf *[]queue.Item[*event.Event], n 
 		clear(items) // the buffer is reused: it must not keep these events alive
 	}
 	add(items)
-	if d.batching.wait > 0 && b.size() < n {
+	switch {
+	case d.batching.digest && d.mute != nil && d.mute.released.Swap(false):
+		// A mute window just ended: what it held (all queued before the
+		// flag was set) goes at once, as one digest.
+		for b.size() < n {
+			more, err := d.queue.TakeClaimedOr(ctx, n-b.size(), *buf, closedKick)
+			*buf = more
+			if err != nil {
+				break
+			}
+			add(more)
+		}
+	case d.batching.wait > 0 && b.size() < n:
 		wctx, cancel := context.WithCancel(ctx)
 		t := d.clock.AfterFunc(d.batching.wait, cancel)
 		for b.size() < n {
@@ -523,6 +535,9 @@ func (d *Delivery) take(ctx context.Context, buf *[]queue.Item[*event.Event], n 
 		}
 		t.Stop()
 		cancel()
+		if d.mute != nil {
+			d.mute.released.Store(false) // what a window released meanwhile joined this period
+		}
 	}
 	if d.batching.digest {
 		// What arrived behind the period's objects joins them, folded:

@@ -45,6 +45,9 @@ type muting struct {
 
 	count atomic.Int64  // events held now
 	total atomic.Uint64 // events ever held (kubebridge_sink_withheld_total{reason="mute"})
+	// released says a window's end just queued what it held: a digest's
+	// next take sends it at once rather than waiting out a period.
+	released atomic.Bool
 }
 
 func newMuting(m *Mute, clk clock.WithDelayedExecution) *muting {
@@ -138,6 +141,7 @@ func (m *muting) release(queue func(*event.Event)) {
 			queue(ev)
 		}
 	}
+	m.released.Store(m.count.Load() > 0)
 	clear(m.held)
 	m.order, m.until = m.order[:0], time.Time{}
 	m.count.Store(0)

@@ -211,7 +211,7 @@ func TestMuteAcrossAdjoiningWindowsAndClose(t *testing.T) {
 }
 
 // A muted sink with a digest sends what was held as one digest when the
-// window ends.
+// window ends, at once (not a period later).
 func TestMuteEndsInOneDigest(t *testing.T) {
 	clk := fakeClock() // 13:46:40 UTC
 	cfg := sinkConfig()
@@ -225,10 +225,17 @@ func TestMuteEndsInOneDigest(t *testing.T) {
 	}
 	d.Offer(ev("b", "2", event.Updated))
 	clk.Step(3*time.Minute + 20*time.Second) // 13:50
-	waitFor(t, func() bool { return d.Stats().Held == 0 && d.queue.Len() == 0 })
-	clk.Step(5 * time.Minute)
 	waitFor(t, func() bool { return len(sink.sent()) == 1 })
 	if got := sink.sent()[0]; got != "a updated 1, b updated 2, c updated 1" {
 		t.Errorf("digest %q", got)
 	}
+	// The next period waits as any does.
+	d.Offer(ev("a", "2", event.Updated))
+	waitFor(t, func() bool { return d.queue.Len() == 0 })
+	time.Sleep(20 * time.Millisecond)
+	if got := sink.sent(); len(got) != 1 {
+		t.Fatalf("the period after the window did not wait: %q", got)
+	}
+	clk.Step(5 * time.Minute)
+	waitFor(t, func() bool { return len(sink.sent()) == 2 })
 }
