@@ -2,6 +2,7 @@ package delivery
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,7 +40,7 @@ type muting struct {
 
 	mu     sync.Mutex
 	held   map[string][]*event.Event // by event key, folded
-	order  []string                  // the held keys, in the order they were first held
+	order  []string                  // the held keys, in the order they were first held (and some no longer held)
 	until  time.Time                 // when the windows holding them end; zero: nothing held
 	closed bool
 
@@ -72,6 +73,9 @@ func (m *muting) offer(ev *event.Event, fold func([]*event.Event) []*event.Event
 		queue(ev)
 		return
 	}
+	if len(m.order) >= 2*len(m.held)+64 { // keys whose events cancelled out: memory per object held, not per name churned
+		m.order = slices.DeleteFunc(m.order, func(k string) bool { _, ok := m.held[k]; return !ok })
+	}
 	m.order = append(m.order, key)
 	m.hold(key, []*event.Event{ev}, fold)
 	if !end.Equal(m.until) {
@@ -88,7 +92,11 @@ func (m *muting) hold(key string, evs []*event.Event, fold func([]*event.Event) 
 	before := len(m.held[key])
 	m.total.Add(1)
 	evs = fold(evs)
-	m.held[key] = evs // kept when empty (cancelled out): order holds the key
+	if len(evs) == 0 { // cancelled out (created and deleted in the window): nothing to send
+		delete(m.held, key)
+	} else {
+		m.held[key] = evs
+	}
 	m.count.Add(int64(len(evs) - before))
 }
 
@@ -140,6 +148,7 @@ func (m *muting) release(queue func(*event.Event)) {
 		for _, ev := range m.held[key] {
 			queue(ev)
 		}
+		delete(m.held, key) // a key in order twice (held again after it cancelled out) goes once
 	}
 	m.released.Store(m.count.Load() > 0)
 	clear(m.held)

@@ -181,6 +181,35 @@ func TestMuteHoldsThenSendsWhatIsStillTrue(t *testing.T) {
 	waitFor(t, sink.has("a updated 3"))
 }
 
+// Names churned during a window (created and deleted, as Pods are) cost
+// nothing once they cancelled out: what a mute keeps is per object held,
+// and a name held again after it cancelled out is sent once.
+func TestMuteChurnIsBounded(t *testing.T) {
+	clk := fakeClock() // 13:46:40 UTC
+	sink := &sent{}
+	d := New(Options{Config: sinkConfig(), Sink: sink, Clock: clk, Mute: &Mute{Schedule: everyDay("13:00", "14:00")}})
+	stop := run(t, d)
+	defer stop()
+	for i := range 10_000 {
+		name := fmt.Sprint("p", i)
+		d.Offer(freshAdded(name, "1"))
+		d.Offer(ev(name, "2", event.Deleted))
+	}
+	d.Offer(freshAdded("p7", "3"))
+	d.mute.mu.Lock()
+	held, order := len(d.mute.held), len(d.mute.order)
+	d.mute.mu.Unlock()
+	if held != 1 || order > 130 {
+		t.Errorf("after 10,000 names churned: %d objects held, %d keys kept; want 1 and a few", held, order)
+	}
+	clk.Step(14 * time.Minute)
+	waitFor(t, sink.has("p7 added 3"))
+	time.Sleep(20 * time.Millisecond)
+	if got := sink.lines(); len(got) != 1 {
+		t.Errorf("sent %d requests, want the one object still there: %q", len(got), got[:min(len(got), 5)])
+	}
+}
+
 // Adjoining windows are one: nothing goes out between them. A closing
 // delivery sends nothing that is held (the next start recomputes it from
 // the checkpoint: it was never acknowledged).
