@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/cel-go/cel"
 	"github.com/google/cel-go/common/types"
@@ -23,6 +24,7 @@ type route struct {
 	prg            cel.Program
 	def            string
 	readsNamespace bool // the expression reads namespaceLabels
+	readsBody      bool // the expression reads more of the object than its metadata
 	defaulted      [2]atomic.Uint64
 	lastErrLog     atomic.Int64 // unix nanos of the last logged default
 }
@@ -57,7 +59,7 @@ func compileRoute(rc config.Rule) (*route, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &route{prg: prg, def: rc.Route.Default, readsNamespace: celsandbox.References(ast, celsandbox.CELNamespaceLabels)}, nil
+	return &route{prg: prg, def: rc.Route.Default, readsNamespace: celsandbox.References(ast, celsandbox.CELNamespaceLabels), readsBody: readsBody(ast)}, nil
 }
 
 // Routes reports whether the rule sends each object to one of its sinks
@@ -107,9 +109,24 @@ func (r *Rule) Route(seen *unstructured.Unstructured, nsLabels labels.Set, rel *
 	now := r.now().UnixNano()
 	if last := rt.lastErrLog.Load(); now-last > int64(10*time.Second) && rt.lastErrLog.CompareAndSwap(last, now) {
 		r.logger.Info("route names none of the rule's sinks; sent to its default",
-			"object", seen.GetNamespace()+"/"+seen.GetName(), "default", rt.def, "error", err)
+			"object", seen.GetNamespace()+"/"+seen.GetName(), "default", rt.def, "error", clip(err.Error(), maxRouteErrorLog))
 	}
 	return rt.def
+}
+
+// maxRouteErrorLog bounds the error logged for a route's default: it may
+// quote a name the object chose (an annotation of up to 256 KiB).
+const maxRouteErrorLog = 200
+
+// clip cuts s to at most n bytes, on a rune boundary, marking the cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }
 
 // RouteDefaulted counts the evaluations of the route that chose its

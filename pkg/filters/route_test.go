@@ -1,7 +1,9 @@
 package filters
 
 import (
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"k8s.io/apimachinery/pkg/labels"
 
@@ -46,5 +48,18 @@ func TestRouteReadsNamespaceLabels(t *testing.T) {
 	}
 	if _, err := Compile(cfg, 0, nil, nil); err == nil {
 		t.Error("a route reading namespaceLabels compiled without a namespace labels source")
+	}
+}
+
+// The error logged for a default may quote a name the object chose (up to
+// an annotation's 256 KiB): it is cut, on a rune boundary.
+func TestRouteErrorLogIsBounded(t *testing.T) {
+	long := strings.Repeat("é", 1000)
+	got := clip(long, maxRouteErrorLog)
+	if len(got) > maxRouteErrorLog+len("…") || !utf8.ValidString(got) || !strings.HasSuffix(got, "…") {
+		t.Errorf("clip: %d bytes, valid UTF-8 %v: %q", len(got), utf8.ValidString(got), got[len(got)-8:])
+	}
+	if clip("short", maxRouteErrorLog) != "short" {
+		t.Error("a short error was cut")
 	}
 }

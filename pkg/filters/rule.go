@@ -282,10 +282,10 @@ func (r *Rule) OwnersIncomplete() uint64 { return r.incomplete.Load() }
 
 // MetadataOnly reports whether the rule needs nothing of an object but its
 // apiVersion, kind and metadata: its events include metadata only, and its
-// where, changed, field selector and index read only those. Index keys
+// where, route, changed, field selector and index read only those. Index keys
 // (namespace, labels, annotations, owners) always do.
 func (r *Rule) MetadataOnly() bool {
-	if !r.Event.IncludeMeta || r.whereReadsBody {
+	if !r.Event.IncludeMeta || r.whereReadsBody || r.route != nil && r.route.readsBody {
 		return false
 	}
 	for _, p := range r.changed {

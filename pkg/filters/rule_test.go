@@ -308,6 +308,9 @@ func TestMetadataOnly(t *testing.T) {
 		{"    include: [metadata]\n    fieldSelector: metadata.name=a\n", true},
 		{"    include: [metadata]\n    fieldSelector: status.phase=Up\n", false},
 		{"    include: [metadata]\n    index: {\"label:team\": [pay]}\n", true},
+		// a route reading the body needs it cached, or every object goes to the default
+		{"    include: [metadata]\n    route: {sink: \"object.data.team\", default: s}\n", false},
+		{"    include: [metadata]\n    route: {sink: \"object.metadata.labels.team\", default: s}\n", true},
 	} {
 		r := compile(t, "    resource: v1/configmaps\n"+tc.rule, nil)
 		if got := r.MetadataOnly(); got != tc.want {
