@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -725,6 +726,7 @@ func (d *Delivery) settle(ctx context.Context, b *batch, events []*event.Event, 
 		done = make([]*event.Event, 0, len(events))
 	}
 	var park, throttle []object
+	var causes []error // each parked object's
 	release := releases.Get().(*[]queue.Claim[*event.Event])
 	defer releases.Put(release)
 	*release = (*release)[:0]
@@ -759,6 +761,7 @@ func (d *Delivery) settle(ctx context.Context, b *batch, events []*event.Event, 
 			}
 		}
 		park = append(park, object{events: rest, claim: o.claim, group: o.group})
+		causes = append(causes, out.cause)
 		if cause == nil {
 			cause = out.cause
 		}
@@ -799,7 +802,7 @@ func (d *Delivery) settle(ctx context.Context, b *batch, events []*event.Event, 
 		return
 	}
 	d.counts.retried.Add(1)
-	d.park(b, park, cause, whole != nil, destErr != nil || pushErr != nil, now)
+	d.park(b, park, causes, cause, whole != nil, destErr != nil || pushErr != nil, now)
 }
 
 // releases is settle's scratch for the claims it releases.
@@ -817,7 +820,7 @@ func slicesContains(list []*event.Event, e *event.Event) bool {
 // park puts objects that failed back for a retry: each alone when the sink
 // said which events failed, else the batch's objects together, split in
 // two once they failed together before.
-func (d *Delivery) park(b *batch, objects []object, cause error, whole, wide bool, now time.Time) {
+func (d *Delivery) park(b *batch, objects []object, causes []error, cause error, whole, wide bool, now time.Time) {
 	failures := b.failures + 1
 	since := b.since
 	if since.IsZero() {
@@ -833,6 +836,20 @@ func (d *Delivery) park(b *batch, objects []object, cause error, whole, wide boo
 		return &batch{objects: objs, prepared: true, failures: failures, since: since, parkedAt: parkedAt, refused: refused, wide: wide, err: cause}
 	}
 	switch {
+	case !whole && d.batching.digest:
+		// The objects of one digest request that failed (one group) are
+		// retried together, as one request again; the others alone.
+		together := map[error]int{}
+		for i, o := range objects {
+			if c := causes[i]; c != nil && reflect.ValueOf(c).Comparable() {
+				if k, ok := together[c]; ok {
+					units[k].objects = append(units[k].objects, o)
+					continue
+				}
+				together[c] = len(units)
+			}
+			units = append(units, unit([]object{o}))
+		}
 	case !whole:
 		for _, o := range objects {
 			units = append(units, unit([]object{o}))

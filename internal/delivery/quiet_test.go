@@ -2,6 +2,7 @@ package delivery
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
+	"github.com/kubebridge/kubebridge/pkg/sinks"
 )
 
 // digests records each Send as one line: its events, "<name> <change>
@@ -267,4 +269,56 @@ func TestMuteEndsInOneDigest(t *testing.T) {
 	}
 	clk.Step(5 * time.Minute)
 	waitFor(t, func() bool { return len(sink.sent()) == 2 })
+}
+
+// groupFails fails, once, the events of objects whose name starts with
+// "b", with one error, as a digest's request for their group would.
+type groupFails struct {
+	digests
+	failed bool
+}
+
+func (g *groupFails) Send(ctx context.Context, evs []*event.Event) error {
+	errB := sinks.Unavailable(errors.New("503 for group b"))
+	errs := make([]error, len(evs))
+	var ok []*event.Event
+	for i, e := range evs {
+		if !g.failed && strings.HasPrefix(e.Object().GetName(), "b") {
+			errs[i] = errB
+			continue
+		}
+		ok = append(ok, e)
+	}
+	g.failed = true
+	_ = g.digests.Send(ctx, ok)
+	return sinks.Outcome(errs)
+}
+
+// The objects of a digest's group whose request failed are retried
+// together, as one request again, not one by one.
+func TestDigestRetriesAGroupTogether(t *testing.T) {
+	cfg := sinkConfig()
+	cfg.Digest = &config.Digest{Every: config.Duration(time.Minute), Max: 50}
+	sink := &groupFails{}
+	clk := fakeClock()
+	d := New(Options{Config: cfg, Sink: sink, Clock: clk})
+	for _, name := range []string{"a1", "b1", "a2", "b2", "b3"} {
+		d.Offer(ev(name, "1", event.Updated))
+	}
+	stop := run(t, d)
+	defer stop()
+	waitFor(t, func() bool { return d.queue.Len() == 0 })
+	time.Sleep(20 * time.Millisecond)
+	clk.Step(time.Minute)
+	waitFor(t, func() bool { return d.Stats().Parked > 0 })
+	if s := d.Stats(); s.Parked != 3 {
+		t.Errorf("parked %d objects, want the group's 3", s.Parked)
+	}
+	for d.Stats().Pending > 0 {
+		clk.Step(time.Second) // the retry's backoff
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := sink.sent(); !slices.Equal(got, []string{"a1 updated 1, a2 updated 1", "b1 updated 1, b2 updated 1, b3 updated 1"}) {
+		t.Errorf("sent %q, want the group retried as one request", got)
+	}
 }
