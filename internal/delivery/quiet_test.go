@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	clocktesting "k8s.io/utils/clock/testing"
+
 	"github.com/kubebridge/kubebridge/pkg/config"
 	"github.com/kubebridge/kubebridge/pkg/event"
 	"github.com/kubebridge/kubebridge/pkg/sinks"
@@ -103,8 +105,7 @@ func TestDigestIsOneBatchPerPeriod(t *testing.T) {
 	if got := sink.sent(); len(got) != 1 {
 		t.Fatalf("the next period's change went at once: %q", got)
 	}
-	clk.Step(time.Minute)
-	waitFor(t, func() bool { return len(sink.sent()) == 2 })
+	stepUntil(t, clk, time.Minute, func() bool { return len(sink.sent()) == 2 })
 	if got := sink.sent()[1]; got != "a updated 3" {
 		t.Errorf("second digest %q", got)
 	}
@@ -267,8 +268,7 @@ func TestMuteEndsInOneDigest(t *testing.T) {
 	if got := sink.sent(); len(got) != 1 {
 		t.Fatalf("the period after the window did not wait: %q", got)
 	}
-	clk.Step(5 * time.Minute)
-	waitFor(t, func() bool { return len(sink.sent()) == 2 })
+	stepUntil(t, clk, 5*time.Minute, func() bool { return len(sink.sent()) == 2 })
 }
 
 // groupFails fails, once, the events of objects whose name starts with
@@ -307,8 +307,7 @@ func TestDigestRetriesAGroupTogether(t *testing.T) {
 	}
 	stop := run(t, d)
 	defer stop()
-	waitFor(t, func() bool { return d.queue.Len() == 0 })
-	time.Sleep(20 * time.Millisecond)
+	waitFor(t, func() bool { return d.queue.Len() == 0 && clk.HasWaiters() })
 	clk.Step(time.Minute)
 	waitFor(t, func() bool { return d.Stats().Parked > 0 })
 	if s := d.Stats(); s.Parked != 3 {
@@ -320,5 +319,19 @@ func TestDigestRetriesAGroupTogether(t *testing.T) {
 	}
 	if got := sink.sent(); !slices.Equal(got, []string{"a1 updated 1, a2 updated 1", "b1 updated 1, b2 updated 1, b3 updated 1"}) {
 		t.Errorf("sent %q, want the group retried as one request", got)
+	}
+}
+
+// stepUntil steps clk by step until cond holds: a timer a goroutine sets
+// after the test's last look is reached all the same.
+func stepUntil(t *testing.T, clk *clocktesting.FakeClock, step time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out")
+		}
+		clk.Step(step)
+		time.Sleep(2 * time.Millisecond)
 	}
 }
