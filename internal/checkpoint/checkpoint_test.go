@@ -458,3 +458,49 @@ func (h heldBy) Hold(ctx context.Context) (context.Context, context.CancelFunc) 
 	stop := context.AfterFunc(h.ctx, cancel)
 	return ctx, func() { stop(); cancel() }
 }
+
+// gatedStore holds each Apply until release is closed.
+type gatedStore struct {
+	Store
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (g *gatedStore) Apply(ctx context.Context, changes []Change) error {
+	g.entered <- struct{}{}
+	<-g.release
+	return g.Store.Apply(ctx, changes)
+}
+
+// An intent queued when the recorder is abandoned (the lease lost) is
+// dropped unwritten: its Intend fails, so its batch is not sent, though
+// the write it waited behind succeeded; and no Intend succeeds after.
+func TestIntentDroppedByAbandonFails(t *testing.T) {
+	bolt := openBolt(t)
+	s := &gatedStore{Store: bolt, entered: make(chan struct{}, 2), release: make(chan struct{})}
+	r := NewRecorder(s, time.Hour, slog.New(slog.DiscardHandler), nil)
+	go r.Run()
+	ctx := context.Background()
+	first, second := make(chan error, 1), make(chan error, 1)
+	a := ev("a", "1", event.Added)
+	go func() { first <- r.Intend(ctx, "bus", []*event.Event{a}) }()
+	<-s.entered // a's write is on its way
+	go func() { second <- r.Intend(ctx, "bus", []*event.Event{ev("b", "1", event.Added)}) }()
+	for deadline := time.Now().Add(5 * time.Second); r.Lag() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("b's intent was never queued")
+		}
+	}
+	r.Abandon()
+	close(s.release)
+	must(t, <-first)
+	if err := <-second; err == nil {
+		t.Error("an intent the abandon dropped unwritten let its batch go")
+	}
+	if view, _ := LoadView(ctx, bolt, "bus", "r"); view["ns/b"] != nil {
+		t.Errorf("b written after the abandon: %+v", view["ns/b"])
+	}
+	if err := r.Intend(ctx, "bus", []*event.Event{a}); err == nil {
+		t.Error("Intend succeeded on an abandoned recorder")
+	}
+}

@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"context"
+	"errors"
 	"hash/maphash"
 	"log/slog"
 	"slices"
@@ -38,6 +39,9 @@ type Recorder struct {
 	// when the last successful write took what was pending: every change
 	// counted up to it is durable.
 	queued, written uint64
+	// abandoned: another replica owns the checkpoint; nothing is written
+	// any more, so no intent becomes durable.
+	abandoned bool
 
 	stop chan struct{}
 	done chan struct{}
@@ -106,8 +110,15 @@ func (r *Recorder) Known(sink, rule string, view map[string]*Slot) {
 
 // Intend durably records, before a batch is sent, the incarnations in it
 // the store does not hold yet. An error means the batch must not be sent.
+// Calls for different objects may overlap (they share writes); an
+// object's (event.Key's) events are never in two batches at once (a
+// delivery's claims), so its intents and acknowledgements come in its order.
 func (r *Recorder) Intend(ctx context.Context, sink string, events []*event.Event) error {
 	r.mu.Lock()
+	if r.abandoned {
+		r.mu.Unlock()
+		return errAbandoned
+	}
 	var grown map[changeKey][]Entry
 	for _, e := range events {
 		// Entries, quiet ones too (a rule that sends only deletions must
@@ -279,9 +290,13 @@ func (r *Recorder) Abandon() {
 	close(r.stop)
 	<-r.done
 	r.mu.Lock()
-	r.changes, r.order = map[changeKey]change{}, nil
+	r.changes, r.order, r.abandoned = map[changeKey]change{}, nil, true
 	r.mu.Unlock()
 }
+
+// errAbandoned is every write's error once the recorder was abandoned: an
+// intent queued before was dropped unwritten, and its batch must not go.
+var errAbandoned = errors.New("checkpoint abandoned: another replica owns it")
 
 // Flush writes pending changes, in order, in one Apply. On failure they stay
 // pending for the next flush.
@@ -312,6 +327,10 @@ func (r *Recorder) flushThrough(ctx context.Context, upTo uint64) error {
 // flush is Flush; the caller holds flushMu.
 func (r *Recorder) flush(ctx context.Context) error {
 	r.mu.Lock()
+	if r.abandoned {
+		r.mu.Unlock()
+		return errAbandoned
+	}
 	if len(r.order) == 0 {
 		r.mu.Unlock()
 		return nil

@@ -20,14 +20,17 @@ import (
 // an urgent event (an added, a deleted, a replay) ends the wait at once, so
 // that a consumer applying events by uid misses none.
 //
-// Per key, the group is every object whose first event gave that key, and
-// one message stands for them all: of what the window held, the latest
-// event of an object still present (else the latest deletion) is sent; the
-// others are quiet: acknowledged (recorded as delivered, in each object's
-// order) but never sent. Nothing is urgent, so a key sends at most one
-// message per window; nothing is dropped or held longer than one window.
-// A consumer applying events by uid would miss the objects coalesced away:
-// config validation allows a key only on a sink of messages for people.
+// Per key, the group is every object whose first event gave that key (or,
+// for an object created again under the name of one deleted whose events
+// the group may still hold, that one's group: one name is never out in two
+// batches), and one message stands for them all: of what the window held,
+// the latest event of an object still present (else the latest deletion)
+// is sent; the others are quiet: acknowledged (recorded as delivered, in
+// each object's order) but never sent. Nothing is urgent, so a key sends
+// at most one message per window; nothing is dropped or held longer than
+// one window. A consumer applying events by uid would miss the objects
+// coalesced away: config validation allows a key only on a sink of
+// messages for people.
 
 // keyPrefix starts the queue group of a key: object keys never hold a NUL.
 const keyPrefix = "\x00"
@@ -49,6 +52,15 @@ type updateWindow struct {
 	// to its deletion: an object never moves between groups, whose order
 	// the queue keeps per group, even if its key changes.
 	pinned map[string]string
+	// left is, by event.Key (rule, namespace, name), the group of an
+	// object whose deletion was offered: one created again under its name
+	// joins that group while it may still hold the deleted one's events
+	// (group), so that a sink never has events of one Key in two batches
+	// at once (two groups' batches go in any order, and the checkpoint
+	// records an object by its name). leftSweep is the size at which the
+	// names of idle groups are dropped.
+	left      map[string]string
+	leftSweep int
 	// overflow counts windows not opened for want of room (maxKeys),
 	// keyErrors keys that failed (the object is then its own group).
 	overflow, keyErrors uint64
@@ -65,7 +77,7 @@ func (w *updateWindow) set(cfg config.UpdateWindow, key func(*event.Event) (stri
 	}
 	w.waiting = map[string]*batch{}
 	if key != nil {
-		w.key, w.maxKeys, w.pinned = key, cfg.KeysOrDefault(), map[string]string{}
+		w.key, w.maxKeys, w.pinned, w.left = key, cfg.KeysOrDefault(), map[string]string{}, map[string]string{}
 	}
 }
 
@@ -77,6 +89,12 @@ func (d *Delivery) group(ev *event.Event) string {
 	}
 	qk := ev.QueueKey()
 	g, ok := w.pinned[qk]
+	if !ok {
+		if g, ok = w.left[ev.Key()]; ok {
+			delete(w.left, ev.Key())
+			ok = d.queue.Busy(g)
+		}
+	}
 	if !ok {
 		k, err := w.key(ev)
 		if err == nil {
@@ -93,8 +111,30 @@ func (d *Delivery) group(ev *event.Event) string {
 	}
 	if ev.Change == event.Deleted {
 		delete(w.pinned, qk)
+		d.leave(ev.Key(), g)
 	}
 	return g
+}
+
+// leftSweepMin is the fewest names left that a sweep looks at.
+const leftSweepMin = 1024
+
+// leave remembers the group of an object deleted; mu is held. The names
+// of groups that hold nothing any more are dropped once they have doubled
+// since the last sweep: memory stays bounded by the objects whose events
+// are queued, out or in a window.
+func (d *Delivery) leave(name, g string) {
+	w := &d.window
+	w.left[name] = g
+	if len(w.left) < w.leftSweep {
+		return
+	}
+	for name, g := range w.left {
+		if !d.queue.Busy(g) {
+			delete(w.left, name)
+		}
+	}
+	w.leftSweep = max(2*len(w.left), leftSweepMin)
 }
 
 // urgent says whether e ends an object's update window at once: only

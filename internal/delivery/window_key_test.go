@@ -3,6 +3,7 @@ package delivery
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"sync"
 	"testing"
@@ -226,5 +227,94 @@ func TestUpdateWindowPerKeyRetriesOneMessage(t *testing.T) {
 	slices.Sort(acked)
 	if want := []string{"a added quiet", "b added quiet", "c added"}; !slices.Equal(acked, want) {
 		t.Errorf("acknowledged %q, want %q", acked, want)
+	}
+}
+
+// gatedSink holds the sends of one uid until open is closed, and records
+// as sent does.
+type gatedSink struct {
+	sent
+	uid  string
+	open chan struct{}
+}
+
+func (g *gatedSink) Send(ctx context.Context, evs []*event.Event) error {
+	for _, e := range evs {
+		if e.UID() == g.uid {
+			<-g.open
+		}
+	}
+	return g.sent.Send(ctx, evs)
+}
+
+// An object deleted and created again under its name with another key,
+// while the deleted one's events are still out, joins the deleted one's
+// key: a sink never has events of one name (event.Key) in two batches at
+// once, whose acknowledgements could come in any order (the checkpoint
+// records an object by its name, so the older one's would overwrite the
+// newer one's, and a crash then lose its deletion), and whose intents
+// would each miss the other's.
+func TestUpdateWindowPerKeyNameNeverTwiceInFlight(t *testing.T) {
+	const window = 10 * time.Minute
+	cfg := sinkConfig()
+	cfg.Workers = 4
+	cfg.UpdateWindow = config.UpdateWindow{Every: config.Duration(window), Key: "object.metadata.labels.incident"}
+	sink := &gatedSink{uid: "u-x", open: make(chan struct{})}
+	clk := fakeClock()
+	var mu sync.Mutex
+	out := map[string]string{} // by event.Key: the uid between its intent and its acknowledgement
+	var twice, acked []string
+	d := New(Options{Config: cfg, Sink: sink, Clock: clk, WindowKey: byIncident, Hooks: Hooks{
+		BeforeSend: func(_ context.Context, evs []*event.Event) error {
+			mu.Lock()
+			defer mu.Unlock()
+			mine := map[string]string{}
+			for _, e := range evs {
+				if uid, ok := out[e.Key()]; ok && uid != e.UID() {
+					twice = append(twice, e.Key()+": "+uid+" and "+e.UID())
+				}
+				mine[e.Key()] = e.UID()
+			}
+			maps.Copy(out, mine)
+			return nil
+		},
+		OnAck: func(evs []*event.Event) {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, e := range evs {
+				delete(out, e.Key())
+				acked = append(acked, e.UID()+" "+string(e.Change))
+			}
+		},
+	}})
+	stop := run(t, d)
+	defer stop()
+
+	d.Offer(keyed("x", "1", event.Added, "X")) // out, held by the destination
+	waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(out) == 1 })
+	d.Offer(keyed("x", "2", event.Deleted, "X"))
+	again := keyed("x", "3", event.Added, "Y")
+	again.Object().SetUID("u-x2")
+	again = event.Build(again.RuleInfo(), event.Transition{Change: event.Added, Object: again.Object(), Time: time.Now()})
+	d.Offer(again)
+	d.Offer(keyed("z", "1", event.Added, "Z")) // offered after it, sent as soon as it can be
+	waitFor(t, sink.has("z added 1"))
+	close(sink.open)
+	waitFor(t, func() bool { // X (with x's new incarnation, or not) waits out its window
+		clk.Step(window)
+		mu.Lock()
+		defer mu.Unlock()
+		return len(acked) == 4
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if len(twice) > 0 {
+		t.Errorf("one name in two batches at once: %q", twice)
+	}
+	if want := []string{"u-z added", "u-x added", "u-x deleted", "u-x2 added"}; !slices.Equal(acked, want) {
+		t.Errorf("acknowledged %q, want %q (one name's incarnations in their order)", acked, want)
+	}
+	if got := sink.lines(); !slices.Equal(got, []string{"z added 1", "x added 1", "x added 3"}) {
+		t.Errorf("sent %q", got)
 	}
 }

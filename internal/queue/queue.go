@@ -405,6 +405,15 @@ func (q *Queue[T]) HasItems(c Claim[T]) bool {
 	return g != nil && g.claimed && g.gen == c.gen && g.head != nil
 }
 
+// Busy reports whether a group has pending items or is claimed: an item
+// offered in it before may not be settled yet.
+func (q *Queue[T]) Busy(group string) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	g := q.groups[group]
+	return g != nil && (g.head != nil || g.claimed)
+}
+
 func (q *Queue[T]) take(ctx context.Context, n int, buf []Item[T], claim bool) ([]Item[T], error) {
 	return q.takeOr(ctx, n, buf, claim, nil)
 }
