@@ -1,13 +1,19 @@
 // Package kubejson decodes the apiserver's JSON watch streams into
-// unstructured objects in one pass over each event, where client-go's
+// unstructured objects with two reads of each event, where client-go's
 // dynamic client reads every event five times (the framer's
 // encoding/json.Decoder, the envelope's kind sniffing and decoding, the
 // object's kind sniffing, validation and decoding). The result is the
-// same, value for value: what it does not decode exactly as client-go does
-// (invalid JSON, nesting past encoding/json's limit, a number out of
-// float64's range, a kind client-go decodes into a typed object, an
-// envelope or a kind written in an unusual way) it hands to client-go's
-// decoder, which decodes it or fails as before.
+// same, value for value, and so are the errors that end a stream: the
+// frames are delimited by counting brackets (a frame cut short, or too
+// large to be counted on, is checked as json.Framer's decoder checks it),
+// the envelope is read without decoding its object, the object's kind is
+// read by client-go's own meta factory (which validates it), and its
+// values by one pass of this package's parser, fuzzed against client-go's
+// decoder. What the parser does not decode exactly as client-go does
+// (nesting past encoding/json's limit, a number out of float64's range),
+// the kinds client-go decodes into typed objects, and envelopes written
+// another way go to client-go's decoder, which decodes them or fails as
+// before.
 package kubejson
 
 import (

@@ -2,14 +2,16 @@ package kubejson
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"io"
-	"sync"
+	"reflect"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	kjson "k8s.io/apimachinery/pkg/runtime/serializer/json"
 )
 
 // Serializer wraps the dynamic client's negotiated serializer
@@ -39,28 +41,27 @@ type negotiated struct {
 
 func (n negotiated) SupportedMediaTypes() []runtime.SerializerInfo { return n.infos }
 
-// typedScheme is the dynamic client's scheme: the kinds it decodes into
-// typed objects (metav1's; a Status, of whatever apiVersion, such as a
-// watch's error) are left to it.
-var typedScheme = func() *runtime.Scheme {
+// typed are the kinds the dynamic client decodes into typed objects,
+// left to it: its scheme's (metav1's) kinds, and its unversioned kinds
+// (a Status, of whatever apiVersion, such as a watch's error), as its
+// scheme's New finds them.
+var typed = func() func(schema.GroupVersionKind) bool {
 	s := runtime.NewScheme()
 	metav1.AddToGroupVersion(s, schema.GroupVersion{Version: "v1"})
-	return s
-}()
-
-// typedKinds caches typed's answers.
-var typedKinds sync.Map // schema.GroupVersionKind -> bool
-
-// typed reports whether the dynamic client decodes gvk into a typed
-// object (its scheme's New makes one).
-func typed(gvk schema.GroupVersionKind) bool {
-	if v, ok := typedKinds.Load(gvk); ok {
-		return v.(bool)
+	known := s.AllKnownTypes()
+	unversioned := map[string]bool{}
+	for gvk, t := range known {
+		if obj, ok := reflect.New(t).Interface().(runtime.Object); ok {
+			if u, registered := s.IsUnversioned(obj); registered && u {
+				unversioned[gvk.Kind] = true
+			}
+		}
 	}
-	_, err := typedScheme.New(gvk)
-	typedKinds.Store(gvk, err == nil)
-	return err == nil
-}
+	return func(gvk schema.GroupVersionKind) bool {
+		_, ok := known[gvk]
+		return ok || unversioned[gvk.Kind]
+	}
+}()
 
 // objectSerializer decodes an object without a target (a watch event's
 // object) in one pass; the rest, and what Object declines, is inner's.
@@ -70,36 +71,18 @@ func (s objectSerializer) Decode(data []byte, defaults *schema.GroupVersionKind,
 	if into != nil || defaults != nil {
 		return s.Serializer.Decode(data, defaults, into)
 	}
+	// The kind as client-go reads it (its meta factory: keys matched as
+	// encoding/json matches them, the data validated); kinds it decodes
+	// into typed objects, and objects it refuses, are its own.
+	gvk, err := kjson.DefaultMetaFactory.Interpret(data)
+	if err != nil || gvk.Kind == "" || gvk.Version == "" || typed(*gvk) {
+		return s.Serializer.Decode(data, defaults, into)
+	}
 	m, ok := Object(data)
-	if !ok {
+	if kind, _ := m["kind"].(string); !ok || kind == "" { // client-go reads the unstructured object's own kind too
 		return s.Serializer.Decode(data, defaults, into)
 	}
-	gvk, ok := kindOf(m)
-	if !ok || typed(gvk) {
-		return s.Serializer.Decode(data, defaults, into)
-	}
-	return &unstructured.Unstructured{Object: m}, &gvk, nil
-}
-
-// kindOf is the object's apiVersion and kind, as client-go reads them
-// (encoding/json: keys matched without case); ok is false when they are
-// missing, not strings, or written in another case (left to client-go).
-func kindOf(m map[string]any) (schema.GroupVersionKind, bool) {
-	av, ok1 := m["apiVersion"].(string)
-	kind, ok2 := m["kind"].(string)
-	if !ok1 || !ok2 || kind == "" {
-		return schema.GroupVersionKind{}, false
-	}
-	for k := range m {
-		if len(k) != len("apiVersion") && len(k) != len("kind") {
-			continue
-		}
-		if (k != "apiVersion" && bytes.EqualFold([]byte(k), []byte("apiVersion"))) || (k != "kind" && bytes.EqualFold([]byte(k), []byte("kind"))) {
-			return schema.GroupVersionKind{}, false
-		}
-	}
-	gvk := schema.FromAPIVersionAndKind(av, kind)
-	return gvk, gvk.Version != ""
+	return &unstructured.Unstructured{Object: m}, gvk, nil
 }
 
 // eventSerializer decodes a watch event's envelope, {"type": ...,
@@ -161,8 +144,8 @@ func envelope(data []byte) (typ string, raw []byte, ok bool) {
 			case p.literal("null"):
 			case p.i < len(p.data) && p.data[p.i] == '{':
 				start := p.i
-				end, ok := skipObject(p.data, p.i)
-				if !ok {
+				end, depth, ok := skipObject(p.data, p.i)
+				if !ok || 1+depth > maxDepth { // client-go decodes the object inside the envelope: one level more
 					return "", nil, false
 				}
 				p.i = end
@@ -193,25 +176,27 @@ func (p *parser) next(c byte) bool {
 	return false
 }
 
-// skipObject returns the end of the object or array opening at data[i]:
-// the index past its closing bracket, brackets in strings and escaped
-// quotes aside; ok is false when data ends first. It does not validate.
-func skipObject(data []byte, i int) (end int, ok bool) {
+// skipObject returns the end of the object or array opening at data[i]
+// (the index past its closing bracket, brackets in strings and escaped
+// quotes aside) and how deep it nests; ok is false when data ends first.
+// It does not validate.
+func skipObject(data []byte, i int) (end, deepest int, ok bool) {
 	depth := 0
 	for ; i < len(data); i++ {
 		switch data[i] {
 		case '{', '[':
 			depth++
+			deepest = max(deepest, depth)
 		case '}', ']':
 			depth--
 			if depth == 0 {
-				return i + 1, true
+				return i + 1, deepest, true
 			}
 		case '"':
 			for i++; ; i += 2 { // past the escape and the byte it escapes
 				j := bytes.IndexAny(data[i:], `"\`)
 				if j < 0 || i+j+1 >= len(data) {
-					return 0, false // the object cannot end before data does
+					return 0, 0, false // the object cannot end before data does
 				}
 				i += j
 				if data[i] == '"' {
@@ -220,7 +205,7 @@ func skipObject(data []byte, i int) (end int, ok bool) {
 			}
 		}
 	}
-	return 0, false
+	return 0, 0, false
 }
 
 // framer splits a JSON stream into its top-level objects, as
@@ -241,9 +226,16 @@ type frameReader struct {
 	buf       []byte // read from r: buf[off:] is not framed yet
 	off       int
 	scan      scan   // how far buf[off:] was scanned for the frame's end
+	checkAt   int    // the size of an unfinished frame at which it is checked next (checkLarge)
 	remaining []byte // the rest of a frame Read's buffer did not hold
 	err       error  // r's, once it failed
 }
+
+// checkLarge is the size of an unfinished frame at which it is first
+// checked for a syntax error, then again at each doubling: json.Framer's
+// decoder fails at the first invalid byte, where bracket counting alone
+// would read on until the brackets balance.
+const checkLarge = 1 << 20
 
 // scan is where the search for a frame's end stopped (buf[off+at:] is
 // not scanned yet), so that a frame arriving in many reads is scanned
@@ -278,13 +270,17 @@ func (f *frameReader) Read(data []byte) (int, error) {
 			}
 			if f.off < len(f.buf) {
 				if c := f.buf[f.off]; c != '{' && c != '[' {
-					return 0, errNotObject
+					if more, err := f.notObject(); !more {
+						return 0, err
+					}
+					f.fill()
+					continue
 				}
 			}
 		}
 		if end, ok := f.end(); ok {
 			frame := f.buf[f.off:end]
-			f.off, f.scan = end, scan{}
+			f.off, f.scan, f.checkAt = end, scan{}, 0
 			n := copy(data, frame)
 			if n < len(frame) {
 				f.remaining = append([]byte(nil), frame[n:]...)
@@ -292,11 +288,18 @@ func (f *frameReader) Read(data []byte) (int, error) {
 			}
 			return n, nil
 		}
+		partial := f.buf[f.off:]
 		if f.err != nil {
-			if f.off < len(f.buf) && f.err == io.EOF {
-				return 0, io.ErrUnexpectedEOF
+			if len(partial) > 0 && f.err == io.EOF {
+				return 0, cut(partial)
 			}
 			return 0, f.err
+		}
+		if len(partial) >= max(f.checkAt, checkLarge) {
+			f.checkAt = 2 * len(partial)
+			if err := cut(partial); err != io.ErrUnexpectedEOF {
+				return 0, err
+			}
 		}
 		f.fill()
 	}
@@ -335,6 +338,41 @@ func (f *frameReader) end() (int, bool) {
 	}
 	s.at = len(b)
 	return 0, false
+}
+
+// notObject is the error of a stream whose next value is not an object
+// or an array, as json.Framer's reader and the decoder after it end it: a
+// syntax error in it, io.ErrUnexpectedEOF when the stream ends inside it,
+// else errNotObject (a decoder refuses it). more: the value goes on past
+// what was read.
+func (f *frameReader) notObject() (more bool, err error) {
+	var raw json.RawMessage
+	err = json.NewDecoder(bytes.NewReader(f.buf[f.off:])).Decode(&raw)
+	switch {
+	case err == nil:
+		return false, errNotObject
+	case err != io.ErrUnexpectedEOF:
+		return false, err
+	case f.err != nil:
+		if f.err == io.EOF {
+			return false, io.ErrUnexpectedEOF
+		}
+		return false, f.err
+	case len(f.buf)-f.off >= checkLarge:
+		return false, errNotObject
+	}
+	return true, nil
+}
+
+// cut is the error of a stream that ends inside a frame, as json.Framer's
+// reader (an encoding/json.Decoder) gives it: io.ErrUnexpectedEOF when
+// what came of the frame is valid so far, else the syntax error in it.
+func cut(partial []byte) error {
+	var raw json.RawMessage
+	if err := json.NewDecoder(bytes.NewReader(partial)).Decode(&raw); err != nil {
+		return err
+	}
+	return io.ErrUnexpectedEOF // not reached: the brackets of partial do not balance
 }
 
 // fill reads more of the stream, after what is not framed yet.

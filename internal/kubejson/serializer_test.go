@@ -41,8 +41,15 @@ func watchStream(t testing.TB, ns runtime.NegotiatedSerializer, body io.Reader) 
 	for {
 		typ, obj, err := dec.Decode()
 		if err != nil {
-			if err != io.EOF {
-				out = append(out, decoded{err: "error"}) // the messages differ; that it fails does not
+			// The messages differ; the kind of the end does not (the
+			// StreamWatcher ends quietly at EOF and unexpected EOF, and
+			// reports any other error, which makes the reflector list again).
+			switch err {
+			case io.EOF:
+			case io.ErrUnexpectedEOF:
+				out = append(out, decoded{err: "unexpected EOF"})
+			default:
+				out = append(out, decoded{err: "error"})
 			}
 			return out
 		}
@@ -81,8 +88,22 @@ var streams = map[string]string{
 	"no kind":      `{"type":"ADDED","object":{"apiVersion":"x/v1"}}`,
 	"no version":   `{"type":"ADDED","object":{"kind":"A"}}`,
 	"bad type":     `{"type":"NOPE","object":{"kind":"A","apiVersion":"x/v1"}}`,
-	"cut":          `{"type":"ADDED","object":{"kind":"A","apiVersion":"x/v1"}}{"type":"ADDED","obj`,
-	"not object":   `{"type":"ADDED","object":{"kind":"A","apiVersion":"x/v1"}} 42`,
+	// kind and apiVersion as encoding/json matches them (client-go's meta
+	// factory): repeated, not strings, in another case or Unicode folding.
+	"kind repeated":    `{"type":"ADDED","object":{"apiVersion":"v1","kind":1,"kind":"ConfigMap","metadata":{"name":"a"}}}`,
+	"version repeated": `{"type":"ADDED","object":{"apiVersion":{},"apiVersion":"v1","kind":"ConfigMap"}}`,
+	"kelvin kind":      `{"type":"ADDED","object":{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a"},"\u212aind":"Status"}}`,
+	"long-s version":   `{"type":"MODIFIED","object":{"apiVersion":"x/v1","kind":"Foo","metadata":{"name":"a"},"apiVer\u017fion":"a/b/c"}}`,
+	"status v2":        `{"type":"ERROR","object":{"kind":"Status","apiVersion":"v2","message":"m"}}`,
+	"deep in envelope": `{"type":"ADDED","object":{"apiVersion":"x/v1","kind":"Foo","d":` + nested(maxDepth-2) + `}}`,
+	"deep, fits":       `{"type":"ADDED","object":{"apiVersion":"x/v1","kind":"Foo","d":` + nested(maxDepth-3) + `}}`,
+	// How a stream ends: at EOF, cut (valid so far), or at a syntax error
+	// whether or not it is cut after it.
+	"syntax error then cut": `{"type":"ADDED","object":{"kind":"A","apiVersion":"x/v1","a":trux`,
+	"syntax error in frame": `{"type":"ADDED","object":{"kind":"A","apiVersion":"x/v1"}}{"type":"ADDED","object":{"a":]`,
+	"cut in a string":       `{"type":"ADDED","object":{"kind":"A","apiVersion":"x/v1","a":"b\`,
+	"cut":                   `{"type":"ADDED","object":{"kind":"A","apiVersion":"x/v1"}}{"type":"ADDED","obj`,
+	"not object":            `{"type":"ADDED","object":{"kind":"A","apiVersion":"x/v1"}} 42`,
 }
 
 // A watch stream decodes to the same events, value for value, with the
@@ -102,6 +123,47 @@ func TestWatchStreamsDecodeAsClientGo(t *testing.T) {
 	}
 	if got := watchStream(t, std, strings.NewReader(streams["list"])); len(got) != 53 {
 		t.Errorf("the list stream has %d events, want 53", len(got))
+	}
+}
+
+// A syntax error in a frame whose brackets never balance ends the stream
+// there, as json.Framer's reader does, not after reading all of it.
+func TestSyntaxErrorInALargeUnfinishedFrame(t *testing.T) {
+	r := &countingReader{r: io.MultiReader(strings.NewReader(`{"type":"ADDED","object":{"a":x`), strings.NewReader(strings.Repeat("[", 8<<20)))}
+	got := watchStream(t, Serializer(dynamicSerializer()), r)
+	if len(got) != 1 || got[0].err != "error" {
+		t.Fatalf("got %v, want a syntax error", got)
+	}
+	if r.n > 4<<20 {
+		t.Errorf("read %d bytes of a stream whose first frame is invalid at its 30th", r.n)
+	}
+}
+
+type countingReader struct {
+	r io.Reader
+	n int
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += n
+	return n, err
+}
+
+// typed is the dynamic client's scheme's New: the kinds it decodes into
+// typed objects.
+func TestTypedIsTheSchemesNew(t *testing.T) {
+	s := runtime.NewScheme()
+	metav1.AddToGroupVersion(s, schema.GroupVersion{Version: "v1"})
+	gvks := []schema.GroupVersionKind{{Version: "v1", Kind: "ConfigMap"}, {Group: "apps", Version: "v1", Kind: "Status"}, {Version: "v9", Kind: "APIGroup"}, {Version: "v1", Kind: "WatchEvent"}, {Version: "v2", Kind: "WatchEvent"}, {Group: "x", Version: "v1", Kind: "List"}}
+	for gvk := range s.AllKnownTypes() {
+		gvks = append(gvks, gvk, schema.GroupVersionKind{Group: "other", Version: "v1", Kind: gvk.Kind})
+	}
+	for _, gvk := range gvks {
+		_, err := s.New(gvk)
+		if typed(gvk) != (err == nil) {
+			t.Errorf("%v: typed %v, New: %v", gvk, typed(gvk), err)
+		}
 	}
 }
 
