@@ -969,7 +969,7 @@ cluster: model
         method: PUT
         path: "'objects/' + event.subject"
         body: >-
-          [{"specversion": "1.0", "id": event.id, "type": event.type, "subject": event.subject,
+          [{"specversion": "1.0", "id": event.id, "type": event.type, "subject": event.subject, "time": event.time,
             "kbrule": event.rule, "kbcluster": event.cluster, "kbreason": event.reason, "kbreplay": event.replay,
             "data": {"object": dyn(object)}}]
     updateWindow: 3s      # updates coalesce per object: the view must still come out exact
