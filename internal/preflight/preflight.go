@@ -288,6 +288,7 @@ func (p *preflight) checkOwners(ctx context.Context, i int) error {
 		return nil // already reported by Load
 	}
 	need := owners.Needs(gvr)
+	clusterScoped := map[schema.GroupVersionResource]bool{} // ownerResources without namespaces
 	for j, res := range r.OwnerResources {
 		ogvr, err := config.ParseResource(res)
 		if err != nil {
@@ -302,7 +303,7 @@ func (p *preflight) checkOwners(ctx context.Context, i int) error {
 		if list != nil {
 			for _, ar := range list.APIResources {
 				if ar.Name == ogvr.Resource {
-					kind = ar.Kind
+					kind, clusterScoped[ogvr] = ar.Kind, !ar.Namespaced
 				}
 			}
 		}
@@ -318,7 +319,13 @@ func (p *preflight) checkOwners(ctx context.Context, i int) error {
 	}
 	for _, res := range need {
 		why := fmt.Sprintf("rule %s includes owners, which reads %s objects: ", r.Name, res.Kind)
-		for _, ns := range namespaces {
+		scopes := namespaces
+		if clusterScoped[res.GVR] {
+			// A cluster-scoped owner (a namespaced object's owner may be
+			// one) is listed whole, whatever namespaces the rule names.
+			scopes = []string{""}
+		}
+		for _, ns := range scopes {
 			if err := p.checkAccessFor(ctx, path+".include", why, res.GVR, ns); err != nil {
 				return err
 			}

@@ -691,4 +691,23 @@ config:
 			t.Errorf("%s: ClusterRole rules:\n  %s\nwant:\n  %s", res, strings.Join(got, "\n  "), strings.Join(wantRules, "\n  "))
 		}
 	}
+
+	// A rule that names its namespaces: its owners there (a Role), but a
+	// cluster-scoped owner (Nodes own mirror Pods) cluster-wide.
+	out, err := helm(t, "template", "kbr", chartDir, "--namespace", rbacNS, "-f", chartValues(t, fmt.Sprintf(`
+config:
+  cluster: e2e
+  sinks: [{name: out, file: {path: "-"}}]
+  rules:
+    - {name: r, resource: batch/v1/jobs, namespaces: [%s], include: [owners], ownerResources: [v1/nodes], sinks: [out]}
+`, nsA)))
+	if err != nil {
+		t.Fatalf("helm template: %v\n%s", err, out)
+	}
+	if got, want := policyRules(renderedDocs(t, out, "Role")[nsA+"/kbr"]), []string{`"batch": cronjobs,jobs [list watch]`}; !slices.Equal(got, want) {
+		t.Errorf("Role rules %v, want %v", got, want)
+	}
+	if got := policyRules(renderedDocs(t, out, "ClusterRole")["/kbr-"+rbacNS]); len(got) == 0 || got[0] != `"": nodes [list watch]` {
+		t.Errorf("ClusterRole rules %v, want nodes first", got)
+	}
 }

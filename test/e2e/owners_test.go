@@ -102,7 +102,7 @@ func TestOwnersInEnvelopeAndWhere(t *testing.T) {
 	// Every rule names the labels it shows: the caches keep those only.
 	payments := "    include: [owners]\n    ownerLabels: [team, app]\n    where: \"involved.owners.exists(o, o.kind == 'Deployment' && o.labels.team == 'payments')\"\n"
 	b := startBridge(t, cp, fileConfig(out,
-		rule("pods", "v1/pods", ns)+"    include: [object, owners]\n    ownerLabels: [team, app]\n    ownerResources: [example.kubebridge.io/v1/widgets]\n",
+		rule("pods", "v1/pods", ns)+"    include: [object, owners]\n    ownerLabels: [team, app]\n    ownerResources: [example.kubebridge.io/v1/widgets, v1/nodes]\n",
 		rule("jobs", "batch/v1/jobs", ns)+"    include: [metadata, owners]\n    ownerLabels: [team]\n",
 		rule("warnings", "v1/events", ns)+payments,
 		rule("new-warnings", "events.k8s.io/v1/events", ns)+payments))
@@ -122,6 +122,14 @@ func TestOwnersInEnvelopeAndWhere(t *testing.T) {
 	must(t, err)
 	podSpec := corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "x"}}}
 	_, err = cs.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "widget-0", OwnerReferences: controllerRef("Widget", "example.kubebridge.io/v1", w)},
+		Spec: podSpec}, metav1.CreateOptions{})
+	must(t, err)
+	// A cluster-scoped owner of a namespaced Pod: a Node (as the kubelet
+	// makes its static Pods' mirror Pods).
+	node, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "e2e-owners-node", Labels: map[string]string{"team": "infra"}}}, metav1.CreateOptions{})
+	must(t, err)
+	t.Cleanup(func() { _ = cs.CoreV1().Nodes().Delete(context.Background(), node.Name, metav1.DeleteOptions{}) })
+	_, err = cs.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "kube-proxy-x", OwnerReferences: controllerRef("Node", "v1", node)},
 		Spec: podSpec}, metav1.CreateOptions{})
 	must(t, err)
 	// A cycle: ReplicaSets a and b own each other; a Pod of a.
@@ -160,7 +168,7 @@ func TestOwnersInEnvelopeAndWhere(t *testing.T) {
 
 	evs := waitEvents(t, out, "every object's added", func(evs []ce) bool {
 		return has(evs, "pods", ns+"/web-6d4-b", "added") && has(evs, "pods", ns+"/shop-6d4-a", "added") && has(evs, "pods", ns+"/widget-0", "added") &&
-			has(evs, "pods", ns+"/loop-a-x", "added") && has(evs, "pods", ns+"/orphan", "added") && has(evs, "jobs", ns+"/nightly-29000000", "added") &&
+			has(evs, "pods", ns+"/loop-a-x", "added") && has(evs, "pods", ns+"/kube-proxy-x", "added") && has(evs, "pods", ns+"/orphan", "added") && has(evs, "jobs", ns+"/nightly-29000000", "added") &&
 			has(evs, "warnings", ns+"/web-6d4-a.backoff", "added") && has(evs, "new-warnings", ns+"/web-6d4-a.backoff", "added")
 	})
 	first := map[string]ownersData{}
@@ -174,6 +182,7 @@ func TestOwnersInEnvelopeAndWhere(t *testing.T) {
 		"pods " + ns + "/shop-6d4-a":       "ReplicaSet shop-6d4 → Deployment shop",
 		"pods " + ns + "/widget-0":         "Widget shop-widget",
 		"pods " + ns + "/loop-a-x":         "ReplicaSet loop-a → ReplicaSet loop-b",
+		"pods " + ns + "/kube-proxy-x":     "Node e2e-owners-node",
 		"jobs " + ns + "/nightly-29000000": "CronJob nightly",
 	} {
 		if got := first[key]; got.chain() != want || got.Incomplete {

@@ -100,10 +100,11 @@ namespaces' labels, by a namespaceSelector or a route reading namespaceLabels
 {{- $_ := set $namespaces . $ns -}}
 {{- end -}}
 {{- end -}}
-{{- /* include: [owners]: the owners' resources, in the rule's scope */ -}}
+{{- /* include: [owners]: the owners' resources, in the rule's scope (a built-in
+cluster-scoped one, such as the Nodes that own mirror Pods, cluster-wide) */ -}}
 {{- range $o := include "kubebridge.ownerResources" $r | fromJsonArray -}}
 {{- $og := index $o 0 -}}{{- $or := index $o 1 -}}
-{{- if or (not $r.namespaces) $r.namespaceSelector -}}
+{{- if or (not $r.namespaces) $r.namespaceSelector (has $or (get $clusterScoped $og | default list)) -}}
 {{- $_ := set $cluster $og (append (get $cluster $og | default list) $or | uniq | sortAlpha) -}}
 {{- else -}}
 {{- range $r.namespaces -}}
