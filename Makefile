@@ -58,7 +58,7 @@ bench-micro: ## hot-path and pipeline microbenchmarks with allocations
 	$(GO) test -run '^$$' -bench . -benchmem -count 6 ./internal/queue ./pkg/filters ./pkg/event ./pkg/informer
 
 FUZZTIME ?= 30s
-fuzz: ## run the config, subject, request-template and mirror key/value fuzzers for FUZZTIME each
+fuzz: ## run the config, subject, request-template, mirror key/value and watch-decoding fuzzers for FUZZTIME each
 	$(GO) test ./pkg/config -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./pkg/fieldpath -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./pkg/sinks/nats -run '^$$' -fuzz '^FuzzSubject$$' -fuzztime $(FUZZTIME)
@@ -67,6 +67,8 @@ fuzz: ## run the config, subject, request-template and mirror key/value fuzzers 
 	$(GO) test ./pkg/mirror -run '^$$' -fuzz '^FuzzKey$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./pkg/mirror -run '^$$' -fuzz '^FuzzParseKey$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./pkg/mirror -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/kubejson -run '^$$' -fuzz '^FuzzObject$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/kubejson -run '^$$' -fuzz '^FuzzWatchStream$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./pkg/event -run '^$$' -fuzz '^FuzzAppendJSON$$' -fuzztime $(FUZZTIME)
 
 docs: ## regenerate the config reference in README.md from pkg/config and the sink components
