@@ -117,6 +117,14 @@ type sharedSink struct {
 
 func (s *sharedSink) Close(ctx context.Context) error { return s.release(ctx) }
 
+// Ordered is the shared sink's: a batch of an Ordered sink holds an
+// object's events together, in every shard as alone (a digest, a webhook
+// batch, a file), so the order contract must not be lost by sharing it.
+func (s *sharedSink) Ordered() bool {
+	o, ok := s.Sink.(sinks.Ordered)
+	return ok && o.Ordered()
+}
+
 // Unwrap returns the sink shared, for what the delivery does not look for
 // (metrics of the sink's own).
 func (s *sharedSink) Unwrap() sinks.Sink { return s.Sink }

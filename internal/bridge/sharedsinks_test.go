@@ -58,3 +58,25 @@ func closeOK(t *testing.T, s sinks.Sink) {
 		t.Fatal(err)
 	}
 }
+
+type orderedSink struct {
+	sinks.Sink
+	ordered bool
+}
+
+func (s orderedSink) Ordered() bool { return s.ordered }
+
+// A shared sink keeps its order contract: the delivery asks sinks.Ordered
+// of what it is given (a sharded replica's digest and batch webhooks got
+// an object's events one send at a time when sharing hid it).
+func TestSharedSinkKeepsItsOrder(t *testing.T) {
+	for _, tc := range []struct {
+		sink sinks.Sink
+		want bool
+	}{{orderedSink{ordered: true}, true}, {orderedSink{}, false}, {struct{ sinks.Sink }{}, false}} {
+		o, ok := shareSink(tc.sink, nil).(sinks.Ordered)
+		if got := ok && o.Ordered(); got != tc.want {
+			t.Errorf("%T (Ordered %v): shared, Ordered %v", tc.sink, tc.want, got)
+		}
+	}
+}
