@@ -10,8 +10,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"unique"
 	"time"
+	"unique"
 	"unsafe"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
