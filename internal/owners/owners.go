@@ -59,10 +59,12 @@ const (
 )
 
 // Resource is a resource whose objects may own others (or be an Event's
-// involved object), and the kind of its objects.
+// involved object), the kind of its objects, and whether they are
+// cluster-scoped (the built-in ones of Needs are namespaced).
 type Resource struct {
-	GVR  schema.GroupVersionResource
-	Kind string
+	GVR     schema.GroupVersionResource
+	Kind    string
+	Cluster bool
 }
 
 func (r Resource) String() string {
@@ -73,13 +75,13 @@ func (r Resource) String() string {
 }
 
 var (
-	pods         = Resource{schema.GroupVersionResource{Version: "v1", Resource: "pods"}, "Pod"}
-	replicaSets  = Resource{schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "replicasets"}, "ReplicaSet"}
-	deployments  = Resource{schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}, "Deployment"}
-	statefulSets = Resource{schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "statefulsets"}, "StatefulSet"}
-	daemonSets   = Resource{schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "daemonsets"}, "DaemonSet"}
-	jobs         = Resource{schema.GroupVersionResource{Group: "batch", Version: "v1", Resource: "jobs"}, "Job"}
-	cronJobs     = Resource{schema.GroupVersionResource{Group: "batch", Version: "v1", Resource: "cronjobs"}, "CronJob"}
+	pods         = Resource{GVR: schema.GroupVersionResource{Version: "v1", Resource: "pods"}, Kind: "Pod"}
+	replicaSets  = Resource{GVR: schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "replicasets"}, Kind: "ReplicaSet"}
+	deployments  = Resource{GVR: schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}, Kind: "Deployment"}
+	statefulSets = Resource{GVR: schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "statefulsets"}, Kind: "StatefulSet"}
+	daemonSets   = Resource{GVR: schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "daemonsets"}, Kind: "DaemonSet"}
+	jobs         = Resource{GVR: schema.GroupVersionResource{Group: "batch", Version: "v1", Resource: "jobs"}, Kind: "Job"}
+	cronJobs     = Resource{GVR: schema.GroupVersionResource{Group: "batch", Version: "v1", Resource: "cronjobs"}, Kind: "CronJob"}
 )
 
 // Needs lists the built-in resources whose objects own objects of gvr, up
@@ -115,6 +117,7 @@ type Resolver struct {
 	// and kind; the version they carry may be another the apiserver
 	// serves), by namespace ("": every namespace).
 	byKind    map[schema.GroupKind]map[string]cache.SharedIndexInformer
+	cluster   map[schema.GroupKind]bool // the cluster-scoped kinds
 	informers []cache.SharedIndexInformer
 	names     []string
 	closed    chan struct{}
@@ -129,9 +132,10 @@ type Resolver struct {
 // (the union of what the rules show: their ownerLabels).
 func New(client metadata.Interface, watches []Watch, keepLabels []string) *Resolver {
 	r := &Resolver{
-		byKind: map[schema.GroupKind]map[string]cache.SharedIndexInformer{},
-		closed: make(chan struct{}),
-		missed: map[types.UID]time.Time{},
+		byKind:  map[schema.GroupKind]map[string]cache.SharedIndexInformer{},
+		cluster: map[schema.GroupKind]bool{},
+		closed:  make(chan struct{}),
+		missed:  map[types.UID]time.Time{},
 	}
 	for _, w := range watches {
 		inf := metadatainformer.NewFilteredMetadataInformer(client, w.GVR, w.Namespace, 0, cache.Indexers{}, nil).Informer()
@@ -151,6 +155,7 @@ func New(client metadata.Interface, watches []Watch, keepLabels []string) *Resol
 			r.byKind[gk] = map[string]cache.SharedIndexInformer{}
 		}
 		r.byKind[gk][w.Namespace] = inf
+		r.cluster[gk] = w.Cluster
 		r.informers = append(r.informers, inf)
 		name := "owners:" + w.Resource.String()
 		if w.Namespace != "" {
@@ -241,7 +246,11 @@ func (r *Resolver) Related(gvr schema.GroupVersionResource, obj *unstructured.Un
 
 // involved is the object an Event is about: involvedObject (core/v1) or
 // regarding (events.k8s.io/v1), found in the caches with its chain, or
-// what the reference says of it.
+// what the reference says of it. Only an object of the Event's own
+// namespace (or a cluster-scoped one) is looked up: anyone who may create
+// Events in a namespace may name any object in them, and another
+// namespace's labels and owners would let them choose where and how the
+// Event is routed.
 func (r *Resolver) involved(ev *unstructured.Unstructured, deadline time.Time) *event.Involved {
 	field := "involvedObject"
 	if _, ok := ev.Object["regarding"]; ok {
@@ -256,7 +265,14 @@ func (r *Resolver) involved(ev *unstructured.Unstructured, deadline time.Time) *
 	if in.Kind == "" || in.Name == "" {
 		return in
 	}
-	found, ok := r.lookup(in.APIVersion, in.Kind, in.Namespace, in.Name, types.UID(in.UID), deadline)
+	ns := in.Namespace
+	if gv, err := schema.ParseGroupVersion(in.APIVersion); err == nil && r.cluster[schema.GroupKind{Group: gv.Group, Kind: in.Kind}] {
+		ns = ""
+	} else if ns != ev.GetNamespace() {
+		in.Incomplete = true
+		return in
+	}
+	found, ok := r.lookup(in.APIVersion, in.Kind, ns, in.Name, types.UID(in.UID), deadline)
 	if !ok {
 		in.Incomplete = true
 		return in
@@ -266,7 +282,7 @@ func (r *Resolver) involved(ev *unstructured.Unstructured, deadline time.Time) *
 	if in.UID == "" {
 		in.UID = string(found.GetUID())
 	}
-	c := r.Resolve(found.GetUID(), in.Namespace, found.GetOwnerReferences(), deadline)
+	c := r.Resolve(found.GetUID(), found.GetNamespace(), found.GetOwnerReferences(), deadline)
 	in.Owners, in.Incomplete = c.Owners, c.Incomplete
 	return in
 }
@@ -282,15 +298,24 @@ func pick(refs []metav1.OwnerReference) metav1.OwnerReference {
 }
 
 // lookup finds an object of apiVersion's group and kind named name in
-// namespace ns (or cluster-scoped) in the caches; uid, when set, must be
-// its uid (a name re-used by a new object is not the owner). It polls
-// until deadline while the object is missing from a cache that may get it.
+// namespace ns (a cluster-scoped kind: whatever ns) in the caches; uid,
+// when set, must be its uid (a name re-used by a new object is not the
+// owner). It polls until deadline while the object is missing from a
+// cache that may get it.
 func (r *Resolver) lookup(apiVersion, kind, ns, name string, uid types.UID, deadline time.Time) (metav1.Object, bool) {
 	gv, err := schema.ParseGroupVersion(apiVersion)
 	if err != nil {
 		return nil, false
 	}
-	infs := r.byKind[schema.GroupKind{Group: gv.Group, Kind: kind}]
+	gk := schema.GroupKind{Group: gv.Group, Kind: kind}
+	key := ns + "/" + name
+	switch {
+	case r.cluster[gk]:
+		ns, key = "", name
+	case ns == "":
+		return nil, false // a namespaced kind named without a namespace: never in a cache
+	}
+	infs := r.byKind[gk]
 	var candidates []cache.SharedIndexInformer
 	for _, scope := range []string{"", ns} {
 		if inf := infs[scope]; inf != nil {
@@ -300,21 +325,15 @@ func (r *Resolver) lookup(apiVersion, kind, ns, name string, uid types.UID, dead
 	if len(candidates) == 0 {
 		return nil, false // a kind not watched (or not in this namespace): named from the reference
 	}
-	keys := []string{name}
-	if ns != "" {
-		keys = []string{ns + "/" + name, name} // namespaced, or a cluster-scoped owner
-	}
 	waited := false
 	for {
 		for _, inf := range candidates {
-			for _, key := range keys {
-				item, exists, err := inf.GetIndexer().GetByKey(key)
-				if err != nil || !exists {
-					continue
-				}
-				if m, ok := item.(metav1.Object); ok && (uid == "" || m.GetUID() == uid) {
-					return m, true
-				}
+			item, exists, err := inf.GetIndexer().GetByKey(key)
+			if err != nil || !exists {
+				continue
+			}
+			if m, ok := item.(metav1.Object); ok && (uid == "" || m.GetUID() == uid) {
+				return m, true
 			}
 		}
 		if deadline.IsZero() || !waited && r.missedBefore(uid) {

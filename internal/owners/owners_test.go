@@ -37,14 +37,14 @@ func must[T any](v T, err error) T {
 	return v
 }
 
-var widgets = Resource{testenv.WidgetGVR, "Widget"}
+var widgets = Resource{GVR: testenv.WidgetGVR, Kind: "Widget"}
 
 // startResolver runs a resolver over what a Pod rule, a Job rule and an
-// Event rule need, plus the test CRD, until the test ends.
-func startResolver(t *testing.T, mc metadata.Interface) *Resolver {
+// Event rule need, plus the test CRD and extra, until the test ends.
+func startResolver(t *testing.T, mc metadata.Interface, extra ...Resource) *Resolver {
 	t.Helper()
 	var watches []Watch
-	for _, res := range append(Needs(schema.GroupVersionResource{Version: "v1", Resource: "events"}), widgets) {
+	for _, res := range append(append(Needs(schema.GroupVersionResource{Version: "v1", Resource: "events"}), widgets), extra...) {
 		watches = append(watches, Watch{Resource: res})
 	}
 	r := New(mc, watches, nil)
@@ -248,6 +248,46 @@ func TestResolveAgainstTheAPIServer(t *testing.T) {
 	r.Close()
 	if took := <-done; took > 5*time.Second {
 		t.Errorf("a wait outlived Close: %s", took)
+	}
+}
+
+// An Event names its object by a reference its author writes: one in
+// another namespace than the Event's is not looked up (its labels would
+// choose where an Event anyone may create in their namespace goes), one
+// in the Event's namespace, or cluster-scoped, is.
+func TestInvolvedOnlyInTheEventsNamespace(t *testing.T) {
+	cp := testenv.SharedControlPlane(t)
+	cs := cp.Clientset(t)
+	mc := must(metadata.NewForConfig(cp.RESTConfig()))
+	ctx := context.Background()
+	testenv.EnsureNamespace(t, cp, "payments")
+	testenv.EnsureNamespace(t, cp, "tenant-a")
+	nodes := Resource{GVR: schema.GroupVersionResource{Version: "v1", Resource: "nodes"}, Kind: "Node", Cluster: true}
+	r := startResolver(t, mc, nodes)
+	labels := map[string]string{"app": "ledger"}
+	d := must(cs.AppsV1().Deployments("payments").Create(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "ledger", Labels: map[string]string{"team": "payments"}},
+		Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "x"}}}}}}, metav1.CreateOptions{}))
+	n := must(cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "owners-node", Labels: map[string]string{"zone": "a"}}}, metav1.CreateOptions{}))
+	t.Cleanup(func() { _ = cs.CoreV1().Nodes().Delete(context.Background(), n.Name, metav1.DeleteOptions{}) })
+	event := func(ns string, involved map[string]any) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Event",
+			"metadata": map[string]any{"namespace": ns, "name": "e"}, "involvedObject": involved}}
+	}
+	ledger := map[string]any{"apiVersion": "apps/v1", "kind": "Deployment", "namespace": "payments", "name": "ledger", "uid": string(d.UID)}
+	eventsGVR := schema.GroupVersionResource{Version: "v1", Resource: "events"}
+	waitUntil(t, func() bool { return r.Related(eventsGVR, event("payments", ledger), time.Time{}).Involved.Found })
+	if in := r.Related(eventsGVR, event("payments", ledger), time.Time{}).Involved; in.Labels["team"] != "payments" || in.Incomplete {
+		t.Errorf("an Event of payments about its Deployment: %+v", in)
+	}
+	in := r.Related(eventsGVR, event("tenant-a", ledger), time.Now().Add(5*time.Second)).Involved
+	if in.Found || in.Labels != nil || in.Owners != nil || !in.Incomplete || in.Namespace != "payments" || in.Name != "ledger" || in.UID != string(d.UID) {
+		t.Errorf("an Event of tenant-a about payments' Deployment: %+v", in)
+	}
+	node := map[string]any{"apiVersion": "v1", "kind": "Node", "name": n.Name}
+	waitUntil(t, func() bool { return r.Related(eventsGVR, event("default", node), time.Time{}).Involved.Found })
+	if in := r.Related(eventsGVR, event("tenant-a", node), time.Time{}).Involved; !in.Found || in.Labels["zone"] != "a" || in.UID != string(n.UID) {
+		t.Errorf("an Event about a Node: %+v", in)
 	}
 }
 

@@ -311,7 +311,7 @@ func (p *preflight) checkOwners(ctx context.Context, i int) error {
 			p.warnf(rpath, "the cluster does not serve %s: owners of that kind are named from their ownerReferences (without labels) until it is served and the bridge restarts", res)
 			continue
 		}
-		need = append(need, owners.Resource{GVR: ogvr, Kind: kind})
+		need = append(need, owners.Resource{GVR: ogvr, Kind: kind, Cluster: clusterScoped[ogvr]})
 	}
 	namespaces := r.Namespaces
 	if len(namespaces) == 0 || r.NamespaceSelector != "" {
