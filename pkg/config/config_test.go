@@ -169,6 +169,8 @@ func TestInvalidConfigs(t *testing.T) {
 			[]string{`config.yaml:13: sinks[1].updateWindow.key: undeclared reference to 'objekt' (column 1)`}},
 		{"updateWindow key not a string", "      url: https://hooks.example.com/k8s\n", "      url: https://hooks.example.com/k8s\n      preset: slack\n    updateWindow: {every: 1m, key: \"object.metadata.generation\"}\n",
 			[]string{`config.yaml:13: sinks[1].updateWindow.key: must be a string expression, got int`}},
+		{"updateWindow key reads owners a rule of the sink lacks", "      url: https://hooks.example.com/k8s\n", "      url: https://hooks.example.com/k8s\n      preset: slack\n    updateWindow: {every: 1m, key: \"owners[0].name\"}\n",
+			[]string{`config.yaml:13: sinks[1].updateWindow.key: reads owners, which rule "configmaps" resolves only with include: [owners] (add owners to its include)`}},
 		{"updateWindow key without every", "      url: https://hooks.example.com/k8s\n", "      url: https://hooks.example.com/k8s\n      preset: slack\n    updateWindow: {key: \"object.metadata.name\"}\n",
 			[]string{`config.yaml:13: sinks[1].updateWindow.key: needs every: the window each key's messages are held to one in`}},
 		{"updateWindow key on a sink consumers apply by uid", "      jetstream: true\n", "      jetstream: true\n    updateWindow: {every: 1m, key: \"object.metadata.name\"}\n",
@@ -263,9 +265,9 @@ func TestInvalidConfigs(t *testing.T) {
 		{"metadata with object", "    namespaces: [prod]\n", "    namespaces: [prod]\n    include: [metadata, object]\n",
 			[]string{`config.yaml:18: rules[0].include: metadata stands alone (or with owners): it is the object without spec, status or data`}},
 		{"where reads owners without include", "    namespaces: [prod]\n", "    namespaces: [prod]\n    where: \"owners.exists(o, o.kind == 'Deployment')\"\n",
-			[]string{`config.yaml:18: rules[0].where: reads owners, which the rule resolves only with include: [owners] (add owners to include)`}},
+			[]string{`config.yaml:18: rules[0].where: reads owners, which the rule resolves only with include: [owners] (add owners to its include)`}},
 		{"where reads involved of a Deployment", "    namespaces: [prod]\n", "    namespaces: [prod]\n    include: [object, owners]\n    where: \"involved.owners.exists(o, o.labels.team == 'a')\"\n",
-			[]string{`config.yaml:19: rules[0].where: reads involved, which only Kubernetes Events have (v1/events, events.k8s.io/v1/events), not apps/v1/deployments`}},
+			[]string{`config.yaml:19: rules[0].where: reads involved, which only Kubernetes Events have (v1/events, events.k8s.io/v1/events), not apps/v1/deployments of the rule`}},
 		{"where misspells an owner field", "    namespaces: [prod]\n", "    namespaces: [prod]\n    include: [owners]\n    where: \"owners.exists(o, o.knd == 'Deployment')\"\n",
 			[]string{`config.yaml:19: rules[0].where: undefined field 'knd' (column 19)`}},
 		{"ownerLabels", "    namespaces: [prod]\n", "    namespaces: [prod]\n    ownerLabels: [team, \"not a key\"]\n",
@@ -363,6 +365,56 @@ func TestInvalidConfigs(t *testing.T) {
 				t.Errorf("problems:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(tc.want, "\n  "))
 			}
 		})
+	}
+}
+
+// A sink's expressions reading owners or involved (mute.where,
+// updateWindow.key) are checked against each rule feeding the sink: a
+// rule without include: [owners], or not on Events for involved, is named.
+func TestSinkExpressionsNeedEveryRulesOwners(t *testing.T) {
+	doc := func(include string) string {
+		return `apiVersion: kubebridge.io/v1alpha1
+kind: BridgeConfig
+cluster: c
+sinks:
+  - name: slack
+    webhook: {url: "https://hooks.slack.com/services/T0/B0/X", preset: slack}
+    updateWindow: {every: 10m, key: "involved.name + '/' + owners[0].name"}
+    mute:
+      windows: [{from: "22:00", to: "07:00"}]
+      where: "involved.labels.team == 'a'"
+rules:
+  - name: ev
+    resource: v1/events
+    sinks: [slack]` + include + `
+  - name: pods
+    resource: v1/pods
+    include: [owners]
+    sinks: [slack]
+`
+	}
+	_, _, err := Parse("config.yaml", []byte(doc("")), types)
+	var cerr *Error
+	if !errors.As(err, &cerr) {
+		t.Fatalf("accepted: %v", err)
+	}
+	var got []string
+	for _, p := range cerr.Problems {
+		got = append(got, p.Format("config.yaml"))
+	}
+	want := []string{
+		`config.yaml:7: sinks[0].updateWindow.key: reads owners, which rule "ev" resolves only with include: [owners] (add owners to its include)`,
+		`config.yaml:7: sinks[0].updateWindow.key: reads involved, which only Kubernetes Events have (v1/events, events.k8s.io/v1/events), not v1/pods of rule "pods"`,
+		`config.yaml:10: sinks[0].mute.where: reads involved, which rule "ev" resolves only with include: [owners] (add owners to its include)`,
+		`config.yaml:10: sinks[0].mute.where: reads involved, which only Kubernetes Events have (v1/events, events.k8s.io/v1/events), not v1/pods of rule "pods"`,
+	}
+	if !matchAll(got, want) {
+		t.Errorf("problems:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+	}
+	// Every rule resolving them (and none on another resource): valid.
+	ok := strings.Replace(doc("\n    include: [owners]"), "  - name: pods\n    resource: v1/pods\n", "  - name: pods\n    resource: events.k8s.io/v1/events\n", 1)
+	if _, _, err := Parse("config.yaml", []byte(ok), types); err != nil {
+		t.Errorf("rejected: %v", err)
 	}
 }
 

@@ -140,6 +140,7 @@ func (c *Config) Validate() error {
 			errs = append(errs, ErrorAt(fmt.Sprintf("sinks[%d].updateWindow.key", i), "a window per key coalesces different objects into one message: only for a sink that sends messages for people (a webhook with request or preset, not an alert's); this %s sink's consumer, applying events (or alerts) per object, would miss the objects coalesced away (use updateWindow: <duration>, per object)", s.Type))
 		}
 	}
+	errs = append(errs, c.validateSinkRelated()...)
 	errs = append(errs, c.validateAlertLifetimes()...)
 	errs = append(errs, c.validateRuleTargets()...)
 	return errors.Join(errs...)
@@ -639,7 +640,7 @@ func (r *Rule) Validate() error {
 				errs = append(errs, ErrorAt("where", "%v", e))
 			}
 		} else {
-			errs = append(errs, validateRelated(r, "where", gvr, gvrErr == nil, celsandbox.References(ast, celsandbox.CELOwners), celsandbox.References(ast, celsandbox.CELInvolved))...)
+			errs = append(errs, validateRelated(r, "where", "the rule", gvr, gvrErr == nil, celsandbox.References(ast, celsandbox.CELOwners), celsandbox.References(ast, celsandbox.CELInvolved))...)
 		}
 	}
 
@@ -700,7 +701,7 @@ func (r *Rule) validateRoute() []error {
 			}
 		} else {
 			gvr, err := ParseResource(r.Resource)
-			errs = append(errs, validateRelated(r, "route.sink", gvr, err == nil, celsandbox.References(ast, celsandbox.CELOwners), celsandbox.References(ast, celsandbox.CELInvolved))...)
+			errs = append(errs, validateRelated(r, "route.sink", "the rule", gvr, err == nil, celsandbox.References(ast, celsandbox.CELOwners), celsandbox.References(ast, celsandbox.CELInvolved))...)
 		}
 	}
 	switch {
@@ -774,9 +775,9 @@ func IsKubernetesEvent(gvr schema.GroupVersionResource) bool {
 }
 
 // validateRelated checks that an expression (at key) reading owners or
-// involved has them: include owners, and for involved a rule on
-// Kubernetes Events.
-func validateRelated(r *Rule, key string, gvr schema.GroupVersionResource, known, readsOwners, readsInvolved bool) []error {
+// involved has them from rule r (named whose in the errors): include
+// owners, and for involved a rule on Kubernetes Events.
+func validateRelated(r *Rule, key, whose string, gvr schema.GroupVersionResource, known, readsOwners, readsInvolved bool) []error {
 	var errs []error
 	owners := slices.Contains(r.Include, "owners")
 	if (readsOwners || readsInvolved) && !owners {
@@ -784,10 +785,49 @@ func validateRelated(r *Rule, key string, gvr schema.GroupVersionResource, known
 		if !readsOwners {
 			v = "involved"
 		}
-		errs = append(errs, ErrorAt(key, "reads %s, which the rule resolves only with include: [owners] (add owners to include)", v))
+		errs = append(errs, ErrorAt(key, "reads %s, which %s resolves only with include: [owners] (add owners to its include)", v, whose))
 	}
 	if readsInvolved && known && !IsKubernetesEvent(gvr) {
-		errs = append(errs, ErrorAt(key, "reads involved, which only Kubernetes Events have (v1/events, events.k8s.io/v1/events), not %s", FormatResource(gvr)))
+		errs = append(errs, ErrorAt(key, "reads involved, which only Kubernetes Events have (v1/events, events.k8s.io/v1/events), not %s of %s", FormatResource(gvr), whose))
+	}
+	return errs
+}
+
+// validateSinkRelated checks a sink's expressions that read owners or
+// involved (updateWindow.key, mute.where) against every rule feeding the
+// sink: each must resolve what they read, or its events would carry none
+// (an evaluation error on each).
+func (c *Config) validateSinkRelated() []error {
+	var errs []error
+	for i, s := range c.Sinks {
+		type expr struct {
+			key                    string
+			readsOwners, readsInvo bool
+		}
+		var exprs []expr
+		if s.UpdateWindow.Key != "" {
+			if ast, cerrs := celsandbox.CompileKey(s.UpdateWindow.Key); len(cerrs) == 0 {
+				exprs = append(exprs, expr{"updateWindow.key", celsandbox.References(ast, celsandbox.CELOwners), celsandbox.References(ast, celsandbox.CELInvolved)})
+			}
+		}
+		if s.Mute != nil && s.Mute.Where != "" && len(s.Mute.Where) <= maxWhereExprBytes {
+			if ast, cerrs := celsandbox.CompileWhere(s.Mute.Where); len(cerrs) == 0 {
+				exprs = append(exprs, expr{"mute.where", celsandbox.References(ast, celsandbox.CELOwners), celsandbox.References(ast, celsandbox.CELInvolved)})
+			}
+		}
+		for _, e := range exprs {
+			if !e.readsOwners && !e.readsInvo {
+				continue
+			}
+			for j := range c.Rules {
+				r := &c.Rules[j]
+				if s.Name == "" || !slices.Contains(r.Sinks, s.Name) {
+					continue
+				}
+				gvr, err := ParseResource(r.Resource)
+				errs = append(errs, validateRelated(r, fmt.Sprintf("sinks[%d].%s", i, e.key), fmt.Sprintf("rule %q", r.Name), gvr, err == nil, e.readsOwners, e.readsInvo)...)
+			}
+		}
 	}
 	return errs
 }
