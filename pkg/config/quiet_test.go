@@ -109,3 +109,41 @@ func TestMuteScheduleUntil(t *testing.T) {
 		}
 	}
 }
+
+// A sink that fires and resolves alerts cannot be muted: its replay keeps
+// the alerts firing, and held through a window they would expire (resolved
+// at night, fired again in the morning). The error points at silencing
+// them where they are routed; a chat message sink is muted as before.
+func TestMuteIsRefusedOnAnAlertSink(t *testing.T) {
+	const old = "      url: https://hooks.example.com/k8s\n"
+	const mute = "    replayEvery: 1m\n    mute: {windows: [{from: \"22:00\", to: \"07:00\"}]}\n"
+	for _, tc := range []struct {
+		name, sink string
+		refused    bool
+	}{
+		{"alertmanager preset", "      url: http://am:9093/api/v2/alerts\n      preset: alertmanager\n", true},
+		{"pagerduty preset", old + "      preset: pagerduty\n      credentialFiles: {routingKey: /etc/pd/key}\n", true},
+		{"request posting to Alertmanager", "      url: http://am:9093\n      request: {path: \"'/api/v2/alerts'\", body: \"[{'labels': {'alertname': 'x'}}]\"}\n", true},
+		{"slack preset", old + "      preset: slack\n", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, err := Parse("config.yaml", []byte(mutate(t, base, old, tc.sink+mute)), types)
+			var cerr *Error
+			if err != nil && !errors.As(err, &cerr) {
+				t.Fatalf("err = %v, want a config error", err)
+			}
+			var got []string
+			refused := false
+			if cerr != nil {
+				for _, p := range cerr.Problems {
+					f := p.Format("config.yaml")
+					got = append(got, f)
+					refused = refused || strings.Contains(f, "sinks[1].mute: this webhook sink posts alerts") && strings.Contains(f, "Alertmanager silence")
+				}
+			}
+			if refused != tc.refused {
+				t.Errorf("mute refused: %v, want %v; problems:\n  %s", refused, tc.refused, strings.Join(got, "\n  "))
+			}
+		})
+	}
+}

@@ -140,6 +140,11 @@ func (c *Config) Validate() error {
 			errs = append(errs, ErrorAt(fmt.Sprintf("sinks[%d].updateWindow.key", i), "a window per key coalesces different objects into one message: only for a sink that sends messages for people (a webhook with request or preset, not an alert's); this %s sink's consumer, applying events (or alerts) per object, would miss the objects coalesced away (use updateWindow: <duration>, per object)", s.Type))
 		}
 	}
+	for i, s := range c.Sinks {
+		if a, ok := s.Spec.(alerter); ok && s.Mute != nil && a.PostsAlerts() {
+			errs = append(errs, ErrorAt(fmt.Sprintf("sinks[%d].mute", i), "this %s sink posts alerts, which its replay keeps firing: muted, they would expire in the window (resolved at night) and fire again when it ends; silence them where they are routed instead (an Alertmanager silence or a route's mute_time_intervals)", s.Type))
+		}
+	}
 	errs = append(errs, c.validateSinkRelated()...)
 	errs = append(errs, c.validateAlertLifetimes()...)
 	errs = append(errs, c.validateRuleTargets()...)
@@ -233,6 +238,12 @@ type replayWaiter interface {
 // applies by uid: only such a sink may coalesce different objects into one
 // message (updateWindow.key).
 type messenger interface{ SendsMessages() bool }
+
+// alerter is implemented by the config of a sink type that may fire and
+// resolve an alert per object, kept firing by the sink's replay: such a
+// sink is never muted (a mute would hold the replay, and the alerts
+// expire), its alerts are silenced where they are routed.
+type alerter interface{ PostsAlerts() bool }
 
 // digester is implemented by the config of a sink type that can render a
 // digest (a sink's digest) as one message per group.

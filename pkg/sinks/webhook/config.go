@@ -140,11 +140,21 @@ func (w *Config) request() *Request {
 // nor an alert fired and resolved per object (a resolve coalesced into
 // another object's message would leave the alert firing).
 func (w *Config) SendsMessages() bool {
-	if w.request() == nil || alertPresets[w.Preset] {
+	return w.request() != nil && !w.PostsAlerts()
+}
+
+// PostsAlerts says whether the sink fires and resolves an alert per
+// object: an alert preset (alertmanager, pagerduty, opsgenie) or a request
+// that posts to Alertmanager's alerts endpoint.
+func (w *Config) PostsAlerts() bool {
+	if w.request() == nil {
 		return false
 	}
+	if alertPresets[w.Preset] {
+		return true
+	}
 	_, _, posts := w.AlertLifetime()
-	return !posts
+	return posts
 }
 
 // RendersDigests says whether the request (or its preset) has a digest's
