@@ -217,11 +217,13 @@ func (r modelRule) routed() bool { return r.family == "r" }
 // modelRouteExpr is the routed rule's route in a config variant; modelRoute
 // is what it chooses, as the bridge should: the namespace's kbteam (x or y;
 // another team, or none, goes to the default rt-x) and, in variant 1, the
-// object's team label blue first.
+// object's team label blue first. An object without labels has no
+// metadata.labels: `.?labels` reads it optionally, as a user must (a plain
+// `.labels` fails the route, which then sends the object to its default).
 func modelRouteExpr(variant int) string {
 	byNS := "'rt-' + namespaceLabels.kbteam"
 	if variant == 1 {
-		return "object.metadata.labels.?team.orValue('') == 'blue' ? 'rt-y' : " + byNS
+		return "object.metadata.?labels.?team.orValue('') == 'blue' ? 'rt-y' : " + byNS
 	}
 	return byNS
 }
