@@ -15,11 +15,15 @@
 // once, and the chain says it is incomplete. One not in its cache yet (it
 // was created a moment before its child and its watch event has not
 // arrived) is waited for, up to the wait given, then named from the
-// reference the same way. A reference waited for in vain, or whose object
-// the caches saw deleted, is not waited for (for a while): an owner
-// deleted before its children, or a Pod deleted before the Events about it
-// arrive, would otherwise cost each of them the whole wait. Chains are bounded
-// (MaxDepth) and cycles in ownerReferences end them.
+// reference the same way, but only when that can help: the child is young
+// (created, or for an Event's object last reported, in the last youngFor),
+// the reference can be in a cache (a namespaced kind names a namespace),
+// it was not waited for in vain lately and the caches did not see it
+// deleted (an owner deleted before its children, a Pod deleted before
+// the Events about it), and the resolver's wait budget is not spent: the
+// waits run on an informer's goroutine, and whoever may create the
+// objects (Events name anything) must not be able to stall the rules.
+// Chains are bounded (MaxDepth) and cycles in ownerReferences end them.
 package owners
 
 import (
@@ -56,6 +60,19 @@ const DefaultWait = time.Second
 const (
 	missedFor = time.Minute
 	missedMax = 10_000
+)
+
+// youngFor is how recent a child must be (its creation, an Event's last
+// report) for its owners to be waited for: the skew between two watches is
+// milliseconds; an older child's owner missing from a synced cache is
+// gone, or never was.
+const youngFor = 10 * time.Second
+
+// The wait budget: a resolver waits at most budgetBurst at once, and
+// budgetBurst more every budgetEvery, whatever the objects say.
+const (
+	budgetBurst = time.Second
+	budgetEvery = 10 * time.Second
 )
 
 // Resource is a resource whose objects may own others (or be an Event's
@@ -123,8 +140,14 @@ type Resolver struct {
 	closed    chan struct{}
 	closeOnce sync.Once
 
-	mu     sync.Mutex
-	missed map[types.UID]time.Time // objects waited for in vain or deleted, until when they are not waited for
+	mu sync.Mutex
+	// missed holds the references waited for in vain or deleted (by uid,
+	// else by kind, namespace and name), until when they are not waited
+	// for.
+	missed map[string]time.Time
+	// budget is the waiting left (budgetBurst at most), as of budgetAt.
+	budget   time.Duration
+	budgetAt time.Time
 }
 
 // New makes a resolver over watches; nothing runs before the caller runs
@@ -132,10 +155,12 @@ type Resolver struct {
 // (the union of what the rules show: their ownerLabels).
 func New(client metadata.Interface, watches []Watch, keepLabels []string) *Resolver {
 	r := &Resolver{
-		byKind:  map[schema.GroupKind]map[string]cache.SharedIndexInformer{},
-		cluster: map[schema.GroupKind]bool{},
-		closed:  make(chan struct{}),
-		missed:  map[types.UID]time.Time{},
+		byKind:   map[schema.GroupKind]map[string]cache.SharedIndexInformer{},
+		cluster:  map[schema.GroupKind]bool{},
+		closed:   make(chan struct{}),
+		missed:   map[string]time.Time{},
+		budget:   budgetBurst,
+		budgetAt: time.Now(),
 	}
 	for _, w := range watches {
 		inf := metadatainformer.NewFilteredMetadataInformer(client, w.GVR, w.Namespace, 0, cache.Indexers{}, nil).Informer()
@@ -146,8 +171,8 @@ func New(client metadata.Interface, watches []Watch, keepLabels []string) *Resol
 			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = t.Obj
 			}
-			if m, ok := obj.(metav1.Object); ok {
-				r.miss(m.GetUID())
+			if m, ok := obj.(metav1.Object); ok && m.GetUID() != "" {
+				r.miss(string(m.GetUID()))
 			}
 		}})
 		gk := schema.GroupKind{Group: w.GVR.Group, Kind: w.Kind}
@@ -234,14 +259,43 @@ func (r *Resolver) Resolve(uid types.UID, ns string, refs []metav1.OwnerReferenc
 // Related resolves what include: [owners] adds to obj (an object of
 // resource gvr): its chain and, for a Kubernetes Event, the involved
 // object and its chain, waiting for what is not cached yet until
-// deadline (the zero time: not at all).
+// deadline (the zero time: not at all) when obj is young: created (for
+// the involved object: the Event last reported) in the last youngFor.
 func (r *Resolver) Related(gvr schema.GroupVersionResource, obj *unstructured.Unstructured, deadline time.Time) *event.Related {
-	c := r.Resolve(obj.GetUID(), obj.GetNamespace(), obj.GetOwnerReferences(), deadline)
+	now := time.Now()
+	own := deadline
+	if !young(obj.GetCreationTimestamp().Time, now) {
+		own = time.Time{}
+	}
+	c := r.Resolve(obj.GetUID(), obj.GetNamespace(), obj.GetOwnerReferences(), own)
 	rel := &event.Related{Owners: c.Owners, Incomplete: c.Incomplete}
 	if config.IsKubernetesEvent(gvr) {
+		if !young(reported(obj), now) {
+			deadline = time.Time{}
+		}
 		rel.Involved = r.involved(obj, deadline)
 	}
 	return rel
+}
+
+// young reports whether t is within youngFor of now (either side: the
+// apiserver's clock may be ahead).
+func young(t, now time.Time) bool {
+	return !t.IsZero() && t.After(now.Add(-youngFor)) && t.Before(now.Add(youngFor))
+}
+
+// reported is when an Event last reported its object: the latest of its
+// times (core/v1 lastTimestamp, eventTime, series.lastObservedTime;
+// events.k8s.io/v1 deprecatedLastTimestamp) and its creation.
+func reported(ev *unstructured.Unstructured) time.Time {
+	last := ev.GetCreationTimestamp().Time
+	for _, path := range [][]string{{"lastTimestamp"}, {"eventTime"}, {"series", "lastObservedTime"}, {"deprecatedLastTimestamp"}} {
+		v, _, _ := unstructured.NestedString(ev.Object, path...)
+		if t, err := time.Parse(time.RFC3339Nano, v); err == nil && t.After(last) {
+			last = t
+		}
+	}
+	return last
 }
 
 // involved is the object an Event is about: involvedObject (core/v1) or
@@ -315,6 +369,10 @@ func (r *Resolver) lookup(apiVersion, kind, ns, name string, uid types.UID, dead
 	case ns == "":
 		return nil, false // a namespaced kind named without a namespace: never in a cache
 	}
+	missKey := string(uid)
+	if uid == "" {
+		missKey = gk.String() + " " + key // a reference without a uid (an Event's may lack it)
+	}
 	infs := r.byKind[gk]
 	var candidates []cache.SharedIndexInformer
 	for _, scope := range []string{"", ns} {
@@ -336,16 +394,21 @@ func (r *Resolver) lookup(apiVersion, kind, ns, name string, uid types.UID, dead
 				return m, true
 			}
 		}
-		if deadline.IsZero() || !waited && r.missedBefore(uid) {
+		if deadline.IsZero() || !waited && r.missedBefore(missKey) {
 			return nil, false
 		}
 		waited = true
-		wait := deadline.Sub(time.Now())
+		now := time.Now()
+		wait := deadline.Sub(now)
 		if wait <= 0 {
-			r.miss(uid)
+			r.miss(missKey)
 			return nil, false
 		}
-		t := time.NewTimer(min(10*time.Millisecond, wait))
+		step := min(10*time.Millisecond, wait)
+		if !r.spend(step, now) {
+			return nil, false // the budget is spent: named from the reference, not remembered as missing
+		}
+		t := time.NewTimer(step)
 		select {
 		case <-r.closed:
 			t.Stop()
@@ -355,27 +418,38 @@ func (r *Resolver) lookup(apiVersion, kind, ns, name string, uid types.UID, dead
 	}
 }
 
-// missedBefore reports whether uid was waited for in vain, or deleted,
-// lately.
-func (r *Resolver) missedBefore(uid types.UID) bool {
-	if uid == "" {
-		return false
-	}
+// spend takes d of the wait budget, refilled as of now; false (nothing
+// taken) when less is left.
+func (r *Resolver) spend(d time.Duration, now time.Time) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	until, ok := r.missed[uid]
+	if elapsed := now.Sub(r.budgetAt); elapsed > 0 {
+		r.budget = min(budgetBurst, r.budget+time.Duration(float64(elapsed)*float64(budgetBurst)/float64(budgetEvery)))
+		r.budgetAt = now
+	}
+	if r.budget < d {
+		return false
+	}
+	r.budget -= d
+	return true
+}
+
+// missedBefore reports whether a reference (lookup's missKey: its uid,
+// else its kind and name) was waited for in vain, or deleted, lately.
+func (r *Resolver) missedBefore(key string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	until, ok := r.missed[key]
 	if ok && time.Now().After(until) {
-		delete(r.missed, uid)
+		delete(r.missed, key)
 		return false
 	}
 	return ok
 }
 
-// miss remembers that uid was waited for in vain, or deleted.
-func (r *Resolver) miss(uid types.UID) {
-	if uid == "" {
-		return
-	}
+// miss remembers that a reference (lookup's missKey) was waited for in
+// vain, or deleted.
+func (r *Resolver) miss(key string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.missed) >= missedMax {
@@ -389,7 +463,7 @@ func (r *Resolver) miss(uid types.UID) {
 			clear(r.missed) // a storm of missing owners: forget, and wait again
 		}
 	}
-	r.missed[uid] = time.Now().Add(missedFor)
+	r.missed[key] = time.Now().Add(missedFor)
 }
 
 // trim is the caches' transform: it keeps what a chain reads of an

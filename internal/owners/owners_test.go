@@ -65,9 +65,18 @@ func startResolver(t *testing.T, mc metadata.Interface, extra ...Resource) *Reso
 	return r
 }
 
+// fullBudget gives r its whole wait budget back (a test's earlier waits
+// spent some).
+func fullBudget(r *Resolver) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.budget, r.budgetAt = budgetBurst, time.Now()
+}
+
+// podOwnedBy is a Pod just created (its owners may be waited for).
 func podOwnedBy(ns, name string, refs ...metav1.OwnerReference) *unstructured.Unstructured {
 	u, _ := runtime.DefaultUnstructuredConverter.ToUnstructured(&corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, UID: types.UID("uid-" + name), OwnerReferences: refs}})
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, UID: types.UID("uid-" + name), OwnerReferences: refs, CreationTimestamp: metav1.Now()}})
 	return &unstructured.Unstructured{Object: u}
 }
 
@@ -191,7 +200,7 @@ func TestResolveAgainstTheAPIServer(t *testing.T) {
 	p := must(cs.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-6d4-y", Labels: labels,
 		OwnerReferences: []metav1.OwnerReference{ref("ReplicaSet", "apps/v1", rs)}}, Spec: tmpl.Spec}, metav1.CreateOptions{}))
 	ev := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Event",
-		"metadata":       map[string]any{"name": "web-6d4-y.1", "namespace": ns},
+		"metadata": map[string]any{"name": "web-6d4-y.1", "namespace": ns}, "lastTimestamp": time.Now().UTC().Format(time.RFC3339),
 		"involvedObject": map[string]any{"apiVersion": "v1", "kind": "Pod", "namespace": ns, "name": p.Name, "uid": string(p.UID)}}}
 	rel = r.Related(schema.GroupVersionResource{Version: "v1", Resource: "events"}, ev, wait(10*time.Second))
 	in := rel.Involved
@@ -226,6 +235,7 @@ func TestResolveAgainstTheAPIServer(t *testing.T) {
 	// owner's before creating it).
 	later := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "later"}
 	got := make(chan *event.Related)
+	fullBudget(r)
 	start = time.Now()
 	go func() { got <- r.Related(podsGVR, podOwnedBy(ns, "early", later), wait(20*time.Second)) }()
 	time.Sleep(300 * time.Millisecond)
@@ -239,6 +249,7 @@ func TestResolveAgainstTheAPIServer(t *testing.T) {
 	missing := ref("ReplicaSet", "apps/v1", rs)
 	missing.Name, missing.UID = "not-yet", "not-yet"
 	done := make(chan time.Duration)
+	fullBudget(r) // else the budget, not Close, would end the wait
 	start = time.Now()
 	go func() {
 		r.Related(podsGVR, podOwnedBy(ns, "p5", missing), wait(time.Minute))
@@ -246,7 +257,7 @@ func TestResolveAgainstTheAPIServer(t *testing.T) {
 	}()
 	time.Sleep(100 * time.Millisecond)
 	r.Close()
-	if took := <-done; took > 5*time.Second {
+	if took := <-done; took > 700*time.Millisecond {
 		t.Errorf("a wait outlived Close: %s", took)
 	}
 }
@@ -270,24 +281,133 @@ func TestInvolvedOnlyInTheEventsNamespace(t *testing.T) {
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "x"}}}}}}, metav1.CreateOptions{}))
 	n := must(cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "owners-node", Labels: map[string]string{"zone": "a"}}}, metav1.CreateOptions{}))
 	t.Cleanup(func() { _ = cs.CoreV1().Nodes().Delete(context.Background(), n.Name, metav1.DeleteOptions{}) })
-	event := func(ns string, involved map[string]any) *unstructured.Unstructured {
-		return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Event",
-			"metadata": map[string]any{"namespace": ns, "name": "e"}, "involvedObject": involved}}
-	}
 	ledger := map[string]any{"apiVersion": "apps/v1", "kind": "Deployment", "namespace": "payments", "name": "ledger", "uid": string(d.UID)}
 	eventsGVR := schema.GroupVersionResource{Version: "v1", Resource: "events"}
-	waitUntil(t, func() bool { return r.Related(eventsGVR, event("payments", ledger), time.Time{}).Involved.Found })
-	if in := r.Related(eventsGVR, event("payments", ledger), time.Time{}).Involved; in.Labels["team"] != "payments" || in.Incomplete {
+	waitUntil(t, func() bool {
+		return r.Related(eventsGVR, kubeEvent("payments", "e", ledger, time.Time{}), time.Time{}).Involved.Found
+	})
+	if in := r.Related(eventsGVR, kubeEvent("payments", "e", ledger, time.Time{}), time.Time{}).Involved; in.Labels["team"] != "payments" || in.Incomplete {
 		t.Errorf("an Event of payments about its Deployment: %+v", in)
 	}
-	in := r.Related(eventsGVR, event("tenant-a", ledger), time.Now().Add(5*time.Second)).Involved
+	in := r.Related(eventsGVR, kubeEvent("tenant-a", "e", ledger, time.Time{}), time.Now().Add(5*time.Second)).Involved
 	if in.Found || in.Labels != nil || in.Owners != nil || !in.Incomplete || in.Namespace != "payments" || in.Name != "ledger" || in.UID != string(d.UID) {
 		t.Errorf("an Event of tenant-a about payments' Deployment: %+v", in)
 	}
 	node := map[string]any{"apiVersion": "v1", "kind": "Node", "name": n.Name}
-	waitUntil(t, func() bool { return r.Related(eventsGVR, event("default", node), time.Time{}).Involved.Found })
-	if in := r.Related(eventsGVR, event("tenant-a", node), time.Time{}).Involved; !in.Found || in.Labels["zone"] != "a" || in.UID != string(n.UID) {
+	waitUntil(t, func() bool {
+		return r.Related(eventsGVR, kubeEvent("default", "e", node, time.Time{}), time.Time{}).Involved.Found
+	})
+	if in := r.Related(eventsGVR, kubeEvent("tenant-a", "e", node, time.Time{}), time.Time{}).Involved; !in.Found || in.Labels["zone"] != "a" || in.UID != string(n.UID) {
 		t.Errorf("an Event about a Node: %+v", in)
+	}
+}
+
+// kubeEvent is an Event of namespace ns about involved, last reported at last
+// (zero: no time).
+func kubeEvent(ns, name string, involved map[string]any, last time.Time) *unstructured.Unstructured {
+	ev := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Event",
+		"metadata": map[string]any{"namespace": ns, "name": name, "uid": "ev-" + name}, "involvedObject": involved}}
+	if !last.IsZero() {
+		ev.Object["lastTimestamp"] = last.UTC().Format(time.RFC3339)
+	}
+	return ev
+}
+
+// The owner wait runs on an informer's goroutine: it is spent only where it
+// can help (a young object, a reference a cache can hold, not missed
+// before) and within the resolver's budget, so that Events about Pods
+// long gone (a start lists an hour of them), or Events anyone can write,
+// do not add up to a stalled rule; the wait still finds an object created
+// a moment after the Event about it.
+func TestWaitOnlyWhereItHelps(t *testing.T) {
+	cp := testenv.SharedControlPlane(t)
+	cs := cp.Clientset(t)
+	mc := must(metadata.NewForConfig(cp.RESTConfig()))
+	const ns = "owners-wait"
+	testenv.EnsureNamespace(t, cp, ns)
+	r := startResolver(t, mc)
+	eventsGVR := schema.GroupVersionResource{Version: "v1", Resource: "events"}
+	pod := func(name, uid string) map[string]any {
+		m := map[string]any{"apiVersion": "v1", "kind": "Pod", "namespace": ns, "name": name}
+		if uid != "" {
+			m["uid"] = uid
+		}
+		return m
+	}
+	timed := func(what string, max time.Duration, evs []*unstructured.Unstructured) {
+		t.Helper()
+		start := time.Now()
+		for _, ev := range evs {
+			if in := r.Related(eventsGVR, ev, time.Now().Add(time.Second)).Involved; in.Found || !in.Incomplete {
+				t.Errorf("%s: %+v", what, in)
+			}
+		}
+		if took := time.Since(start); took > max {
+			t.Errorf("%s: %d Events took %s, more than %s", what, len(evs), took, max)
+		}
+	}
+
+	// A start (or a relist) hands over an hour of Events about Pods
+	// deleted since: none waits.
+	var old []*unstructured.Unstructured
+	for i := range 200 {
+		old = append(old, kubeEvent(ns, fmt.Sprintf("old-%d", i), pod(fmt.Sprintf("gone-%d", i), fmt.Sprintf("u-%d", i)), time.Now().Add(-time.Hour)))
+	}
+	old = append(old, kubeEvent(ns, "untimed", pod("gone", "u"), time.Time{}))
+	timed("old Events", 500*time.Millisecond, old)
+
+	// References no cache can hold: a namespaced kind without a namespace
+	// (a cluster-scoped child's reference to one), another namespace.
+	fullBudget(r)
+	start := time.Now()
+	rel := r.Related(podsGVR, podOwnedBy("", "cluster-child", metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "rs", UID: "rs"}), time.Now().Add(time.Second))
+	in := r.Related(eventsGVR, kubeEvent("elsewhere", "e", pod("p", "p"), time.Now()), time.Now().Add(time.Second)).Involved
+	if !rel.Incomplete || !in.Incomplete || time.Since(start) > 200*time.Millisecond {
+		t.Errorf("references no cache holds: %+v, %+v after %s", rel, in, time.Since(start))
+	}
+
+	// Young Events about missing Pods (the reviewer's case: with and
+	// without uids): a reference waited for in vain is remembered (by name
+	// without a uid), and all of them together wait no more than the budget.
+	var young []*unstructured.Unstructured
+	for i := range 5 {
+		young = append(young, kubeEvent(ns, fmt.Sprintf("a-%d", i), pod("missing", ""), time.Now()))
+	}
+	for i := range 20 {
+		young = append(young, kubeEvent(ns, fmt.Sprintf("b-%d", i), pod("missing", fmt.Sprintf("m-%d", i)), time.Now()))
+	}
+	fullBudget(r)
+	timed("young Events", 3*budgetBurst, young) // 25 waits without the budget
+
+	// The wait is still worth it: a Pod created a moment after the Event
+	// about it is found.
+	fullBudget(r)
+	got := make(chan *event.Involved)
+	go func() {
+		got <- r.Related(eventsGVR, kubeEvent(ns, "early", pod("late", ""), time.Now()), time.Now().Add(time.Second)).Involved
+	}()
+	time.Sleep(100 * time.Millisecond)
+	must(cs.CoreV1().Pods(ns).Create(context.Background(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "late", Labels: map[string]string{"app": "late"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "x"}}}}, metav1.CreateOptions{}))
+	if in := <-got; !in.Found || in.Labels["app"] != "late" {
+		t.Errorf("a Pod created just after the Event about it: %+v", in)
+	}
+}
+
+// The budget: at most budgetBurst of waiting at once, refilled at
+// budgetBurst per budgetEvery.
+func TestWaitBudget(t *testing.T) {
+	r := New(nil, nil, nil)
+	now := time.Now()
+	r.budgetAt = now
+	if !r.spend(budgetBurst, now) || r.spend(time.Millisecond, now) {
+		t.Fatal("the burst is not the budget")
+	}
+	if !r.spend(budgetBurst/10, now.Add(budgetEvery/10)) || r.spend(time.Millisecond, now.Add(budgetEvery/10)) {
+		t.Error("the refill is not the rate")
+	}
+	if !r.spend(budgetBurst, now.Add(time.Hour)) || r.spend(time.Millisecond, now.Add(time.Hour)) {
+		t.Error("an idle hour refills more than the burst")
 	}
 }
 

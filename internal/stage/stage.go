@@ -20,10 +20,11 @@
 //
 // A rule that includes owners has the state's owner chain (and a
 // Kubernetes Event's involved object) resolved here too, once: the state
-// a notification carries waits, bounded, for an owner not cached yet
-// (filters.OwnersWait) on the notifier's goroutine, before any sink's
-// queue is offered anything; every sink's verdict, event filter and event
-// share the result.
+// a live change carries may wait, bounded, for an owner not cached yet
+// (filters.OwnersWait; the resolver waits only for a young object, within
+// a budget) on the notifier's goroutine, before any sink's queue is
+// offered anything; a list's, resync's or replay's does not. Every sink's
+// verdict, event filter and event share the result.
 package stage
 
 import (
@@ -192,9 +193,18 @@ func (d *Desired) evaluate(obj *unstructured.Unstructured, m event.Meta) {
 	// events of objects rebuilt from a checkpoint (metadata only) carry.
 	r.Event.Learn(obj)
 	seen := r.Seen(obj)
-	// A state a notification carries may name an owner whose own
-	// notification is not in yet: it is waited for (bounded), once.
-	rel := r.Related(obj, d.Trigger.Object == obj)
+	// A state a live change carries may name an owner whose own
+	// notification is not in yet: it is waited for (bounded), once. A
+	// list's, a resync's or a replay's state is not: the owners' caches
+	// synced before the rules' informers started.
+	how := filters.Reread
+	if d.Trigger.Object == obj {
+		how = filters.Notified
+		if d.Trigger.Replay == "" && !d.Trigger.Initial {
+			how = filters.Live
+		}
+	}
+	rel := r.Related(obj, how)
 	d.cur = state{obj: obj, seen: seen, uid: m.UID, rv: m.ResourceVersion, rel: rel, in: r.ObjectInView(obj, seen, rel)}
 }
 
@@ -246,7 +256,7 @@ func (d *Desired) related(obj *unstructured.Unstructured) *event.Related {
 		// no ownerReferences, so the owners are not known, not none.
 		return &event.Related{Incomplete: true}
 	}
-	return d.Rule.Related(obj, false)
+	return d.Rule.Related(obj, filters.Reread)
 }
 
 // Event returns the event of transition tr: built once, and shared by

@@ -257,9 +257,10 @@ func TestRouteChoosesOneSink(t *testing.T) {
 func TestOwnersResolvedOncePerNotification(t *testing.T) {
 	r := compile(t, "    resource: v1/configmaps\n    include: [owners]\n    where: \"type != 'deleted' && owners.exists(o, o.kind == 'Deployment')\"\n", nil)
 	var calls []bool
+	incomplete := false
 	r.SetRelations(func(_ schema.GroupVersionResource, _ *unstructured.Unstructured, deadline time.Time) *event.Related {
 		calls = append(calls, !deadline.IsZero())
-		return &event.Related{Owners: []event.Owner{{APIVersion: "apps/v1", Kind: "Deployment", Name: "web", UID: "d"}}}
+		return &event.Related{Owners: []event.Owner{{APIVersion: "apps/v1", Kind: "Deployment", Name: "web", UID: "d"}}, Incomplete: incomplete}
 	})
 	obj := cm("x", "1", nil, nil)
 	d := Evaluate(r, "a/x", nil, Trigger{Object: obj, Now: time.Now()})
@@ -275,6 +276,22 @@ func TestOwnersResolvedOncePerNotification(t *testing.T) {
 	if len(calls) != 1 || !calls[0] {
 		t.Errorf("resolutions %v; want one, waiting", calls)
 	}
+	// The state of a list (a start, a reload), a resync or a replay is not
+	// waited for: the owners' caches synced before the rules' informers
+	// (Events about Pods deleted before the start would each wait); what
+	// is missing is counted, as after a wait.
+	incomplete = true
+	for _, tg := range []Trigger{{Object: obj, Initial: true, Replay: event.ReplayCheckpoint}, {Object: obj, Replay: event.ReplayResync}, {Object: obj}} {
+		calls = nil
+		before := r.OwnersIncomplete()
+		tg.Now = time.Now()
+		d := Evaluate(r, "a/x", nil, tg)
+		d.State("s")
+		if live := tg.Replay == ""; len(calls) != 1 || calls[0] != live || r.OwnersIncomplete() != before+1 {
+			t.Errorf("%+v: resolutions %v (want one, waiting %v), %d counted incomplete", tg, calls, live, r.OwnersIncomplete()-before)
+		}
+	}
+	incomplete = false
 	calls = nil
 	gone := Evaluate(r, "a/x", nil, Trigger{Gone: obj, Now: time.Now()})
 	gone.Event(event.Transition{Change: event.Deleted, Object: obj, Time: time.Now()})

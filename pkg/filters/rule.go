@@ -54,9 +54,27 @@ type NamespaceLabels func(namespace string) (labels.Set, bool)
 type Relations func(gvr schema.GroupVersionResource, obj *unstructured.Unstructured, deadline time.Time) *event.Related
 
 // OwnersWait is how long the rules stage waits for an owner not cached
-// yet, once per notification: an owner's watch event normally comes
-// before its children's (it was created first); this covers the skew.
+// yet, at most, for a live change's state: an owner's watch event normally
+// comes before its children's (it was created first); this covers the
+// skew. The resolver waits only for a young object, within a budget.
 const OwnersWait = time.Second
+
+// Resolution says how Related resolves, and whether it counts, what is not
+// cached yet.
+type Resolution int
+
+const (
+	// Reread is a re-evaluation of a state: the caches as they are, not
+	// counted.
+	Reread Resolution = iota
+	// Notified is the state a notification of a list, a resync or a
+	// replay carries: the owners' caches synced before the rules'
+	// informers started, so what is missing is not waited for; counted.
+	Notified
+	// Live is the state a live change carries: what is missing may be
+	// waited for (OwnersWait, bounded by the resolver); counted.
+	Live
+)
 
 // Rule is a compiled rule.
 type Rule struct {
@@ -251,11 +269,11 @@ func (r *Rule) OwnerLabels() []string {
 func (r *Rule) SetRelations(fn Relations) { r.relations = fn }
 
 // Related resolves obj's owners (and involved object) for the rule: nil
-// when the rule does not include owners. wait says whether an owner not
-// cached yet is waited for (OwnersWait): for a live change, once per
-// notification (the rules stage), not for a re-evaluation. A chain still
-// incomplete after a wait is counted (OwnersIncomplete).
-func (r *Rule) Related(obj *unstructured.Unstructured, wait bool) *event.Related {
+// when the rule does not include owners. how says whether an owner not
+// cached yet may be waited for (Live: once per notification, in the rules
+// stage) and whether a chain still incomplete is counted
+// (OwnersIncomplete): a notification's state is, a re-evaluation's not.
+func (r *Rule) Related(obj *unstructured.Unstructured, how Resolution) *event.Related {
 	if !r.Event.IncludeOwners || obj == nil {
 		return nil
 	}
@@ -263,21 +281,21 @@ func (r *Rule) Related(obj *unstructured.Unstructured, wait bool) *event.Related
 		return &event.Related{Incomplete: true}
 	}
 	var deadline time.Time
-	if wait {
+	if how == Live {
 		deadline = r.now().Add(OwnersWait)
 	}
 	rel := r.relations(r.GVR, obj, deadline)
 	if r.ownerLabels != nil {
 		rel = rel.WithLabels(r.ownerLabels)
 	}
-	if wait && (rel.Incomplete || rel.Involved != nil && rel.Involved.Incomplete) {
+	if how != Reread && (rel.Incomplete || rel.Involved != nil && rel.Involved.Incomplete) {
 		r.incomplete.Add(1)
 	}
 	return rel
 }
 
 // OwnersIncomplete counts the notifications whose owners (or involved
-// object) were still not all found after the wait.
+// object) were not all found (after the wait, if any).
 func (r *Rule) OwnersIncomplete() uint64 { return r.incomplete.Load() }
 
 // MetadataOnly reports whether the rule needs nothing of an object but its
@@ -385,7 +403,7 @@ func (r *Rule) PassesEventFilter(obj, old *unstructured.Unstructured, t event.Ch
 	if !r.HasEventFilter() {
 		return true
 	}
-	return r.PassesSeen(r.Seen(obj), r.Seen(old), t, r.Related(obj, false))
+	return r.PassesSeen(r.Seen(obj), r.Seen(old), t, r.Related(obj, Reread))
 }
 
 // HasEventFilter reports whether the rule's where is an event filter
@@ -413,7 +431,7 @@ func AsUnstructured(obj any) *unstructured.Unstructured {
 // InView reports whether obj is in the rule's view (its owners read from
 // the caches as they are, without waiting).
 func (r *Rule) InView(obj *unstructured.Unstructured) bool {
-	return r.InViewSeen(obj, r.Seen(obj), r.Related(obj, false))
+	return r.InViewSeen(obj, r.Seen(obj), r.Related(obj, Reread))
 }
 
 // InViewSeen is InView for a caller that holds what the rule sees of obj

@@ -306,11 +306,11 @@ func TestWhereOwnersAndInvolved(t *testing.T) {
 	pods.SetRelations(relations)
 	pod := cm("a", "web-6d4-x", "1", nil, nil)
 	team, waits = "payments", nil
-	if rel := pods.Related(pod, true); !pods.InViewSeen(pod, pod, rel) || pods.OwnersIncomplete() != 0 {
+	if rel := pods.Related(pod, Live); !pods.InViewSeen(pod, pod, rel) || pods.OwnersIncomplete() != 0 {
 		t.Errorf("pod of team payments out of the view (incomplete %d)", pods.OwnersIncomplete())
 	}
 	team = ""
-	if rel := pods.Related(pod, true); pods.InViewSeen(pod, pod, rel) || pods.OwnersIncomplete() != 1 || pods.EvalErrors() != 0 {
+	if rel := pods.Related(pod, Live); pods.InViewSeen(pod, pod, rel) || pods.OwnersIncomplete() != 1 || pods.EvalErrors() != 0 {
 		t.Errorf("pod without team: in the view, or incomplete %d, errors %d", pods.OwnersIncomplete(), pods.EvalErrors())
 	}
 	if pods.InView(pod); len(waits) != 3 || !waits[0] || !waits[1] || waits[2] {
@@ -322,7 +322,7 @@ func TestWhereOwnersAndInvolved(t *testing.T) {
 	some := compile(t, "    resource: v1/pods\n    include: [owners]\n    ownerLabels: [team]\n", nil)
 	shared := &event.Related{Owners: []event.Owner{{Kind: "Deployment", Name: "web", Labels: map[string]string{"team": "payments", "pod-template-hash": "x"}}}}
 	some.SetRelations(func(schema.GroupVersionResource, *unstructured.Unstructured, time.Time) *event.Related { return shared })
-	if rel := some.Related(pod, false); len(rel.Owners[0].Labels) != 1 || rel.Owners[0].Labels["team"] != "payments" || len(shared.Owners[0].Labels) != 2 {
+	if rel := some.Related(pod, Reread); len(rel.Owners[0].Labels) != 1 || rel.Owners[0].Labels["team"] != "payments" || len(shared.Owners[0].Labels) != 2 {
 		t.Errorf("ownerLabels [team]: %+v (shared %+v)", rel.Owners[0].Labels, shared.Owners[0].Labels)
 	}
 }
