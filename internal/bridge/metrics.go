@@ -86,6 +86,7 @@ var (
 	descFenceRefusals  = prometheus.NewDesc("kubebridge_sink_fence_refusals_total", "Writes the sink's destination refused because another writer wrote the object meanwhile (JetStream publish expectations): the sink's own retries after adopting what it found, and late writes of a replica that had given the object up, which must not land.", []string{"sink"}, nil)
 	descTruncated      = prometheus.NewDesc("kubebridge_sink_truncated_total", "Events the sink's destination holds as a marker that names the object, because the event was larger than the destination takes (a mirror's bucket); the object's next state that fits replaces it.", []string{"sink"}, nil)
 	descWithheld       = withheldDescs()
+	descGroupErrors    = prometheus.NewDesc("kubebridge_sink_digest_group_errors_total", "Events whose digest.groupBy failed to evaluate (e.g. a label the object lacks): each went in the digest's default group.", []string{"sink"}, nil)
 	descEvalErrors     = prometheus.NewDesc("kubebridge_rule_where_errors_total", "where evaluations that failed (the event was not delivered).", []string{"rule"}, nil)
 	descRouteDefaulted = prometheus.NewDesc("kubebridge_rule_route_defaulted_total", "Evaluations of a rule's route that chose its default sink, by reason: the expression named a sink that is not one of the rule's (undeclared), or failed or gave no string, e.g. a label the namespace lacks (failed).", []string{"rule", "reason"}, nil)
 	descSynced         = prometheus.NewDesc("kubebridge_informers_synced", "1 once every informer's cache has synced.", nil, nil)
@@ -196,6 +197,13 @@ func (c *collector) collectFenceRefusals(ch chan<- prometheus.Metric, b *Bridge)
 			return wr.Withheld(reason), true
 		})
 	}
+	c.collectSinkCounts(ch, b, descGroupErrors, func(s sinks.Sink) (int64, bool) {
+		gr, ok := s.(sinks.DigestGroupReporter)
+		if !ok {
+			return 0, false
+		}
+		return gr.DigestGroupErrors(), true
+	})
 	c.collectSinkCounts(ch, b, descTruncated, func(s sinks.Sink) (int64, bool) {
 		tr, ok := s.(sinks.TruncationReporter)
 		if !ok {

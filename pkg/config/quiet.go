@@ -18,7 +18,7 @@ import (
 type Digest struct {
 	// Every is the period: the first event after a digest was sent starts the next one, sent this long after with every event that arrived meanwhile (an object's events coalesced, the latest state winning; one created and deleted within it is not listed). Required, between 1s and 24h.
 	Every Duration `yaml:"every"`
-	// GroupBy is a CEL string over what a request template sees (object, event, ...), e.g. object.metadata.namespace: one message per value and period. Default: one message per period.
+	// GroupBy is a CEL string over what a request template sees (object, event, ...), e.g. object.metadata.namespace: one message per value and period; an object it fails on (a label it lacks) is in group "", counted in kubebridge_sink_digest_group_errors_total. Default: one message per period.
 	GroupBy string `yaml:"groupBy"`
 	// Max is how many objects a message lists (1 to 1000); the rest are counted ("… and 12 more") and delivered with it, not listed. Default 50.
 	Max int `yaml:"max"`

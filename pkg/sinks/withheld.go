@@ -20,3 +20,11 @@ var WithheldReasons = []string{WithheldWhen, WithheldFor}
 type WithholdReporter interface {
 	Withheld(reason string) int64
 }
+
+// DigestGroupReporter is implemented by sinks that render digests:
+// DigestGroupErrors is how many events they put in the default group
+// because the digest's groupBy failed on them
+// (kubebridge_sink_digest_group_errors_total).
+type DigestGroupReporter interface {
+	DigestGroupErrors() int64
+}

@@ -40,8 +40,9 @@ func newDigest(c *config.Digest, r *shapedRequest) (*digest, error) {
 
 // sendDigest sends events as one request per group. An event withheld by
 // the request's for or when is handled without one; one whose group
-// cannot be told is refused alone; each other event fares as its group's
-// request does.
+// cannot be told (groupBy fails on it, e.g. a label its object lacks) is
+// in the default group "", counted and logged; each event fares as its
+// group's request does.
 func (s *Sink) sendDigest(ctx context.Context, events []*event.Event) error {
 	creds, err := s.credentials()
 	if err != nil {
@@ -68,8 +69,8 @@ func (s *Sink) sendDigest(ctx context.Context, events []*event.Event) error {
 		key := ""
 		if s.digest.groupBy != nil {
 			if key, err = s.digest.groupBy.String(v); err != nil {
-				errs[i] = sinks.Permanent(scrubbed(fmt.Errorf("digest.groupBy for event %s: %w", e.ID, err), creds))
-				continue
+				key = ""
+				s.groupFailed(ctx, e, scrubbed(err, creds))
 			}
 		}
 		g := byKey[key]
@@ -102,6 +103,21 @@ func (s *Sink) sendDigest(ctx context.Context, events []*event.Event) error {
 	}
 	return sinks.Outcome(errs)
 }
+
+// groupFailed counts an event whose group could not be told, and logs it
+// at most every 10 seconds.
+func (s *Sink) groupFailed(ctx context.Context, e *event.Event, err error) {
+	n := s.groupErrors.Add(1)
+	now := s.now().UnixNano()
+	if last := s.lastGroupErrLog.Load(); now-last > int64(10*time.Second) && s.lastGroupErrLog.CompareAndSwap(last, now) {
+		s.logger.WarnContext(ctx, "digest.groupBy failed; the event is in the default group", "subject", e.Subject, "error", err, "failures", n)
+	}
+}
+
+// DigestGroupErrors is how many events the sink's digest put in the
+// default group because groupBy failed on them
+// (kubebridge_sink_digest_group_errors_total).
+func (s *Sink) DigestGroupErrors() int64 { return s.groupErrors.Load() }
 
 // changeOrder lists what entered the view first, then what changed, then
 // what left it.

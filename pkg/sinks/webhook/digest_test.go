@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -167,5 +168,34 @@ func TestDigestGroupsFareApart(t *testing.T) {
 	var each *sinks.EventErrors
 	if !errors.As(err, &each) || len(each.Errs) != 4 || each.Errs[0] == nil || each.Errs[1] != nil || each.Errs[2] != nil || each.Errs[3] != nil {
 		t.Fatalf("outcome %v, want team-b's deletion alone failed", err)
+	}
+}
+
+// An object whose group cannot be told (groupBy reads a label it lacks)
+// is in the default group's message, counted, not refused: refused, it
+// was parked for good and never in a digest.
+func TestDigestGroupByFailingIsTheDefaultGroup(t *testing.T) {
+	srv, got := recordRequests(t)
+	s := digestSink(t, srv.URL, "slack", nil, config.Digest{Every: config.Duration(time.Minute), GroupBy: "object.metadata.labels.team", Max: 50})
+	evs := digestEvents(t)
+	evs[1].Object().SetLabels(map[string]string{"team": "web"}) // team-a/web is team web's; the others have no team
+	if err := s.Send(context.Background(), evs); err != nil {
+		t.Fatalf("objects without the label: %v; want them sent in the default group", err)
+	}
+	var texts []string
+	for _, r := range got() {
+		var b struct {
+			Text string `json:"text"`
+		}
+		mustJSON(t, r.body, &b)
+		texts = append(texts, b.Text)
+	}
+	slices.Sort(texts)
+	if len(texts) != 2 || !strings.HasPrefix(texts[0], "kubebridge digest (cluster prod, 1m0s): 2 entered, 0 changed, 1 left\n") ||
+		!strings.HasPrefix(texts[1], "kubebridge digest for web (cluster prod, 1m0s): 0 entered, 1 changed, 0 left\n") {
+		t.Errorf("messages:\n%s\nwant the three without a team in the default group's, web's apart", strings.Join(texts, "\n"))
+	}
+	if n := s.DigestGroupErrors(); n != 3 {
+		t.Errorf("DigestGroupErrors = %d, want 3", n)
 	}
 }

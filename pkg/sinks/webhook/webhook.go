@@ -110,6 +110,9 @@ type Sink struct {
 
 	fenceRefusals atomic.Int64             // 409s to requests that carried a fencing token
 	withheld      map[string]*atomic.Int64 // events handled without a request, by sinks.WithheldReasons
+	// groupErrors counts the events a digest put in the default group as
+	// groupBy failed on them; lastGroupErrLog (unix nanos) limits the log.
+	groupErrors, lastGroupErrLog atomic.Int64
 
 	mu     sync.Mutex
 	client *http.Client // replaced when the TLS files change
