@@ -62,6 +62,7 @@ var (
 	// Failure per object (internal/delivery parking).
 	descParked           = prometheus.NewDesc("kubebridge_sink_parked_objects", "Objects whose delivery failed, waiting for their own retry (their later events held behind them); others flow meanwhile.", []string{"sink"}, nil)
 	descParkedAge        = prometheus.NewDesc("kubebridge_sink_oldest_parked_seconds", "How long the oldest parked object has waited.", []string{"sink"}, nil)
+	descMuteWhereErrors  = prometheus.NewDesc("kubebridge_sink_mute_where_errors_total", "Events whose mute.where failed to evaluate (or gave no bool), e.g. a label the object lacks: each was held as if it matched.", []string{"sink"}, nil)
 	descHeld             = prometheus.NewDesc("kubebridge_sink_held_events", "Events the sink's mute holds now (coalesced per object; sent when the window ends).", []string{"sink"}, nil)
 	descThrottled        = prometheus.NewDesc("kubebridge_sink_throttled_objects", "Objects (or updateWindow keys) waiting out the sink's updateWindow: their change was sent, their next updates wait and coalesce until the window ends.", []string{"sink"}, nil)
 	descWindowOverflow   = prometheus.NewDesc("kubebridge_sink_window_overflow_total", "Messages of an updateWindow key sent without a window, because updateWindow.maxKeys keys were waiting: sent as they came, none dropped.", []string{"sink"}, nil)
@@ -117,6 +118,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descWindowKeyErrors, prometheus.CounterValue, float64(s.Window.KeyErrors), name)
 		ch <- prometheus.MustNewConstMetric(descHeld, prometheus.GaugeValue, float64(s.Held), name)
 		ch <- prometheus.MustNewConstMetric(descWithheld[withheldMute], prometheus.CounterValue, float64(s.Muted), name)
+		ch <- prometheus.MustNewConstMetric(descMuteWhereErrors, prometheus.CounterValue, float64(s.MuteWhereErrors), name)
 		ch <- prometheus.MustNewConstMetric(descWithheld[withheldWindow], prometheus.CounterValue, float64(s.Window.Coalesced), name)
 		failing := 0.0
 		if s.Failing {
@@ -311,6 +313,7 @@ func sinkTotals(ds []*delivery.Delivery) []*sinkTotal {
 		t.Window.KeyErrors += s.Window.KeyErrors
 		t.Held += s.Held
 		t.Muted += s.Muted
+		t.MuteWhereErrors += s.MuteWhereErrors
 		t.Failing = t.Failing || s.Failing
 		t.limit += limit
 		t.inFlight += inFlight

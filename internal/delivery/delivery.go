@@ -217,7 +217,7 @@ func New(o Options) *Delivery {
 	d.parking.kick = d.signal
 	d.window.set(cfg.UpdateWindow, o.WindowKey)
 	if o.Mute != nil {
-		d.mute = newMuting(o.Mute, clk)
+		d.mute = newMuting(o.Mute, clk, d.logger)
 	}
 	return d
 }

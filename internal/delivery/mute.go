@@ -2,6 +2,7 @@ package delivery
 
 import (
 	"context"
+	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -25,8 +26,10 @@ import (
 // delivery therefore leaves it, as it leaves an object refused for good.
 type Mute struct {
 	Schedule config.MuteSchedule
-	// Matches says whether an event is held; nil: every event.
-	Matches func(*event.Event) bool
+	// Matches says whether an event is held; nil: every event. One it
+	// fails on is held (holding loses nothing; sending it would break the
+	// quiet), counted and logged.
+	Matches func(*event.Event) (bool, error)
 }
 
 // muting is a delivery's held events. mu orders an Offer against the
@@ -35,8 +38,9 @@ type Mute struct {
 // may not read the clock (a fake one calls it under its lock).
 type muting struct {
 	*Mute
-	clock clock.WithDelayedExecution
-	rearm chan struct{} // until changed
+	clock  clock.WithDelayedExecution
+	logger *slog.Logger
+	rearm  chan struct{} // until changed
 
 	mu     sync.Mutex
 	held   map[string][]*event.Event // by event key, folded
@@ -46,13 +50,17 @@ type muting struct {
 
 	count atomic.Int64  // events held now
 	total atomic.Uint64 // events ever held (kubebridge_sink_withheld_total{reason="mute"})
+	// whereErrors counts the events Matches failed on (held all the same);
+	// lastWhereErr, under mu, limits their log.
+	whereErrors  atomic.Uint64
+	lastWhereErr time.Time
 	// released says a window's end just queued what it held: a digest's
 	// next take sends it at once rather than waiting out a period.
 	released atomic.Bool
 }
 
-func newMuting(m *Mute, clk clock.WithDelayedExecution) *muting {
-	return &muting{Mute: m, clock: clk, rearm: make(chan struct{}, 1), held: map[string][]*event.Event{}}
+func newMuting(m *Mute, clk clock.WithDelayedExecution, logger *slog.Logger) *muting {
+	return &muting{Mute: m, clock: clk, logger: logger, rearm: make(chan struct{}, 1), held: map[string][]*event.Event{}}
 }
 
 // offer holds ev if its object has events held or the sink is muted for
@@ -66,10 +74,11 @@ func (m *muting) offer(ev *event.Event, fold func([]*event.Event) []*event.Event
 		return
 	}
 	end, muted := m.until, !m.closed
-	if now := m.clock.Now(); muted && !now.Before(end) {
+	now := m.clock.Now()
+	if muted && !now.Before(end) {
 		end, muted = m.Schedule.Until(now)
 	}
-	if !muted || (m.Matches != nil && !m.Matches(ev)) {
+	if !muted || !m.matches(ev, now) {
 		queue(ev)
 		return
 	}
@@ -85,6 +94,24 @@ func (m *muting) offer(ev *event.Event, fold func([]*event.Event) []*event.Event
 		default:
 		}
 	}
+}
+
+// matches says whether the mute holds ev: Matches' answer, or true where
+// it fails. mu is held.
+func (m *muting) matches(ev *event.Event, now time.Time) bool {
+	if m.Matches == nil {
+		return true
+	}
+	ok, err := m.Matches(ev)
+	if err == nil {
+		return ok
+	}
+	n := m.whereErrors.Add(1)
+	if now.Sub(m.lastWhereErr) >= errLogEvery {
+		m.lastWhereErr = now
+		m.logger.Warn("mute where failed; the event is held", "object", ev.Subject, "error", err, "failures", n)
+	}
+	return true
 }
 
 // hold keeps an object's events, folded; mu is held.

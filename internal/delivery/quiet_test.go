@@ -150,7 +150,7 @@ func everyDay(from, to string) config.MuteSchedule {
 // counts say what is held.
 func TestMuteHoldsThenSendsWhatIsStillTrue(t *testing.T) {
 	clk := fakeClock() // 13:46:40 UTC
-	mute := &Mute{Schedule: everyDay("13:00", "14:00"), Matches: func(e *event.Event) bool { return e.Object().GetName() != "loud" }}
+	mute := &Mute{Schedule: everyDay("13:00", "14:00"), Matches: func(e *event.Event) (bool, error) { return e.Object().GetName() != "loud", nil }}
 	sink := &sent{}
 	var acked acks
 	d := New(Options{Config: sinkConfig(), Sink: sink, Clock: clk, Mute: mute, Hooks: Hooks{OnAck: acked.hook}})
@@ -182,6 +182,34 @@ func TestMuteHoldsThenSendsWhatIsStillTrue(t *testing.T) {
 	}
 	d.Offer(ev("a", "3", event.Updated)) // 14:00: no longer muted
 	waitFor(t, sink.has("a updated 3"))
+}
+
+// An event the mute's where fails on (a label its object lacks) is held,
+// as holding loses nothing and sending it would break the quiet; it is
+// counted, and sent when the window ends.
+func TestMuteHoldsWhatWhereFailsOn(t *testing.T) {
+	clk := fakeClock() // 13:46:40 UTC
+	mute := &Mute{Schedule: everyDay("13:00", "14:00"), Matches: func(e *event.Event) (bool, error) {
+		if e.Object().GetName() == "unlabelled" {
+			return false, errors.New("no such key: team")
+		}
+		return false, nil
+	}}
+	sink := &sent{}
+	d := New(Options{Config: sinkConfig(), Sink: sink, Clock: clk, Mute: mute})
+	stop := run(t, d)
+	defer stop()
+	d.Offer(ev("unlabelled", "1", event.Updated))
+	d.Offer(ev("loud", "1", event.Updated))
+	waitFor(t, sink.has("loud updated 1"))
+	if s := d.Stats(); s.Held != 1 || s.MuteWhereErrors != 1 {
+		t.Errorf("held %d, where errors %d; want the unlabelled object's event held and counted", s.Held, s.MuteWhereErrors)
+	}
+	if got := sink.lines(); !slices.Equal(got, []string{"loud updated 1"}) {
+		t.Errorf("sent during the window: %q", got)
+	}
+	clk.Step(13*time.Minute + 20*time.Second) // 14:00
+	waitFor(t, sink.has("unlabelled updated 1"))
 }
 
 // Names churned during a window (created and deleted, as Pods are) cost

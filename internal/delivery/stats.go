@@ -20,6 +20,7 @@ type Stats struct {
 	Throttled                                int           // objects (or keys) waiting out the update window (acknowledged; their next updates held)
 	Held                                     int           // events a mute holds now (included in Pending)
 	Muted                                    uint64        // events a mute ever held
+	MuteWhereErrors                          uint64        // events a mute's where failed on (held)
 	Failing                                  bool          // the destination fails as a whole: probed one batch at a time
 	DestinationErrors                        map[string]uint64
 	Window                                   WindowStats // an updateWindow key's counts
@@ -83,7 +84,15 @@ func (d *Delivery) Stats() Stats {
 	return Stats{Delivered: c.delivered.Load(), Failed: c.failed.Load(), Retried: c.retried.Load(), DeadLettered: c.deadLettered.Load(),
 		Pending: d.Pending(), Queue: q, Capacity: d.queue.Capacity(),
 		Parked: parked, OldestParked: oldest, Throttled: throttled, Window: WindowStats{Coalesced: c.windowed.Load(), Overflow: overflow, KeyErrors: keyErrors}, Failing: d.gate.isFailing(), DestinationErrors: dest,
-		Held: d.held(), Muted: d.muted()}
+		Held: d.held(), Muted: d.muted(), MuteWhereErrors: d.muteWhereErrors()}
+}
+
+// muteWhereErrors counts the events a mute's where failed on.
+func (d *Delivery) muteWhereErrors() uint64 {
+	if d.mute == nil {
+		return 0
+	}
+	return d.mute.whereErrors.Load()
 }
 
 // muted counts the events a mute ever held.

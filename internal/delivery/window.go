@@ -64,10 +64,12 @@ type updateWindow struct {
 	// overflow counts windows not opened for want of room (maxKeys),
 	// keyErrors keys that failed (the object is then its own group).
 	overflow, keyErrors uint64
-	lastKeyErr          time.Time // logged at most every keyErrLogEvery
+	lastKeyErr          time.Time // logged at most every errLogEvery
 }
 
-const keyErrLogEvery = 10 * time.Second
+// errLogEvery is how often an expression failing on events (a key, a
+// mute's where) is logged at most.
+const errLogEvery = 10 * time.Second
 
 // set sets the window; key nil: per object.
 func (w *updateWindow) set(cfg config.UpdateWindow, key func(*event.Event) (string, error)) {
@@ -102,7 +104,7 @@ func (d *Delivery) group(ev *event.Event) string {
 		} else {
 			g = ev.Key()
 			w.keyErrors++
-			if now := d.clock.Now(); now.Sub(w.lastKeyErr) >= keyErrLogEvery {
+			if now := d.clock.Now(); now.Sub(w.lastKeyErr) >= errLogEvery {
 				w.lastKeyErr = now
 				d.logger.Warn("updateWindow key failed; the object has a window of its own", "object", ev.Subject, "error", err, "failures", w.keyErrors)
 			}

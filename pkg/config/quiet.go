@@ -66,7 +66,7 @@ func (d *Digest) Validate() error {
 type Mute struct {
 	// Windows are when the sink is muted; overlapping or adjoining windows make one. Required.
 	Windows []MuteWindow `yaml:"windows"`
-	// Where is a CEL bool over what a rule's where sees (object, oldObject, type): only the events it is true for are held. Default: every event.
+	// Where is a CEL bool over what a rule's where sees (object, oldObject, type): only the events it is true for are held, and those it fails on (a label the object lacks), counted in kubebridge_sink_mute_where_errors_total. Default: every event.
 	Where string `yaml:"where"`
 }
 

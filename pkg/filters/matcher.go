@@ -11,9 +11,9 @@ import (
 
 // CompileMatcher compiles a where expression over an event (a sink's mute
 // where): it sees what a rule's where sees, the event's object, its old
-// object and the change. An evaluation that fails or yields no bool is
-// false.
-func CompileMatcher(expr string) (func(*event.Event) bool, error) {
+// object and the change. An evaluation that fails or yields no bool is an
+// error, for the caller to decide what it means (a mute holds the event).
+func CompileMatcher(expr string) (func(*event.Event) (bool, error), error) {
 	ast, errs := celsandbox.CompileWhere(expr)
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("%v", errs[0])
@@ -26,10 +26,15 @@ func CompileMatcher(expr string) (func(*event.Event) bool, error) {
 	if err != nil {
 		return nil, err
 	}
-	return func(e *event.Event) bool {
-		vars := eventVars(e)
-		out, _, err := prg.Eval(vars)
+	return func(e *event.Event) (bool, error) {
+		out, _, err := prg.Eval(eventVars(e))
+		if err != nil {
+			return false, err
+		}
 		b, ok := out.(types.Bool)
-		return err == nil && ok && bool(b)
+		if !ok {
+			return false, fmt.Errorf("got %s, not a bool", out.Type().TypeName())
+		}
+		return bool(b), nil
 	}, nil
 }

@@ -58,8 +58,8 @@ func TestWindowKeyAndMatcherReadOwners(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !m(e) {
-		t.Error("the mute where does not see the owners")
+	if ok, err := m(e); !ok || err != nil {
+		t.Errorf("the mute where does not see the owners: %v, %v", ok, err)
 	}
 }
 
