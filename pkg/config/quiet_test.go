@@ -2,6 +2,7 @@ package config_test
 
 import (
 	"errors"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -145,5 +146,37 @@ func TestMuteIsRefusedOnAnAlertSink(t *testing.T) {
 				t.Errorf("mute refused: %v, want %v; problems:\n  %s", refused, tc.refused, strings.Join(got, "\n  "))
 			}
 		})
+	}
+}
+
+// The example's quiet hours cover the whole night from Sunday into Monday:
+// a window belongs to the day it starts on, so the weeknights list sun
+// (without it, Monday 00:00 to 08:00 was not muted).
+func TestExampleQuietHoursCoverSundayNight(t *testing.T) {
+	data, err := os.ReadFile("../../config/deployments-digest-with-quiet-hours.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, _, err := Parse("deployments-digest-with-quiet-hours.yaml", data, types)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := cfg.Sinks[0].Mute.Schedule()
+	if err != nil {
+		t.Fatal(err)
+	}
+	berlin, _ := time.LoadLocation("Europe/Berlin")
+	monday8 := time.Date(2026, 11, 30, 8, 0, 0, 0, berlin)
+	for _, at := range []time.Time{
+		time.Date(2026, 11, 28, 12, 0, 0, 0, berlin), // Saturday noon
+		time.Date(2026, 11, 29, 23, 0, 0, 0, berlin), // Sunday night
+		time.Date(2026, 11, 30, 3, 0, 0, 0, berlin),  // Monday's small hours
+	} {
+		if end, muted := s.Until(at); !muted || !end.Equal(monday8) {
+			t.Errorf("%s: muted %v until %s; want muted until Monday 08:00", at.Format("Mon 15:04"), muted, end.In(berlin).Format("Mon 15:04"))
+		}
+	}
+	if _, muted := s.Until(monday8); muted {
+		t.Error("Monday 08:00: muted")
 	}
 }
