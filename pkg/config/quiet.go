@@ -241,10 +241,21 @@ func (s MuteSchedule) covering(t time.Time) (end time.Time, ok bool) {
 }
 
 // at is the time of day since (24:00: the next midnight) on day's date in
-// loc, as a wall clock shows it (time.Date moves a time a daylight-saving
-// change skips past the gap).
+// loc, as a wall clock shows it. A time a daylight-saving change skips is
+// the moment of the change, when the clock passes it (time.Date would move
+// it past the gap by the gap's length: 02:30 to 03:30, a window an hour
+// late).
 func at(day time.Time, since time.Duration, loc *time.Location) time.Time {
 	y, mo, d := day.Date()
 	h, m, s := int(since/time.Hour), int(since%time.Hour/time.Minute), int(since%time.Minute/time.Second)
-	return time.Date(y, mo, d, h, m, s, 0, loc)
+	t := time.Date(y, mo, d, h, m, s, 0, loc)
+	want := time.Date(y, mo, d, h, m, s, 0, time.UTC)
+	shown := time.Date(t.Year(), t.Month(), t.Day(), t.Hour(), t.Minute(), t.Second(), 0, time.UTC)
+	switch start, end := t.ZoneBounds(); {
+	case shown.After(want) && !start.IsZero(): // moved past the gap
+		return start
+	case shown.Before(want) && !end.IsZero(): // kept before it
+		return end
+	}
+	return t
 }

@@ -109,6 +109,33 @@ func TestMuteScheduleUntil(t *testing.T) {
 			t.Errorf("Until(%s) = %s, %v; want %s", tc.at, end.In(tc.at.Location()), muted, tc.want)
 		}
 	}
+
+	// A wall time the spring change skips (02:00 to 03:00 in Berlin on
+	// 2026-03-29) is the moment of the change: a window from 02:30 starts
+	// at 03:00, not an hour late; one that ends in the gap ends then; one
+	// within the gap is empty that day.
+	cest := func(h, m int) time.Time { return time.Date(2026, 3, 29, h, m, 0, 0, berlin) }
+	for _, tc := range []struct {
+		from, to string
+		at, want time.Time // want zero: not muted
+	}{
+		{"02:30", "05:00", cest(1, 59), time.Time{}},
+		{"02:30", "05:00", cest(3, 0), cest(5, 0)},
+		{"02:30", "05:00", cest(3, 29), cest(5, 0)},
+		{"01:00", "02:30", cest(1, 30), cest(3, 0)},
+		{"01:00", "02:30", cest(3, 0), time.Time{}},
+		{"02:15", "02:45", cest(3, 20), time.Time{}},
+		{"02:30", "02:10", time.Date(2026, 3, 28, 23, 0, 0, 0, berlin), time.Date(2026, 3, 30, 2, 10, 0, 0, berlin)}, // adjoining: the 28th's ends at the change, the 29th's starts then
+	} {
+		s, err := (&Mute{Windows: []MuteWindow{{From: tc.from, To: tc.to, TimeZone: "Europe/Berlin"}}}).Schedule()
+		if err != nil {
+			t.Fatal(err)
+		}
+		end, muted := s.Until(tc.at)
+		if muted != !tc.want.IsZero() || (muted && !end.Equal(tc.want)) {
+			t.Errorf("%s-%s: Until(%s) = %s, %v; want %s", tc.from, tc.to, tc.at, end.In(berlin), muted, tc.want)
+		}
+	}
 }
 
 // A sink that fires and resolves alerts cannot be muted: its replay keeps
