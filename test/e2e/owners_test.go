@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
@@ -313,4 +315,51 @@ func TestOwnersFromTheControllerManager(t *testing.T) {
 		}
 		return false
 	})
+}
+
+// A start of an Events rule with include: [owners] over Events about Pods
+// deleted before it (Events outlive their Pods by an hour): what the
+// informer lists is not waited for (the owners' caches synced first), so
+// the start does not cost a wait per Event, serially, on the informer's
+// goroutine; each is sent with its object named from the reference,
+// incomplete, and counted.
+func TestOwnersColdStartOverEventsAboutGonePods(t *testing.T) {
+	t.Parallel()
+	cp := testenv.SharedControlPlane(t)
+	cs := cp.Clientset(t)
+	const ns, n = "e2e-owners-cold", 60
+	testenv.EnsureNamespace(t, cp, ns)
+	ctx := context.Background()
+	for i := range n {
+		now := metav1.Now()
+		name := fmt.Sprintf("gone-%d", i)
+		_, err := cs.CoreV1().Events(ns).Create(ctx, &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: name + ".killing"},
+			InvolvedObject: corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: ns, Name: name, UID: types.UID(fmt.Sprintf("0badc0de-0000-4000-8000-%012d", i))},
+			Type:           "Normal", Reason: "Killing", Message: "Stopping container c", Count: 1,
+			FirstTimestamp: now, LastTimestamp: now, Source: corev1.EventSource{Component: "kubelet"}}, metav1.CreateOptions{})
+		must(t, err)
+	}
+	out := filepath.Join(t.TempDir(), "events.jsonl")
+	start := time.Now()
+	b := startBridge(t, cp, fileConfig(out, rule("events", "v1/events", ns)+"    include: [owners]\n"))
+	evs := waitEvents(t, out, "every Event", func(evs []ce) bool {
+		for i := range n {
+			if !has(evs, "events", fmt.Sprintf("%s/gone-%d.killing", ns, i), "added") {
+				return false
+			}
+		}
+		return true
+	})
+	if took := time.Since(start); took > 20*time.Second {
+		t.Errorf("the start took %s for %d Events about gone Pods (a wait each: %d s)", took, n, n)
+	}
+	for _, e := range evs {
+		if in := ownersOf(t, e).Involved; in == nil || in.Kind != "Pod" || in.Labels != nil || !in.OwnersIncomplete {
+			t.Errorf("%s: involved %+v", e.Subject, in)
+		}
+	}
+	_, text := get(t, b.adminURL()+"/metrics")
+	if !strings.Contains(text, fmt.Sprintf(`kubebridge_owners_incomplete_total{rule="events"} %d`, n)) {
+		t.Errorf("the incomplete Events are not counted:\n%s", grepLines(text, "owners"))
+	}
 }
