@@ -511,24 +511,23 @@ func (d *Delivery) take(ctx context.Context, buf *[]queue.Item[*event.Event], n 
 		clear(items) // the buffer is reused: it must not keep these events alive
 	}
 	add(items)
-	switch {
-	case d.batching.digest && d.mute != nil && d.mute.released.Swap(false):
-		// A mute window just ended: what it held (all queued before the
-		// flag was set) goes at once, as one digest.
-		for b.size() < n {
-			more, err := d.queue.TakeClaimedOr(ctx, n-b.size(), *buf, closedKick)
-			*buf = more
-			if err != nil {
-				break
-			}
-			add(more)
+	if d.batching.wait > 0 && b.size() < n {
+		// A digest's period ends early when a mute window ends (before
+		// the period or during it): what it held, all queued by then,
+		// goes at once, as one digest, with what the period had.
+		var stop <-chan struct{}
+		if d.batching.digest && d.mute != nil {
+			stop = d.mute.ended
 		}
-	case d.batching.wait > 0 && b.size() < n:
 		wctx, cancel := context.WithCancel(ctx)
 		t := d.clock.AfterFunc(d.batching.wait, cancel)
 		for b.size() < n {
-			more, err := d.queue.TakeClaimed(wctx, n-b.size(), *buf)
+			more, err := d.queue.TakeClaimedOr(wctx, n-b.size(), *buf, stop)
 			*buf = more
+			if errors.Is(err, queue.ErrStopped) && stop != closedKick {
+				stop = closedKick // take what is queued, then go
+				continue
+			}
 			if err != nil {
 				break
 			}
@@ -536,9 +535,6 @@ func (d *Delivery) take(ctx context.Context, buf *[]queue.Item[*event.Event], n 
 		}
 		t.Stop()
 		cancel()
-		if d.mute != nil {
-			d.mute.released.Store(false) // what a window released meanwhile joined this period
-		}
 	}
 	if d.batching.digest {
 		// What arrived behind the period's objects joins them, folded:

@@ -54,13 +54,15 @@ type muting struct {
 	// lastWhereErr, under mu, limits their log.
 	whereErrors  atomic.Uint64
 	lastWhereErr time.Time
-	// released says a window's end just queued what it held: a digest's
-	// next take sends it at once rather than waiting out a period.
-	released atomic.Bool
+	// ended is signalled once a window's end has queued all it held: a
+	// digest's take waiting out a period sends at once what is queued.
+	// Signalled after the queueing, not before: a take that woke on the
+	// first released event and went at once would send a part.
+	ended chan struct{}
 }
 
 func newMuting(m *Mute, clk clock.WithDelayedExecution, logger *slog.Logger) *muting {
-	return &muting{Mute: m, clock: clk, logger: logger, rearm: make(chan struct{}, 1), held: map[string][]*event.Event{}}
+	return &muting{Mute: m, clock: clk, logger: logger, rearm: make(chan struct{}, 1), ended: make(chan struct{}, 1), held: map[string][]*event.Event{}}
 }
 
 // offer holds ev if its object has events held or the sink is muted for
@@ -177,7 +179,12 @@ func (m *muting) release(queue func(*event.Event)) {
 		}
 		delete(m.held, key) // a key in order twice (held again after it cancelled out) goes once
 	}
-	m.released.Store(m.count.Load() > 0)
+	if m.count.Load() > 0 {
+		select {
+		case m.ended <- struct{}{}:
+		default:
+		}
+	}
 	clear(m.held)
 	m.order, m.until = m.order[:0], time.Time{}
 	m.count.Store(0)

@@ -299,6 +299,38 @@ func TestMuteEndsInOneDigest(t *testing.T) {
 	stepUntil(t, clk, 5*time.Minute, func() bool { return len(sink.sent()) == 2 })
 }
 
+// A window that held many objects ends in one digest of all of them, at
+// once, however the release's queueing and the take's waking interleave
+// (the take woke on the first released event and waited out a period).
+func TestMuteEndsInOneDigestOfManyObjects(t *testing.T) {
+	clk := fakeClock() // 13:46:40 UTC
+	cfg := sinkConfig()
+	cfg.Queue.Capacity = 10000
+	cfg.Digest = &config.Digest{Every: config.Duration(5 * time.Minute), Max: 50}
+	sink := &digests{}
+	d := New(Options{Config: cfg, Sink: sink, Clock: clk, Mute: &Mute{Schedule: everyDay("13:00", "13:50")}})
+	stop := run(t, d)
+	defer stop()
+	const n = 300
+	for i := range n {
+		d.Offer(ev(fmt.Sprint("o", i), "1", event.Updated))
+	}
+	clk.Step(3*time.Minute + 20*time.Second) // 13:50, and no step after
+	sentAll := func() bool {
+		total := 0
+		for _, g := range sink.sent() {
+			total += strings.Count(g, ",") + 1
+		}
+		return total == n
+	}
+	for deadline := time.Now().Add(3 * time.Second); !sentAll() && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	if got := sink.sent(); len(got) != 1 || !sentAll() {
+		t.Errorf("at the window's end: %d digests sent, all %d objects: %v; want one digest of all, at once (queued %d)", len(got), n, sentAll(), d.queue.Len())
+	}
+}
+
 // groupFails fails, once, the events of objects whose name starts with
 // "b", with one error, as a digest's request for their group would.
 type groupFails struct {
