@@ -39,7 +39,8 @@ import (
 // (they coalesce there, and are folded into the parked ones when those are
 // retried: the newest state is what is retried). Other objects flow at the
 // destination's speed. A parked batch of several objects that fails again
-// is split in two, so an object the destination keeps refusing ends alone;
+// is split in two (a digest's is retried whole, a message for people,
+// unless refused), so an object the destination keeps refusing ends alone;
 // a batch of several objects refused as a whole with a Permanent error is
 // split at once, until the culprit is alone.
 //
@@ -815,7 +816,7 @@ func slicesContains(list []*event.Event, e *event.Event) bool {
 
 // park puts objects that failed back for a retry: each alone when the sink
 // said which events failed, else the batch's objects together, split in
-// two once they failed together before.
+// two once they failed together before (a digest's, only once refused).
 func (d *Delivery) park(b *batch, objects []object, causes []error, cause error, whole, wide bool, now time.Time) {
 	failures := b.failures + 1
 	since := b.since
@@ -850,7 +851,10 @@ func (d *Delivery) park(b *batch, objects []object, causes []error, cause error,
 		for _, o := range objects {
 			units = append(units, unit([]object{o}))
 		}
-	case len(objects) > 1 && b.failures > 0:
+	case len(objects) > 1 && b.failures > 0 && (refused || !d.batching.digest):
+		// Halved, to find an object the destination keeps failing on. A
+		// digest's period is one message for people: an outage retries
+		// it whole, and only a refusal splits it.
 		h := len(objects) / 2
 		units = append(units, unit(objects[:h:h]), unit(objects[h:]))
 	default:

@@ -331,6 +331,45 @@ func TestMuteEndsInOneDigestOfManyObjects(t *testing.T) {
 	}
 }
 
+// outage fails the first sends as a destination that is down does.
+type outage struct {
+	digests
+	fails int
+}
+
+func (o *outage) Send(ctx context.Context, evs []*event.Event) error {
+	o.digests.mu.Lock()
+	f := o.fails > 0
+	if f {
+		o.fails--
+	}
+	o.digests.mu.Unlock()
+	if f {
+		return sinks.Unavailable(errors.New("connection refused"))
+	}
+	return o.digests.Send(ctx, evs)
+}
+
+// A period's digest that fails as a whole for an outage is retried whole,
+// however many attempts fail: it was halved on each, and a few failed
+// attempts made one message per object.
+func TestDigestOutageRetriesThePeriodWhole(t *testing.T) {
+	clk := fakeClock()
+	cfg := sinkConfig()
+	cfg.Digest = &config.Digest{Every: config.Duration(5 * time.Minute), Max: 50}
+	sink := &outage{fails: 6}
+	d := New(Options{Config: cfg, Sink: sink, Clock: clk})
+	stop := run(t, d)
+	defer stop()
+	for i := range 16 {
+		d.Offer(ev(fmt.Sprint("o", i), "1", event.Updated))
+	}
+	stepUntil(t, clk, time.Second, func() bool { return d.Pending() == 0 })
+	if got := sink.sent(); len(got) != 1 || strings.Count(got[0], ",") != 15 {
+		t.Errorf("a period of 16 objects after 6 failed attempts went as %d messages: %q", len(got), got)
+	}
+}
+
 // groupFails fails, once, the events of objects whose name starts with
 // "b", with one error, as a digest's request for their group would.
 type groupFails struct {
