@@ -207,35 +207,29 @@ func CELEnv() (*cel.Env, error) {
 // "must be a boolean expression, got string" (dyn passes: it is checked
 // when evaluated).
 func CompileWhere(expr string) (*cel.Ast, []error) {
-	env, err := CELEnv()
-	if err != nil {
-		return nil, []error{fmt.Errorf("CEL environment: %w", err)}
-	}
-	ast, errs := compileCEL(env, expr)
-	if errs != nil {
-		return nil, errs
-	}
-	// Assignable from bool: bool, dyn and the like, whose value is only
-	// known when evaluated.
-	if t := ast.OutputType(); !t.IsAssignableType(cel.BoolType) {
-		return nil, []error{fmt.Errorf("must be a boolean expression, got %s", t)}
-	}
-	return ast, nil
+	return compileTyped(CELEnv, expr, cel.BoolType, "a boolean expression")
 }
 
 // CompileKey compiles a sink's updateWindow key, which must yield a string
 // (dyn passes: it is checked when evaluated).
 func CompileKey(expr string) (*cel.Ast, []error) {
-	env, err := CELEnv()
+	return compileTyped(CELEnv, expr, cel.StringType, "a string expression")
+}
+
+// compileTyped compiles expr in the environment env returns, refusing an
+// output type that cannot be want (assignable: dyn and the like pass,
+// their value is only known when evaluated).
+func compileTyped(env func() (*cel.Env, error), expr string, want *cel.Type, what string) (*cel.Ast, []error) {
+	e, err := env()
 	if err != nil {
 		return nil, []error{fmt.Errorf("CEL environment: %w", err)}
 	}
-	ast, errs := compileCEL(env, expr)
+	ast, errs := compileCEL(e, expr)
 	if errs != nil {
 		return nil, errs
 	}
-	if t := ast.OutputType(); !t.IsAssignableType(cel.StringType) {
-		return nil, []error{fmt.Errorf("must be a string expression, got %s", t)}
+	if t := ast.OutputType(); !t.IsAssignableType(want) {
+		return nil, []error{fmt.Errorf("must be %s, got %s", what, t)}
 	}
 	return ast, nil
 }

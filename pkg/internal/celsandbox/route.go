@@ -39,16 +39,9 @@ func CELRouteEnv() (*cel.Env, error) {
 // oldObject or type: a route is part of the rule's view, which the
 // object's current state decides, not a transition.
 func CompileRoute(expr string) (*cel.Ast, []error) {
-	env, err := CELRouteEnv()
-	if err != nil {
-		return nil, []error{fmt.Errorf("CEL environment: %w", err)}
-	}
-	ast, errs := compileCEL(env, expr)
+	ast, errs := compileTyped(CELRouteEnv, expr, cel.StringType, "a string expression (a sink's name)")
 	if errs != nil {
 		return nil, errs
-	}
-	if t := ast.OutputType(); !t.IsAssignableType(cel.StringType) {
-		return nil, []error{fmt.Errorf("must be a string expression (a sink's name), got %s", t)}
 	}
 	for _, v := range []string{CELOldObject, CELType} {
 		if References(ast, v) {
