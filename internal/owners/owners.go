@@ -28,6 +28,8 @@ package owners
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -217,6 +219,109 @@ func (r *Resolver) Cached() map[string]int {
 // Close ends every wait, now and later (the bridge is stopping).
 // Idempotent.
 func (r *Resolver) Close() { r.closeOnce.Do(func() { close(r.closed) }) }
+
+// ownerIndex indexes the caches' objects by the uids their
+// ownerReferences name (OnChange adds it; Below walks down chains with it).
+const ownerIndex = "kubebridge/owner"
+
+// ownerUIDs is ownerIndex's function.
+func ownerUIDs(obj any) ([]string, error) {
+	m, ok := obj.(metav1.Object)
+	if !ok {
+		return nil, nil
+	}
+	refs := m.GetOwnerReferences()
+	if len(refs) == 0 {
+		return nil, nil
+	}
+	uids := make([]string, 0, len(refs))
+	for _, ref := range refs {
+		if ref.UID != "" {
+			uids = append(uids, string(ref.UID))
+		}
+	}
+	return uids, nil
+}
+
+// OnChange calls changed, on an owner informer's goroutine, when a cached
+// object's metadata changes as a chain reads it: it is added after the
+// first list (before nil) or deleted (after nil), or its labels or ownerReferences change. It
+// indexes the caches by owner (Below). Call it before the informers run;
+// changed must not block.
+func (r *Resolver) OnChange(changed func(before, after metav1.Object)) error {
+	for _, inf := range r.informers {
+		if err := inf.AddIndexers(cache.Indexers{ownerIndex: ownerUIDs}); err != nil {
+			return err
+		}
+		_, err := inf.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
+			AddFunc: func(obj any, initialList bool) {
+				// The first list is in before the rules' informers start:
+				// nothing below it was evaluated yet.
+				if m, ok := obj.(metav1.Object); ok && !initialList {
+					changed(nil, m)
+				}
+			},
+			UpdateFunc: func(oldObj, obj any) {
+				old, ok1 := oldObj.(metav1.Object)
+				m, ok2 := obj.(metav1.Object)
+				if ok1 && ok2 && (!maps.Equal(old.GetLabels(), m.GetLabels()) || !slices.EqualFunc(old.GetOwnerReferences(), m.GetOwnerReferences(), sameRef)) {
+					changed(old, m)
+				}
+			},
+			DeleteFunc: func(obj any) {
+				if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+					obj = t.Obj
+				}
+				if m, ok := obj.(metav1.Object); ok {
+					changed(m, nil)
+				}
+			},
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sameRef reports whether two ownerReferences name the same owner the same
+// way (a chain follows the controller reference).
+func sameRef(a, b metav1.OwnerReference) bool {
+	return a.UID == b.UID && a.Kind == b.Kind && a.APIVersion == b.APIVersion && a.Name == b.Name &&
+		(a.Controller != nil && *a.Controller) == (b.Controller != nil && *b.Controller)
+}
+
+// Below returns the uids of the cached objects a chain may reach uid from:
+// those whose ownerReferences name it, and so on down, MaxDepth levels at
+// most (a Deployment's ReplicaSets, and for a rule on Events their Pods).
+// Only after OnChange.
+func (r *Resolver) Below(uid string) []string {
+	var out []string
+	seen := map[string]bool{uid: true}
+	level := []string{uid}
+	for depth := 0; depth < MaxDepth && len(level) > 0; depth++ {
+		var next []string
+		for _, u := range level {
+			for _, inf := range r.informers {
+				objs, err := inf.GetIndexer().ByIndex(ownerIndex, u)
+				if err != nil {
+					continue
+				}
+				for _, o := range objs {
+					m, ok := o.(metav1.Object)
+					if !ok || seen[string(m.GetUID())] {
+						continue
+					}
+					seen[string(m.GetUID())] = true
+					next = append(next, string(m.GetUID()))
+				}
+			}
+		}
+		out = append(out, next...)
+		level = next
+	}
+	return out
+}
 
 // Chain is an object's owner chain, nearest first, and whether it may
 // stop short of the top (see event.Related).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -440,4 +441,98 @@ func TestTrimKeepsTheLabelsShown(t *testing.T) {
 			t.Errorf("keep %v: %+v, %v", tc.keep, m.ObjectMeta, err)
 		}
 	}
+}
+
+// Against the real apiserver: OnChange reports an owner added, relabelled
+// or deleted (not a change a chain does not read, an annotation), and
+// Below walks down from a Deployment to its ReplicaSet and its Pod.
+func TestOnChangeAndBelow(t *testing.T) {
+	cp := testenv.SharedControlPlane(t)
+	cs := cp.Clientset(t)
+	mc := must(metadata.NewForConfig(cp.RESTConfig()))
+	const ns = "owners-below"
+	testenv.EnsureNamespace(t, cp, ns)
+	ctx := context.Background()
+	var watches []Watch
+	for _, res := range Needs(schema.GroupVersionResource{Version: "v1", Resource: "events"}) {
+		watches = append(watches, Watch{Resource: res, Namespace: ns})
+	}
+	r := New(mc, watches, nil)
+	var mu sync.Mutex
+	var got []string
+	err := r.OnChange(func(before, after metav1.Object) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case before == nil:
+			got = append(got, "added "+after.GetName())
+		case after == nil:
+			got = append(got, "deleted "+before.GetName())
+		default:
+			got = append(got, fmt.Sprintf("changed %s %v", after.GetName(), after.GetLabels()))
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for _, inf := range r.Informers() {
+		wg.Add(1)
+		go func() { defer wg.Done(); inf.RunWithContext(runCtx) }()
+	}
+	t.Cleanup(func() { r.Close(); cancel(); wg.Wait() })
+	eventually := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); !ok(); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not after 30s (reported %q)", what, got)
+			}
+		}
+	}
+	eventually("synced", r.Synced)
+	reported := func(want ...string) {
+		t.Helper()
+		eventually(fmt.Sprintf("reported %q", want), func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			slices.Sort(got) // the informers of several kinds report in any order
+			if !slices.Equal(got, want) {
+				return false
+			}
+			got = nil
+			return true
+		})
+	}
+
+	labels := map[string]string{"app": "web"}
+	tmpl := corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "x"}}}}
+	d := must(cs.AppsV1().Deployments(ns).Create(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "web", Labels: map[string]string{"team": "payments"}},
+		Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: tmpl}}, metav1.CreateOptions{}))
+	rs := must(cs.AppsV1().ReplicaSets(ns).Create(ctx, &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: "web-6d4", Labels: labels,
+		OwnerReferences: []metav1.OwnerReference{ref("Deployment", "apps/v1", d)}},
+		Spec: appsv1.ReplicaSetSpec{Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: tmpl}}, metav1.CreateOptions{}))
+	pod := must(cs.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-6d4-x", Labels: labels,
+		OwnerReferences: []metav1.OwnerReference{ref("ReplicaSet", "apps/v1", rs)}}, Spec: tmpl.Spec}, metav1.CreateOptions{}))
+	reported("added web", "added web-6d4", "added web-6d4-x")
+	below := r.Below(string(d.UID))
+	slices.Sort(below)
+	want := []string{string(rs.UID), string(pod.UID)}
+	slices.Sort(want)
+	if !slices.Equal(below, want) {
+		t.Errorf("Below(Deployment) = %q, want its ReplicaSet's and Pod's %q", below, want)
+	}
+	if below := r.Below(string(pod.UID)); len(below) != 0 {
+		t.Errorf("Below(Pod) = %q, want none", below)
+	}
+
+	d.Annotations = map[string]string{"note": "x"}
+	d = must(cs.AppsV1().Deployments(ns).Update(ctx, d, metav1.UpdateOptions{}))
+	d.Labels = map[string]string{"team": "search"}
+	must(cs.AppsV1().Deployments(ns).Update(ctx, d, metav1.UpdateOptions{}))
+	reported("changed web map[team:search]") // the annotation: not reported
+	if err := cs.AppsV1().ReplicaSets(ns).Delete(ctx, rs.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	reported("deleted web-6d4")
 }

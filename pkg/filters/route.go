@@ -25,6 +25,7 @@ type route struct {
 	def            string
 	readsNamespace bool // the expression reads namespaceLabels
 	readsBody      bool // the expression reads more of the object than its metadata
+	readsRelated   bool // the expression reads owners or involved
 	defaulted      [2]atomic.Uint64
 	lastErrLog     atomic.Int64 // unix nanos of the last logged default
 }
@@ -59,7 +60,7 @@ func compileRoute(rc config.Rule) (*route, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &route{prg: prg, def: rc.Route.Default, readsNamespace: celsandbox.References(ast, celsandbox.CELNamespaceLabels), readsBody: readsBody(ast)}, nil
+	return &route{prg: prg, def: rc.Route.Default, readsNamespace: celsandbox.References(ast, celsandbox.CELNamespaceLabels), readsBody: readsBody(ast), readsRelated: readsRelated(ast)}, nil
 }
 
 // Routes reports whether the rule sends each object to one of its sinks
@@ -153,4 +154,38 @@ func (r *Rule) NamespaceChanged(before, after labels.Set) bool {
 		return true
 	}
 	return r.MatchesNamespace(before) != r.MatchesNamespace(after)
+}
+
+// readsRelated reports whether a checked expression reads the owners or
+// the involved object.
+func readsRelated(ast *cel.Ast) bool {
+	return celsandbox.References(ast, celsandbox.CELOwners) || celsandbox.References(ast, celsandbox.CELInvolved)
+}
+
+// ReadsOwners reports whether what the rule decides of an object (its
+// where as a view, its route) depends on the object's owners or involved
+// object: the bridge then re-evaluates the objects below an owner when
+// OwnerChanged, as it does a namespace's objects.
+func (r *Rule) ReadsOwners() bool {
+	return r.IncludesOwners() && (r.where != nil && r.whereIsView && r.whereReadsRel || r.route != nil && r.route.readsRelated)
+}
+
+// OwnerChanged reports whether an owner's (or involved object's) labels
+// going from before to after may change what the rule decides of the
+// objects below it: those it reads (ownerLabels; all without) differ.
+func (r *Rule) OwnerChanged(before, after labels.Set) bool {
+	if !r.ReadsOwners() {
+		return false
+	}
+	if r.ownerLabels == nil {
+		return !maps.Equal(before, after)
+	}
+	for k := range r.ownerLabels {
+		b, okb := before[k]
+		a, oka := after[k]
+		if okb != oka || a != b {
+			return true
+		}
+	}
+	return false
 }

@@ -94,6 +94,7 @@ type Rule struct {
 	where          cel.Program
 	whereIsView    bool
 	whereReadsBody bool // where reads more of object or oldObject than apiVersion, kind and metadata
+	whereReadsRel  bool // where reads owners or involved
 	changed        []fieldpath.Path
 	route          *route // nil: every sink
 
@@ -232,6 +233,7 @@ func Compile(cfg *config.Config, i int, nsLabels NamespaceLabels, logger *slog.L
 		}
 		r.whereIsView = !celsandbox.References(ast, celsandbox.CELOldObject) && !celsandbox.References(ast, celsandbox.CELType)
 		r.whereReadsBody = readsBody(ast)
+		r.whereReadsRel = readsRelated(ast)
 	}
 	for _, p := range rc.Changed {
 		fp, err := fieldpath.Parse(p)

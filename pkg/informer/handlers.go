@@ -3,6 +3,7 @@ package informer
 import (
 	"slices"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
@@ -154,6 +155,62 @@ func (in *Informers) syncNamespace(r *filters.Rule, ns string) {
 				continue
 			}
 			in.notify(Notification{Key: key, Targets: targets, Cache: run.inf().GetIndexer()})
+		}
+	}
+}
+
+// ownerChanged syncs the objects below an owner (or a Kubernetes Event's
+// involved object) for the rules that read owners in their where or
+// route, when it appears, goes, or its metadata changes what the rule
+// decides: the objects it owns, down their chains, and the Events about
+// them are evaluated again with the caches as they are now. It runs on
+// the owner informer's goroutine, as namespaceHandler does.
+func (in *Informers) ownerChanged(before, after metav1.Object) {
+	var rules []*filters.Rule
+	for _, r := range in.ownerRules {
+		if before == nil || after == nil || r.OwnerChanged(before.GetLabels(), after.GetLabels()) ||
+			!slices.EqualFunc(before.GetOwnerReferences(), after.GetOwnerReferences(), func(a, b metav1.OwnerReference) bool { return a.UID == b.UID }) {
+			rules = append(rules, r)
+		}
+	}
+	if len(rules) == 0 {
+		return
+	}
+	o := after
+	if o == nil {
+		o = before
+	}
+	uids := append([]string{string(o.GetUID())}, in.Owners.Below(string(o.GetUID()))...)
+	for _, r := range rules {
+		in.syncRelated(r, uids)
+	}
+}
+
+// syncRelated notifies every key of rule r's objects that name one of
+// uids as an owner or involved object to r and all its sinks, without a
+// state (as syncNamespace does).
+func (in *Informers) syncRelated(r *filters.Rule, uids []string) {
+	targets := []Target{{Rule: r, Sinks: r.Sinks}}
+	for _, run := range in.running {
+		if !slices.Contains(run.Rules, r) {
+			continue
+		}
+		idx := run.inf().GetIndexer()
+		seen := map[string]bool{}
+		for _, uid := range uids {
+			objs, err := idx.ByIndex(relatedIndex, uid)
+			if err != nil {
+				in.logger.Error("owner index lookup failed", "rule", r.Name, "uid", uid, "error", err)
+				break
+			}
+			for _, o := range objs {
+				key, err := cache.MetaNamespaceKeyFunc(o)
+				if err != nil || seen[key] {
+					continue
+				}
+				seen[key] = true
+				in.notify(Notification{Key: key, Targets: targets, Cache: idx})
+			}
 		}
 	}
 }

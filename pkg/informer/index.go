@@ -57,3 +57,34 @@ func (x *namespaceIndex) add(ns string) []string {
 	}
 	return v
 }
+
+// relatedIndex indexes the objects of rules that read owners by the uids
+// of their owners and, for a Kubernetes Event, of its involved object
+// (involvedObject, regarding): what an owner's change re-evaluates
+// (Informers.ownerChanged).
+const relatedIndex = "kubebridge/related"
+
+// relatedUIDs is relatedIndex's function.
+func relatedUIDs(obj any) ([]string, error) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return nil, nil
+	}
+	var uids []string
+	refs, _ := metadata(u)["ownerReferences"].([]any)
+	for _, ref := range refs {
+		if m, ok := ref.(map[string]any); ok {
+			if uid, _ := m["uid"].(string); uid != "" {
+				uids = append(uids, uid)
+			}
+		}
+	}
+	for _, field := range []string{"involvedObject", "regarding"} {
+		if m, ok := u.Object[field].(map[string]any); ok {
+			if uid, _ := m["uid"].(string); uid != "" {
+				uids = append(uids, uid)
+			}
+		}
+	}
+	return uids, nil
+}

@@ -54,6 +54,7 @@ type Informers struct {
 	running     []*running
 	ns          cache.SharedIndexInformer // namespaces, when a rule reads their labels
 	nsRules     []*filters.Rule
+	ownerRules  []*filters.Rule // the rules that ReadsOwners
 
 	// shardSelector is sent with every list and watch of the rules'
 	// resources (SetShardSelector).
@@ -73,6 +74,12 @@ type OwnerCaches interface {
 	Cached() map[string]int
 	// Close ends the waits for owners not cached yet (Stop).
 	Close()
+	// OnChange has changed called when a cached object is added (before
+	// nil), deleted (after nil), or its labels or ownerReferences change;
+	// Below lists the uids of the cached objects below one (its
+	// dependents, down their chains). Only for rules that ReadsOwners.
+	OnChange(changed func(before, after metav1.Object)) error
+	Below(uid string) []string
 }
 
 // running is a Watch and its informer: the informer runs while the
@@ -129,6 +136,9 @@ func New(client dynamic.Interface, plan []Watch, notify Notify, replayEvery map[
 			if r.ReadsNamespaceLabels() && !slices.Contains(in.nsRules, r) {
 				in.nsRules = append(in.nsRules, r)
 			}
+			if r.ReadsOwners() && !slices.Contains(in.ownerRules, r) {
+				in.ownerRules = append(in.ownerRules, r)
+			}
 		}
 	}
 	if len(in.nsRules) > 0 {
@@ -160,6 +170,9 @@ func (in *Informers) prepare(run *running) (*instance, error) {
 	for _, r := range w.Rules {
 		for _, k := range r.IndexKeys() {
 			indexers[k.String()] = filters.IndexFunc(k)
+		}
+		if r.ReadsOwners() {
+			indexers[relatedIndex] = relatedUIDs
 		}
 	}
 	// Sinks of this informer's rules that replay, and the shortest period:
@@ -254,6 +267,11 @@ func (in *Informers) Start(ctx context.Context) error {
 		}
 	}
 	if in.Owners != nil {
+		if len(in.ownerRules) > 0 {
+			if err := in.Owners.OnChange(in.ownerChanged); err != nil {
+				return err
+			}
+		}
 		for _, inf := range in.Owners.Informers() {
 			in.goRun(runCtx, inf)
 		}

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -695,4 +696,90 @@ func current(n Notification) (*unstructured.Unstructured, bool) {
 	}
 	u, ok := item.(*unstructured.Unstructured)
 	return u, ok
+}
+
+// ownerCaches is OwnerCaches with a fixed tree below each uid.
+type ownerCaches struct{ below map[string][]string }
+
+func (ownerCaches) Informers() []cache.SharedIndexInformer           { return nil }
+func (ownerCaches) Synced() bool                                     { return true }
+func (ownerCaches) Cached() map[string]int                           { return nil }
+func (ownerCaches) Close()                                           {}
+func (ownerCaches) OnChange(func(before, after metav1.Object)) error { return nil }
+func (o ownerCaches) Below(uid string) []string                      { return o.below[uid] }
+
+// An owner whose labels change what a rule reading owners (where, route)
+// decides, or that appears or goes, notifies the keys of the objects
+// below it (owned through a chain, or an Event's involved object) to those
+// rules only.
+func TestOwnerChangeNotifies(t *testing.T) {
+	rules := compileRules(t, `  - {name: routed, resource: v1/configmaps, include: [owners], sinks: [live, replayed], route: {sink: "owners[size(owners)-1].labels.team", default: live}}
+  - {name: where, resource: v1/configmaps, include: [owners], ownerLabels: [team], sinks: [live], where: "owners.exists(o, o.labels.?team.orValue('') == 'pay')"}
+  - {name: shows, resource: v1/configmaps, include: [owners], sinks: [live]}
+`)
+	routed, where := rules[0], rules[1] // rules[2] shows owners, decides nothing by them: never notified
+	rec := &recorder{}
+	in, err := New(nil, []Watch{{Spec: Spec{GVR: routed.GVR}, Rules: rules}}, rec.notify, nil, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.Owners = ownerCaches{below: map[string][]string{"deploy": {"rs1", "rs2"}}}
+	if !reflect.DeepEqual(in.ownerRules, []*filters.Rule{routed, where}) {
+		t.Fatalf("owner rules %v: want routed and where", in.ownerRules)
+	}
+	store := in.running[0].inf().GetIndexer()
+	owned := func(name, owner string) *unstructured.Unstructured {
+		u := object("a", name, "1", nil)
+		u.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: owner, UID: types.UID(owner)}})
+		return u
+	}
+	x, y, z, ev := owned("x", "rs1"), owned("y", "rs2"), owned("z", "other"), object("a", "ev", "1", nil)
+	ev.Object["involvedObject"] = map[string]any{"kind": "ReplicaSet", "name": "rs1", "uid": "rs1"}
+	for _, o := range []*unstructured.Unstructured{x, y, z, ev} {
+		if err := store.Add(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deploy := func(lbls map[string]string) metav1.Object {
+		return &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "a", UID: "deploy", Labels: lbls}}
+	}
+	check := func(step string, want []*filters.Rule, objs ...*unstructured.Unstructured) {
+		t.Helper()
+		got := rec.take()
+		var gotKeys, wantKeys []string
+		for _, g := range got {
+			if g.Object != nil || !g.ok || g.Gone != nil || len(g.Targets) != 1 || g.Targets[0].Sinks == nil {
+				t.Errorf("%s: %s not a key to read from the cache for one rule and its sinks: %+v", step, g.Key, g.Notification)
+			}
+			gotKeys = append(gotKeys, g.Targets[0].Rule.Name+" "+g.Key)
+		}
+		for _, r := range want {
+			for _, o := range objs {
+				wantKeys = append(wantKeys, r.Name+" a/"+o.GetName())
+			}
+		}
+		sort.Strings(gotKeys)
+		sort.Strings(wantKeys)
+		if !reflect.DeepEqual(gotKeys, wantKeys) {
+			t.Errorf("%s: notified %q, want %q", step, gotKeys, wantKeys)
+		}
+	}
+	pay, search := map[string]string{"team": "pay"}, map[string]string{"team": "search"}
+	in.ownerChanged(deploy(pay), deploy(search))
+	check("team relabelled", []*filters.Rule{routed, where}, ev, x, y)
+	in.ownerChanged(deploy(search), deploy(map[string]string{"team": "search", "app": "web"}))
+	check("a label only the route reads", []*filters.Rule{routed}, ev, x, y)
+	in.ownerChanged(nil, deploy(pay))
+	check("owner appears", []*filters.Rule{routed, where}, ev, x, y)
+	in.ownerChanged(deploy(pay), nil)
+	check("owner deleted", []*filters.Rule{routed, where}, ev, x, y)
+	rs := func(owner types.UID) metav1.Object {
+		m := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: "rs1", Namespace: "a", UID: "rs1"}}
+		if owner != "" {
+			m.OwnerReferences = []metav1.OwnerReference{{Kind: "Deployment", Name: "web", UID: owner}}
+		}
+		return m
+	}
+	in.ownerChanged(rs(""), rs("deploy"))
+	check("ReplicaSet adopted", []*filters.Rule{routed, where}, ev, x)
 }
