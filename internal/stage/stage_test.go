@@ -1,6 +1,7 @@
 package stage
 
 import (
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -309,5 +310,56 @@ func TestOwnersResolvedOncePerNotification(t *testing.T) {
 	ev := found.Event(event.Transition{Change: event.Deleted, Object: kept, Time: time.Now()})
 	if rel := ev.Related(); rel == nil || !rel.Incomplete || len(calls) != 0 {
 		t.Errorf("a checkpoint's deletion: owners %+v, %d resolutions", rel, len(calls))
+	}
+}
+
+// What an owner's change re-syncs (a trigger without a state, the object
+// unchanged in the cache) is evaluated with the owners as the caches hold
+// them now, not waited for: a route by the Deployment's team moves the
+// object to the new team's sink, and a where on owners lets it in or out.
+func TestOwnerChangeReevaluatesUnchangedObject(t *testing.T) {
+	team := "s"
+	var waited []bool
+	relations := func(_ schema.GroupVersionResource, _ *unstructured.Unstructured, deadline time.Time) *event.Related {
+		waited = append(waited, !deadline.IsZero())
+		return &event.Related{Owners: []event.Owner{{APIVersion: "apps/v1", Kind: "Deployment", Name: "web", UID: "d", Labels: map[string]string{"team": team}}}}
+	}
+	routed := compile(t, "    resource: v1/configmaps\n    include: [owners]\n    route: {sink: \"owners[size(owners) - 1].labels.team\", default: u}\n", nil)
+	where := compile(t, "    resource: v1/configmaps\n    include: [owners]\n    where: \"owners.exists(o, o.labels.team == 's')\"\n", nil)
+	for _, r := range []*filters.Rule{routed, where} {
+		r.SetRelations(relations)
+		if !r.ReadsOwners() {
+			t.Fatalf("rule %s: ReadsOwners false", r.Name)
+		}
+	}
+	obj := cm("x", "1", nil, nil)
+	c := cacheOf{"a/x": obj}
+	in := func(r *filters.Rule) (sinks []string) {
+		d := Evaluate(r, "a/x", c, Trigger{Now: time.Now()}) // as syncRelated notifies: read from the cache
+		for _, s := range []string{"s", "t", "u"} {
+			if _, _, _, ok := d.State(s); ok {
+				sinks = append(sinks, s)
+			}
+		}
+		return sinks
+	}
+	if got := in(routed); !slices.Equal(got, []string{"s"}) {
+		t.Fatalf("routed to %v; want s", got)
+	}
+	if got := in(where); len(got) != 3 {
+		t.Fatalf("where: in %v; want every sink", got)
+	}
+	team = "t" // the Deployment relabelled; the object unchanged
+	if got := in(routed); !slices.Equal(got, []string{"t"}) {
+		t.Errorf("after the owner's relabelling: routed to %v; want t", got)
+	}
+	if got := in(where); len(got) != 0 {
+		t.Errorf("after the owner's relabelling: where in %v; want none", got)
+	}
+	if slices.Contains(waited, true) {
+		t.Errorf("a re-sync waited for owners: %v", waited)
+	}
+	if shows := compile(t, "    resource: v1/configmaps\n    include: [owners]\n    where: \"type != 'deleted' && owners.size() > 0\"\n", nil); shows.ReadsOwners() {
+		t.Error("ReadsOwners of a where that is an event filter (reads type): true; it decides no view")
 	}
 }

@@ -258,7 +258,7 @@ type Rule struct {
 
 // Route chooses, per object, the one sink of its rule the object goes to, e.g. sink: "'slack-' + namespaceLabels.team" with default: slack-ops. Only the rule's own sinks can be chosen, so an object can never name a destination. Each sink's view is the objects routed to it: an object whose route changes (its namespace relabeled) is deleted from one sink and added to the other.
 type Route struct {
-	// Sink is a CEL expression giving a sink's name, over object, namespaceLabels (its namespace's labels, tracked live; empty for cluster-scoped objects; an object whose namespace is not known yet waits in no sink's view) and, with include: [owners], owners and involved (read when the object changes), not oldObject or type. A name that is not one of the rule's sinks, an evaluation error (e.g. a missing label) or a result that is not a string sends the object to default, counted in kubebridge_rule_route_defaulted_total{rule,reason}. Required.
+	// Sink is a CEL expression giving a sink's name, over object, namespaceLabels (its namespace's labels, tracked live; empty for cluster-scoped objects; an object whose namespace is not known yet waits in no sink's view) and, with include: [owners], owners and involved (tracked live too: an owner's relabelling moves the objects below it), not oldObject or type. A name that is not one of the rule's sinks, an evaluation error (e.g. a missing label) or a result that is not a string sends the object to default, counted in kubebridge_rule_route_defaulted_total{rule,reason}. Required.
 	Sink string `yaml:"sink"`
 	// Default is where objects go when sink names none of the rule's sinks. Required; one of the rule's sinks.
 	Default string `yaml:"default"`

@@ -231,3 +231,116 @@ rules:
 		}
 	}
 }
+
+// A rule routes Pods by their Deployment's team label (owners, through
+// their ReplicaSet; chains made by hand): relabelling the Deployment moves
+// its Pods from one team's sink to the other's (deleted, kbreason
+// unmatched; added) at once, the Pods themselves untouched, and a
+// ReplicaSet adopted by another Deployment moves its Pods the same way.
+func TestRouteByOwnerLabel(t *testing.T) {
+	t.Parallel()
+	cp := testenv.SharedControlPlane(t)
+	cs := cp.Clientset(t)
+	ctx := context.Background()
+	const ns = "rt-owners"
+	viewNamespace(t, cs, ns, nil)
+	recv := map[string]*hookReceiver{}
+	var sinks strings.Builder
+	for _, name := range []string{"team-payments", "team-search", "ops"} {
+		h := &hookReceiver{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(testenv.FreePort()))}
+		h.up(t)
+		t.Cleanup(h.down)
+		recv[name] = h
+		fmt.Fprintf(&sinks, "  - name: %s\n    webhook: {url: \"http://%s/\", batch: {maxEvents: 10, maxWait: 10ms}}\n    retry: {initialInterval: 100ms, maxInterval: 1s}\n", name, h.addr)
+	}
+	web, _ := deploymentChain(t, cs, ns, "web", map[string]string{"team": "payments"}, 2)
+	startBridge(t, cp, `apiVersion: kubebridge.io/v1alpha1
+kind: BridgeConfig
+cluster: e2e
+sinks:
+`+sinks.String()+`rules:
+  - name: teams
+    resource: v1/pods
+    namespaces: [`+ns+`]
+    include: [metadata, owners]
+    ownerLabels: [team]
+    sinks: [team-payments, team-search, ops]
+    route: {sink: "'team-' + owners[size(owners) - 1].labels.team", default: ops}
+`)
+	// got is what each receiver holds: "subject change[:reason]", sorted
+	// (the two Pods' events come in either order).
+	got := func() map[string][]string {
+		out := map[string][]string{}
+		for name, h := range recv {
+			for _, e := range h.received() {
+				c := e.Subject + " " + e.change()
+				if e.Reason != "" {
+					c += ":" + e.Reason
+				}
+				out[name] = append(out[name], c)
+			}
+			slices.Sort(out[name])
+		}
+		return out
+	}
+	expect := func(what string, want map[string][]string) {
+		t.Helper()
+		eventually(t, 30*time.Second, func() error {
+			g := got()
+			for name := range recv {
+				slices.Sort(want[name])
+				if !slices.Equal(g[name], want[name]) {
+					return fmt.Errorf("%s: sink %s holds\n  %s\nwant\n  %s", what, name, strings.Join(g[name], "\n  "), strings.Join(want[name], "\n  "))
+				}
+			}
+			return nil
+		})
+	}
+	pods := []string{ns + "/web-6d4-a", ns + "/web-6d4-b"}
+	each := func(change string) []string {
+		var out []string
+		for _, p := range pods {
+			out = append(out, p+" "+change)
+		}
+		return out
+	}
+	want := map[string][]string{"team-payments": each("added")}
+	expect("at the start", want)
+	podRV := map[string]string{}
+	list, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	must(t, err)
+	for _, p := range list.Items {
+		podRV[p.Name] = p.ResourceVersion
+	}
+
+	// The Deployment moves to search: its Pods leave payments' sink and
+	// enter search's, without a change of their own.
+	_, err = cs.AppsV1().Deployments(ns).Patch(ctx, web.Name, types.MergePatchType, []byte(`{"metadata":{"labels":{"team":"search"}}}`), metav1.PatchOptions{})
+	must(t, err)
+	want["team-payments"] = append(want["team-payments"], each("deleted:unmatched")...)
+	want["team-search"] = each("added")
+	expect("after the Deployment was relabelled team=search", want)
+
+	// A label the rule does not read: nothing moves.
+	_, err = cs.AppsV1().Deployments(ns).Patch(ctx, web.Name, types.MergePatchType, []byte(`{"metadata":{"labels":{"tier":"web"}}}`), metav1.PatchOptions{})
+	must(t, err)
+
+	// The ReplicaSet is adopted by a Deployment of payments: its Pods go back.
+	shop, err := cs.AppsV1().Deployments(ns).Create(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "shop", Labels: map[string]string{"team": "payments"}},
+		Spec: web.Spec}, metav1.CreateOptions{})
+	must(t, err)
+	_, err = cs.AppsV1().ReplicaSets(ns).Patch(ctx, "web-6d4", types.MergePatchType,
+		[]byte(fmt.Sprintf(`{"metadata":{"ownerReferences":[{"apiVersion":"apps/v1","kind":"Deployment","name":"shop","uid":%q,"controller":true}]}}`, shop.UID)), metav1.PatchOptions{})
+	must(t, err)
+	want["team-search"] = append(want["team-search"], each("deleted:unmatched")...)
+	want["team-payments"] = append(want["team-payments"], each("added")...)
+	expect("after the ReplicaSet was adopted by a Deployment of payments", want)
+
+	list, err = cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	must(t, err)
+	for _, p := range list.Items {
+		if podRV[p.Name] != p.ResourceVersion {
+			t.Errorf("Pod %s changed (resourceVersion %s, was %s): the test meant to move it by its owners alone", p.Name, p.ResourceVersion, podRV[p.Name])
+		}
+	}
+}
