@@ -303,9 +303,12 @@ func (r *Rule) OwnersIncomplete() uint64 { return r.incomplete.Load() }
 // MetadataOnly reports whether the rule needs nothing of an object but its
 // apiVersion, kind and metadata: its events include metadata only, and its
 // where, route, changed, field selector and index read only those. Index keys
-// (namespace, labels, annotations, owners) always do.
+// (namespace, labels, annotations, owners) always do. A Kubernetes Event's
+// involved object and the times it was reported are in its body: owners
+// of an Event (involved) need it.
 func (r *Rule) MetadataOnly() bool {
-	if !r.Event.IncludeMeta || r.whereReadsBody || r.route != nil && r.route.readsBody {
+	if !r.Event.IncludeMeta || r.whereReadsBody || r.route != nil && r.route.readsBody ||
+		r.Event.IncludeOwners && config.IsKubernetesEvent(r.GVR) {
 		return false
 	}
 	for _, p := range r.changed {

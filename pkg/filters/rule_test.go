@@ -317,6 +317,16 @@ func TestMetadataOnly(t *testing.T) {
 			t.Errorf("%sMetadataOnly() = %v, want %v", tc.rule, got, tc.want)
 		}
 	}
+	// A Kubernetes Event's involved object (and when it was last reported)
+	// is in its body: owners read it.
+	for _, res := range []string{"v1/events", "events.k8s.io/v1/events"} {
+		if compile(t, "    resource: "+res+"\n    include: [metadata, owners]\n", nil).MetadataOnly() {
+			t.Errorf("%s with include: [metadata, owners]: MetadataOnly() = true; involved would be lost", res)
+		}
+	}
+	if !compile(t, "    resource: v1/pods\n    include: [metadata, owners]\n", nil).MetadataOnly() {
+		t.Error("v1/pods with include: [metadata, owners]: MetadataOnly() = false; ownerReferences are metadata")
+	}
 }
 
 // A core/v1 Event's field selector source is what the apiserver computes

@@ -246,7 +246,7 @@ func TestRouteByOwnerLabel(t *testing.T) {
 	viewNamespace(t, cs, ns, nil)
 	recv := map[string]*hookReceiver{}
 	var sinks strings.Builder
-	for _, name := range []string{"team-payments", "team-search", "ops"} {
+	for _, name := range []string{"team-payments", "team-search", "ops", "payments-events"} {
 		h := &hookReceiver{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(testenv.FreePort()))}
 		h.up(t)
 		t.Cleanup(h.down)
@@ -254,6 +254,14 @@ func TestRouteByOwnerLabel(t *testing.T) {
 		fmt.Fprintf(&sinks, "  - name: %s\n    webhook: {url: \"http://%s/\", batch: {maxEvents: 10, maxWait: 10ms}}\n    retry: {initialInterval: 100ms, maxInterval: 1s}\n", name, h.addr)
 	}
 	web, _ := deploymentChain(t, cs, ns, "web", map[string]string{"team": "payments"}, 2)
+	pod, err := cs.CoreV1().Pods(ns).Get(ctx, "web-6d4-a", metav1.GetOptions{})
+	must(t, err)
+	now := metav1.Now()
+	_, err = cs.CoreV1().Events(ns).Create(ctx, &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "web-6d4-a.backoff"},
+		InvolvedObject: corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: ns, Name: pod.Name, UID: pod.UID},
+		Type:           "Warning", Reason: "BackOff", Message: "Back-off restarting failed container c", Count: 1,
+		FirstTimestamp: now, LastTimestamp: now, Source: corev1.EventSource{Component: "kubelet"}}, metav1.CreateOptions{})
+	must(t, err)
 	startBridge(t, cp, `apiVersion: kubebridge.io/v1alpha1
 kind: BridgeConfig
 cluster: e2e
@@ -266,6 +274,13 @@ sinks:
     ownerLabels: [team]
     sinks: [team-payments, team-search, ops]
     route: {sink: "'team-' + owners[size(owners) - 1].labels.team", default: ops}
+  - name: payments-events
+    resource: v1/events
+    namespaces: [`+ns+`]
+    include: [metadata, owners]
+    ownerLabels: [team]
+    sinks: [payments-events]
+    where: "involved.owners.exists(o, o.labels.?team.orValue('') == 'payments')"
 `)
 	// got is what each receiver holds: "subject change[:reason]", sorted
 	// (the two Pods' events come in either order).
@@ -304,7 +319,7 @@ sinks:
 		}
 		return out
 	}
-	want := map[string][]string{"team-payments": each("added")}
+	want := map[string][]string{"team-payments": each("added"), "payments-events": {ns + "/web-6d4-a.backoff added"}}
 	expect("at the start", want)
 	podRV := map[string]string{}
 	list, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
@@ -319,6 +334,7 @@ sinks:
 	must(t, err)
 	want["team-payments"] = append(want["team-payments"], each("deleted:unmatched")...)
 	want["team-search"] = each("added")
+	want["payments-events"] = append(want["payments-events"], ns+"/web-6d4-a.backoff deleted:unmatched")
 	expect("after the Deployment was relabelled team=search", want)
 
 	// A label the rule does not read: nothing moves.
@@ -334,6 +350,7 @@ sinks:
 	must(t, err)
 	want["team-search"] = append(want["team-search"], each("deleted:unmatched")...)
 	want["team-payments"] = append(want["team-payments"], each("added")...)
+	want["payments-events"] = append(want["payments-events"], ns+"/web-6d4-a.backoff added")
 	expect("after the ReplicaSet was adopted by a Deployment of payments", want)
 
 	list, err = cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
