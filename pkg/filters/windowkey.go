@@ -1,6 +1,8 @@
 package filters
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 
 	"github.com/google/cel-go/cel"
@@ -45,5 +47,15 @@ func (k *WindowKey) Of(e *event.Event) (string, error) {
 	if !ok {
 		return "", fmt.Errorf("the key evaluated to %s, not a string", out.Type())
 	}
+	if len(s) > MaxWindowKey {
+		sum := sha256.Sum256([]byte(s))
+		return "sha256:" + hex.EncodeToString(sum[:]), nil
+	}
 	return string(s), nil
 }
+
+// MaxWindowKey bounds a key as kept: an object's value (an annotation of
+// up to 256 KiB) may be the key, which the window remembers for each of up
+// to maxKeys keys and each object in its views. A longer key is kept as its
+// SHA-256, which groups the same events.
+const MaxWindowKey = 256

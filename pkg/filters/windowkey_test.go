@@ -1,6 +1,7 @@
 package filters
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -36,6 +37,24 @@ func TestWindowKey(t *testing.T) {
 	}
 	if _, err := NewWindowKey("object.metadata.generation"); err == nil {
 		t.Error("an int key compiled")
+	}
+
+	// A key an object makes long (an annotation) is kept bounded, and
+	// still tells objects apart and groups equal ones.
+	long, err := NewWindowKey("object.reason")
+	if err != nil {
+		t.Fatal(err)
+	}
+	withReason := func(r string) *event.Event {
+		o := obj.DeepCopy()
+		o.Object["reason"] = r
+		return event.New(&event.Rule{Name: "r"}, event.Updated, o, nil, time.Now())
+	}
+	a1, _ := long.Of(withReason(strings.Repeat("a", 256<<10)))
+	a2, _ := long.Of(withReason(strings.Repeat("a", 256<<10)))
+	b, _ := long.Of(withReason(strings.Repeat("a", 256<<10-1) + "b"))
+	if len(a1) > MaxWindowKey || a1 != a2 || a1 == b {
+		t.Errorf("a 256 KiB key kept as %d bytes; equal keys equal %v, different ones different %v", len(a1), a1 == a2, a1 != b)
 	}
 }
 
